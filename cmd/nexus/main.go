@@ -1,0 +1,75 @@
+// Command nexus is the Nexus function host and its command-line tools.
+//
+// Run `nexus help` for the commands. This package wires the others together
+// and holds no logic of its own beyond reading flags and printing results.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand: run returns the process exit code.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// Exit codes shared by every command.
+const (
+	exitOK    = 0
+	exitError = 1 // the input was wrong or the work failed
+	exitUsage = 2 // the command line was wrong
+)
+
+func commands() map[string]command {
+	return map[string]command{
+		"validate": {"compile flow files and report every error; publishes nothing", runValidate},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c, ok := cmds[args[1]]; ok {
+				return c.run([]string{"--help"}, stdout, stderr)
+			}
+		}
+		usage(stdout, cmds)
+		return exitOK
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "nexus: unknown command %q; run 'nexus help' for the list\n", args[0])
+		return exitUsage
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("Nexus runs integration flows kept as Markdown files in a git repository.\n\nUsage:\n  nexus COMMAND [flags] [arguments]\n\nCommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\nRun 'nexus COMMAND --help' for a command's flags.\n")
+	io.WriteString(w, b.String())
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+const validateUsage = `Usage: nexus validate PATH...
+
+Compiles every flow file among PATH (files, or folders searched recursively
+for *.md) and prints every error as FILE:LINE: message. Markdown that is not
+a flow file (no front matter with flowmarkdown_version) is skipped. Nothing
+is published.
+
+Exit status: 0 when every flow compiles (it prints "ok: N flows in M files",
+M counting the Markdown files read), 1 on any error, 2 on bad usage.
+
+Example:
+  nexus validate flows-example/flows
+`
+
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	paths, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(stdout, validateUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus validate: %v\n%s", err, validateUsage)
+		return exitUsage
+	}
+	if len(paths) == 0 {
+		fmt.Fprintf(stderr, "nexus validate: give at least one flow file or folder\n%s", validateUsage)
+		return exitUsage
+	}
+
+	files, problems := markdownFiles(paths)
+	flows := 0
+	seen := map[string]string{} // tenant/flow → where it is declared
+	for _, path := range files {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
+			continue
+		}
+		f, err := flow.Compile(path, src)
+		switch {
+		case errors.Is(err, flow.ErrNotFlow):
+			continue
+		case err != nil:
+			problems = append(problems, err.Error())
+			continue
+		}
+		flows++
+		id := f.Tenant() + "/" + f.Name()
+		if first, dup := seen[id]; dup {
+			problems = append(problems, fmt.Sprintf("%s:1: flow %s is also declared in %s: one file per (tenant, flow)", path, id, first))
+			continue
+		}
+		seen[id] = path
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stdout, p)
+		}
+		n := 0
+		for _, p := range problems {
+			n += strings.Count(p, "\n") + 1
+		}
+		fmt.Fprintf(stderr, "nexus validate: %d error%s\n", n, plural(n))
+		return exitError
+	}
+	fmt.Fprintf(stdout, "ok: %d flow%s in %d file%s\n", flows, plural(flows), len(files), plural(len(files)))
+	return exitOK
+}
+
+// markdownFiles expands paths: a file is taken as given, a folder is
+// searched recursively for *.md (hidden folders such as .git skipped).
+func markdownFiles(paths []string) (files, problems []string) {
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
+			continue
+		}
+		if !info.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
+				return nil
+			}
+			if d.IsDir() && path != p && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.EqualFold(filepath.Ext(path), ".md") {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", p, err))
+		}
+	}
+	slices.Sort(files)
+	return slices.Compact(files), problems
+}
+
+// pathError drops the path from an *fs.PathError: callers print it first.
+func pathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// parseInterleaved parses flags that may come before, between or after the
+// positional arguments, and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		if args[0] == "--" {
+			return append(positional, args[1:]...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

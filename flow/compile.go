@@ -1,0 +1,934 @@
+package flow
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // schedule_timezone must compile the same on every host
+
+	"github.com/nexushq/nexus/naming"
+	"github.com/robfig/cron/v3"
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrNotFlow is returned by Compile for Markdown that is not a flow file
+// (see IsFlowFile).
+var ErrNotFlow = errors.New("not a flow file: it does not start with front matter holding flowmarkdown_version")
+
+// Version is the FlowMarkdown version this compiler accepts.
+const Version = "0.1"
+
+// Compile compiles one flow file. path is used in error messages only. On
+// any error it returns a nil *Flow and an ErrorList holding every error of
+// the file, sorted by line.
+func Compile(path string, src []byte) (*Flow, error) {
+	if !IsFlowFile(src) {
+		return nil, ErrNotFlow
+	}
+	canon := Canonical(src)
+	c := &compiler{path: path}
+	f := c.compile(string(canon))
+	if len(c.errs) > 0 {
+		slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
+		return nil, c.errs
+	}
+	f.path = path
+	f.source = canon
+	return f, nil
+}
+
+type compiler struct {
+	path string
+	errs ErrorList
+}
+
+func (c *compiler) errorf(line int, format string, args ...any) {
+	c.errs = append(c.errs, &Error{File: c.path, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *compiler) compile(src string) *Flow {
+	raw := c.split(src)
+	f := &Flow{
+		retry: Retry{
+			MaxAttempts:   DefaultMaxAttempts,
+			InitialDelay:  DefaultInitialDelay,
+			BackoffFactor: DefaultBackoffFactor,
+			MaxDelay:      DefaultMaxDelay,
+		},
+		timeout: DefaultTimeout,
+	}
+	declared := c.frontMatter(f, raw)
+	if len(raw.sections) == 0 && len(c.errs) == 0 {
+		c.errorf(1, "the flow has no steps: add a `## Step: NAME` section")
+	}
+	names := map[string]int{}
+	for _, sec := range raw.sections {
+		s := c.step(f, sec, declared)
+		if first, dup := names[sec.name]; dup && sec.name != "" {
+			c.errorf(sec.line, "duplicate step name %q (first used at line %d): step names are unique across ## Step: and ## Fault: sections", sec.name, first)
+		} else {
+			names[sec.name] = sec.line
+		}
+		if s.fault {
+			f.faults = append(f.faults, s)
+		} else {
+			f.steps = append(f.steps, s)
+		}
+	}
+	return f
+}
+
+// frontMatter reads the front matter keys into f and returns the declared
+// effects with the line of the effects: key.
+func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
+	declared := map[Effect]bool{}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(raw.frontMatter), &doc); err != nil {
+		line, msg := yamlError(err)
+		c.errorf(raw.frontMatterLine+line-1, "front matter is not valid YAML: %s", msg)
+		return declared
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		c.errorf(1, "front matter must be a YAML mapping of keys to values")
+		return declared
+	}
+	m := doc.Content[0]
+	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
+	seen := map[string]int{}
+	var (
+		tenantNode, flowNode                 *yaml.Node
+		tzNode, inputNode, scheduleNode      *yaml.Node
+		onFailureNode, ttlNode, dedupKeyNode *yaml.Node
+	)
+	dedup := Dedup{TTL: DefaultDedupTTL}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		key := k.Value
+		if first, dup := seen[key]; dup {
+			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", key, first)
+			continue
+		}
+		seen[key] = at(k)
+		line := at(k)
+		switch key {
+		case "flowmarkdown_version":
+			if v.Kind != yaml.ScalarNode || v.Value != Version {
+				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", strconv.Quote(v.Value))
+			}
+		case "flow":
+			flowNode = v
+		case "tenant":
+			tenantNode = v
+		case "description":
+			if s, ok := c.str(line, key, v); ok {
+				f.description = s
+			}
+		case "effects":
+			for _, e := range c.effectList(line, key, v) {
+				if declared[e] {
+					c.errorf(line, "effects lists %s twice", e)
+				}
+				declared[e] = true
+				f.effects = append(f.effects, e)
+			}
+		case "queue_max_attempts":
+			if n, ok := c.integer(line, key, v, 1); ok {
+				f.retry.MaxAttempts = int(n)
+			}
+		case "queue_initial_delay_ms":
+			if n, ok := c.integer(line, key, v, 0); ok {
+				f.retry.InitialDelay = time.Duration(n) * time.Millisecond
+			}
+		case "queue_backoff_factor":
+			if x, ok := c.number(line, key, v, 1); ok {
+				f.retry.BackoffFactor = x
+			}
+		case "queue_max_delay_ms":
+			if n, ok := c.integer(line, key, v, 0); ok {
+				f.retry.MaxDelay = time.Duration(n) * time.Millisecond
+			}
+		case "max_body_bytes":
+			if n, ok := c.integer(line, key, v, 1); ok {
+				f.maxBodyBytes = n
+			}
+		case "timeout_ms":
+			if n, ok := c.integer(line, key, v, 1); ok {
+				f.timeout = time.Duration(n) * time.Millisecond
+			}
+		case "schedule":
+			scheduleNode = v
+		case "schedule_timezone":
+			tzNode = v
+		case "schedule_input":
+			inputNode = v
+		case "dedup_key":
+			dedupKeyNode = v
+			if s, ok := c.str(line, key, v); ok {
+				t, err := CompileTemplate(s)
+				switch {
+				case err != nil:
+					c.errorf(line, "dedup_key: %s", err)
+				case len(t.parts) == 0 || t.parts[0].expr == nil && len(t.parts) == 1:
+					c.errorf(line, "dedup_key %q has no {{ }} hole, so every message would share one key: write e.g. \"{{ $.orderId }}\"", s)
+				default:
+					dedup.Key = t
+				}
+			}
+		case "dedup_on_failure":
+			onFailureNode = v
+			if s, ok := c.str(line, key, v); ok {
+				switch s {
+				case "rerun":
+				case "absorb":
+					dedup.Absorb = true
+				default:
+					c.errorf(line, "dedup_on_failure must be rerun or absorb, not %q", s)
+				}
+			}
+		case "dedup_ttl_ms":
+			ttlNode = v
+			if n, ok := c.integer(line, key, v, 1); ok {
+				dedup.TTL = time.Duration(n) * time.Millisecond
+			}
+		default:
+			c.errorf(line, "unknown front matter key %s%s", key, suggest(key, frontMatterKeys))
+		}
+	}
+
+	// names
+	tenantVal, flowVal := nodeText(tenantNode), nodeText(flowNode)
+	if flowNode == nil {
+		c.errorf(1, "the front matter has no flow: key (the flow's name)")
+	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || !isScalar(flowNode) {
+		c.nameError(at(flowNode), flowNode, err, "flow")
+	}
+	if tenantNode == nil {
+		c.errorf(1, "the front matter has no tenant: key (the tenant that owns the flow)")
+	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || !isScalar(tenantNode) {
+		c.nameError(at(tenantNode), tenantNode, err, "tenant")
+	}
+	f.tenant, f.name = tenantVal, flowVal
+
+	// schedule
+	if scheduleNode != nil {
+		f.schedule = c.schedule(at(scheduleNode), scheduleNode, tzNode, inputNode, at)
+	} else {
+		for _, n := range []struct {
+			node *yaml.Node
+			key  string
+		}{{tzNode, "schedule_timezone"}, {inputNode, "schedule_input"}} {
+			if n.node != nil {
+				c.errorf(at(n.node), "%s has no effect without schedule:", n.key)
+			}
+		}
+	}
+	// dedup
+	if dedupKeyNode != nil {
+		if dedup.Key != nil {
+			f.dedup = &dedup
+		}
+	} else {
+		for _, n := range []struct {
+			node *yaml.Node
+			key  string
+		}{{onFailureNode, "dedup_on_failure"}, {ttlNode, "dedup_ttl_ms"}} {
+			if n.node != nil {
+				c.errorf(at(n.node), "%s has no effect without dedup_key:", n.key)
+			}
+		}
+	}
+	return declared
+}
+
+var frontMatterKeys = []string{
+	"flowmarkdown_version", "flow", "tenant", "description", "effects",
+	"queue_max_attempts", "queue_initial_delay_ms", "queue_backoff_factor", "queue_max_delay_ms",
+	"max_body_bytes", "timeout_ms", "schedule", "schedule_timezone", "schedule_input",
+	"dedup_key", "dedup_on_failure", "dedup_ttl_ms",
+}
+
+func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
+	if !isScalar(n) {
+		c.errorf(line, "%s must be a name, not %s", field, describeNode(n))
+		return
+	}
+	c.errorf(line, "%s", err)
+}
+
+func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*yaml.Node) int) *Schedule {
+	spec, ok := c.str(line, "schedule", v)
+	if !ok {
+		return nil
+	}
+	s := &Schedule{spec: spec, location: time.UTC, input: NewObject(nil, nil)}
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		c.errorf(line, "schedule %q carries a time zone: set it with schedule_timezone instead", spec)
+		ok = false
+	} else if sched, err := cron.ParseStandard(spec); err != nil {
+		c.errorf(line, "schedule %q is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", spec, err)
+		ok = false
+	} else {
+		s.sched = sched
+	}
+	if tzNode != nil {
+		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {
+			loc, err := time.LoadLocation(name)
+			if err != nil || name == "" || name == "Local" {
+				c.errorf(at(tzNode), "schedule_timezone %q is not an IANA time zone (e.g. Europe/Berlin)", name)
+				ok = false
+			} else {
+				s.location = loc
+			}
+		} else {
+			ok = false
+		}
+	}
+	if inputNode != nil {
+		in, err := yamlDocument(inputNode)
+		if err == nil {
+			if str, isStr := in.(string); isStr && inputNode.Tag == "!!str" {
+				in, err = ParseJSON([]byte(str), 0)
+			}
+		}
+		if _, isObj := in.(*Object); err != nil || !isObj {
+			c.errorf(at(inputNode), "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}")
+			ok = false
+		} else {
+			s.input = in
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return s
+}
+
+// step compiles one section.
+func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Step {
+	s := &Step{name: sec.name, line: sec.line, fault: sec.fault}
+	kind := "## Step:"
+	if s.fault {
+		kind = "## Fault:"
+	}
+	switch {
+	case sec.name == "":
+		c.errorf(sec.line, "%s has no name: write `%s NAME`", kind, kind)
+	case len([]rune(sec.name)) > 64:
+		c.errorf(sec.line, "step name %q is longer than 64 characters", sec.name)
+	}
+
+	keys := map[string]rawKey{}
+	for _, k := range sec.keys {
+		if first, dup := keys[k.key]; dup {
+			c.errorf(k.line, "step %q sets %s twice (first at line %d)", s.name, k.key, first.line)
+			continue
+		}
+		keys[k.key] = k
+	}
+	// the effect first: other keys depend on it
+	if k, ok := keys["effects"]; ok {
+		list, ok := c.stepList(k, s)
+		if ok {
+			switch len(list) {
+			case 0:
+			case 1:
+				e := Effect(list[0])
+				switch {
+				case e != EffectHTTPEgress && e != EffectQueuePublish:
+					c.errorf(k.line, "unknown effect %q in step %q: effects are http_egress and queue_publish", list[0], s.name)
+				case !declared[e]:
+					c.errorf(k.line, "step %q uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", s.name, e)
+				default:
+					s.effect = e
+				}
+			default:
+				c.errorf(k.line, "step %q lists %d effects: a step has at most one effect", s.name, len(list))
+			}
+		}
+	}
+	if s.effect == EffectHTTPEgress {
+		s.http = &HTTPRequest{Method: DefaultMethod, ReadTimeout: DefaultReadTimeout, ConnectTimeout: DefaultConnectTimeout}
+		if _, ok := keys["endpoint"]; !ok {
+			c.errorf(sec.line, "step %q has effects: [http_egress] but no endpoint:", s.name)
+		}
+	}
+	if s.effect == EffectQueuePublish {
+		if _, ok := keys["queue"]; !ok {
+			c.errorf(sec.line, "step %q has effects: [queue_publish] but no queue: naming the target flow", s.name)
+		}
+	}
+
+	statusKey := ""
+	for _, k := range sec.keys {
+		if keys[k.key].line != k.line {
+			continue // a duplicate, reported above
+		}
+		switch key := k.key; {
+		case key == "effects":
+		case key == "endpoint" || key == "method" || key == "headers" || key == "read_timeout_ms" || key == "connect_timeout_ms":
+			if s.effect != EffectHTTPEgress {
+				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %q", key, s.name)
+				continue
+			}
+			c.httpKey(s, k)
+		case key == "queue":
+			if s.effect != EffectQueuePublish {
+				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %q", s.name)
+				continue
+			}
+			q := scalar(k.value)
+			if err := naming.Check(q, naming.Queue(f.tenant, f.name)); err != nil {
+				c.errorf(k.line, "%s", err)
+				continue
+			}
+			s.queue = q
+		case key == "save_body":
+			name := scalar(k.value)
+			switch {
+			case !ctxName.MatchString(name):
+				c.errorf(k.line, "save_body %q is not a name: use letters, digits and _ (it becomes ctx.%s)", name, name)
+			case reservedCtx[name]:
+				c.errorf(k.line, "save_body %q would replace the platform's ctx.%s: choose another name", name, name)
+			default:
+				s.saveBody = name
+			}
+		case key == "when":
+			e, err := CompileExpr(exprText(k.value))
+			if err != nil {
+				c.errorf(k.line, "when: expression does not parse: %s", err)
+				continue
+			}
+			s.when = e
+		case key == "response_status" || key == "fault_status":
+			if key == "fault_status" && !s.fault {
+				c.errorf(k.line, "fault_status is only allowed in a ## Fault: section: use response_status")
+				continue
+			}
+			if statusKey != "" {
+				c.errorf(k.line, "step %q sets both %s and %s: they are one key with two spellings", s.name, statusKey, key)
+				continue
+			}
+			statusKey = key
+			c.status(s, k)
+		case key == "response_header_remove":
+			list, ok := c.stepList(k, s)
+			if !ok {
+				continue
+			}
+			for _, name := range list {
+				if err := CheckHeaderName(name); err != nil {
+					c.errorf(k.line, "response_header_remove: %s", err)
+					continue
+				}
+				s.headers = append(s.headers, HeaderOp{Name: headerFromKey(name), Remove: true})
+			}
+		case strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_"):
+			prefix, suffix, _ := strings.Cut(key, "_header_")
+			if prefix == "fault" && !s.fault {
+				c.errorf(k.line, "%s is only allowed in a ## Fault: section: use response_header_%s", key, suffix)
+				continue
+			}
+			name := headerFromKey(suffix)
+			if err := CheckHeaderName(name); err != nil {
+				c.errorf(k.line, "%s: %s", key, err)
+				continue
+			}
+			s.headers = append(s.headers, HeaderOp{Name: name, Value: scalar(k.value)})
+		default:
+			c.errorf(k.line, "unknown step key %s in step %q%s", key, s.name, suggest(key, stepKeys))
+		}
+	}
+
+	if b := sec.block; b != nil {
+		c.block(s, b)
+	}
+	return s
+}
+
+var stepKeys = []string{
+	"effects", "endpoint", "method", "headers", "read_timeout_ms", "connect_timeout_ms",
+	"queue", "save_body", "when", "response_status", "response_header_remove", "fault_status",
+}
+
+// isStepKey reports whether key is one of the step keys (to catch keys
+// written away from the heading).
+func isStepKey(key string) bool {
+	return slices.Contains(stepKeys, key) || strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_")
+}
+
+var (
+	ctxName     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	reservedCtx = map[string]bool{
+		"input": true, "correlation_id": true, "tenant": true, "flow": true, "version": true,
+		"door": true, "attempt": true, "HTTP_SC": true, "HTTP_RESPONSE_BODY": true, "HTTP_RESPONSE_HEADERS": true,
+	}
+	methods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+)
+
+func (c *compiler) httpKey(s *Step, k rawKey) {
+	h := s.http
+	switch k.key {
+	case "endpoint":
+		t, err := CompileTemplate(scalar(k.value))
+		if err != nil {
+			c.errorf(k.line, "endpoint: %s", err)
+			return
+		}
+		if msg := checkEndpoint(t); msg != "" {
+			c.errorf(k.line, "endpoint %q %s", t.src, msg)
+			return
+		}
+		h.Endpoint = t
+	case "method":
+		m := strings.ToUpper(scalar(k.value))
+		if !slices.Contains(methods, m) {
+			c.errorf(k.line, "method %q is not one of %s", scalar(k.value), strings.Join(methods, ", "))
+			return
+		}
+		h.Method = m
+	case "headers":
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(k.value), &n); err != nil || len(n.Content) == 0 || n.Content[0].Kind != yaml.MappingNode {
+			c.errorf(k.line, "headers must be a JSON object of names to values, e.g. {\"Idempotency-Key\": \"{{ ctx.correlation_id }}\"}")
+			return
+		}
+		m := n.Content[0]
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			name, val := m.Content[i].Value, m.Content[i+1]
+			if err := CheckHeaderName(name); err != nil {
+				c.errorf(k.line, "headers: %s", err)
+				continue
+			}
+			canon := headerFromKey(name)
+			if seen[canon] {
+				c.errorf(k.line, "headers sets %s twice", canon)
+				continue
+			}
+			seen[canon] = true
+			if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
+				c.errorf(k.line, "headers: the value of %s must be a string", name)
+				continue
+			}
+			t, err := CompileTemplate(val.Value)
+			if err != nil {
+				c.errorf(k.line, "headers: %s: %s", name, err)
+				continue
+			}
+			h.Headers = append(h.Headers, HeaderTemplate{Name: canon, Value: t})
+		}
+	case "read_timeout_ms", "connect_timeout_ms":
+		n, err := strconv.ParseInt(scalar(k.value), 10, 64)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			c.errorf(k.line, "%s must be a whole number of milliseconds ≥ 1, not %q", k.key, k.value)
+			return
+		}
+		if k.key == "read_timeout_ms" {
+			h.ReadTimeout = time.Duration(n) * time.Millisecond
+		} else {
+			h.ConnectTimeout = time.Duration(n) * time.Millisecond
+		}
+	}
+}
+
+func (c *compiler) status(s *Step, k rawKey) {
+	v := scalar(k.value)
+	if strings.Contains(v, "{{") {
+		t, err := CompileTemplate(v)
+		if err != nil {
+			c.errorf(k.line, "%s: %s", k.key, err)
+			return
+		}
+		s.status = &Status{Template: t}
+		return
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %q", k.key, v)
+		return
+	}
+	if n < 100 || n > 599 {
+		c.errorf(k.line, "%s %d is not a status code: use 100 to 599", k.key, n)
+		return
+	}
+	s.status = &Status{Code: n}
+}
+
+func (c *compiler) block(s *Step, b *rawBlock) {
+	first := b.line + 1
+	switch b.info {
+	case "ntd":
+		t, err := CompileNTD(b.body)
+		if err != nil {
+			var te *TemplateError
+			errors.As(err, &te)
+			c.errorf(first+te.Line, "step %q: %s", s.name, te.Msg)
+			return
+		}
+		s.block, s.ntd = BlockNTD, t
+	case "condition":
+		var parts []string
+		for _, l := range strings.Split(b.body, "\n") {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+				parts = append(parts, t)
+			}
+		}
+		if len(parts) == 0 {
+			c.errorf(b.line, "step %q: the condition block is empty: write one expression", s.name)
+			return
+		}
+		e, err := CompileExpr(strings.Join(parts, " "))
+		if err != nil {
+			c.errorf(first, "step %q: condition does not parse: %s", s.name, err)
+			return
+		}
+		s.block, s.condition = BlockCondition, e
+	case "validate":
+		for i, l := range strings.Split(b.body, "\n") {
+			t := strings.TrimSpace(l)
+			if t == "" || strings.HasPrefix(t, "#") {
+				continue
+			}
+			r, err := parseRule(t)
+			if err != nil {
+				c.errorf(first+i, "step %q: %s", s.name, err)
+				continue
+			}
+			r.Line = first + i
+			s.rules = append(s.rules, r)
+		}
+		if len(s.rules) == 0 && !c.hasErrorAfter(b.line) {
+			c.errorf(b.line, "step %q: the validate block has no rules: write EXPRESSION | \"MESSAGE\" | KIND lines", s.name)
+			return
+		}
+		s.block = BlockValidate
+	}
+}
+
+func (c *compiler) hasErrorAfter(line int) bool {
+	for _, e := range c.errs {
+		if e.Line > line {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRule reads `EXPRESSION | "MESSAGE" | KIND` (KIND optional).
+func parseRule(line string) (Rule, error) {
+	seps := ruleSeparators(line)
+	if len(seps) == 0 || len(seps) > 2 {
+		return Rule{}, fmt.Errorf("a validate rule is EXPRESSION | \"MESSAGE\" | KIND (KIND syntactic or semantic, default semantic)")
+	}
+	exprSrc := strings.TrimSpace(line[:seps[0]])
+	msgEnd := len(line)
+	if len(seps) == 2 {
+		msgEnd = seps[1]
+	}
+	msgSrc := strings.TrimSpace(line[seps[0]+1 : msgEnd])
+	r := Rule{Kind: Semantic}
+	if len(seps) == 2 {
+		switch kind := strings.TrimSpace(line[seps[1]+1:]); kind {
+		case "semantic":
+		case "syntactic":
+			r.Kind = Syntactic
+		default:
+			return Rule{}, fmt.Errorf("validate rule kind %q is not syntactic or semantic", kind)
+		}
+	}
+	msg, err := ParseJSON([]byte(msgSrc), 1)
+	if s, ok := msg.(string); err != nil || !ok {
+		return Rule{}, fmt.Errorf("the message of a validate rule is a double-quoted string, not %s", msgSrc)
+	} else if s == "" {
+		return Rule{}, fmt.Errorf("the message of a validate rule is empty: say what is wrong")
+	} else {
+		r.Message = s
+	}
+	if exprSrc == "" {
+		return Rule{}, fmt.Errorf("the validate rule has no expression before |")
+	}
+	e, err := CompileExpr(exprSrc)
+	if err != nil {
+		return Rule{}, fmt.Errorf("validate expression does not parse: %s", err)
+	}
+	r.Expr = e
+	return r, nil
+}
+
+// ruleSeparators returns the offsets of the single | characters of a rule
+// line, outside string literals (|| is the or operator).
+func ruleSeparators(line string) []int {
+	var seps []int
+	inString := false
+	for i := 0; i < len(line); i++ {
+		switch ch := line[i]; {
+		case inString && ch == '\\':
+			i++
+		case ch == '"':
+			inString = !inString
+		case !inString && ch == '|':
+			if i+1 < len(line) && line[i+1] == '|' {
+				i++
+				continue
+			}
+			seps = append(seps, i)
+		}
+	}
+	return seps
+}
+
+// checkEndpoint returns why an endpoint is not an absolute http(s) URL, or
+// "" when it is. Holes are judged by a placeholder.
+func checkEndpoint(t *Template) string {
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.expr != nil {
+			b.WriteString("x")
+		} else {
+			b.WriteString(p.lit)
+		}
+	}
+	u := b.String()
+	lower := strings.ToLower(u)
+	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+		return "is not an absolute http:// or https:// URL"
+	}
+	if first := t.parts[0]; first.expr != nil || !strings.ContainsAny(first.lit[strings.Index(first.lit, "://")+3:], "/?#") && len(t.parts) > 1 {
+		return "must name its host literally: holes belong in the path or the query"
+	}
+	if strings.ContainsAny(u, " \t") {
+		return "contains a space: percent-encode it"
+	}
+	return ""
+}
+
+// scalar reads a step key's value as one string: a quoted YAML string is
+// unquoted, anything else is taken as written.
+func scalar(v string) string {
+	v = strings.TrimSpace(v)
+	if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
+		var s string
+		if err := yaml.Unmarshal([]byte(v), &s); err == nil {
+			return s
+		}
+	}
+	return v
+}
+
+// exprText is the expression of a when: value: the rest of the line, or
+// the content of a quoted string when the whole value is one.
+func exprText(v string) string { return scalar(v) }
+
+// stepList reads a flow list value ([a, b]) of a step key.
+func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
+	var n yaml.Node
+	err := yaml.Unmarshal([]byte(k.value), &n)
+	if err != nil || len(n.Content) == 0 || n.Content[0].Kind != yaml.SequenceNode {
+		c.errorf(k.line, "%s of step %q must be a list, e.g. [%s]", k.key, s.name, exampleFor(k.key))
+		return nil, false
+	}
+	var out []string
+	for _, e := range n.Content[0].Content {
+		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
+			c.errorf(k.line, "%s of step %q must be a list of names", k.key, s.name)
+			return nil, false
+		}
+		out = append(out, e.Value)
+	}
+	return out, true
+}
+
+func exampleFor(key string) string {
+	if key == "effects" {
+		return "http_egress"
+	}
+	return "x-internal, x-ephemeral"
+}
+
+func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
+	if v.Kind != yaml.SequenceNode {
+		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", describeNode(v))
+		return nil
+	}
+	var out []Effect
+	for _, e := range v.Content {
+		switch eff := Effect(e.Value); {
+		case e.Kind != yaml.ScalarNode:
+			c.errorf(line, "effects must be a list of effect names")
+		case eff == EffectHTTPEgress || eff == EffectQueuePublish:
+			out = append(out, eff)
+		default:
+			c.errorf(line, "unknown effect %q: effects are http_egress and queue_publish", e.Value)
+		}
+	}
+	return out
+}
+
+func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
+	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		c.errorf(line, "%s must be a string, not %s", key, describeNode(v))
+		return "", false
+	}
+	return v.Value, true
+}
+
+func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
+	var n int64
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&n) != nil {
+		c.errorf(line, "%s must be a whole number, not %s", key, describeNode(v))
+		return 0, false
+	}
+	if n < min {
+		c.errorf(line, "%s must be at least %d, not %d", key, min, n)
+		return 0, false
+	}
+	return n, true
+}
+
+func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
+	var x float64
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+		c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
+		return 0, false
+	}
+	if x < min {
+		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), v.Value)
+		return 0, false
+	}
+	return x, true
+}
+
+func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
+
+func nodeText(n *yaml.Node) string {
+	if n == nil || !isScalar(n) {
+		return ""
+	}
+	return n.Value
+}
+
+// describeNode names a YAML value for an error: the string "2x", the
+// number 0.5, a list, an empty value.
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	switch n.Tag {
+	case "!!null":
+		return "an empty value"
+	case "!!str":
+		return "the string " + strconv.Quote(n.Value)
+	case "!!int", "!!float":
+		return "the number " + n.Value
+	case "!!bool":
+		return n.Value
+	}
+	return strconv.Quote(n.Value)
+}
+
+// yamlDocument converts a YAML value into a document value.
+func yamlDocument(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		keys := make([]string, 0, len(n.Content)/2)
+		vals := make([]any, 0, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if slices.Contains(keys, n.Content[i].Value) {
+				return nil, fmt.Errorf("duplicate key %q", n.Content[i].Value)
+			}
+			v, err := yamlDocument(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, n.Content[i].Value)
+			vals = append(vals, v)
+		}
+		return NewObject(keys, vals), nil
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		for _, e := range n.Content {
+			v, err := yamlDocument(e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			err := n.Decode(&b)
+			return b, err
+		case "!!int":
+			var i int
+			err := n.Decode(&i)
+			return i, err
+		case "!!float":
+			var f float64
+			err := n.Decode(&f)
+			return f, err
+		}
+		return n.Value, nil
+	}
+	return nil, fmt.Errorf("unsupported YAML value")
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError splits a YAML error into its line (1-based, within the YAML)
+// and message.
+func yamlError(err error) (int, string) {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n, m[2]
+	}
+	return 1, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// suggest returns ": did you mean X?" for a key close to a known one.
+func suggest(key string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,435 @@
+package flow
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"regexp/syntax"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Expressions are the language of validate rules, condition fences, when:
+// and template holes. The compiler parses them with its own small parser
+// (so that errors carry our texts and the language stays exactly the one the
+// documentation describes) and translates them into github.com/expr-lang/expr
+// source in which every path, operator and function is a call to one of the
+// functions below. expr compiles that source to bytecode once, at
+// publication, and runs it per message.
+//
+// The translation, by example:
+//
+//	$.total > 0                 _gt(_path(_doc, "total"), 0)
+//	ctx.request.orderId         _path(_ctx, "request", "orderId")
+//	$.a != null && !$.b         (_bool(_ne(_path(_doc, "a"), nil)) && !_bool(_path(_doc, "b")))
+//	lower($.s) in ["a", "b"]    _in(_lower(_path(_doc, "s")), ["a", "b"])
+
+// Env is what an expression sees when it runs: the current document ($),
+// the execution variables (ctx: a *Object or a map[string]any) and the
+// clock behind now().
+type Env struct {
+	Doc any
+	Ctx any
+	Now func() time.Time // nil means time.Now
+}
+
+// exprEnv is the value expr runs against: the Env plus a pointer to it for
+// the functions that need the clock.
+type exprEnv struct {
+	Doc any  `expr:"_doc"`
+	Ctx any  `expr:"_ctx"`
+	RT  *Env `expr:"_rt"`
+}
+
+// Expr is a compiled expression. It is safe for concurrent use.
+type Expr struct {
+	src     string
+	program *vm.Program
+	regexps map[string]*regexp.Regexp // literal patterns of matches(), compiled once
+}
+
+// String returns the expression as written.
+func (e *Expr) String() string { return e.src }
+
+// EvalError is an expression that failed at run time, with our own text
+// (for example "cannot compare null with number using >").
+type EvalError struct{ Msg string }
+
+func (e *EvalError) Error() string { return e.Msg }
+
+func evalErrorf(format string, args ...any) error {
+	return &EvalError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Eval runs the expression and returns its value.
+func (e *Expr) Eval(env *Env) (any, error) {
+	out, err := expr.Run(e.program, exprEnv{Doc: env.Doc, Ctx: env.Ctx, RT: env})
+	if err != nil {
+		var ee *EvalError
+		if errors.As(err, &ee) {
+			return nil, ee
+		}
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return nil, &EvalError{Msg: "expression failed: " + msg}
+	}
+	return out, nil
+}
+
+// EvalBool runs the expression where true or false is expected: null counts
+// as false, any other non-boolean value is an error.
+func (e *Expr) EvalBool(env *Env) (bool, error) {
+	v, err := e.Eval(env)
+	if err != nil {
+		return false, err
+	}
+	b, err := truth(v)
+	if err != nil {
+		return false, err
+	}
+	return b, nil
+}
+
+func truth(v any) (bool, error) {
+	switch b := v.(type) {
+	case bool:
+		return b, nil
+	case nil:
+		return false, nil
+	}
+	return false, evalErrorf("expected true or false, got %s", describe(v))
+}
+
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		if utf8.RuneCountInString(x) > 32 {
+			return "a string"
+		}
+		return "string " + strconv.Quote(x)
+	case int, float64:
+		return "number " + Text(x)
+	case []any:
+		return "an array"
+	case *Object, map[string]any:
+		return "an object"
+	}
+	return TypeName(v)
+}
+
+// CompileExpr compiles one expression. The error is one line, without a
+// file or line: callers add those.
+func CompileExpr(src string) (*Expr, error) {
+	p := &exprParser{src: src}
+	if err := p.lex(); err != nil {
+		return nil, err
+	}
+	if len(p.toks) == 0 {
+		return nil, errors.New("empty expression")
+	}
+	n, err := p.parseOr()
+	if err != nil {
+		return nil, err
+	}
+	if p.pos < len(p.toks) {
+		return nil, fmt.Errorf("unexpected %s at column %d", p.toks[p.pos].describe(), p.toks[p.pos].col)
+	}
+	e := &Expr{src: src, regexps: p.regexps}
+	translated := n.emit()
+	opts := append(baseOptions(), expr.Function("_matches", e.matches))
+	program, err := expr.Compile(translated, opts...)
+	if err != nil {
+		// The parser above accepts only what translates; this is a defect.
+		return nil, fmt.Errorf("expression %q could not be compiled: %v", src, err)
+	}
+	e.program = program
+	return e, nil
+}
+
+var baseOptions = sync.OnceValue(func() []expr.Option {
+	any1 := new(func(any) any)
+	any2 := new(func(any, any) any)
+	return []expr.Option{
+		expr.Env(exprEnv{}),
+		expr.DisableAllBuiltins(),
+		expr.Function("_path", fnPath),
+		expr.Function("_bool", func(a ...any) (any, error) { return truth(a[0]) }, new(func(any) bool)),
+		expr.Function("_eq", func(a ...any) (any, error) { return Equal(a[0], a[1]), nil }, any2),
+		expr.Function("_ne", func(a ...any) (any, error) { return !Equal(a[0], a[1]), nil }, any2),
+		expr.Function("_lt", order("<", func(c int) bool { return c < 0 }), any2),
+		expr.Function("_le", order("<=", func(c int) bool { return c <= 0 }), any2),
+		expr.Function("_gt", order(">", func(c int) bool { return c > 0 }), any2),
+		expr.Function("_ge", order(">=", func(c int) bool { return c >= 0 }), any2),
+		expr.Function("_add", fnAdd, any2),
+		expr.Function("_sub", arith("-", func(a, b float64) float64 { return a - b }), any2),
+		expr.Function("_mul", arith("*", func(a, b float64) float64 { return a * b }), any2),
+		expr.Function("_div", fnDiv, any2),
+		expr.Function("_neg", fnNeg, any1),
+		expr.Function("_in", fnIn, any2),
+		expr.Function("_len", fnLen, any1),
+		expr.Function("_lower", caseFn("lower", strings.ToLower), any1),
+		expr.Function("_upper", caseFn("upper", strings.ToUpper), any1),
+		expr.Function("_now", fnNow, new(func(*Env) any)),
+		expr.Function("_uuid", fnUUID, new(func() any)),
+	}
+})
+
+// fnPath descends into a document: _path(root, key, …). A key that is
+// missing, an index out of range, or a step into a value that has no
+// members gives null, never an error.
+func fnPath(a ...any) (any, error) {
+	v := a[0]
+	for _, k := range a[1:] {
+		switch x := v.(type) {
+		case *Object:
+			s, ok := k.(string)
+			if !ok {
+				return nil, nil
+			}
+			v, _ = x.Get(s)
+		case map[string]any:
+			s, ok := k.(string)
+			if !ok {
+				return nil, nil
+			}
+			v = x[s]
+		case []any:
+			i, ok := index(k)
+			if !ok || i < 0 || i >= len(x) {
+				return nil, nil
+			}
+			v = x[i]
+		default:
+			return nil, nil
+		}
+	}
+	return v, nil
+}
+
+func index(k any) (int, bool) {
+	switch n := k.(type) {
+	case int:
+		return n, true
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<53 {
+			return int(n), true
+		}
+	}
+	return 0, false
+}
+
+func order(op string, ok func(int) bool) func(a ...any) (any, error) {
+	return func(a ...any) (any, error) {
+		c, err := compare(a[0], a[1], op)
+		if err != nil {
+			return nil, err
+		}
+		return ok(c), nil
+	}
+}
+
+func compare(x, y any, op string) (int, error) {
+	if xf, ok := number(x); ok {
+		if yf, ok := number(y); ok {
+			if xi, ok := x.(int); ok {
+				if yi, ok := y.(int); ok {
+					return cmpInt(xi, yi), nil
+				}
+			}
+			switch {
+			case xf < yf:
+				return -1, nil
+			case xf > yf:
+				return 1, nil
+			}
+			return 0, nil
+		}
+	}
+	if xs, ok := x.(string); ok {
+		if ys, ok := y.(string); ok {
+			return strings.Compare(xs, ys), nil
+		}
+	}
+	return 0, evalErrorf("cannot compare %s with %s using %s", TypeName(x), TypeName(y), op)
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func fnAdd(a ...any) (any, error) {
+	if xs, ok := a[0].(string); ok {
+		if ys, ok := a[1].(string); ok {
+			return xs + ys, nil
+		}
+	}
+	return arith("+", func(a, b float64) float64 { return a + b })(a...)
+}
+
+func arith(op string, f func(a, b float64) float64) func(a ...any) (any, error) {
+	return func(a ...any) (any, error) {
+		x, okx := number(a[0])
+		y, oky := number(a[1])
+		if !okx || !oky {
+			return nil, evalErrorf("cannot use %s on %s and %s", op, TypeName(a[0]), TypeName(a[1]))
+		}
+		return normalNumber(f(x, y)), nil
+	}
+}
+
+func fnDiv(a ...any) (any, error) {
+	if y, ok := number(a[1]); ok && y == 0 {
+		if _, ok := number(a[0]); ok {
+			return nil, evalErrorf("division by zero")
+		}
+	}
+	return arith("/", func(a, b float64) float64 { return a / b })(a...)
+}
+
+func fnNeg(a ...any) (any, error) {
+	x, ok := number(a[0])
+	if !ok {
+		return nil, evalErrorf("cannot use - on %s", TypeName(a[0]))
+	}
+	return normalNumber(-x), nil
+}
+
+// fnIn: an element of an array, a key of an object, a substring of a
+// string; in null is always false.
+func fnIn(a ...any) (any, error) {
+	switch c := a[1].(type) {
+	case nil:
+		return false, nil
+	case []any:
+		for _, e := range c {
+			if Equal(a[0], e) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case *Object:
+		k, ok := a[0].(string)
+		if !ok {
+			return false, nil
+		}
+		_, found := c.Get(k)
+		return found, nil
+	case map[string]any:
+		k, ok := a[0].(string)
+		if !ok {
+			return false, nil
+		}
+		_, found := c[k]
+		return found, nil
+	case string:
+		s, ok := a[0].(string)
+		if !ok {
+			return nil, evalErrorf("cannot look for %s in a string", TypeName(a[0]))
+		}
+		return strings.Contains(c, s), nil
+	}
+	return nil, evalErrorf("cannot use in on %s", TypeName(a[1]))
+}
+
+func fnLen(a ...any) (any, error) {
+	switch x := a[0].(type) {
+	case nil:
+		return 0, nil
+	case string:
+		return utf8.RuneCountInString(x), nil
+	case []any:
+		return len(x), nil
+	case *Object:
+		return x.Len(), nil
+	case map[string]any:
+		return len(x), nil
+	}
+	return nil, evalErrorf("len needs a string, an array or an object, got %s", TypeName(a[0]))
+}
+
+func caseFn(name string, f func(string) string) func(a ...any) (any, error) {
+	return func(a ...any) (any, error) {
+		switch x := a[0].(type) {
+		case nil:
+			return nil, nil
+		case string:
+			return f(x), nil
+		}
+		return nil, evalErrorf("%s needs a string, got %s", name, TypeName(a[0]))
+	}
+}
+
+func (e *Expr) matches(a ...any) (any, error) {
+	pattern, ok := a[1].(string)
+	if !ok {
+		return nil, evalErrorf("matches needs a string pattern, got %s", TypeName(a[1]))
+	}
+	var s string
+	switch x := a[0].(type) {
+	case nil:
+		return false, nil
+	case string:
+		s = x
+	default:
+		return nil, evalErrorf("matches needs a string, got %s", TypeName(a[0]))
+	}
+	re := e.regexps[pattern]
+	if re == nil {
+		var err error
+		if re, err = regexp.Compile(pattern); err != nil {
+			return nil, evalErrorf("invalid regular expression %q: %s", pattern, regexpReason(err))
+		}
+	}
+	return re.MatchString(s), nil
+}
+
+func regexpReason(err error) string {
+	var re *syntax.Error
+	if errors.As(err, &re) {
+		return string(re.Code)
+	}
+	return err.Error()
+}
+
+func fnNow(a ...any) (any, error) {
+	env, _ := a[0].(*Env)
+	now := time.Now
+	if env != nil && env.Now != nil {
+		now = env.Now
+	}
+	return now().UTC().Format(time.RFC3339), nil
+}
+
+func fnUUID(...any) (any, error) { return NewUUID(), nil }
+
+// NewUUID returns a random (version 4) UUID in lowercase.
+func NewUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out[j] = '-'
+			j++
+		}
+		out[j], out[j+1] = hexDigits[c>>4], hexDigits[c&0xf]
+		j += 2
+	}
+	return string(out[:])
+}

@@ -1,0 +1,514 @@
+package flow
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The expression language, lowest precedence first:
+//
+//	or      = and { "||" and }
+//	and     = cmp { "&&" cmp }
+//	cmp     = sum [ ("==" | "!=" | "<" | "<=" | ">" | ">=" | "in") sum ]
+//	sum     = product { ("+" | "-") product }
+//	product = unary { ("*" | "/") unary }
+//	unary   = ("!" | "-") unary | postfix
+//	postfix = primary { "." name | "[" or "]" }
+//	primary = number | string | "null" | "true" | "false" | "$" | "ctx"
+//	        | function "(" [ or { "," or } ] ")" | "(" or ")" | "[" [ or { "," or } ] "]"
+
+type tokKind int
+
+const (
+	tokNumber tokKind = iota
+	tokString
+	tokIdent
+	tokDollar
+	tokPunct // . [ ] ( ) ,
+	tokOp
+)
+
+type token struct {
+	kind tokKind
+	text string // as written (for strings: the decoded value)
+	col  int    // 1-based column of the first character
+	val  any    // numbers and strings: the value
+}
+
+func (t token) describe() string {
+	switch t.kind {
+	case tokNumber:
+		return "number " + t.text
+	case tokString:
+		return "string " + strconv.Quote(t.text)
+	case tokIdent:
+		return "name " + strconv.Quote(t.text)
+	}
+	return strconv.Quote(t.text)
+}
+
+type exprParser struct {
+	src     string
+	toks    []token
+	pos     int
+	regexps map[string]*regexp.Regexp
+}
+
+var twoCharOps = []string{"==", "!=", "<=", ">=", "&&", "||"}
+
+func (p *exprParser) lex() error {
+	s := p.src
+	for i := 0; i < len(s); {
+		c := s[i]
+		col := i + 1
+		switch {
+		case c == ' ' || c == '\t':
+			i++
+		case c >= '0' && c <= '9':
+			j := i
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if j+1 < len(s) && s[j] == '.' && s[j+1] >= '0' && s[j+1] <= '9' {
+				j++
+				for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+					j++
+				}
+			}
+			if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+				k := j + 1
+				if k < len(s) && (s[k] == '+' || s[k] == '-') {
+					k++
+				}
+				if k < len(s) && s[k] >= '0' && s[k] <= '9' {
+					for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+						k++
+					}
+					j = k
+				}
+			}
+			v, err := ParseJSON([]byte(s[i:j]), 1)
+			if err != nil {
+				return fmt.Errorf("invalid number %s at column %d", s[i:j], col)
+			}
+			p.toks = append(p.toks, token{kind: tokNumber, text: s[i:j], col: col, val: v})
+			i = j
+		case c == '"':
+			j := i + 1
+			for j < len(s) && s[j] != '"' {
+				if s[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(s) {
+				return fmt.Errorf("string starting at column %d is not closed", col)
+			}
+			v, err := ParseJSON([]byte(s[i:j+1]), 1)
+			if err != nil {
+				return fmt.Errorf("invalid string at column %d: %s", col, err.(*JSONError).Msg)
+			}
+			p.toks = append(p.toks, token{kind: tokString, text: v.(string), col: col, val: v})
+			i = j + 1
+		case c == '\'':
+			return fmt.Errorf("strings are written in double quotes (column %d)", col)
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			j := i
+			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
+				j++
+			}
+			p.toks = append(p.toks, token{kind: tokIdent, text: s[i:j], col: col})
+			i = j
+		case c == '$':
+			p.toks = append(p.toks, token{kind: tokDollar, text: "$", col: col})
+			i++
+		case strings.IndexByte(".[](),", c) >= 0:
+			p.toks = append(p.toks, token{kind: tokPunct, text: s[i : i+1], col: col})
+			i++
+		default:
+			if i+1 < len(s) {
+				two := s[i : i+2]
+				found := false
+				for _, op := range twoCharOps {
+					if two == op {
+						found = true
+					}
+				}
+				if found {
+					p.toks = append(p.toks, token{kind: tokOp, text: two, col: col})
+					i += 2
+					continue
+				}
+			}
+			if strings.IndexByte("<>!+-*/", c) >= 0 {
+				p.toks = append(p.toks, token{kind: tokOp, text: s[i : i+1], col: col})
+				i++
+				continue
+			}
+			switch c {
+			case '=':
+				return fmt.Errorf("'=' at column %d: compare with ==", col)
+			case '&', '|':
+				return fmt.Errorf("%q at column %d: write %s%s", string(c), col, string(c), string(c))
+			}
+			r := []rune(s[i:])[0]
+			return fmt.Errorf("unexpected character %s at column %d", strconv.QuoteRune(r), col)
+		}
+	}
+	return nil
+}
+
+func (p *exprParser) peek() (token, bool) {
+	if p.pos < len(p.toks) {
+		return p.toks[p.pos], true
+	}
+	return token{}, false
+}
+
+func (p *exprParser) accept(kind tokKind, text string) bool {
+	if t, ok := p.peek(); ok && t.kind == kind && t.text == text {
+		p.pos++
+		return true
+	}
+	return false
+}
+
+func (p *exprParser) expect(kind tokKind, text, what string) error {
+	if p.accept(kind, text) {
+		return nil
+	}
+	return p.unexpected(what)
+}
+
+func (p *exprParser) unexpected(what string) error {
+	t, ok := p.peek()
+	if !ok {
+		return fmt.Errorf("unexpected end of expression, expected %s", what)
+	}
+	return fmt.Errorf("unexpected %s at column %d, expected %s", t.describe(), t.col, what)
+}
+
+// node is a parsed expression; emit writes it as expr source.
+type node interface{ emit() string }
+
+type (
+	litNode  struct{ src string } // already in expr syntax
+	callNode struct {
+		fn   string
+		args []node
+	}
+	logicNode struct {
+		op   string
+		l, r node
+	}
+	notNode   struct{ x node }
+	arrayNode struct{ items []node }
+)
+
+func (n litNode) emit() string { return n.src }
+
+func (n callNode) emit() string {
+	parts := make([]string, len(n.args))
+	for i, a := range n.args {
+		parts[i] = a.emit()
+	}
+	return n.fn + "(" + strings.Join(parts, ", ") + ")"
+}
+
+func (n logicNode) emit() string {
+	return "(_bool(" + n.l.emit() + ") " + n.op + " _bool(" + n.r.emit() + "))"
+}
+
+func (n notNode) emit() string { return "!_bool(" + n.x.emit() + ")" }
+
+func (n arrayNode) emit() string {
+	parts := make([]string, len(n.items))
+	for i, a := range n.items {
+		parts[i] = a.emit()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func (p *exprParser) parseOr() (node, error) {
+	l, err := p.parseAnd()
+	if err != nil {
+		return nil, err
+	}
+	for p.accept(tokOp, "||") {
+		r, err := p.parseAnd()
+		if err != nil {
+			return nil, err
+		}
+		l = logicNode{op: "||", l: l, r: r}
+	}
+	return l, nil
+}
+
+func (p *exprParser) parseAnd() (node, error) {
+	l, err := p.parseCmp()
+	if err != nil {
+		return nil, err
+	}
+	for p.accept(tokOp, "&&") {
+		r, err := p.parseCmp()
+		if err != nil {
+			return nil, err
+		}
+		l = logicNode{op: "&&", l: l, r: r}
+	}
+	return l, nil
+}
+
+var cmpFuncs = map[string]string{"==": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
+
+func (p *exprParser) parseCmp() (node, error) {
+	l, err := p.parseSum()
+	if err != nil {
+		return nil, err
+	}
+	t, ok := p.peek()
+	if !ok {
+		return l, nil
+	}
+	fn := ""
+	switch {
+	case t.kind == tokOp && cmpFuncs[t.text] != "":
+		fn = cmpFuncs[t.text]
+	case t.kind == tokIdent && t.text == "in":
+		fn = "_in"
+	default:
+		return l, nil
+	}
+	p.pos++
+	r, err := p.parseSum()
+	if err != nil {
+		return nil, err
+	}
+	if t2, ok := p.peek(); ok && (t2.kind == tokOp && cmpFuncs[t2.text] != "" || t2.kind == tokIdent && t2.text == "in") {
+		return nil, fmt.Errorf("comparisons cannot be chained (column %d): use && between them", t2.col)
+	}
+	return callNode{fn: fn, args: []node{l, r}}, nil
+}
+
+func (p *exprParser) parseSum() (node, error) {
+	l, err := p.parseProduct()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		fn := ""
+		switch {
+		case p.accept(tokOp, "+"):
+			fn = "_add"
+		case p.accept(tokOp, "-"):
+			fn = "_sub"
+		default:
+			return l, nil
+		}
+		r, err := p.parseProduct()
+		if err != nil {
+			return nil, err
+		}
+		l = callNode{fn: fn, args: []node{l, r}}
+	}
+}
+
+func (p *exprParser) parseProduct() (node, error) {
+	l, err := p.parseUnary()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		fn := ""
+		switch {
+		case p.accept(tokOp, "*"):
+			fn = "_mul"
+		case p.accept(tokOp, "/"):
+			fn = "_div"
+		default:
+			return l, nil
+		}
+		r, err := p.parseUnary()
+		if err != nil {
+			return nil, err
+		}
+		l = callNode{fn: fn, args: []node{l, r}}
+	}
+}
+
+func (p *exprParser) parseUnary() (node, error) {
+	if p.accept(tokOp, "!") {
+		x, err := p.parseUnary()
+		if err != nil {
+			return nil, err
+		}
+		return notNode{x: x}, nil
+	}
+	if p.accept(tokOp, "-") {
+		x, err := p.parseUnary()
+		if err != nil {
+			return nil, err
+		}
+		return callNode{fn: "_neg", args: []node{x}}, nil
+	}
+	return p.parsePostfix()
+}
+
+func (p *exprParser) parsePostfix() (node, error) {
+	x, err := p.parsePrimary()
+	if err != nil {
+		return nil, err
+	}
+	var keys []node
+	for {
+		if p.accept(tokPunct, ".") {
+			t, ok := p.peek()
+			if !ok || t.kind != tokIdent {
+				return nil, p.unexpected("a field name after '.'")
+			}
+			p.pos++
+			keys = append(keys, litNode{src: strconv.QuoteToASCII(t.text)})
+			continue
+		}
+		if p.accept(tokPunct, "[") {
+			k, err := p.parseOr()
+			if err != nil {
+				return nil, err
+			}
+			if err := p.expect(tokPunct, "]", "']'"); err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
+			continue
+		}
+		break
+	}
+	if len(keys) == 0 {
+		return x, nil
+	}
+	return callNode{fn: "_path", args: append([]node{x}, keys...)}, nil
+}
+
+// functions maps the language's functions to their arity and translation.
+var functions = map[string]struct {
+	arity int
+	fn    string
+}{
+	"len":     {1, "_len"},
+	"lower":   {1, "_lower"},
+	"upper":   {1, "_upper"},
+	"matches": {2, "_matches"},
+	"now":     {0, "_now"},
+	"uuid":    {0, "_uuid"},
+}
+
+func (p *exprParser) parsePrimary() (node, error) {
+	t, ok := p.peek()
+	if !ok {
+		return nil, p.unexpected("a value")
+	}
+	p.pos++
+	switch t.kind {
+	case tokNumber:
+		switch v := t.val.(type) {
+		case int:
+			return litNode{src: strconv.Itoa(v)}, nil
+		default:
+			return litNode{src: strconv.FormatFloat(v.(float64), 'e', -1, 64)}, nil
+		}
+	case tokString:
+		return litNode{src: strconv.QuoteToASCII(t.text)}, nil
+	case tokDollar:
+		return litNode{src: "_doc"}, nil
+	case tokIdent:
+		switch t.text {
+		case "null":
+			return litNode{src: "nil"}, nil
+		case "true", "false":
+			return litNode{src: t.text}, nil
+		case "ctx":
+			return litNode{src: "_ctx"}, nil
+		}
+		f, isFunc := functions[t.text]
+		if !isFunc || !p.accept(tokPunct, "(") {
+			if isFunc {
+				return nil, fmt.Errorf("function %s at column %d needs parentheses: %s(…)", t.text, t.col, t.text)
+			}
+			return nil, fmt.Errorf("unknown name %q at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", t.text, t.col)
+		}
+		var args []node
+		if !p.accept(tokPunct, ")") {
+			for {
+				a, err := p.parseOr()
+				if err != nil {
+					return nil, err
+				}
+				args = append(args, a)
+				if p.accept(tokPunct, ")") {
+					break
+				}
+				if err := p.expect(tokPunct, ",", "',' or ')'"); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if len(args) != f.arity {
+			return nil, fmt.Errorf("%s takes %d argument%s, not %d (column %d)", t.text, f.arity, plural(f.arity), len(args), t.col)
+		}
+		if t.text == "now" {
+			args = []node{litNode{src: "_rt"}}
+		}
+		if t.text == "matches" {
+			if lit, ok := args[1].(litNode); ok && strings.HasPrefix(lit.src, `"`) {
+				pattern, _ := strconv.Unquote(lit.src)
+				re, err := regexp.Compile(pattern)
+				if err != nil {
+					return nil, fmt.Errorf("invalid regular expression %q in matches (column %d): %s", pattern, t.col, regexpReason(err))
+				}
+				if p.regexps == nil {
+					p.regexps = map[string]*regexp.Regexp{}
+				}
+				p.regexps[pattern] = re
+			}
+		}
+		return callNode{fn: f.fn, args: args}, nil
+	case tokPunct:
+		switch t.text {
+		case "(":
+			x, err := p.parseOr()
+			if err != nil {
+				return nil, err
+			}
+			return x, p.expect(tokPunct, ")", "')'")
+		case "[":
+			var items []node
+			if p.accept(tokPunct, "]") {
+				return arrayNode{}, nil
+			}
+			for {
+				x, err := p.parseOr()
+				if err != nil {
+					return nil, err
+				}
+				items = append(items, x)
+				if p.accept(tokPunct, "]") {
+					return arrayNode{items: items}, nil
+				}
+				if err := p.expect(tokPunct, ",", "',' or ']'"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	p.pos--
+	return nil, p.unexpected("a value")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

@@ -1,0 +1,53 @@
+package flow
+
+import (
+	"fmt"
+	"net/textproto"
+	"strings"
+)
+
+// deniedHeaders are the hop-by-hop and framing headers no flow may set,
+// neither on its answer nor on an outbound request.
+var deniedHeaders = map[string]bool{
+	"connection": true, "content-length": true, "host": true, "keep-alive": true,
+	"proxy-connection": true, "te": true, "trailer": true, "transfer-encoding": true,
+	"upgrade": true,
+}
+
+// ReservedHeaderPrefix starts the headers only the platform writes, such as
+// X-Nexus-Idempotent-Replay.
+const ReservedHeaderPrefix = "x-nexus-"
+
+// CheckHeaderName is the header deny list: it returns nil when a flow may
+// set the header name (on its answer or an outbound request), else an error
+// saying why not. It is the one place the list is applied.
+func CheckHeaderName(name string) error {
+	if name == "" {
+		return fmt.Errorf("a header name is empty")
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !isTokenChar(c) {
+			return fmt.Errorf("header name %q has the character %q, which a header name cannot hold", name, c)
+		}
+	}
+	lower := strings.ToLower(name)
+	if deniedHeaders[lower] {
+		return fmt.Errorf("header %s is managed by the HTTP layer and cannot be set by a flow", textproto.CanonicalMIMEHeaderKey(name))
+	}
+	if strings.HasPrefix(lower, ReservedHeaderPrefix) {
+		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix)", textproto.CanonicalMIMEHeaderKey(name))
+	}
+	return nil
+}
+
+// headerFromKey turns the suffix of a response_header_<name> key into the
+// header name: underscores become hyphens and each segment is capitalised
+// (x_correlation_id → X-Correlation-Id).
+func headerFromKey(suffix string) string {
+	return textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(suffix, "_", "-"))
+}
+
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}

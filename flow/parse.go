@@ -1,0 +1,171 @@
+package flow
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+)
+
+// Canonical returns the canonical form of a flow file's bytes: a leading
+// UTF-8 byte order mark removed and CRLF line endings turned into LF. Line
+// numbers are the same in both forms.
+func Canonical(src []byte) []byte {
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
+	if bytes.IndexByte(src, '\r') < 0 {
+		return src
+	}
+	return bytes.ReplaceAll(src, []byte("\r\n"), []byte("\n"))
+}
+
+// IsFlowFile reports whether a Markdown file is a flow file: it starts with
+// a `---` line and its front matter has flowmarkdown_version. Other Markdown
+// (a README) is not compiled.
+func IsFlowFile(src []byte) bool {
+	lines := strings.Split(string(Canonical(src)), "\n")
+	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" {
+		return false
+	}
+	for _, l := range lines[1:] {
+		if t := strings.TrimRight(l, " \t"); t == "---" || t == "..." {
+			return false
+		}
+		if versionLine.MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
+
+var versionLine = regexp.MustCompile(`^flowmarkdown_version\s*:`)
+
+// rawFile is a flow file cut into its parts, before any key is read.
+type rawFile struct {
+	frontMatter     string // the YAML between the --- lines
+	frontMatterLine int    // line of the first YAML line
+	sections        []*rawSection
+}
+
+type rawSection struct {
+	fault  bool
+	name   string
+	line   int
+	keys   []rawKey
+	block  *rawBlock
+	blocks int
+}
+
+type rawKey struct {
+	key, value string
+	line       int
+}
+
+type rawBlock struct {
+	info string
+	line int    // line of the opening fence
+	body string // the lines between the fences
+}
+
+var (
+	sectionHeading = regexp.MustCompile(`^##[ \t]+(Step|Fault):(.*)$`)
+	looseHeading   = regexp.MustCompile(`^#{1,6}[ \t]*(?i:step|fault)[ \t]*:`)
+	anyHeading     = regexp.MustCompile(`^(#{1,6})([ \t]|$)`)
+	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
+	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
+)
+
+// split cuts a canonical flow file into front matter and sections. Errors
+// are added to c.
+func (c *compiler) split(src string) *rawFile {
+	lines := strings.Split(src, "\n")
+	f := &rawFile{frontMatterLine: 2}
+	end := -1
+	for i := 1; i < len(lines); i++ {
+		if t := strings.TrimRight(lines[i], " \t"); t == "---" || t == "..." {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		c.errorf(1, "the front matter is not closed: end it with a line holding only ---")
+		return f
+	}
+	f.frontMatter = strings.Join(lines[1:end], "\n")
+
+	var cur *rawSection
+	keysOpen := false // still reading the key lines right under a heading
+	seenFault := false
+	for i := end + 1; i < len(lines); i++ {
+		line, n := lines[i], i+1
+		if m := fenceOpen.FindStringSubmatch(line); m != nil {
+			fence, info := m[1], m[2]
+			j := i + 1
+			for ; j < len(lines); j++ {
+				t := strings.TrimSpace(lines[j])
+				if strings.HasPrefix(t, fence[:1]) && len(t) >= len(fence) && strings.Trim(t, fence[:1]) == "" {
+					break
+				}
+			}
+			if j == len(lines) {
+				c.errorf(n, "the fenced block opened here is not closed")
+				return f
+			}
+			if cur != nil {
+				keysOpen = false
+				switch info {
+				case "ntd", "validate", "condition":
+					cur.blocks++
+					if cur.blocks == 2 {
+						c.errorf(n, "step %q has a second fenced block: a step has at most one (ntd, validate or condition)", cur.name)
+					} else if cur.block == nil {
+						cur.block = &rawBlock{info: info, line: n, body: strings.Join(lines[i+1:j], "\n")}
+					}
+				case "":
+					c.errorf(n, "fenced block without a kind in step %q: write ```ntd, ```validate or ```condition", cur.name)
+				default:
+					c.errorf(n, "unknown fenced block %q in step %q: a step's block is ntd, validate or condition", info, cur.name)
+				}
+			}
+			i = j
+			continue
+		}
+		if m := sectionHeading.FindStringSubmatch(line); m != nil {
+			cur = &rawSection{fault: m[1] == "Fault", name: strings.TrimSpace(m[2]), line: n}
+			if cur.fault {
+				seenFault = true
+			} else if seenFault {
+				c.errorf(n, "## Step: %q comes after a ## Fault: section: steps come first, the fault sequence last", cur.name)
+			}
+			f.sections = append(f.sections, cur)
+			keysOpen = true
+			continue
+		}
+		if looseHeading.MatchString(line) {
+			c.errorf(n, "a step heading is written `## Step: NAME` or `## Fault: NAME`")
+			cur, keysOpen = nil, false
+			continue
+		}
+		if m := anyHeading.FindStringSubmatch(line); m != nil {
+			if len(m[1]) <= 2 {
+				cur = nil // a documentation section
+			}
+			keysOpen = false
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		m := keyLine.FindStringSubmatch(line)
+		switch {
+		case keysOpen && m != nil:
+			cur.keys = append(cur.keys, rawKey{key: m[1], value: m[2], line: n})
+		case keysOpen && strings.TrimSpace(line) == "" && len(cur.keys) == 0:
+			// blank lines between the heading and the first key
+		case m != nil && isStepKey(m[1]):
+			keysOpen = false
+			c.errorf(n, "key %s is not directly under the heading of step %q: write the keys right after the heading, with no blank line, before the block", m[1], cur.name)
+		default:
+			keysOpen = false
+		}
+	}
+	return f
+}

@@ -1,0 +1,508 @@
+package flow
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// A Template is a string with {{ EXPRESSION }} holes: an endpoint, a header
+// value, dedup_key, a response_status. Holes are compiled once; rendering
+// evaluates them and writes each value's text (see Text).
+type Template struct {
+	src   string
+	parts []textPart
+}
+
+type textPart struct {
+	lit  string
+	expr *Expr // nil for a literal part
+}
+
+// TemplateError is a template that does not compile. Line counts from the
+// first line of the template's text, 0-based.
+type TemplateError struct {
+	Line int
+	Msg  string
+}
+
+func (e *TemplateError) Error() string { return e.Msg }
+
+// CompileTemplate compiles a text template.
+func CompileTemplate(src string) (*Template, error) {
+	t := &Template{src: src}
+	rest := src
+	offset := 0
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			if rest != "" {
+				t.parts = append(t.parts, textPart{lit: rest})
+			}
+			return t, nil
+		}
+		if i > 0 {
+			t.parts = append(t.parts, textPart{lit: rest[:i]})
+		}
+		e, n, err := compileHole(rest[i:], src, offset+i)
+		if err != nil {
+			return nil, err
+		}
+		t.parts = append(t.parts, textPart{expr: e})
+		rest = rest[i+n:]
+		offset += i + n
+	}
+}
+
+// compileHole compiles the hole at the start of s ("{{ … }}") and returns
+// its length. whole and at locate it for line numbers.
+func compileHole(s, whole string, at int) (*Expr, int, error) {
+	line := strings.Count(whole[:at], "\n")
+	end := holeEnd(s)
+	if end < 0 {
+		return nil, 0, &TemplateError{Line: line, Msg: "unclosed {{: a hole ends with }}"}
+	}
+	inner := strings.TrimSpace(s[2:end])
+	if strings.Contains(inner, "\n") {
+		return nil, 0, &TemplateError{Line: line, Msg: "a {{ }} hole must stay on one line"}
+	}
+	if inner == "" {
+		return nil, 0, &TemplateError{Line: line, Msg: "empty {{ }} hole"}
+	}
+	e, err := CompileExpr(inner)
+	if err != nil {
+		return nil, 0, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %q does not parse: %v", inner, err)}
+	}
+	return e, end + 2, nil
+}
+
+// holeEnd finds the "}}" closing the hole that starts s, skipping string
+// literals of the expression; -1 when there is none on the hole's line.
+func holeEnd(s string) int {
+	inString := false
+	for i := 2; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\n':
+			return -1
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && c == '}' && i+1 < len(s) && s[i+1] == '}':
+			return i
+		}
+	}
+	return -1
+}
+
+// String returns the template as written.
+func (t *Template) String() string { return t.src }
+
+// Literal returns the template's text and true when it has no holes.
+func (t *Template) Literal() (string, bool) {
+	switch len(t.parts) {
+	case 0:
+		return "", true
+	case 1:
+		if t.parts[0].expr == nil {
+			return t.parts[0].lit, true
+		}
+	}
+	return "", false
+}
+
+// Render evaluates the holes and returns the text.
+func (t *Template) Render(env *Env) (string, error) {
+	return t.render(env, nil)
+}
+
+// RenderURL renders an endpoint: each hole's text is percent-encoded, every
+// byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape.
+func (t *Template) RenderURL(env *Env) (string, error) {
+	return t.render(env, escapeURLComponent)
+}
+
+func (t *Template) render(env *Env, escape func(string) string) (string, error) {
+	if s, ok := t.Literal(); ok {
+		return s, nil
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.expr == nil {
+			b.WriteString(p.lit)
+			continue
+		}
+		v, err := p.expr.Eval(env)
+		if err != nil {
+			return "", err
+		}
+		s := Text(v)
+		if escape != nil {
+			s = escape(s)
+		}
+		b.WriteString(s)
+	}
+	return b.String(), nil
+}
+
+func escapeURLComponent(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte("0123456789ABCDEF"[c>>4])
+		b.WriteByte("0123456789ABCDEF"[c&0xf])
+	}
+	return b.String()
+}
+
+// NTD is a compiled ntd block: JSON with holes, parsed once into a tree
+// that renders without re-parsing. A hole inside a JSON string inserts the
+// value's text, JSON-escaped; a hole standing as a whole value inserts the
+// value itself. Parts without holes are built once and shared.
+type NTD struct {
+	src  string
+	root ntdNode
+}
+
+type ntdNode interface {
+	render(env *Env) (any, error)
+}
+
+type (
+	ntdStatic struct{ v any }
+	ntdHole   struct{ e *Expr }
+	ntdString struct{ t *Template }
+	ntdArray  struct{ items []ntdNode }
+	ntdObject struct {
+		keys []ntdNode // ntdStatic string or ntdString
+		vals []ntdNode
+	}
+)
+
+func (n ntdStatic) render(*Env) (any, error)     { return n.v, nil }
+func (n ntdHole) render(env *Env) (any, error)   { return n.e.Eval(env) }
+func (n ntdString) render(env *Env) (any, error) { return n.t.Render(env) }
+
+func (n ntdArray) render(env *Env) (any, error) {
+	out := make([]any, len(n.items))
+	for i, it := range n.items {
+		v, err := it.render(env)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (n ntdObject) render(env *Env) (any, error) {
+	keys := make([]string, len(n.keys))
+	vals := make([]any, len(n.vals))
+	for i := range n.keys {
+		k, err := n.keys[i].render(env)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k.(string)
+		if vals[i], err = n.vals[i].render(env); err != nil {
+			return nil, err
+		}
+	}
+	for i := range keys {
+		if _, dynamic := n.keys[i].(ntdString); !dynamic {
+			continue
+		}
+		for j := range keys {
+			if j != i && keys[j] == keys[i] {
+				return nil, fmt.Errorf("the rendered JSON has the key %q twice", keys[i])
+			}
+		}
+	}
+	return NewObject(keys, vals), nil
+}
+
+// String returns the block as written.
+func (t *NTD) String() string { return t.src }
+
+// Render evaluates the holes and returns the document. The only failures
+// are an expression that fails and a rendered object with a duplicate key.
+func (t *NTD) Render(env *Env) (any, error) { return t.root.render(env) }
+
+// CompileNTD compiles an ntd block. The error is a *TemplateError whose Line
+// counts from the block's first line.
+func CompileNTD(src string) (*NTD, error) {
+	p := &ntdParser{src: src}
+	p.space()
+	if p.pos >= len(src) {
+		return nil, p.errorf("the ntd block is empty: write the JSON document to produce")
+	}
+	root, err := p.value()
+	if err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos < len(src) {
+		return nil, p.errorf("unexpected %s after the JSON document", p.describe())
+	}
+	return &NTD{src: src, root: root}, nil
+}
+
+type ntdParser struct {
+	src string
+	pos int
+}
+
+func (p *ntdParser) errorf(format string, args ...any) error {
+	return &TemplateError{Line: strings.Count(p.src[:p.pos], "\n"), Msg: "ntd block is not valid JSON: " + fmt.Sprintf(format, args...)}
+}
+
+func (p *ntdParser) describe() string {
+	if p.pos >= len(p.src) {
+		return "end of block"
+	}
+	r, _ := utf8.DecodeRuneInString(p.src[p.pos:])
+	return strconv.QuoteRune(r)
+}
+
+func (p *ntdParser) space() {
+	for p.pos < len(p.src) && strings.IndexByte(" \t\r\n", p.src[p.pos]) >= 0 {
+		p.pos++
+	}
+}
+
+func (p *ntdParser) value() (ntdNode, error) {
+	p.space()
+	if p.pos >= len(p.src) {
+		return nil, p.errorf("unexpected end of block, expected a value")
+	}
+	switch c := p.src[p.pos]; {
+	case strings.HasPrefix(p.src[p.pos:], "{{"):
+		e, n, err := compileHole(p.src[p.pos:], p.src, p.pos)
+		if err != nil {
+			return nil, err
+		}
+		p.pos += n
+		return ntdHole{e: e}, nil
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.str()
+	default:
+		// a number or a literal: let the strict JSON parser judge the token
+		start := p.pos
+		for p.pos < len(p.src) && strings.IndexByte(" \t\r\n,]}", p.src[p.pos]) < 0 {
+			p.pos++
+		}
+		if start == p.pos {
+			return nil, p.errorf("unexpected %s, expected a value", p.describe())
+		}
+		v, err := ParseJSON([]byte(p.src[start:p.pos]), 1)
+		if err != nil {
+			p.pos = start
+			return nil, p.errorf("unexpected %s, expected a value", strconv.Quote(p.token(start)))
+		}
+		return ntdStatic{v: v}, nil
+	}
+}
+
+func (p *ntdParser) token(start int) string {
+	end := start
+	for end < len(p.src) && strings.IndexByte(" \t\r\n,]}", p.src[end]) < 0 {
+		end++
+	}
+	return p.src[start:end]
+}
+
+// str parses a JSON string that may hold holes.
+func (p *ntdParser) str() (ntdNode, error) {
+	start := p.pos
+	p.pos++
+	for p.pos < len(p.src) {
+		c := p.src[p.pos]
+		switch {
+		case c == '\\':
+			p.pos += 2
+			continue
+		case c == '\n':
+			p.pos = start
+			return nil, p.errorf("string is not closed on its line")
+		case strings.HasPrefix(p.src[p.pos:], "{{"):
+			end := holeEnd(p.src[p.pos:])
+			if end < 0 {
+				_, _, err := compileHole(p.src[p.pos:], p.src, p.pos)
+				return nil, err
+			}
+			p.pos += end + 2
+			continue
+		case c == '"':
+			p.pos++
+			return p.stringNode(start, p.pos)
+		}
+		p.pos++
+	}
+	p.pos = start
+	return nil, p.errorf("string is not closed")
+}
+
+// stringNode builds the node of the string literal src[start:end] (quotes
+// included): static when it has no holes, else a template of its decoded
+// literal parts and holes.
+func (p *ntdParser) stringNode(start, end int) (ntdNode, error) {
+	lit := p.src[start:end]
+	decode := func(at int, s string) (string, error) {
+		v, err := ParseJSON([]byte(`"`+s+`"`), 1)
+		if err != nil {
+			p.pos = at
+			return "", p.errorf("invalid string: %s", err.(*JSONError).Msg)
+		}
+		return v.(string), nil
+	}
+	if !strings.Contains(lit, "{{") {
+		s, err := decode(start, lit[1:len(lit)-1])
+		if err != nil {
+			return nil, err
+		}
+		return ntdStatic{v: s}, nil
+	}
+	t := &Template{src: lit}
+	body, at := lit[1:len(lit)-1], start+1
+	for body != "" {
+		i := strings.Index(body, "{{")
+		if i < 0 {
+			i = len(body)
+		}
+		if i > 0 {
+			s, err := decode(at, body[:i])
+			if err != nil {
+				return nil, err
+			}
+			t.parts = append(t.parts, textPart{lit: s})
+		}
+		if i == len(body) {
+			break
+		}
+		e, n, err := compileHole(body[i:], p.src, at+i)
+		if err != nil {
+			return nil, err
+		}
+		t.parts = append(t.parts, textPart{expr: e})
+		body, at = body[i+n:], at+i+n
+	}
+	return ntdString{t: t}, nil
+}
+
+func (p *ntdParser) object() (ntdNode, error) {
+	p.pos++ // {
+	obj := ntdObject{}
+	static := true
+	seen := map[string]bool{}
+	p.space()
+	if p.pos < len(p.src) && p.src[p.pos] == '}' {
+		p.pos++
+		return ntdStatic{v: NewObject(nil, nil)}, nil
+	}
+	for {
+		p.space()
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("object is not closed: expected '}'")
+		}
+		if strings.HasPrefix(p.src[p.pos:], "{{") {
+			return nil, p.errorf("a key must be a string: write \"{{ … }}\" to use a value as a key")
+		}
+		if p.src[p.pos] != '"' {
+			return nil, p.errorf("unexpected %s, expected a string key", p.describe())
+		}
+		keyAt := p.pos
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		if s, ok := k.(ntdStatic); ok {
+			key := s.v.(string)
+			if seen[key] {
+				p.pos = keyAt
+				return nil, p.errorf("duplicate key %q", key)
+			}
+			seen[key] = true
+		} else {
+			static = false
+		}
+		p.space()
+		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+			return nil, p.errorf("unexpected %s, expected ':' after a key", p.describe())
+		}
+		p.pos++
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := v.(ntdStatic); !ok {
+			static = false
+		}
+		obj.keys = append(obj.keys, k)
+		obj.vals = append(obj.vals, v)
+		p.space()
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("object is not closed: expected '}'")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			if static {
+				v, _ := obj.render(nil)
+				return ntdStatic{v: v}, nil
+			}
+			return obj, nil
+		default:
+			return nil, p.errorf("unexpected %s, expected ',' or '}'", p.describe())
+		}
+	}
+}
+
+func (p *ntdParser) array() (ntdNode, error) {
+	p.pos++ // [
+	arr := ntdArray{}
+	static := true
+	p.space()
+	if p.pos < len(p.src) && p.src[p.pos] == ']' {
+		p.pos++
+		return ntdStatic{v: []any{}}, nil
+	}
+	for {
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := v.(ntdStatic); !ok {
+			static = false
+		}
+		arr.items = append(arr.items, v)
+		p.space()
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("array is not closed: expected ']'")
+		}
+		switch p.src[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			if static {
+				v, _ := arr.render(nil)
+				return ntdStatic{v: v}, nil
+			}
+			return arr, nil
+		default:
+			return nil, p.errorf("unexpected %s, expected ',' or ']'", p.describe())
+		}
+	}
+}

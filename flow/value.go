@@ -1,0 +1,301 @@
+package flow
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// A document value is one of: nil (JSON null), bool, int, float64, string,
+// []any, or *Object. Integers that fit an int are held as int so that ids
+// and counts keep every digit; every other number is a float64. Values are
+// never modified once built: steps derive new values instead.
+
+// Object is a JSON object that keeps the order of its keys, so that an
+// answer built from a template keeps the template's key order. An Object is
+// immutable once built.
+type Object struct {
+	keys  []string
+	vals  []any
+	index map[string]int // built for larger objects only
+}
+
+// objectIndexMin is the size from which an Object keeps a map index;
+// smaller objects are searched linearly, which is faster.
+const objectIndexMin = 12
+
+// NewObject builds an Object from parallel key and value slices, which it
+// takes ownership of. A later duplicate key replaces the earlier value in
+// place (callers that must refuse duplicates check before).
+func NewObject(keys []string, vals []any) *Object {
+	o := &Object{keys: keys, vals: vals}
+	if len(keys) >= objectIndexMin {
+		o.index = make(map[string]int, len(keys))
+		for i, k := range keys {
+			o.index[k] = i
+		}
+	}
+	return o
+}
+
+// Len is the number of keys.
+func (o *Object) Len() int { return len(o.keys) }
+
+// Key returns the i-th key and its value, in order.
+func (o *Object) Key(i int) (string, any) { return o.keys[i], o.vals[i] }
+
+// Get returns the value of key and whether the key is present.
+func (o *Object) Get(key string) (any, bool) {
+	if o == nil {
+		return nil, false
+	}
+	if o.index != nil {
+		i, ok := o.index[key]
+		if !ok {
+			return nil, false
+		}
+		return o.vals[i], true
+	}
+	for i, k := range o.keys {
+		if k == key {
+			return o.vals[i], true
+		}
+	}
+	return nil, false
+}
+
+// TypeName names the type of a document value as error texts write it:
+// null, boolean, number, string, array or object.
+func TypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case int, float64:
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case *Object, map[string]any:
+		return "object"
+	}
+	return "value"
+}
+
+// Equal reports whether two document values are equal: numbers compare by
+// value whatever their Go type, arrays and objects element by element
+// (object key order does not matter), and values of different types are
+// never equal.
+func Equal(a, b any) bool {
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case int, float64:
+		xf, _ := number(a)
+		yf, ok := number(b)
+		if !ok {
+			return false
+		}
+		if xi, ok := a.(int); ok {
+			if yi, ok := b.(int); ok {
+				return xi == yi
+			}
+		}
+		return xf == yf
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !Equal(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case *Object:
+		y, ok := b.(*Object)
+		if !ok || x.Len() != y.Len() {
+			return false
+		}
+		for i, k := range x.keys {
+			v, ok := y.Get(k)
+			if !ok || !Equal(x.vals[i], v) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+// normalNumber returns f as an int when it is integral and exactly
+// representable, so that 84/2 prints as 42 and equals the integer 42.
+func normalNumber(f float64) any {
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return int(f)
+	}
+	return f
+}
+
+// AppendJSON appends the compact JSON form of v to dst. Object keys keep
+// their order; strings are escaped as encoding/json escapes them, HTML
+// characters included.
+func AppendJSON(dst []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...)
+	case bool:
+		return strconv.AppendBool(dst, x)
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case float64:
+		return appendFloat(dst, x)
+	case string:
+		return appendString(dst, x)
+	case []any:
+		dst = append(dst, '[')
+		for i, e := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSON(dst, e)
+		}
+		return append(dst, ']')
+	case *Object:
+		dst = append(dst, '{')
+		for i, k := range x.keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, k)
+			dst = append(dst, ':')
+			dst = AppendJSON(dst, x.vals[i])
+		}
+		return append(dst, '}')
+	case map[string]any:
+		return AppendJSON(dst, objectFromMap(x))
+	}
+	return append(dst, "null"...)
+}
+
+// objectFromMap orders a Go map's keys so its JSON form is stable.
+func objectFromMap(m map[string]any) *Object {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		vals[i] = m[k]
+	}
+	return NewObject(keys, vals)
+}
+
+// appendFloat formats like encoding/json: no exponent between 1e-6 and 1e21.
+func appendFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// Text is the form of a value inside a string: a string as itself, null as
+// the empty string, everything else as its compact JSON.
+func Text(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case int:
+		return strconv.Itoa(x)
+	}
+	return string(AppendJSON(nil, v))
+}

@@ -1,0 +1,8 @@
+// Package host owns the doors: HTTP on julienschmidt/httprouter (the access
+// gate, body limits, signatures, XML, /run, /enqueue, the operations
+// endpoints and the UI), the queue worker's handler (resolve the latest
+// version, run it in engine, turn the result into a verdict), the Publisher
+// behind queue_publish, and the worker budget.
+//
+// Sync and status come in as small interfaces.
+package host

@@ -1,0 +1,51 @@
+# Common tasks. `just --list` shows them.
+
+staticcheck := "go run honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+
+# Validate the example config repo (becomes `go run ./cmd/nexus serve --dev` when the host lands).
+run:
+    go run ./cmd/nexus validate flows-example/flows
+
+# Run every test, as the README does.
+test:
+    go test -race ./...
+
+# Run the end-to-end tests over the built binary.
+integration:
+    go test -race ./integration/...
+
+# Run every benchmark once, with allocations.
+bench:
+    go test -run '^$' -bench . -benchmem ./...
+
+# Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
+fuzz time="60s":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    go test -list '^Fuzz' ./... \
+        | awk '/^Fuzz/ { t[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2, t[i]; n = 0 }' \
+        | while read -r pkg target; do
+            echo "== $pkg $target"
+            go test -run '^$' -fuzz "^${target}\$" -fuzztime {{time}} "$pkg" </dev/null
+        done
+
+# gofmt, go vet and staticcheck.
+lint:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    unformatted="$(gofmt -l .)"
+    if [ -n "$unformatted" ]; then
+        echo "gofmt: these files need formatting (run gofmt -w):" >&2
+        echo "$unformatted" >&2
+        exit 1
+    fi
+    go vet ./...
+    {{staticcheck}} ./...
+
+# Build the static release binary to ./bin/nexus.
+build:
+    CGO_ENABLED=0 go build -trimpath -o bin/nexus ./cmd/nexus
+
+# Run the CI pipeline locally.
+ci:
+    bash .ci/run

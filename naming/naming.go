@@ -1,0 +1,104 @@
+// Package naming holds the one rule for a name that becomes a path: a tenant, a
+// flow, or the queue of a queue_publish step. Every entry point that turns a
+// name into a directory (the compiler, the HTTP doors, queue directory
+// creation, the dlq commands, the UI) calls Check, so the rule and its error
+// text live in exactly one place.
+package naming
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MaxLen is the longest name the rule accepts, in characters.
+const MaxLen = 64
+
+// Field says which part of a (tenant, flow) pair a name is, and what the rest
+// of the pair is, so that an error can name the whole pair.
+type Field struct {
+	// Kind is "tenant", "flow" or "queue".
+	Kind string
+	// Tenant and Flow are the other names of the pair as given; the one that
+	// Kind names is ignored.
+	Tenant, Flow string
+}
+
+// Tenant describes a tenant name (of the pair with flow).
+func Tenant(flow string) Field { return Field{Kind: "tenant", Flow: flow} }
+
+// Flow describes a flow name (of the pair with tenant).
+func Flow(tenant string) Field { return Field{Kind: "flow", Tenant: tenant} }
+
+// Queue describes the queue of a queue_publish step in flow tenant/flow.
+func Queue(tenant, flow string) Field { return Field{Kind: "queue", Tenant: tenant, Flow: flow} }
+
+// Error is a name that breaks the rule. Its text is the one the user sees
+// everywhere the rule runs.
+type Error struct {
+	Name   string
+	Field  Field
+	Reason string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid name %s for %s (%s): %s", strconv.Quote(e.Name), e.Field.Kind, e.Field.other(), e.Reason)
+}
+
+func (f Field) other() string {
+	switch f.Kind {
+	case "tenant":
+		return "flow " + strconv.Quote(f.Flow)
+	case "flow":
+		return "tenant " + strconv.Quote(f.Tenant)
+	default:
+		return "tenant " + strconv.Quote(f.Tenant) + ", flow " + strconv.Quote(f.Flow)
+	}
+}
+
+// Valid reports whether name follows the rule: 1 to MaxLen characters from
+// a-z, 0-9, '-' and '_', starting with a letter or a digit.
+func Valid(name string) bool {
+	if len(name) == 0 || len(name) > MaxLen || !alnum(name[0]) {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !alnum(c) && c != '-' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// Check returns nil when name follows the rule, else an *Error naming the
+// pair and the first character at fault (counted from 1, in characters).
+func Check(name string, field Field) error {
+	if Valid(name) {
+		return nil
+	}
+	return &Error{Name: name, Field: field, Reason: reason(name)}
+}
+
+func reason(name string) string {
+	if name == "" {
+		return "the name is empty"
+	}
+	if n := utf8.RuneCountInString(name); n > MaxLen {
+		return fmt.Sprintf("the name is %d characters long, more than %d", n, MaxLen)
+	}
+	pos := 0
+	for i, r := range name {
+		pos++
+		if r < utf8.RuneSelf && (alnum(byte(r)) || i > 0 && (r == '-' || r == '_')) {
+			continue
+		}
+		c := strconv.QuoteRune(r)
+		if _, size := utf8.DecodeRuneInString(name[i:]); r == utf8.RuneError && size == 1 {
+			c = fmt.Sprintf(`'\x%02x'`, name[i]) // not UTF-8: the byte, Go-style
+		}
+		return fmt.Sprintf("character %s at position %d is not allowed", c, pos)
+	}
+	return "the name is not allowed" // unreachable: Valid rejected it
+}
+
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }

@@ -1,0 +1,68 @@
+package naming
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name  string
+		field Field
+		want  string // "" means valid
+	}{
+		{"acme", Flow("x"), ""},
+		{"order-intake", Flow("acme"), ""},
+		{"a_b-9", Tenant("f"), ""},
+		{"9lives", Tenant("f"), ""},
+		{strings.Repeat("a", 64), Flow("acme"), ""},
+		{"a.b", Flow("acme"), `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+		{"a.b", Tenant("orders"), `invalid name "a.b" for tenant (flow "orders"): character '.' at position 2 is not allowed`},
+		{"../x", Queue("acme", "orders"), `invalid name "../x" for queue (tenant "acme", flow "orders"): character '.' at position 1 is not allowed`},
+		{"Orders", Flow("acme"), `invalid name "Orders" for flow (tenant "acme"): character 'O' at position 1 is not allowed`},
+		{"-x", Flow("acme"), `invalid name "-x" for flow (tenant "acme"): character '-' at position 1 is not allowed`},
+		{"_x", Flow("acme"), `invalid name "_x" for flow (tenant "acme"): character '_' at position 1 is not allowed`},
+		{"a\x00", Flow("acme"), `invalid name "a\x00" for flow (tenant "acme"): character '\x00' at position 2 is not allowed`},
+		{"é", Flow("acme"), `invalid name "é" for flow (tenant "acme"): character 'é' at position 1 is not allowed`},
+		{"ab\xff", Flow("acme"), `invalid name "ab\xff" for flow (tenant "acme"): character '\xff' at position 3 is not allowed`},
+		{"a b", Flow("acme"), `invalid name "a b" for flow (tenant "acme"): character ' ' at position 2 is not allowed`},
+		{"a/b", Flow("acme"), `invalid name "a/b" for flow (tenant "acme"): character '/' at position 2 is not allowed`},
+		{"", Flow("acme"), `invalid name "" for flow (tenant "acme"): the name is empty`},
+		{strings.Repeat("a", 65), Flow("acme"), `invalid name "` + strings.Repeat("a", 65) + `" for flow (tenant "acme"): the name is 65 characters long, more than 64`},
+	}
+	for _, tt := range tests {
+		err := Check(tt.name, tt.field)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("Check(%q):\n got %s\nwant %s", tt.name, got, tt.want)
+		}
+		if Valid(tt.name) != (tt.want == "") {
+			t.Errorf("Valid(%q) = %v, want %v", tt.name, Valid(tt.name), tt.want == "")
+		}
+	}
+}
+
+// FuzzCheck holds the rule's promise: a valid name is a single local path
+// element, lowercase, of at most MaxLen bytes; an invalid one always gets a
+// one-line error that quotes it.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{"acme", "../x", "a.b", "A", "", "a\x00", "-", strings.Repeat("z", 65), "é", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := Check(name, Queue("acme", "orders"))
+		if err == nil {
+			if !filepath.IsLocal(name) || strings.ContainsAny(name, `./\`+"\x00") || strings.ToLower(name) != name || len(name) > MaxLen || name != filepath.Base(name) {
+				t.Fatalf("accepted %q", name)
+			}
+			return
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "invalid name ") {
+			t.Fatalf("bad error text %q", msg)
+		}
+	})
+}
