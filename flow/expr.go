@@ -158,7 +158,6 @@ var baseOptions = sync.OnceValue(func() []expr.Option {
 	any2 := new(func(any, any) any)
 	return []expr.Option{
 		expr.Env(exprEnv{}),
-		expr.DisableAllBuiltins(),
 		expr.Function("_path", fnPath),
 		expr.Function("_bool", func(a ...any) (any, error) { return truth(a[0]) }, new(func(any) bool)),
 		expr.Function("_eq", func(a ...any) (any, error) { return Equal(a[0], a[1]), nil }, any2),

@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// nexusBin is the binary under test, built once by TestMain.
+var nexusBin string
+
+// repoRoot is the repository's top folder.
+var repoRoot string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoRoot = filepath.Dir(wd)
+	dir, err := os.MkdirTemp("", "nexus-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	nexusBin = filepath.Join(dir, "nexus")
+	build := exec.Command("go", "build", "-o", nexusBin, "./cmd/nexus")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building nexus: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// result is what one run of the binary printed and how it exited.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// nexus runs the binary with args in dir (the repository root when dir is
+// "") and returns what it printed. A Go stack trace on stderr fails the test:
+// no command may show one to a user.
+func nexus(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(nexusBin, args...)
+	cmd.Dir = dir
+	if dir == "" {
+		cmd.Dir = repoRoot
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running nexus %v: %v", args, err)
+	}
+	r := result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+	if bytes.Contains(stderr.Bytes(), []byte("goroutine ")) || bytes.Contains(stderr.Bytes(), []byte("panic:")) {
+		t.Fatalf("nexus %v printed a stack trace:\n%s", args, r.stderr)
+	}
+	return r
+}
+
+// writeFiles creates files (path → content) under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
