@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+// DedupStore keeps deduplication records per (tenant, flow, key). Its
+// signatures use standard-library types only, so the registry implements it
+// without importing this package. Answers are opaque bytes to the store.
+type DedupStore interface {
+	// Claim takes key for one execution. It returns claimed when the caller
+	// now holds the key: no record, an expired one, a claim whose lease ran
+	// out (its holder died), or, when rerunFailed, a record committed as a
+	// failure. It returns the recorded answer when one is to be replayed.
+	// It returns neither while another execution holds the key.
+	Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claimed bool, err error)
+	// Commit records the answer of the execution holding key, remembered
+	// for ttl; failed marks an execution that did not succeed.
+	Commit(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error
+	// Release gives key up without recording an answer.
+	Release(ctx context.Context, tenant, flow, key string) error
+}
+
+// record is a recorded answer as the engine stores it.
+type record struct {
+	Status  int         `json:"status"`
+	Header  http.Header `json:"header"`
+	Body    []byte      `json:"body"`
+	Outcome Outcome     `json:"outcome"`
+}
+
+// runDeduplicated runs an execution of a flow with dedup_key: the first
+// delivery of a key runs, a duplicate receives its recorded answer, a
+// concurrent duplicate waits for the first.
+func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup) Result {
+	f := req.Flow
+	key, err := d.Key.Render(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
+	if err != nil {
+		return e.errorResult(req, &Error{Kind: KindDefect, Msg: "dedup_key: " + err.Error()}, nil)
+	}
+	if strings.TrimSpace(key) == "" {
+		return e.errorResult(req, &Error{Kind: KindDedupKey, Msg: "dedup_key produced nothing from this message"}, nil)
+	}
+	unavailable := func(what string, err error) Result {
+		msg := "flow state is unavailable: " + what
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return e.errorResult(req, &Error{Kind: KindStateUnavailable, Msg: msg}, nil)
+	}
+	if e.dedup == nil {
+		return unavailable("no dedup store is configured", nil)
+	}
+	for {
+		answer, claimed, err := e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
+		if err != nil {
+			return unavailable("reading the dedup store", err)
+		}
+		if answer != nil {
+			var rec record
+			if err := json.Unmarshal(answer, &rec); err != nil {
+				return unavailable("a dedup record does not decode", err)
+			}
+			h := rec.Header
+			if h == nil {
+				h = http.Header{}
+			}
+			h.Set(HeaderReplay, "true")
+			h.Set(HeaderCorrelationID, req.CorrelationID)
+			return Result{Status: rec.Status, Header: h, Body: rec.Body, Outcome: rec.Outcome, Replay: true}
+		}
+		if claimed {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return unavailable("the first delivery of this key is still running", nil)
+		case <-time.After(e.dedupPoll):
+		}
+	}
+
+	res := e.execute(ctx, req)
+	// The record outlives this execution's deadline: write it even when the
+	// ceiling was reached.
+	wctx := context.WithoutCancel(ctx)
+	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
+		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key); err != nil {
+			return unavailable("releasing a dedup key", err)
+		}
+		return res
+	}
+	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
+	failed := res.Outcome == Failed || res.Outcome == FaultHandled
+	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, rec, failed, d.TTL); err != nil {
+		return unavailable("recording the answer", err)
+	}
+	return res
+}
+
+func withoutCorrelation(h http.Header) http.Header {
+	c := h.Clone()
+	c.Del(HeaderCorrelationID)
+	return c
+}
+
+// newVars returns the ctx variables an execution starts with.
+func newVars(req Request) map[string]any {
+	f := req.Flow
+	return map[string]any{
+		"input":          req.Doc,
+		"correlation_id": req.CorrelationID,
+		"tenant":         f.Tenant(),
+		"flow":           f.Name(),
+		"version":        req.Version,
+		"door":           req.Door,
+		"attempt":        req.Attempt,
+	}
+}

@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+type connectTimeoutKey struct{}
+
+// NewTransport returns the transport http_egress steps use by default: it
+// keeps connections to the few hosts flows call, and dials with the connect
+// timeout of the step making the call.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: flow.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
+			if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
+				d.Timeout = t
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// httpEgress makes the step's call with the current document as the body.
+// A 2xx answer's body becomes the output; any answer sets ctx.HTTP_SC,
+// ctx.HTTP_RESPONSE_BODY and ctx.HTTP_RESPONSE_HEADERS.
+func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any, *Error) {
+	h := s.HTTP()
+	env := x.env(doc)
+	fail := func(format string, args ...any) *Error {
+		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + fmt.Sprintf(format, args...)}
+	}
+	url, err := h.Endpoint.RenderURL(env)
+	if err != nil {
+		return nil, &Error{Kind: KindDefect, Step: s.Name(), Msg: "endpoint: " + err.Error()}
+	}
+	var body io.Reader
+	contentType := "application/json"
+	if h.Method != http.MethodGet && h.Method != http.MethodHead {
+		if xd, ok := doc.(*flow.XMLDocument); ok {
+			body, contentType = bytes.NewReader(xd.Raw()), "application/xml"
+		} else {
+			body = bytes.NewReader(flow.AppendJSON(nil, doc))
+		}
+	}
+	callCtx, cancel := context.WithTimeout(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout), h.ConnectTimeout+h.ReadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(callCtx, h.Method, url, body)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("User-Agent", "nexus")
+	for _, ht := range h.Headers {
+		v, err := ht.Value.Render(env)
+		if err != nil {
+			return nil, &Error{Kind: KindDefect, Step: s.Name(), Msg: "headers: " + ht.Name + ": " + err.Error()}
+		}
+		req.Header.Set(ht.Name, v)
+	}
+	req.Header.Set(HeaderCorrelationID, x.req.CorrelationID)
+
+	resp, err := x.e.client.Do(req)
+	if err != nil {
+		if errDeadline(ctx, err) {
+			return nil, x.deadline(s.Name())
+		}
+		if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+			return nil, fail("no answer from %s within %d ms", req.URL.Host, (h.ConnectTimeout + h.ReadTimeout).Milliseconds())
+		}
+		return nil, fail("%v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
+	if err != nil {
+		if errDeadline(ctx, err) {
+			return nil, x.deadline(s.Name())
+		}
+		return nil, fail("reading the answer: %v", err)
+	}
+	if int64(len(raw)) > x.e.maxBody {
+		return nil, fail("the answer's body exceeds %d bytes", x.e.maxBody)
+	}
+	out := responseDocument(resp.Header.Get("Content-Type"), raw)
+	x.vars["HTTP_SC"] = resp.StatusCode
+	x.vars["HTTP_RESPONSE_BODY"] = out
+	x.vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		e := fail("HTTP %s", statusLine(resp.StatusCode))
+		e.Detail = excerpt(raw)
+		return nil, e
+	}
+	return out, nil
+}
+
+// responseDocument reads a response body by its content type: JSON parsed,
+// XML kept as an XML document, anything else a string. A body that does not
+// parse as its type says is kept as a string.
+func responseDocument(contentType string, raw []byte) any {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch {
+	case len(bytes.TrimSpace(raw)) == 0:
+		return ""
+	case mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "":
+		if v, err := flow.ParseJSON(raw, 512); err == nil {
+			return v
+		}
+	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
+		if d, err := flow.ParseXMLDocument(raw); err == nil {
+			return d
+		}
+	}
+	return string(raw)
+}
+
+func headerObject(h http.Header) *flow.Object {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		vals[i] = strings.Join(h[k], ", ")
+	}
+	return flow.NewObject(keys, vals)
+}
+
+func statusLine(code int) string {
+	if text := http.StatusText(code); text != "" {
+		return fmt.Sprintf("%d %s", code, text)
+	}
+	return fmt.Sprint(code)
+}
+
+// excerpt keeps the start of a downstream's body for the operational log.
+func excerpt(b []byte) string {
+	const max = 512
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
+
+// publish puts the current document on the step's queue, in the flow's own
+// tenant, with the execution's correlation ID.
+func (x *execution) publish(ctx context.Context, s *flow.Step, doc any) *Error {
+	if _, isXML := doc.(*flow.XMLDocument); isXML {
+		return &Error{Kind: KindDefect, Step: s.Name(), Msg: "queue_publish needs a JSON document"}
+	}
+	if x.e.publisher == nil {
+		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: queue_publish is not available in this process"}
+	}
+	err := x.e.publisher.Publish(ctx, x.req.Flow.Tenant(), s.Queue(), flow.AppendJSON(nil, doc), x.req.CorrelationID)
+	if err != nil {
+		if errDeadline(ctx, err) {
+			return x.deadline(s.Name())
+		}
+		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + err.Error()}
+	}
+	return nil
+}

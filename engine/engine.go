@@ -1,0 +1,467 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+// The doors an execution can come through (ctx.door).
+const (
+	DoorRun     = "run"
+	DoorEnqueue = "enqueue"
+	DoorCron    = "cron"
+)
+
+// Outcome is how an execution ended.
+type Outcome string
+
+// The outcomes of an execution.
+const (
+	Succeeded    Outcome = "succeeded"     // the main sequence ran to its end
+	Filtered     Outcome = "filtered"      // a condition fence of the main sequence was false
+	FaultHandled Outcome = "fault_handled" // the main sequence failed and the fault sequence answered
+	Failed       Outcome = "failed"        // the execution failed (no handler, or the handler failed)
+)
+
+// HeaderReplay marks an answer replayed from a recorded execution.
+const HeaderReplay = "X-Nexus-Idempotent-Replay"
+
+// HeaderCorrelationID carries the correlation ID on every answer and every
+// call out.
+const HeaderCorrelationID = "X-Correlation-Id"
+
+// DefaultMaxResponseBytes is the ceiling of a response body read by an
+// http_egress step.
+const DefaultMaxResponseBytes = 10 << 20
+
+// Publisher puts a message on another flow's queue (queue_publish). It must
+// refuse, before writing anything, a target that is not live or has no
+// worker available.
+type Publisher interface {
+	Publish(ctx context.Context, tenant, flow string, payload []byte, correlationID string) error
+}
+
+// Config holds an Engine's dependencies. Zero fields take the defaults.
+type Config struct {
+	// Transport makes the calls of http_egress steps; nil means a transport
+	// tuned for many concurrent calls to few hosts.
+	Transport http.RoundTripper
+	// Publisher serves queue_publish steps; nil fails them.
+	Publisher Publisher
+	// Dedup stores deduplication records; nil fails flows with dedup_key
+	// with 503.
+	Dedup DedupStore
+	// Now is the clock behind now(); nil means time.Now.
+	Now func() time.Time
+	// MaxResponseBytes caps response bodies; 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// DedupPoll is how often a duplicate waiting for the first delivery
+	// checks again; 0 means 20 ms.
+	DedupPoll time.Duration
+}
+
+// Engine runs compiled flows. It is safe for concurrent use.
+type Engine struct {
+	client    *http.Client
+	publisher Publisher
+	dedup     DedupStore
+	now       func() time.Time
+	maxBody   int64
+	dedupPoll time.Duration
+}
+
+// New returns an Engine.
+func New(cfg Config) *Engine {
+	e := &Engine{
+		publisher: cfg.Publisher,
+		dedup:     cfg.Dedup,
+		now:       cfg.Now,
+		maxBody:   cfg.MaxResponseBytes,
+		dedupPoll: cfg.DedupPoll,
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.maxBody <= 0 {
+		e.maxBody = DefaultMaxResponseBytes
+	}
+	if e.dedupPoll <= 0 {
+		e.dedupPoll = 20 * time.Millisecond
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = NewTransport()
+	}
+	e.client = &http.Client{
+		Transport: tr,
+		// A flow talks to the endpoint it names: a redirect is an answer
+		// like any other non-2xx, not an instruction to call elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return e
+}
+
+// Request is one execution to run.
+type Request struct {
+	Flow          *flow.Flow
+	Version       int    // the flow's published version (ctx.version)
+	Doc           any    // the parsed message
+	CorrelationID string // ctx.correlation_id
+	Door          string // ctx.door: DoorRun, DoorEnqueue or DoorCron
+	Attempt       int    // ctx.attempt, 1-based; 0 is taken as 1
+	// SkipDedup is set for a retry of a queued message: its first attempt
+	// already passed the dedup check.
+	SkipDedup bool
+}
+
+// Error is the failure of an execution: its kind, the step and the text.
+type Error struct {
+	Kind Kind
+	// Step is the step that failed ("" for a failure before any step).
+	Step string
+	// Msg is the full text, e.g. "effect handler failed: HTTP 503 Service
+	// Unavailable" or "validation failed (Semantic): total must be positive".
+	Msg string
+	// Rule is a failed validate rule's MESSAGE, which is what $.fault_error
+	// and the answer without a handler show.
+	Rule string
+	// Detail is what only the operational log may show: a downstream's
+	// error body, a panic's stack. Never part of an answer.
+	Detail string
+}
+
+// Error is the text the dead-letter queue keeps as last_error:
+// "step 'STEP': MSG".
+func (e *Error) Error() string {
+	if e.Step == "" {
+		return e.Msg
+	}
+	return "step '" + e.Step + "': " + e.Msg
+}
+
+// FaultError is $.fault_error: a validate rule's MESSAGE alone, otherwise
+// the platform's own text.
+func (e *Error) FaultError() string {
+	if e.Rule != "" {
+		return e.Rule
+	}
+	return e.Msg
+}
+
+// Result is the answer of an execution.
+type Result struct {
+	Status int
+	// Header holds the answer's headers: those the flow set, Content-Type,
+	// X-Correlation-Id, and X-Nexus-Idempotent-Replay on a replay.
+	Header http.Header
+	// Body is the answer's body; nil for 204 and 304.
+	Body    []byte
+	Outcome Outcome
+	// Err is the failure of the main sequence (also when a fault handler
+	// answered), nil when the main sequence succeeded or was filtered.
+	Err *Error
+	// HandlerErr is the failure of the fault sequence itself.
+	HandlerErr *Error
+	// Step is the step whose condition fence filtered the message.
+	Step string
+	// Replay is true when the answer is a recorded one (deduplication).
+	Replay bool
+}
+
+// Run executes req and returns its answer. It never panics: a panic in a
+// step becomes an internal error.
+func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = e.errorResult(req, &Error{Kind: KindInternal, Msg: "internal error", Detail: panicDetail(p)}, nil)
+		}
+	}()
+	if req.Attempt <= 0 {
+		req.Attempt = 1
+	}
+	if req.Doc == nil {
+		req.Doc = flow.NewObject(nil, nil)
+	}
+	ctx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
+	defer cancel()
+	if d := req.Flow.Dedup(); d != nil && !req.SkipDedup {
+		return e.runDeduplicated(ctx, req, d)
+	}
+	return e.execute(ctx, req)
+}
+
+func panicDetail(p any) string {
+	buf := make([]byte, 4096)
+	buf = buf[:runtime.Stack(buf, false)]
+	return fmt.Sprintf("panic: %v\n%s", p, buf)
+}
+
+// execution is the state of one run of a flow.
+type execution struct {
+	e      *Engine
+	req    Request
+	vars   map[string]any // ctx
+	status int            // the declared status, 0 when none
+	header http.Header    // response headers collected from the steps that ran
+}
+
+// stepError is how a step reports a failure, or a filter (fence false).
+type stepError struct {
+	err      *Error
+	filtered bool
+}
+
+func (e *Engine) execute(ctx context.Context, req Request) Result {
+	x := &execution{e: e, req: req, header: http.Header{}}
+	f := req.Flow
+	x.vars = newVars(req)
+	doc, stop := x.sequence(ctx, f.Steps(), req.Doc)
+	switch {
+	case stop == nil:
+		return x.answer(doc, Succeeded, nil)
+	case stop.filtered:
+		return e.filteredResult(req, stop.err.Step)
+	}
+	failure := stop.err
+	if !f.HasFaults() || failure.Kind == KindDeadline || failure.Kind == KindInternal {
+		return e.errorResult(req, failure, nil)
+	}
+
+	// The fault sequence: the status starts again from the failure's own,
+	// the headers collected so far stay.
+	x.status = Status(failure.Kind)
+	desc := flow.NewObject(
+		[]string{"fault_step", "fault_error", "fault_correlation_id"},
+		[]any{failure.Step, failure.FaultError(), req.CorrelationID},
+	)
+	x.vars["input"] = desc
+	doc, stop = x.sequence(ctx, f.Faults(), desc)
+	switch {
+	case stop == nil || stop.filtered:
+		// a condition fence in the fault sequence ends it as handled
+		return x.answer(doc, FaultHandled, failure)
+	case stop.err.Kind == KindDeadline || stop.err.Kind == KindInternal:
+		return e.errorResult(req, stop.err, nil)
+	}
+	return e.errorResult(req, &Error{Kind: KindHandlerFailed, Msg: "fault handler failed"}, &handlerFailure{main: failure, handler: stop.err})
+}
+
+// sequence runs steps in order on doc and returns the last document, or
+// what stopped it.
+func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], doc any) (any, *stepError) {
+	for s := range steps {
+		if ctx.Err() != nil {
+			return doc, &stepError{err: x.deadline(s.Name())}
+		}
+		if w := s.When(); w != nil {
+			run, err := w.EvalBool(x.env(doc))
+			if err != nil {
+				return doc, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "when: " + err.Error()}}
+			}
+			if !run {
+				continue
+			}
+		}
+		out, serr := x.step(ctx, s, doc)
+		if serr != nil {
+			return doc, serr
+		}
+		if err := x.collect(s, out); err != nil {
+			return doc, &stepError{err: err}
+		}
+		if name := s.SaveBody(); name != "" {
+			x.vars[name] = out
+		}
+		doc = out
+	}
+	return doc, nil
+}
+
+func (x *execution) env(doc any) *flow.Env {
+	return &flow.Env{Doc: doc, Ctx: x.vars, Now: x.e.now}
+}
+
+func (x *execution) deadline(step string) *Error {
+	return &Error{Kind: KindDeadline, Step: step,
+		Msg: fmt.Sprintf("duration ceiling of %d ms reached", x.req.Flow.Timeout().Milliseconds())}
+}
+
+// step runs one step: its effect first, then its block.
+func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *stepError) {
+	switch s.Effect() {
+	case flow.EffectHTTPEgress:
+		out, err := x.httpEgress(ctx, s, doc)
+		if err != nil {
+			return nil, &stepError{err: err}
+		}
+		doc = out
+	case flow.EffectQueuePublish:
+		if err := x.publish(ctx, s, doc); err != nil {
+			return nil, &stepError{err: err}
+		}
+	}
+	switch s.Block() {
+	case flow.BlockNTD:
+		out, err := s.NTD().Render(x.env(doc))
+		if err != nil {
+			return nil, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "ntd: " + err.Error()}}
+		}
+		return out, nil
+	case flow.BlockValidate:
+		env := x.env(doc)
+		for r := range s.Rules() {
+			ok, err := r.Expr.EvalBool(env)
+			if err != nil {
+				// a rule that cannot be evaluated fails as semantic, with the
+				// evaluation error as its message
+				return nil, &stepError{err: &Error{Kind: KindSemantic, Step: s.Name(),
+					Msg: "validation failed (Semantic): " + err.Error(), Rule: err.Error()}}
+			}
+			if !ok {
+				kind := KindSemantic
+				if r.Kind == flow.Syntactic {
+					kind = KindSyntactic
+				}
+				return nil, &stepError{err: &Error{Kind: kind, Step: s.Name(),
+					Msg: "validation failed (" + r.Kind.String() + "): " + r.Message, Rule: r.Message}}
+			}
+		}
+	case flow.BlockCondition:
+		ok, err := s.Condition().EvalBool(x.env(doc))
+		if err != nil {
+			return nil, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "condition: " + err.Error()}}
+		}
+		if !ok {
+			return doc, &stepError{filtered: true, err: &Error{Step: s.Name()}}
+		}
+	}
+	return doc, nil
+}
+
+// collect takes the step's declared status and headers, once it ran.
+func (x *execution) collect(s *flow.Step, out any) *Error {
+	if st := s.Status(); st != nil {
+		code := st.Code
+		if st.Template != nil {
+			text, err := st.Template.Render(x.env(out))
+			if err != nil {
+				return &Error{Kind: KindDefect, Step: s.Name(), Msg: "response_status: " + err.Error()}
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(text))
+			if err != nil || n < 100 || n > 599 {
+				return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status rendered %q, which is not a status code", text)}
+			}
+			code = n
+		}
+		if code < 200 {
+			return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status %d is below 200: an answer cannot be informational", code)}
+		}
+		x.status = code
+	}
+	for h := range s.Headers() {
+		if h.Remove {
+			x.header.Del(h.Name)
+		} else {
+			x.header.Set(h.Name, h.Value)
+		}
+	}
+	return nil
+}
+
+// answer builds the answer from the final document.
+func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
+	status := x.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	h := x.header
+	if h.Get(HeaderCorrelationID) == "" {
+		h.Set(HeaderCorrelationID, x.req.CorrelationID)
+	}
+	var body []byte
+	contentType := "application/json"
+	switch d := doc.(type) {
+	case *flow.XMLDocument:
+		body, contentType = d.Raw(), "application/xml"
+	case string:
+		body, contentType = []byte(d), "text/plain; charset=utf-8"
+	default:
+		body = flow.AppendJSON(nil, doc)
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", contentType)
+	}
+	if status == http.StatusNoContent || status == http.StatusNotModified {
+		body = nil
+	}
+	return Result{Status: status, Header: h, Body: body, Outcome: outcome, Err: failure}
+}
+
+func (e *Engine) filteredResult(req Request, step string) Result {
+	body := flow.AppendJSON([]byte(`{"filtered":true,"step":`), step)
+	return Result{Status: http.StatusOK, Header: platformHeader(req), Body: append(body, '}'), Outcome: Filtered, Step: step}
+}
+
+type handlerFailure struct{ main, handler *Error }
+
+// errorResult is the answer to a failure that no fault handler answered:
+// the status of the table and the platform's own body.
+func (e *Engine) errorResult(req Request, failure *Error, hf *handlerFailure) Result {
+	res := Result{Status: Status(failure.Kind), Header: platformHeader(req), Outcome: Failed, Err: failure}
+	if hf != nil {
+		// last_error is the main sequence's error
+		res.Err, res.HandlerErr = hf.main, hf.handler
+	}
+	res.Body = errorBody(failure)
+	if failure.Kind == KindStateUnavailable {
+		res.Header.Set("Retry-After", "1")
+	}
+	return res
+}
+
+// errorBody is the body of a failure without a handler. A validate rule's
+// message is the flow author's and reaches the caller; any other step
+// failure loses its message, since a downstream's text must not travel.
+func errorBody(failure *Error) []byte {
+	var b []byte
+	switch failure.Kind {
+	case KindSyntactic, KindSemantic:
+		b = flow.AppendJSON([]byte(`{"error":`), failure.Rule)
+		b = flow.AppendJSON(append(b, `,"step":`...), failure.Step)
+		return append(b, '}')
+	case KindDeadline:
+		b = flow.AppendJSON([]byte(`{"ok":false,"error":`), failure.Msg)
+		b = flow.AppendJSON(append(b, `,"step":`...), failure.Step)
+		return append(b, '}')
+	case KindHandlerFailed:
+		return []byte(`{"ok":false,"error":"fault handler failed"}`)
+	case KindInternal:
+		return []byte(`{"ok":false,"error":"internal error"}`)
+	case KindDedupKey:
+		return []byte(`{"ok":false,"error":"dedup_key produced nothing from this message"}`)
+	case KindStateUnavailable:
+		return []byte(`{"ok":false,"error":"flow state is unavailable; try again"}`)
+	}
+	return []byte(`{"ok":false,"error":"flow execution failed"}`)
+}
+
+func platformHeader(req Request) http.Header {
+	return http.Header{
+		"Content-Type":      {"application/json"},
+		HeaderCorrelationID: {req.CorrelationID},
+	}
+}
+
+// errDeadline reports whether the execution's own ceiling ended err.
+func errDeadline(ctx context.Context, err error) bool {
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) && err != nil
+}

@@ -1,0 +1,131 @@
+// Package enginetest holds in-memory implementations of the interfaces
+// package engine declares, for tests: a DedupStore and a Publisher.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nexushq/nexus/engine"
+)
+
+var (
+	_ engine.DedupStore = (*Dedup)(nil)
+	_ engine.Publisher  = (*Publisher)(nil)
+)
+
+// Dedup is an in-memory engine.DedupStore. Err, when set, fails every call.
+type Dedup struct {
+	// Now is the store's clock; nil means time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	err     error
+	records map[string]*dedupRecord
+}
+
+type dedupRecord struct {
+	answer  []byte
+	failed  bool
+	expires time.Time // of the record, or of the claim's lease
+	claimed bool
+}
+
+// Fail makes every later call return err (nil restores the store).
+func (d *Dedup) Fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.err = err
+}
+
+func (d *Dedup) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+func dedupID(tenant, flow, key string) string { return tenant + "\x00" + flow + "\x00" + key }
+
+// Claim implements engine.DedupStore.
+func (d *Dedup) Claim(_ context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) ([]byte, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return nil, false, d.err
+	}
+	if d.records == nil {
+		d.records = map[string]*dedupRecord{}
+	}
+	id := dedupID(tenant, flow, key)
+	now := d.now()
+	r, ok := d.records[id]
+	switch {
+	case !ok || !now.Before(r.expires) || !r.claimed && r.failed && rerunFailed:
+		d.records[id] = &dedupRecord{claimed: true, expires: now.Add(lease)}
+		return nil, true, nil
+	case r.claimed:
+		return nil, false, nil
+	}
+	return r.answer, false, nil
+}
+
+// Commit implements engine.DedupStore.
+func (d *Dedup) Commit(_ context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return d.err
+	}
+	if d.records == nil {
+		return errors.New("commit without a claim")
+	}
+	d.records[dedupID(tenant, flow, key)] = &dedupRecord{answer: answer, failed: failed, expires: d.now().Add(ttl)}
+	return nil
+}
+
+// Release implements engine.DedupStore.
+func (d *Dedup) Release(_ context.Context, tenant, flow, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return d.err
+	}
+	delete(d.records, dedupID(tenant, flow, key))
+	return nil
+}
+
+// Message is one message a Publisher received.
+type Message struct {
+	Tenant, Flow  string
+	Payload       string
+	CorrelationID string
+}
+
+// Publisher is an in-memory engine.Publisher: it keeps what it is given.
+// Err, when set, refuses every publication.
+type Publisher struct {
+	mu       sync.Mutex
+	Err      error
+	messages []Message
+}
+
+// Publish implements engine.Publisher.
+func (p *Publisher) Publish(_ context.Context, tenant, flow string, payload []byte, correlationID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.Err != nil {
+		return p.Err
+	}
+	p.messages = append(p.messages, Message{Tenant: tenant, Flow: flow, Payload: string(payload), CorrelationID: correlationID})
+	return nil
+}
+
+// Messages returns what was published, in order.
+func (p *Publisher) Messages() []Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Message(nil), p.messages...)
+}
