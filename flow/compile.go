@@ -62,8 +62,17 @@ func (c *compiler) compile(src string) *Flow {
 		},
 		timeout: DefaultTimeout,
 	}
+	if !raw.closed {
+		return f
+	}
 	declared := c.frontMatter(f, raw)
-	if len(raw.sections) == 0 && len(c.errs) == 0 {
+	steps := 0
+	for _, sec := range raw.sections {
+		if !sec.fault {
+			steps++
+		}
+	}
+	if steps == 0 {
 		c.errorf(1, "the flow has no steps: add a `## Step: NAME` section")
 	}
 	names := map[string]int{}
@@ -84,18 +93,18 @@ func (c *compiler) compile(src string) *Flow {
 }
 
 // frontMatter reads the front matter keys into f and returns the declared
-// effects with the line of the effects: key.
+// effects, or nil when the front matter could not be read (so that steps
+// are not blamed for effects it may well declare).
 func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	declared := map[Effect]bool{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(raw.frontMatter), &doc); err != nil {
-		line, msg := yamlError(err)
-		c.errorf(raw.frontMatterLine+line-1, "front matter is not valid YAML: %s", msg)
-		return declared
+		c.errorf(raw.frontMatterLine+yamlErrorLine(raw.frontMatter)-1, "front matter is not valid YAML: %s", yamlMessage(err))
+		return nil
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		c.errorf(1, "front matter must be a YAML mapping of keys to values")
-		return declared
+		return nil
 	}
 	m := doc.Content[0]
 	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
@@ -204,12 +213,12 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	tenantVal, flowVal := nodeText(tenantNode), nodeText(flowNode)
 	if flowNode == nil {
 		c.errorf(1, "the front matter has no flow: key (the flow's name)")
-	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || !isScalar(flowNode) {
+	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode {
 		c.nameError(at(flowNode), flowNode, err, "flow")
 	}
 	if tenantNode == nil {
 		c.errorf(1, "the front matter has no tenant: key (the tenant that owns the flow)")
-	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || !isScalar(tenantNode) {
+	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode {
 		c.nameError(at(tenantNode), tenantNode, err, "tenant")
 	}
 	f.tenant, f.name = tenantVal, flowVal
@@ -253,7 +262,7 @@ var frontMatterKeys = []string{
 }
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
-	if !isScalar(n) {
+	if n.Kind != yaml.ScalarNode {
 		c.errorf(line, "%s must be a name, not %s", field, describeNode(n))
 		return
 	}
@@ -268,6 +277,9 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	s := &Schedule{spec: spec, location: time.UTC, input: NewObject(nil, nil)}
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		c.errorf(line, "schedule %q carries a time zone: set it with schedule_timezone instead", spec)
+		ok = false
+	} else if every, isEvery := strings.CutPrefix(spec, "@every "); isEvery && everyBelowSecond(every) {
+		c.errorf(line, "schedule %q ticks more often than once a second: the shortest period is @every 1s", spec)
 		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
 		c.errorf(line, "schedule %q is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", spec, err)
@@ -308,6 +320,11 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	return s
 }
 
+func everyBelowSecond(d string) bool {
+	p, err := time.ParseDuration(strings.TrimSpace(d))
+	return err == nil && p < time.Second
+}
+
 // step compiles one section.
 func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Step {
 	s := &Step{name: sec.name, line: sec.line, fault: sec.fault}
@@ -324,40 +341,50 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 
 	keys := map[string]rawKey{}
 	for _, k := range sec.keys {
+		if isHeaderKey(k.key) {
+			continue // response headers are operations in order: set, remove, set again
+		}
 		if first, dup := keys[k.key]; dup {
 			c.errorf(k.line, "step %q sets %s twice (first at line %d)", s.name, k.key, first.line)
 			continue
 		}
 		keys[k.key] = k
 	}
-	// the effect first: other keys depend on it
+	// The effect first: other keys depend on it. intended is the effect the
+	// step names even when it is refused (undeclared), so its keys are
+	// still checked; unreadable effects silence the checks of those keys.
+	var intended Effect
+	effectsUnreadable := false
 	if k, ok := keys["effects"]; ok {
 		list, ok := c.stepList(k, s)
-		if ok {
-			switch len(list) {
-			case 0:
-			case 1:
-				e := Effect(list[0])
-				switch {
-				case e != EffectHTTPEgress && e != EffectQueuePublish:
-					c.errorf(k.line, "unknown effect %q in step %q: effects are http_egress and queue_publish", list[0], s.name)
-				case !declared[e]:
-					c.errorf(k.line, "step %q uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", s.name, e)
-				default:
-					s.effect = e
-				}
+		switch {
+		case !ok:
+			effectsUnreadable = true
+		case len(list) == 0:
+		case len(list) > 1:
+			effectsUnreadable = true
+			c.errorf(k.line, "step %q lists %d effects: a step has at most one effect", s.name, len(list))
+		default:
+			e := Effect(list[0])
+			switch {
+			case e != EffectHTTPEgress && e != EffectQueuePublish:
+				effectsUnreadable = true
+				c.errorf(k.line, "unknown effect %q in step %q: effects are http_egress and queue_publish", list[0], s.name)
+			case declared != nil && !declared[e]:
+				intended = e
+				c.errorf(k.line, "step %q uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", s.name, e)
 			default:
-				c.errorf(k.line, "step %q lists %d effects: a step has at most one effect", s.name, len(list))
+				intended, s.effect = e, e
 			}
 		}
 	}
-	if s.effect == EffectHTTPEgress {
+	if intended == EffectHTTPEgress {
 		s.http = &HTTPRequest{Method: DefaultMethod, ReadTimeout: DefaultReadTimeout, ConnectTimeout: DefaultConnectTimeout}
 		if _, ok := keys["endpoint"]; !ok {
 			c.errorf(sec.line, "step %q has effects: [http_egress] but no endpoint:", s.name)
 		}
 	}
-	if s.effect == EffectQueuePublish {
+	if intended == EffectQueuePublish {
 		if _, ok := keys["queue"]; !ok {
 			c.errorf(sec.line, "step %q has effects: [queue_publish] but no queue: naming the target flow", s.name)
 		}
@@ -365,19 +392,25 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 
 	statusKey := ""
 	for _, k := range sec.keys {
-		if keys[k.key].line != k.line {
+		if !isHeaderKey(k.key) && keys[k.key].line != k.line {
 			continue // a duplicate, reported above
 		}
 		switch key := k.key; {
 		case key == "effects":
 		case key == "endpoint" || key == "method" || key == "headers" || key == "read_timeout_ms" || key == "connect_timeout_ms":
-			if s.effect != EffectHTTPEgress {
+			if effectsUnreadable {
+				continue
+			}
+			if intended != EffectHTTPEgress {
 				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %q", key, s.name)
 				continue
 			}
 			c.httpKey(s, k)
 		case key == "queue":
-			if s.effect != EffectQueuePublish {
+			if effectsUnreadable {
+				continue
+			}
+			if intended != EffectQueuePublish {
 				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %q", s.name)
 				continue
 			}
@@ -447,12 +480,20 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 	if b := sec.block; b != nil {
 		c.block(s, b)
 	}
+	if s.effect == "" {
+		s.http = nil // checked above, but the step has no (declared) effect
+	}
 	return s
 }
 
 var stepKeys = []string{
 	"effects", "endpoint", "method", "headers", "read_timeout_ms", "connect_timeout_ms",
 	"queue", "save_body", "when", "response_status", "response_header_remove", "fault_status",
+}
+
+// isHeaderKey reports whether key sets or removes a response header.
+func isHeaderKey(key string) bool {
+	return key == "response_header_remove" || strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_")
 }
 
 // isStepKey reports whether key is one of the step keys (to catch keys
@@ -524,8 +565,15 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 		}
 	case "read_timeout_ms", "connect_timeout_ms":
 		n, err := strconv.ParseInt(scalar(k.value), 10, 64)
-		if err != nil || n < 1 || n > math.MaxInt32 {
-			c.errorf(k.line, "%s must be a whole number of milliseconds ≥ 1, not %q", k.key, k.value)
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			c.errorf(k.line, "%s must be a whole number of milliseconds, not %q", k.key, k.value)
+			return
+		case n < 1:
+			c.errorf(k.line, "%s must be at least 1, not %s", k.key, k.value)
+			return
+		case err != nil || n > maxMillis:
+			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, k.value, int64(maxMillis))
 			return
 		}
 		if k.key == "read_timeout_ms" {
@@ -563,6 +611,10 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 	first := b.line + 1
 	switch b.info {
 	case "ntd":
+		if strings.TrimSpace(b.body) == "" {
+			c.errorf(b.line, "step %q: the ntd block is empty: write the JSON document to produce", s.name)
+			return
+		}
 		t, err := CompileNTD(b.body)
 		if err != nil {
 			var te *TemplateError
@@ -622,7 +674,10 @@ func (c *compiler) hasErrorAfter(line int) bool {
 // parseRule reads `EXPRESSION | "MESSAGE" | KIND` (KIND optional).
 func parseRule(line string) (Rule, error) {
 	seps := ruleSeparators(line)
-	if len(seps) == 0 || len(seps) > 2 {
+	if len(seps) == 0 {
+		return Rule{}, fmt.Errorf("the validate rule has no message: write EXPRESSION | \"MESSAGE\" | KIND")
+	}
+	if len(seps) > 2 {
 		return Rule{}, fmt.Errorf("a validate rule is EXPRESSION | \"MESSAGE\" | KIND (KIND syntactic or semantic, default semantic)")
 	}
 	exprSrc := strings.TrimSpace(line[:seps[0]])
@@ -697,6 +752,9 @@ func checkEndpoint(t *Template) string {
 	lower := strings.ToLower(u)
 	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
 		return "is not an absolute http:// or https:// URL"
+	}
+	if host := u[strings.Index(u, "://")+3:]; host == "" || strings.IndexAny(host, "/?#") == 0 {
+		return "names no host"
 	}
 	if first := t.parts[0]; first.expr != nil || !strings.ContainsAny(first.lit[strings.Index(first.lit, "://")+3:], "/?#") && len(t.parts) > 1 {
 		return "must name its host literally: holes belong in the path or the query"
@@ -777,14 +835,26 @@ func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	return v.Value, true
 }
 
+// maxMillis bounds every whole-number key (milliseconds, bytes, attempts),
+// so that no value overflows a time.Duration: about 31 years.
+const maxMillis = 1e12
+
 func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
 	var n int64
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&n) != nil {
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
 		c.errorf(line, "%s must be a whole number, not %s", key, describeNode(v))
+		return 0, false
+	}
+	if err := v.Decode(&n); err != nil {
+		c.errorf(line, "%s %s is too large: at most %d", key, v.Value, int64(maxMillis))
 		return 0, false
 	}
 	if n < min {
 		c.errorf(line, "%s must be at least %d, not %d", key, min, n)
+		return 0, false
+	}
+	if n > maxMillis {
+		c.errorf(line, "%s %d is too large: at most %d", key, n, int64(maxMillis))
 		return 0, false
 	}
 	return n, true
@@ -886,17 +956,26 @@ func yamlDocument(n *yaml.Node) (any, error) {
 	return nil, fmt.Errorf("unsupported YAML value")
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLine = regexp.MustCompile(`^yaml: line \d+: `)
 
-// yamlError splits a YAML error into its line (1-based, within the YAML)
-// and message.
-func yamlError(err error) (int, string) {
+// yamlMessage is a YAML error without its prefix and line (which the YAML
+// library counts from 0 or 1 depending on the error).
+func yamlMessage(err error) string {
 	msg, _, _ := strings.Cut(err.Error(), "\n")
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return n, m[2]
+	return strings.TrimPrefix(yamlLine.ReplaceAllString(msg, ""), "yaml: ")
+}
+
+// yamlErrorLine finds the line (1-based) of a YAML text's first error: the
+// first line whose prefix no longer parses.
+func yamlErrorLine(text string) int {
+	lines := strings.Split(text, "\n")
+	var n yaml.Node
+	for k := 1; k <= len(lines); k++ {
+		if yaml.Unmarshal([]byte(strings.Join(lines[:k], "\n")), &n) != nil {
+			return k
+		}
 	}
-	return 1, strings.TrimPrefix(msg, "yaml: ")
+	return len(lines)
 }
 
 // suggest returns ": did you mean X?" for a key close to a known one.

@@ -186,6 +186,9 @@ var baseOptions = sync.OnceValue(func() []expr.Option {
 func fnPath(a ...any) (any, error) {
 	v := a[0]
 	for _, k := range a[1:] {
+		if x, ok := v.(*XMLDocument); ok {
+			v = x.flat
+		}
 		switch x := v.(type) {
 		case *Object:
 			s, ok := k.(string)

@@ -32,12 +32,20 @@ func CheckHeaderName(name string) error {
 	}
 	lower := strings.ToLower(name)
 	if deniedHeaders[lower] {
-		return fmt.Errorf("header %s is managed by the HTTP layer and cannot be set by a flow", textproto.CanonicalMIMEHeaderKey(name))
+		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", displayName(name))
 	}
 	if strings.HasPrefix(lower, ReservedHeaderPrefix) {
-		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix)", textproto.CanonicalMIMEHeaderKey(name))
+		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix): a flow cannot set or remove it", displayName(name))
 	}
 	return nil
+}
+
+// displayName writes a header name the way the HTTP specifications do.
+func displayName(name string) string {
+	if strings.EqualFold(name, "te") {
+		return "TE"
+	}
+	return textproto.CanonicalMIMEHeaderKey(name)
 }
 
 // headerFromKey turns the suffix of a response_header_<name> key into the

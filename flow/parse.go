@@ -40,6 +40,7 @@ var versionLine = regexp.MustCompile(`^flowmarkdown_version\s*:`)
 
 // rawFile is a flow file cut into its parts, before any key is read.
 type rawFile struct {
+	closed          bool   // the front matter has its closing line
 	frontMatter     string // the YAML between the --- lines
 	frontMatterLine int    // line of the first YAML line
 	sections        []*rawSection
@@ -67,7 +68,7 @@ type rawBlock struct {
 
 var (
 	sectionHeading = regexp.MustCompile(`^##[ \t]+(Step|Fault):(.*)$`)
-	looseHeading   = regexp.MustCompile(`^#{1,6}[ \t]*(?i:step|fault)[ \t]*:`)
+	looseHeading   = regexp.MustCompile(`^#{1,6}[ \t]*(?i:step|fault)[ \t]*[0-9]*[ \t]*:`)
 	anyHeading     = regexp.MustCompile(`^(#{1,6})([ \t]|$)`)
 	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
 	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
@@ -89,6 +90,7 @@ func (c *compiler) split(src string) *rawFile {
 		c.errorf(1, "the front matter is not closed: end it with a line holding only ---")
 		return f
 	}
+	f.closed = true
 	f.frontMatter = strings.Join(lines[1:end], "\n")
 
 	var cur *rawSection
@@ -122,7 +124,7 @@ func (c *compiler) split(src string) *rawFile {
 				case "":
 					c.errorf(n, "fenced block without a kind in step %q: write ```ntd, ```validate or ```condition", cur.name)
 				default:
-					c.errorf(n, "unknown fenced block %q in step %q: a step's block is ntd, validate or condition", info, cur.name)
+					c.errorf(n, "unknown fenced block %q in step %q: a step's block is ntd, validate or condition (documentation goes under its own heading)", info, cur.name)
 				}
 			}
 			i = j
@@ -144,11 +146,8 @@ func (c *compiler) split(src string) *rawFile {
 			cur, keysOpen = nil, false
 			continue
 		}
-		if m := anyHeading.FindStringSubmatch(line); m != nil {
-			if len(m[1]) <= 2 {
-				cur = nil // a documentation section
-			}
-			keysOpen = false
+		if anyHeading.MatchString(line) {
+			cur, keysOpen = nil, false // documentation, up to the next section
 			continue
 		}
 		if cur == nil {
@@ -157,9 +156,12 @@ func (c *compiler) split(src string) *rawFile {
 		m := keyLine.FindStringSubmatch(line)
 		switch {
 		case keysOpen && m != nil:
-			cur.keys = append(cur.keys, rawKey{key: m[1], value: m[2], line: n})
+			cur.keys = append(cur.keys, rawKey{key: m[1], value: stripComment(m[2]), line: n})
 		case keysOpen && strings.TrimSpace(line) == "" && len(cur.keys) == 0:
 			// blank lines between the heading and the first key
+		case keysOpen && looseKey.MatchString(line):
+			c.errorf(n, "step key line %q: write `key: value` at the start of the line, with a space after the colon", strings.TrimSpace(line))
+			keysOpen = false
 		case m != nil && isStepKey(m[1]):
 			keysOpen = false
 			c.errorf(n, "key %s is not directly under the heading of step %q: write the keys right after the heading, with no blank line, before the block", m[1], cur.name)
@@ -168,4 +170,29 @@ func (c *compiler) split(src string) *rawFile {
 		}
 	}
 	return f
+}
+
+// looseKey is a line that looks like a step key but is not written as one
+// (indented, or no space after the colon).
+var looseKey = regexp.MustCompile(`^(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]*:|[A-Za-z_][A-Za-z0-9_]*:[^ \t/])`)
+
+// stripComment removes a YAML comment (whitespace, then #) from a value,
+// outside quotes.
+func stripComment(v string) string {
+	var quote byte
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && i > 0 && (v[i-1] == ' ' || v[i-1] == '\t'):
+			return strings.TrimRight(v[:i], " \t")
+		}
+	}
+	return v
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // A document value is one of: nil (JSON null), bool, int, float64, string,
-// []any, or *Object. Integers that fit an int are held as int so that ids
+// []any, *Object, or *XMLDocument (an answer kept as XML). Integers that fit an int are held as int so that ids
 // and counts keep every digit; every other number is a float64. Values are
 // never modified once built: steps derive new values instead.
 
@@ -81,6 +81,8 @@ func TypeName(v any) string {
 		return "array"
 	case *Object, map[string]any:
 		return "object"
+	case *XMLDocument:
+		return "XML document"
 	}
 	return "value"
 }
@@ -134,6 +136,9 @@ func Equal(a, b any) bool {
 			}
 		}
 		return true
+	case *XMLDocument:
+		y, ok := b.(*XMLDocument)
+		return ok && string(x.raw) == string(y.raw)
 	}
 	return false
 }
@@ -159,7 +164,8 @@ func normalNumber(f float64) any {
 
 // AppendJSON appends the compact JSON form of v to dst. Object keys keep
 // their order; strings are escaped as encoding/json escapes them, HTML
-// characters included.
+// characters included. An XML document is written as a JSON string of its
+// bytes.
 func AppendJSON(dst []byte, v any) []byte {
 	switch x := v.(type) {
 	case nil:
@@ -194,6 +200,8 @@ func AppendJSON(dst []byte, v any) []byte {
 		return append(dst, '}')
 	case map[string]any:
 		return AppendJSON(dst, objectFromMap(x))
+	case *XMLDocument:
+		return appendString(dst, string(x.raw))
 	}
 	return append(dst, "null"...)
 }
@@ -285,7 +293,8 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // Text is the form of a value inside a string: a string as itself, null as
-// the empty string, everything else as its compact JSON.
+// the empty string, an XML document as its bytes, everything else as its
+// compact JSON.
 func Text(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -296,6 +305,8 @@ func Text(v any) string {
 		return strconv.FormatBool(x)
 	case int:
 		return strconv.Itoa(x)
+	case *XMLDocument:
+		return string(x.raw)
 	}
 	return string(AppendJSON(nil, v))
 }

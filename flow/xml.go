@@ -1,0 +1,186 @@
+package flow
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Limits of XML documents, owned here because encoding/xml has none.
+const (
+	XMLMaxDepth      = 64  // nesting of elements
+	XMLMaxAttributes = 256 // attributes on one element
+)
+
+// XMLDocument is an XML document kept as XML: the answer of a backend that
+// speaks XML. It is written out as the bytes received, and paths read its
+// flattened form (see FlattenXML). It is immutable.
+type XMLDocument struct {
+	raw  []byte
+	flat any
+}
+
+// Raw returns the document's bytes. The caller must not modify them.
+func (d *XMLDocument) Raw() []byte { return d.raw }
+
+// Flat returns the document flattened to a document value.
+func (d *XMLDocument) Flat() any { return d.flat }
+
+// ParseXMLDocument checks an XML document with the limits of FlattenXML
+// and keeps it as XML.
+func ParseXMLDocument(data []byte) (*XMLDocument, error) {
+	flat, err := FlattenXML(data)
+	if err != nil {
+		return nil, err
+	}
+	return &XMLDocument{raw: bytes.Clone(data), flat: flat}, nil
+}
+
+// XMLError is a refused XML document.
+type XMLError struct{ Msg string }
+
+func (e *XMLError) Error() string { return "invalid XML: " + e.Msg }
+
+func xmlErrorf(format string, args ...any) error {
+	return &XMLError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// FlattenXML turns an XML document into a document value: the root element
+// is dropped, child elements become object keys (in order of first
+// appearance), repeated siblings become an array, attributes become "@name"
+// keys, text beside attributes or child elements becomes "#text", and a
+// leaf's value is its text as a string. Names are local names (a namespace
+// prefix is dropped; xmlns declarations are not kept).
+//
+// Refused: a DOCTYPE (so no entity can be declared or expanded), nesting
+// deeper than XMLMaxDepth, more than XMLMaxAttributes attributes on an
+// element, a duplicate attribute, more than one root element, text outside
+// the root, an encoding other than UTF-8, and anything encoding/xml finds
+// malformed.
+func FlattenXML(data []byte) (any, error) {
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	dec.Strict = true
+	dec.CharsetReader = func(label string, _ io.Reader) (io.Reader, error) {
+		return nil, xmlErrorf("encoding %q is not supported: send UTF-8", label)
+	}
+	var (
+		stack []*xmlElem
+		root  any
+		done  bool
+	)
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var xe *XMLError
+			if errors.As(err, &xe) {
+				return nil, xe
+			}
+			return nil, xmlErrorf("%s", strings.TrimPrefix(err.Error(), "XML syntax error on "))
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if done {
+				return nil, xmlErrorf("more than one root element (<%s> after the root)", t.Name.Local)
+			}
+			if len(stack) >= XMLMaxDepth {
+				return nil, xmlErrorf("elements nested deeper than %d levels", XMLMaxDepth)
+			}
+			if len(t.Attr) > XMLMaxAttributes {
+				return nil, xmlErrorf("element <%s> has more than %d attributes", t.Name.Local, XMLMaxAttributes)
+			}
+			e := &xmlElem{name: t.Name.Local}
+			for i, a := range t.Attr {
+				for _, b := range t.Attr[:i] {
+					if a.Name == b.Name {
+						return nil, xmlErrorf("element <%s> has the attribute %s twice", t.Name.Local, a.Name.Local)
+					}
+				}
+				if a.Name.Space == "xmlns" || a.Name.Space == "" && a.Name.Local == "xmlns" {
+					continue
+				}
+				e.add("@"+a.Name.Local, a.Value)
+			}
+			stack = append(stack, e)
+		case xml.EndElement:
+			e := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			v := e.value()
+			if len(stack) == 0 {
+				root, done = v, true
+			} else {
+				stack[len(stack)-1].add(e.name, v)
+			}
+		case xml.CharData:
+			if len(stack) == 0 {
+				if len(bytes.TrimSpace(t)) > 0 {
+					return nil, xmlErrorf("text outside the root element")
+				}
+				continue
+			}
+			stack[len(stack)-1].text.Write(t)
+		case xml.Directive:
+			if len(stack) == 0 && bytes.HasPrefix(bytes.TrimSpace(t), []byte("DOCTYPE")) {
+				return nil, xmlErrorf("a DOCTYPE is not accepted")
+			}
+			return nil, xmlErrorf("directive <!%s> is not accepted", firstWord(t))
+		}
+	}
+	if !done {
+		return nil, xmlErrorf("no root element")
+	}
+	return root, nil
+}
+
+func firstWord(b []byte) string {
+	f := bytes.Fields(b)
+	if len(f) == 0 {
+		return ""
+	}
+	return string(f[0])
+}
+
+type xmlElem struct {
+	name  string
+	keys  []string
+	vals  []any
+	text  bytes.Buffer
+	multi map[string]bool // keys already turned into arrays
+}
+
+func (e *xmlElem) add(key string, v any) {
+	for i, k := range e.keys {
+		if k != key {
+			continue
+		}
+		if e.multi[key] {
+			e.vals[i] = append(e.vals[i].([]any), v)
+		} else {
+			if e.multi == nil {
+				e.multi = map[string]bool{}
+			}
+			e.multi[key] = true
+			e.vals[i] = []any{e.vals[i], v}
+		}
+		return
+	}
+	e.keys = append(e.keys, key)
+	e.vals = append(e.vals, v)
+}
+
+func (e *xmlElem) value() any {
+	text := e.text.String()
+	if len(e.keys) == 0 {
+		return text
+	}
+	if t := strings.TrimSpace(text); t != "" {
+		e.keys = append(e.keys, "#text")
+		e.vals = append(e.vals, t)
+	}
+	return NewObject(e.keys, e.vals)
+}
