@@ -222,6 +222,9 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		c.nameError(at(tenantNode), tenantNode, err, "tenant")
 	}
 	f.tenant, f.name = tenantVal, flowVal
+	if flowNode != nil {
+		f.nameLine = at(flowNode)
+	}
 
 	// schedule
 	if scheduleNode != nil {

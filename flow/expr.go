@@ -124,6 +124,10 @@ func describe(v any) string {
 	return TypeName(v)
 }
 
+// maxTokens bounds an expression, so that its translation stays well
+// inside expr's own limits and its parse never recurses deeply.
+const maxTokens = 4000
+
 // CompileExpr compiles one expression. The error is one line, without a
 // file or line: callers add those.
 func CompileExpr(src string) (*Expr, error) {
@@ -133,6 +137,9 @@ func CompileExpr(src string) (*Expr, error) {
 	}
 	if len(p.toks) == 0 {
 		return nil, errors.New("empty expression")
+	}
+	if len(p.toks) > maxTokens {
+		return nil, fmt.Errorf("expression is too long: %d tokens, at most %d", len(p.toks), maxTokens)
 	}
 	n, err := p.parseOr()
 	if err != nil {
@@ -158,6 +165,7 @@ var baseOptions = sync.OnceValue(func() []expr.Option {
 	any2 := new(func(any, any) any)
 	return []expr.Option{
 		expr.Env(exprEnv{}),
+		expr.MaxNodes(maxTokens * 8), // the translation of maxTokens fits
 		expr.Function("_path", fnPath),
 		expr.Function("_bool", func(a ...any) (any, error) { return truth(a[0]) }, new(func(any) bool)),
 		expr.Function("_eq", func(a ...any) (any, error) { return Equal(a[0], a[1]), nil }, any2),
@@ -238,21 +246,8 @@ func order(op string, ok func(int) bool) func(a ...any) (any, error) {
 }
 
 func compare(x, y any, op string) (int, error) {
-	if xf, ok := number(x); ok {
-		if yf, ok := number(y); ok {
-			if xi, ok := x.(int); ok {
-				if yi, ok := y.(int); ok {
-					return cmpInt(xi, yi), nil
-				}
-			}
-			switch {
-			case xf < yf:
-				return -1, nil
-			case xf > yf:
-				return 1, nil
-			}
-			return 0, nil
-		}
+	if c, ok := compareNumbers(x, y); ok {
+		return c, nil
 	}
 	if xs, ok := x.(string); ok {
 		if ys, ok := y.(string); ok {
@@ -260,16 +255,6 @@ func compare(x, y any, op string) (int, error) {
 		}
 	}
 	return 0, evalErrorf("cannot compare %s with %s using %s", TypeName(x), TypeName(y), op)
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func fnAdd(a ...any) (any, error) {

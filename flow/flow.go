@@ -45,6 +45,7 @@ type Flow struct {
 	steps        []*Step
 	faults       []*Step
 	source       []byte
+	nameLine     int // the line of flow:, for errors about the flow as a whole
 }
 
 // Path is the file the flow was compiled from, as given to Compile.

@@ -110,6 +110,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 	p.pos++ // {
 	var keys []string
 	var vals []any
+	var index map[string]struct{}
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
@@ -129,11 +130,9 @@ func (p *jsonParser) object(depth int) (any, error) {
 			return nil, err
 		}
 		key := k.(string)
-		for _, seen := range keys {
-			if seen == key {
-				p.pos = keyAt
-				return nil, p.errorf("duplicate key %s", strconv.Quote(key))
-			}
+		if duplicateKey(keys, &index, key) {
+			p.pos = keyAt
+			return nil, p.errorf("duplicate key %s", strconv.Quote(key))
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
@@ -161,6 +160,31 @@ func (p *jsonParser) object(depth int) (any, error) {
 			return nil, p.errorf("expected ',' or '}' in an object, found %s", quoteByte(p.data[p.pos]))
 		}
 	}
+}
+
+// duplicateKey reports whether key is among keys. Small objects are
+// scanned; from 16 keys on a set is kept in *index, so that a body of many
+// keys costs linear time, not quadratic.
+func duplicateKey(keys []string, index *map[string]struct{}, key string) bool {
+	if *index == nil && len(keys) < 16 {
+		for _, k := range keys {
+			if k == key {
+				return true
+			}
+		}
+		return false
+	}
+	if *index == nil {
+		*index = make(map[string]struct{}, 2*len(keys))
+		for _, k := range keys {
+			(*index)[k] = struct{}{}
+		}
+	}
+	if _, dup := (*index)[key]; dup {
+		return true
+	}
+	(*index)[key] = struct{}{}
+	return false
 }
 
 func (p *jsonParser) array(depth int) (any, error) {

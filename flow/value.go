@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -26,8 +27,8 @@ type Object struct {
 const objectIndexMin = 12
 
 // NewObject builds an Object from parallel key and value slices, which it
-// takes ownership of. A later duplicate key replaces the earlier value in
-// place (callers that must refuse duplicates check before).
+// takes ownership of. The keys must be distinct: every caller (the JSON
+// parser, templates, the XML flattener) refuses or merges duplicates first.
 func NewObject(keys []string, vals []any) *Object {
 	o := &Object{keys: keys, vals: vals}
 	if len(keys) >= objectIndexMin {
@@ -92,6 +93,12 @@ func TypeName(v any) string {
 // (object key order does not matter), and values of different types are
 // never equal.
 func Equal(a, b any) bool {
+	if m, ok := a.(map[string]any); ok {
+		a = objectFromMap(m)
+	}
+	if m, ok := b.(map[string]any); ok {
+		b = objectFromMap(m)
+	}
 	switch x := a.(type) {
 	case nil:
 		return b == nil
@@ -102,17 +109,8 @@ func Equal(a, b any) bool {
 		y, ok := b.(string)
 		return ok && x == y
 	case int, float64:
-		xf, _ := number(a)
-		yf, ok := number(b)
-		if !ok {
-			return false
-		}
-		if xi, ok := a.(int); ok {
-			if yi, ok := b.(int); ok {
-				return xi == yi
-			}
-		}
-		return xf == yf
+		c, ok := compareNumbers(a, b)
+		return ok && c == 0
 	case []any:
 		y, ok := b.([]any)
 		if !ok || len(x) != len(y) {
@@ -141,6 +139,46 @@ func Equal(a, b any) bool {
 		return ok && string(x.raw) == string(y.raw)
 	}
 	return false
+}
+
+// compareNumbers compares two numbers exactly, an int with a float64
+// included (9007199254740993 is more than 9007199254740992.0); ok is false
+// when either is not a number.
+func compareNumbers(a, b any) (c int, ok bool) {
+	switch x := a.(type) {
+	case int:
+		switch y := b.(type) {
+		case int:
+			return cmp.Compare(x, y), true
+		case float64:
+			return -compareFloatInt(y, x), true
+		}
+	case float64:
+		switch y := b.(type) {
+		case int:
+			return compareFloatInt(x, y), true
+		case float64:
+			return cmp.Compare(x, y), true
+		}
+	}
+	return 0, false
+}
+
+// compareFloatInt compares f with i without rounding i to a float64.
+func compareFloatInt(f float64, i int) int {
+	switch {
+	case math.IsNaN(f):
+		return -1
+	case f >= 1<<63:
+		return 1
+	case f < -(1 << 63):
+		return -1
+	}
+	t := math.Trunc(f)
+	if c := cmp.Compare(int(t), i); c != 0 {
+		return c
+	}
+	return cmp.Compare(f, t) // the fraction decides
 }
 
 func number(v any) (float64, bool) {
@@ -264,6 +302,10 @@ func appendString(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case '\t':
 				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}

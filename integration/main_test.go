@@ -34,7 +34,8 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	nexusBin = filepath.Join(dir, "nexus")
-	build := exec.Command("go", "build", "-o", nexusBin, "./cmd/nexus")
+	// -trimpath, like the release build and the Dockerfile, so their compiles are shared.
+	build := exec.Command("go", "build", "-trimpath", "-o", nexusBin, "./cmd/nexus")
 	build.Dir = repoRoot
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -50,16 +51,22 @@ type result struct {
 	code           int
 }
 
-// nexus runs the binary with args in dir (the repository root when dir is
-// "") and returns what it printed. A Go stack trace on stderr fails the test:
-// no command may show one to a user.
-func nexus(t *testing.T, dir string, args ...string) result {
-	t.Helper()
+// nexusCmd returns a command running the binary with args in dir.
+func nexusCmd(dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(nexusBin, args...)
 	cmd.Dir = dir
 	if dir == "" {
 		cmd.Dir = repoRoot
 	}
+	return cmd
+}
+
+// nexus runs the binary with args in dir (the repository root when dir is
+// "") and returns what it printed. A Go stack trace on stderr fails the test:
+// no command may show one to a user.
+func nexus(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := nexusCmd(dir, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

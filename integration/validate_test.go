@@ -91,7 +91,7 @@ func TestValidateDuplicateFlow(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a/hello.md": helloFlow, "b/hello.md": helloFlow})
 	r := nexus(t, dir, "validate", ".")
-	if r.code != 1 || !strings.Contains(r.stdout, "b/hello.md:1: flow acme/hello is also declared in a/hello.md") {
+	if r.code != 1 || !strings.Contains(r.stdout, "b/hello.md:3: flow acme/hello is also declared in a/hello.md") {
 		t.Errorf("exit %d, stdout %q", r.code, r.stdout)
 	}
 }

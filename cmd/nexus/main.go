@@ -28,6 +28,10 @@ const (
 func commands() map[string]command {
 	return map[string]command{
 		"validate": {"compile flow files and report every error; publishes nothing", runValidate},
+		"deploy":   {"compile flow files and publish them into the registry (no git)", runDeploy},
+		"status":   {"print what is deployed: commit, flows, last sync error", runStatus},
+		"key":      {"generate an access key and its access.yaml entry", runKey},
+		"journal":  {"print the execution history, newest first", runJournal},
 	}
 }
 

@@ -46,43 +46,36 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 
 	files, problems := markdownFiles(paths)
-	flows := 0
-	seen := map[string]string{} // tenant/flow → where it is declared
-	for _, path := range files {
-		src, err := os.ReadFile(path)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
-			continue
-		}
-		f, err := flow.Compile(path, src)
-		switch {
-		case errors.Is(err, flow.ErrNotFlow):
-			continue
-		case err != nil:
-			problems = append(problems, err.Error())
-			continue
-		}
-		flows++
-		id := f.Tenant() + "/" + f.Name()
-		if first, dup := seen[id]; dup {
-			problems = append(problems, fmt.Sprintf("%s:1: flow %s is also declared in %s: one file per (tenant, flow)", path, id, first))
-			continue
-		}
-		seen[id] = path
+	srcs, readProblems := readSources(files)
+	problems = append(problems, readProblems...)
+	flows, errs := flow.CompileSet(srcs)
+	for _, e := range errs {
+		problems = append(problems, e.Error())
 	}
 	if len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintln(stdout, p)
 		}
-		n := 0
-		for _, p := range problems {
-			n += strings.Count(p, "\n") + 1
-		}
-		fmt.Fprintf(stderr, "nexus validate: %d error%s\n", n, plural(n))
+		fmt.Fprintf(stderr, "nexus validate: %d error%s\n", len(problems), plural(len(problems)))
 		return exitError
 	}
-	fmt.Fprintf(stdout, "ok: %d flow%s in %d file%s\n", flows, plural(flows), len(files), plural(len(files)))
+	fmt.Fprintf(stdout, "ok: %d flow%s in %d file%s\n", len(flows), plural(len(flows)), len(files), plural(len(files)))
 	return exitOK
+}
+
+// readSources reads files; a file that cannot be read is a problem.
+func readSources(files []string) ([]flow.Source, []string) {
+	var srcs []flow.Source
+	var problems []string
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
+			continue
+		}
+		srcs = append(srcs, flow.Source{Path: path, Data: data})
+	}
+	return srcs, problems
 }
 
 // markdownFiles expands paths: a file is taken as given, a folder is

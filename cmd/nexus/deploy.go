@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+const deployUsage = `Usage: nexus deploy [--db FILE] PATH...
+
+Compiles flow files and publishes them into the registry, making each the
+latest version of its flow; for installations without git. PATH may be flow
+files, folders of them, or a config-repo folder (one holding access.yaml),
+whose flows/ folder and access.yaml are published together.
+
+Nothing is published if any file has an error: every error is printed as
+FILE:LINE: message and the command exits 1. Otherwise it prints one line per
+flow, "published acme/order-intake v3" or "unchanged acme/order-intake v2".
+Flows not named are left as they are. Running servers pick the change up
+within about a second.
+
+Flags:
+`
+
+func runDeploy(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := dbFlag(fs)
+	paths, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, deployUsage, fs)
+		return exitOK
+	}
+	if err == nil && len(paths) == 0 {
+		err = errors.New("give at least one flow file or folder")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus deploy: %v\n", err)
+		printUsage(stderr, deployUsage, fs)
+		return exitUsage
+	}
+
+	var (
+		flowPaths []string
+		keys      *access.Set
+		problems  []string
+	)
+	for _, p := range paths {
+		if info, err := os.Stat(filepath.Join(p, "access.yaml")); err == nil && !info.IsDir() {
+			// a config repo: its flows/ and its access.yaml
+			if keys != nil {
+				problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", p))
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(p, "access.yaml"))
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", filepath.Join(p, "access.yaml"), pathError(err)))
+				continue
+			}
+			set, err := access.Parse(filepath.Join(p, "access.yaml"), data)
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
+			keys = set
+			flowPaths = append(flowPaths, filepath.Join(p, "flows"))
+			continue
+		}
+		flowPaths = append(flowPaths, p)
+	}
+	files, listProblems := markdownFiles(flowPaths)
+	problems = append(problems, listProblems...)
+	srcs, readProblems := readSources(files)
+	problems = append(problems, readProblems...)
+	flows, errs := flow.CompileSet(srcs)
+	for _, e := range errs {
+		problems = append(problems, e.Error())
+	}
+	if len(problems) == 0 && len(flows) == 0 && keys == nil {
+		problems = append(problems, "no flow files found: nothing to publish")
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stdout, p)
+		}
+		fmt.Fprintf(stderr, "nexus deploy: nothing published: %d error%s\n", len(problems), plural(len(problems)))
+		return exitError
+	}
+
+	ctx := context.Background()
+	reg, err := openRegistry(ctx, *db)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus deploy: %v\n", err)
+		return exitError
+	}
+	defer reg.Close()
+	changes, err := reg.Publish(ctx, registry.Publication{Flows: flows, Access: keys})
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus deploy: nothing published: %v\n", err)
+		return exitError
+	}
+	for _, c := range changes {
+		fmt.Fprintln(stdout, c)
+	}
+	return exitOK
+}
+
+// printUsage writes a command's usage text and its flags.
+func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
+	io.WriteString(w, text)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/nexushq/nexus/registry"
+)
+
+const journalUsage = `Usage: nexus journal [--tenant T] [--flow F] [--limit N] [--db FILE]
+
+Prints the execution history, newest first: time, door, tenant/flow and
+version, outcome and status, duration, attempt, correlation ID, message id,
+and the error when there was one.
+
+Flags:
+`
+
+func runJournal(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("journal", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := dbFlag(fs)
+	tenant := fs.String("tenant", "", "only this `tenant`")
+	flowName := fs.String("flow", "", "only this `flow`")
+	limit := fs.Int("limit", 50, "at most `N` entries")
+	rest, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, journalUsage, fs)
+		return exitOK
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected argument %q", rest[0])
+	}
+	if err == nil && *limit < 1 {
+		err = errors.New("--limit must be at least 1")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
+		printUsage(stderr, journalUsage, fs)
+		return exitUsage
+	}
+	ctx := context.Background()
+	reg, err := openRegistry(ctx, *db)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
+		return exitError
+	}
+	defer reg.Close()
+	entries, err := reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, Limit: *limit})
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", reg.Path(), err)
+		return exitError
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(stdout, "the journal is empty")
+		return exitOK
+	}
+	for _, e := range entries {
+		fmt.Fprintf(stdout, "%s %-7s %s/%s v%d %s %d %dms attempt=%d correlation_id=%s",
+			formatTime(e.At), e.Door, e.Tenant, e.Flow, e.Version, e.Outcome, e.Status, e.Duration.Milliseconds(), e.Attempt, e.CorrelationID)
+		if e.MsgID != 0 {
+			fmt.Fprintf(stdout, " msg_id=%d", e.MsgID)
+		}
+		if e.Error != "" {
+			fmt.Fprintf(stdout, " error=%q", e.Error)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return exitOK
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/naming"
+)
+
+const keyUsage = `Usage: nexus key generate --tenant T --flows a,b [--rate N] [--burst N] [--id ID]
+
+Prints a new random access key once, and the access.yaml entry to commit for
+it. Only the key's SHA-256 goes into access.yaml; the key itself is stored
+nowhere, so keep it now. --flows '*' allows every flow of the tenant.
+
+Flags:
+`
+
+func runKey(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "generate" {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+			io.WriteString(stdout, keyUsage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "nexus key: the subcommand is generate\n%s", keyUsage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("key generate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	tenant := fs.String("tenant", "", "the `tenant` the key belongs to (required)")
+	flows := fs.String("flows", "", "comma-separated `flows` the key may call, or '*' (required)")
+	rate := fs.Float64("rate", 0, "requests per `second` (token bucket); 0 means unlimited")
+	burst := fs.Int("burst", 0, "bucket `size`; 0 means the rate rounded up")
+	id := fs.String("id", "", "the key's `id` in logs and the UI (default TENANT-XXXXXXXX)")
+	rest, err := parseInterleaved(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, keyUsage, fs)
+		return exitOK
+	}
+	if err == nil {
+		err = checkKeyFlags(*tenant, *flows, *rate, *burst, rest)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
+		var ne *naming.Error
+		if errors.As(err, &ne) {
+			return exitError
+		}
+		printUsage(stderr, keyUsage, fs)
+		return exitUsage
+	}
+	key, err := access.Generate()
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
+		return exitError
+	}
+	hash := access.HashKey(key)
+	if *id == "" {
+		*id = fmt.Sprintf("%s-%x", *tenant, hash[:4])
+	}
+	list := strings.Split(*flows, ",")
+	for i := range list {
+		list[i] = strings.TrimSpace(list[i])
+	}
+	entry := access.Entry(*id, *tenant, list, *rate, *burst, hash)
+	if _, err := access.Parse("entry", []byte("keys:\n"+entry)); err != nil {
+		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "key: %s\n\nKeep the key now: it is shown once and stored nowhere.\nAdd this entry under keys: in access.yaml and commit it:\n\n%s", key, entry)
+	return exitOK
+}
+
+func checkKeyFlags(tenant, flows string, rate float64, burst int, rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected argument %q", rest[0])
+	case tenant == "":
+		return errors.New("--tenant is required")
+	case flows == "":
+		return errors.New("--flows is required ('*' for every flow of the tenant)")
+	case rate < 0:
+		return errors.New("--rate must be 0 (unlimited) or more")
+	case burst < 0:
+		return errors.New("--burst must be 0 (the default) or more")
+	case burst > 0 && rate == 0:
+		return errors.New("--burst needs --rate")
+	}
+	if err := naming.Check(tenant, naming.Tenant("*")); err != nil {
+		return err
+	}
+	for _, f := range strings.Split(flows, ",") {
+		if f = strings.TrimSpace(f); f != "*" {
+			if err := naming.Check(f, naming.Flow(tenant)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

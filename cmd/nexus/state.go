@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/nexushq/nexus/registry"
+)
+
+// DefaultDB is the registry every command uses when neither --db nor
+// NEXUS_DB says otherwise.
+const DefaultDB = "~/.nexus/registry.db"
+
+// dbFlag adds --db to fs, defaulting to NEXUS_DB, else DefaultDB.
+func dbFlag(fs *flag.FlagSet) *string {
+	var cfg struct {
+		DB string `env:"NEXUS_DB"`
+	}
+	_ = env.Parse(&cfg) // a plain string cannot fail to parse
+	def := cfg.DB
+	if def == "" {
+		def = DefaultDB
+	}
+	return fs.String("db", def, "the registry `file`; the state directory is its folder (env NEXUS_DB)")
+}
+
+// expandHome turns a leading ~/ into the user's home folder.
+func expandHome(path string) (string, error) {
+	rest, ok := strings.CutPrefix(path, "~/")
+	if !ok {
+		return path, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("cannot find the home folder for %s: %w", path, err)
+	}
+	return filepath.Join(home, rest), nil
+}
+
+// openRegistry opens the registry at path (~ expanded).
+func openRegistry(ctx context.Context, path string) (*registry.Registry, error) {
+	p, err := expandHome(path)
+	if err != nil {
+		return nil, err
+	}
+	return registry.Open(ctx, p, registry.Options{})
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+const statusUsage = `Usage: nexus status [--db FILE]
+
+Prints what is deployed, read from the registry (no server needed), as
+key: value lines: the live commit, the time of the last sync, the number of
+flows, the generation, and the last refused commit with its errors.
+
+Flags:
+`
+
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := dbFlag(fs)
+	rest, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, statusUsage, fs)
+		return exitOK
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected argument %q", rest[0])
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus status: %v\n", err)
+		printUsage(stderr, statusUsage, fs)
+		return exitUsage
+	}
+	ctx := context.Background()
+	reg, err := openRegistry(ctx, *db)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus status: %v\n", err)
+		return exitError
+	}
+	defer reg.Close()
+	st, err := reg.Status(ctx)
+	if err == nil {
+		_, err = reg.Load(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus status: reading %s: %v\n", reg.Path(), err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "registry: %s\n", reg.Path())
+	fmt.Fprintf(stdout, "commit: %s\n", orNone(st.Commit))
+	fmt.Fprintf(stdout, "synced_at: %s\n", formatTime(st.SyncedAt))
+	fmt.Fprintf(stdout, "flows: %d\n", st.Flows)
+	fmt.Fprintf(stdout, "generation: %d\n", st.Generation)
+	if st.LastError == nil {
+		fmt.Fprintln(stdout, "last_error: none")
+	} else {
+		fmt.Fprintf(stdout, "last_error: commit %s refused at %s\n", st.LastError.Commit, formatTime(st.LastError.At))
+		for _, e := range st.LastError.Errors {
+			fmt.Fprintf(stdout, "  %s\n", e)
+		}
+	}
+	for _, lf := range reg.Live().Flows() {
+		state := ""
+		if lf.Corrupt != nil {
+			state = " CORRUPT: " + lf.Corrupt.Error()
+		}
+		fmt.Fprintf(stdout, "flow: %s/%s v%d%s\n", lf.Tenant, lf.Name, lf.Version, state)
+	}
+	return exitOK
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// formatTime prints a time the way every command does: RFC 3339, UTC,
+// whole seconds.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDeployStatusAndRepublish(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "state", "registry.db")
+	writeFiles(t, dir, map[string]string{
+		"repo/access.yaml":           "keys: []\n",
+		"repo/flows/acme/hello.md":   helloFlow,
+		"repo/flows/acme/README.md":  "# not a flow\n",
+		"repo/flows/globex/other.md": strings.Replace(helloFlow, "tenant: acme", "tenant: globex", 1),
+	})
+
+	r := nexus(t, dir, "deploy", "--db", db, "repo")
+	want := "published acme/hello v1\npublished globex/hello v1\n"
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("first deploy: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = nexus(t, dir, "deploy", "--db", db, "repo")
+	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n" {
+		t.Errorf("second deploy: %q", r.stdout)
+	}
+
+	// a change is a new version; the other flow is left alone
+	writeFiles(t, dir, map[string]string{"repo/flows/acme/hello.md": strings.Replace(helloFlow, "hello, ", "hi, ", 1)})
+	r = nexus(t, dir, "deploy", "--db", db, "repo/flows/acme/hello.md")
+	if r.stdout != "published acme/hello v2\n" {
+		t.Errorf("changed flow: %q", r.stdout)
+	}
+
+	// one bad file: nothing is published
+	writeFiles(t, dir, map[string]string{
+		"bad/a.md": strings.Replace(helloFlow, "hello, ", "hey, ", 1),
+		"bad/b.md": strings.Replace(helloFlow, "flow: hello", "flow: Hello", 1),
+	})
+	r = nexus(t, dir, "deploy", "--db", db, "bad")
+	if r.code != 1 || !strings.Contains(r.stdout, `bad/b.md:3: invalid name "Hello"`) || !strings.Contains(r.stderr, "nothing published") {
+		t.Errorf("bad deploy: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	r = nexus(t, dir, "status", "--db", db)
+	wantStatus := []string{
+		"registry: " + db,
+		"commit: none",
+		"synced_at: never",
+		"flows: 2",
+		"generation: 2",
+		"last_error: none",
+		"flow: acme/hello v2",
+		"flow: globex/hello v1",
+	}
+	if diff := cmp.Diff(strings.Join(wantStatus, "\n")+"\n", r.stdout); diff != "" || r.code != 0 {
+		t.Errorf("status (exit %d) (-want +got):\n%s", r.code, diff)
+	}
+}
+
+func TestDeployUsesNexusDB(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "env.db")
+	writeFiles(t, dir, map[string]string{"hello.md": helloFlow})
+	cmd := nexusCmd(dir, "deploy", "hello.md")
+	cmd.Env = append(os.Environ(), "NEXUS_DB="+db)
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "published acme/hello v1\n" {
+		t.Fatalf("deploy with NEXUS_DB: %v %q", err, out)
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Errorf("NEXUS_DB was not used: %v", err)
+	}
+}
+
+func TestKeyGenerate(t *testing.T) {
+	r := nexus(t, "", "key", "generate", "--tenant", "acme", "--flows", "hello,order-intake", "--rate", "5")
+	m := regexp.MustCompile(`^key: (nxk_[0-9a-f]{64})\n\n(?s:.*)\n\n  - id: acme-[0-9a-f]{8}\n    tenant: acme\n    sha256: ([0-9a-f]{64})\n    flows: \[hello, order-intake\]\n    rate: 5\n    burst: 5\n$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	sum := sha256.Sum256([]byte(m[1]))
+	if hex.EncodeToString(sum[:]) != m[2] {
+		t.Errorf("sha256 %s is not the key's hash", m[2])
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"key", "generate", "--flows", "x"}, 2, "--tenant is required"},
+		{[]string{"key", "generate", "--tenant", "acme"}, 2, "--flows is required"},
+		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x"}, 1, `invalid name "a.b" for tenant`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x"}, 1, `invalid name "../x" for flow (tenant "acme")`},
+		{[]string{"key"}, 2, "the subcommand is generate"},
+	} {
+		r := nexus(t, "", tt.args...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.err) || r.stdout != "" {
+			t.Errorf("nexus %v: exit %d, stdout %q, stderr %q", tt.args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestJournalEmpty(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "registry.db")
+	r := nexus(t, "", "journal", "--db", db)
+	if r.code != 0 || r.stdout != "the journal is empty\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := nexus(t, "", "journal", "--db", db, "--limit", "0"); r.code != 2 {
+		t.Errorf("--limit 0: exit %d", r.code)
+	}
+}
