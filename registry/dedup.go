@@ -1,0 +1,93 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// DedupStore is the durable dedup store: it implements engine.DedupStore
+// (structurally: the registry does not import the engine) over the dedup
+// table, so every process sharing the registry sees one record per key.
+type DedupStore struct{ r *Registry }
+
+// Dedup returns the registry's dedup store.
+func (r *Registry) Dedup() *DedupStore { return &DedupStore{r: r} }
+
+// Claim takes key for one execution; see engine.DedupStore.
+func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claimed bool, err error) {
+	now := d.r.now()
+	err = d.r.write(ctx, func(tx *sql.Tx) error {
+		var (
+			isClaim, failed int
+			ans             []byte
+			expires         int64
+		)
+		err := tx.QueryRowContext(ctx, `SELECT claimed, answer, failed, expires FROM dedup WHERE tenant = ? AND flow = ? AND key = ?`,
+			tenant, flow, key).Scan(&isClaim, &ans, &failed, &expires)
+		switch {
+		case errors.Is(err, sql.ErrNoRows),
+			err == nil && expires <= unixMilli(now),
+			err == nil && isClaim == 0 && failed == 1 && rerunFailed:
+			claimed = true
+			_, err = tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, 1, NULL, 0, ?)
+				ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = 1, answer = NULL, failed = 0, expires = excluded.expires`,
+				tenant, flow, key, unixMilli(now.Add(lease)))
+			return err
+		case err != nil:
+			return err
+		case isClaim == 1:
+			return nil
+		}
+		answer = ans
+		if answer == nil {
+			answer = []byte{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return answer, claimed, nil
+}
+
+// Commit records the answer of the execution holding key; see
+// engine.DedupStore.
+func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
+	f := 0
+	if failed {
+		f = 1
+	}
+	if answer == nil {
+		answer = []byte{}
+	}
+	return d.r.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, 0, ?, ?, ?)
+			ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = 0, answer = excluded.answer, failed = excluded.failed, expires = excluded.expires`,
+			tenant, flow, key, answer, f, unixMilli(d.r.now().Add(ttl)))
+		return err
+	})
+}
+
+// Release gives key up without recording an answer; see engine.DedupStore.
+func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string) error {
+	return d.r.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE tenant = ? AND flow = ? AND key = ? AND claimed = 1`, tenant, flow, key)
+		return err
+	})
+}
+
+// PruneDedup deletes expired dedup records and returns how many.
+func (r *Registry) PruneDedup(ctx context.Context) (int64, error) {
+	var n int64
+	err := r.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE expires <= ?`, unixMilli(r.now()))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}

@@ -1,0 +1,257 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Entry is one execution in the journal.
+type Entry struct {
+	At            time.Time
+	Door          string // run, enqueue or cron
+	Tenant, Flow  string
+	Version       int
+	CorrelationID string
+	MsgID         int64 // the queue message id; 0 on /run
+	Attempt       int
+	Outcome       string // succeeded, filtered, fault_handled, failed
+	Status        int
+	Duration      time.Duration
+	Error         string
+}
+
+// JournalConfig tunes a JournalWriter. Zero fields take the defaults.
+type JournalConfig struct {
+	// Buffer is how many entries wait for the writer; when it is full the
+	// oldest waiting entry is dropped (and counted) so that no door blocks.
+	// Default 65536.
+	Buffer int
+	// BatchSize is the most entries written in one transaction. Default 1024.
+	BatchSize int
+	// FlushEvery is the longest an entry waits for its batch. Default 200 ms.
+	FlushEvery time.Duration
+	// Retention is how long entries are kept; 0 keeps them forever.
+	Retention time.Duration
+	// PruneEvery is how often old entries are deleted. Default 1 minute.
+	PruneEvery time.Duration
+	// Logger receives the writer's warnings; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// JournalWriter writes journal entries off the hot path: Append hands an
+// entry to a buffer and returns; a background goroutine writes batches.
+type JournalWriter struct {
+	r       *Registry
+	cfg     JournalConfig
+	buf     chan Entry
+	dropped atomic.Int64
+	written atomic.Int64
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewJournalWriter returns a writer for r's journal. Start it before use.
+func (r *Registry) NewJournalWriter(cfg JournalConfig) *JournalWriter {
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 1 << 16
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1024
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = 200 * time.Millisecond
+	}
+	if cfg.PruneEvery <= 0 {
+		cfg.PruneEvery = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &JournalWriter{r: r, cfg: cfg, buf: make(chan Entry, cfg.Buffer)}
+}
+
+// Append queues e for writing. It never blocks: when the buffer is full the
+// oldest waiting entry is dropped and counted.
+func (w *JournalWriter) Append(e Entry) {
+	for {
+		select {
+		case w.buf <- e:
+			return
+		default:
+		}
+		select {
+		case <-w.buf:
+			if w.dropped.Add(1)&(w.dropped.Load()-1) == 0 { // 1, 2, 4, 8, …
+				w.cfg.Logger.Warn("journal buffer full: dropping the oldest entries", "event", "journal_dropped", "dropped", w.dropped.Load())
+			}
+		default:
+		}
+	}
+}
+
+// Dropped is the number of entries dropped because the buffer was full.
+func (w *JournalWriter) Dropped() int64 { return w.dropped.Load() }
+
+// Written is the number of entries written.
+func (w *JournalWriter) Written() int64 { return w.written.Load() }
+
+// Start begins writing in the background and returns at once.
+func (w *JournalWriter) Start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.done = cancel, make(chan struct{})
+	go w.loop(ctx, w.done)
+}
+
+// Stop writes what is buffered, then stops the writer and waits for it.
+// It is safe to call more than once, and without Start.
+func (w *JournalWriter) Stop() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.cancel = nil
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	flush := time.NewTicker(w.cfg.FlushEvery)
+	defer flush.Stop()
+	prune := time.NewTicker(w.cfg.PruneEvery)
+	defer prune.Stop()
+	batch := make([]Entry, 0, w.cfg.BatchSize)
+	write := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := w.r.writeEntries(context.Background(), batch); err != nil {
+			w.cfg.Logger.Error("journal entries could not be written", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+		} else {
+			w.written.Add(int64(len(batch)))
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case e := <-w.buf:
+			batch = append(batch, e)
+			if len(batch) >= w.cfg.BatchSize {
+				write()
+			}
+		case <-flush.C:
+			write()
+		case <-prune.C:
+			if w.cfg.Retention > 0 {
+				if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
+					w.cfg.Logger.Error("old journal entries could not be deleted", "event", "journal_prune_failed", "error", err.Error())
+				}
+			}
+		case <-ctx.Done():
+			for {
+				select {
+				case e := <-w.buf:
+					batch = append(batch, e)
+					if len(batch) >= w.cfg.BatchSize {
+						write()
+					}
+					continue
+				default:
+				}
+				break
+			}
+			write()
+			return
+		}
+	}
+}
+
+func (r *Registry) writeEntries(ctx context.Context, entries []Entry) error {
+	return r.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO journal (at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, e := range entries {
+			if _, err := stmt.ExecContext(ctx, e.At.UnixMicro(), e.Door, e.Tenant, e.Flow, e.Version, e.CorrelationID,
+				e.MsgID, e.Attempt, e.Outcome, e.Status, e.Duration.Microseconds(), e.Error); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// JournalQuery selects journal entries; empty fields match everything.
+type JournalQuery struct {
+	Tenant, Flow string
+	Limit        int // 0 means 50
+}
+
+// Journal returns entries newest first.
+func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error) {
+	var where []string
+	var args []any
+	if q.Tenant != "" {
+		where, args = append(where, "tenant = ?"), append(args, q.Tenant)
+	}
+	if q.Flow != "" {
+		where, args = append(where, "flow = ?"), append(args, q.Flow)
+	}
+	query := `SELECT at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error FROM journal`
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	query += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := r.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		var e Entry
+		var at, dur int64
+		if err := rows.Scan(&at, &e.Door, &e.Tenant, &e.Flow, &e.Version, &e.CorrelationID, &e.MsgID, &e.Attempt, &e.Outcome, &e.Status, &dur, &e.Error); err != nil {
+			return nil, err
+		}
+		e.At, e.Duration = time.UnixMicro(at).UTC(), time.Duration(dur)*time.Microsecond
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// PruneJournal deletes entries older than before and returns how many.
+func (r *Registry) PruneJournal(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := r.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM journal WHERE at < ?`, before.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}

@@ -1,0 +1,248 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+)
+
+// LiveSet is one immutable snapshot of what is deployed: the latest version
+// of every flow, compiled, and the access keys. A request takes one
+// snapshot and finishes on it, whatever is published meanwhile.
+type LiveSet struct {
+	generation int64
+	flows      map[flowKey]*LiveFlow
+	list       []*LiveFlow
+	access     *access.Set
+}
+
+type flowKey struct{ tenant, flow string }
+
+// LiveFlow is the latest version of one flow.
+type LiveFlow struct {
+	Tenant, Name string
+	Version      int
+	SHA256       string // hex SHA-256 of the artifact, as published
+	SourcePath   string
+	Commit       string
+	PublishedAt  time.Time
+	// Flow is the compiled flow; nil when Corrupt is set.
+	Flow *flow.Flow
+	// Corrupt is set when the stored artifact failed its integrity check
+	// (its bytes do not match their SHA-256) or does not compile.
+	Corrupt error
+}
+
+// Generation is the registry generation the set was built from.
+func (l *LiveSet) Generation() int64 { return l.generation }
+
+// Lookup returns the latest version of tenant/flow.
+func (l *LiveSet) Lookup(tenant, flow string) (*LiveFlow, bool) {
+	f, ok := l.flows[flowKey{tenant, flow}]
+	return f, ok
+}
+
+// Flows lists the set's flows sorted by tenant and name. The caller must
+// not modify the slice.
+func (l *LiveSet) Flows() []*LiveFlow { return l.list }
+
+// Access is the access keys of the set (an empty set when none were
+// published).
+func (l *LiveSet) Access() *access.Set { return l.access }
+
+// Live returns the current live set (nil before Load).
+func (r *Registry) Live() *LiveSet { return r.live.Load() }
+
+// Load builds the live set from the database in one read transaction and
+// swaps it in with one pointer store. Flows whose artifact did not change
+// are taken compiled from the current set. It returns the new set.
+func (r *Registry) Load(ctx context.Context) (*LiveSet, error) {
+	next, err := r.build(ctx, r.live.Load())
+	if err != nil {
+		return nil, err
+	}
+	r.live.Store(next)
+	return next, nil
+}
+
+// Refresh loads a new live set when the generation counter has moved since
+// the current one was built, and reports whether it did.
+func (r *Registry) Refresh(ctx context.Context) (bool, error) {
+	g, err := r.Generation(ctx)
+	if err != nil {
+		return false, err
+	}
+	if cur := r.live.Load(); cur != nil && cur.generation == g {
+		return false, nil
+	}
+	_, err = r.Load(ctx)
+	return err == nil, err
+}
+
+func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	defer rollback(tx)
+	set := &LiveSet{flows: map[flowKey]*LiveFlow{}}
+	if err := tx.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&set.generation); err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	src, err := getState(ctx, tx, "access")
+	if err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	if set.access, err = access.Parse("access.yaml", src); err != nil {
+		if len(src) > 0 {
+			return nil, fmt.Errorf("the stored access keys do not parse: %w", err)
+		}
+		set.access, _ = access.Parse("access.yaml", []byte("keys: []\n"))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT v.tenant, v.flow, v.version, v.artifact, v.sha256, v.source_path, v.commit_id, v.published_at
+		FROM latest l JOIN flow_versions v ON v.tenant = l.tenant AND v.flow = l.flow AND v.version = l.version
+		ORDER BY v.tenant, v.flow`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		lf := &LiveFlow{}
+		var art []byte
+		var at int64
+		if err := rows.Scan(&lf.Tenant, &lf.Name, &lf.Version, &art, &lf.SHA256, &lf.SourcePath, &lf.Commit, &at); err != nil {
+			return nil, fmt.Errorf("reading the registry: %w", err)
+		}
+		lf.PublishedAt = time.UnixMilli(at).UTC()
+		if old, ok := prev.lookupSame(lf); ok {
+			lf.Flow, lf.Corrupt = old.Flow, old.Corrupt
+		} else {
+			lf.Flow, lf.Corrupt = loadArtifact(lf, art)
+		}
+		set.flows[flowKey{lf.Tenant, lf.Name}] = lf
+		set.list = append(set.list, lf)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	sort.Slice(set.list, func(i, j int) bool {
+		if set.list[i].Tenant != set.list[j].Tenant {
+			return set.list[i].Tenant < set.list[j].Tenant
+		}
+		return set.list[i].Name < set.list[j].Name
+	})
+	return set, nil
+}
+
+// lookupSame returns prev's entry for the same version and artifact.
+func (l *LiveSet) lookupSame(lf *LiveFlow) (*LiveFlow, bool) {
+	if l == nil {
+		return nil, false
+	}
+	old, ok := l.flows[flowKey{lf.Tenant, lf.Name}]
+	return old, ok && old.Version == lf.Version && old.SHA256 == lf.SHA256
+}
+
+// ErrCorrupt is wrapped by a LiveFlow's Corrupt error.
+var ErrCorrupt = fmt.Errorf("failed its integrity check")
+
+func loadArtifact(lf *LiveFlow, art []byte) (*flow.Flow, error) {
+	sum := sha256.Sum256(art)
+	if hex.EncodeToString(sum[:]) != lf.SHA256 {
+		return nil, fmt.Errorf("artifact %s/%s v%d %w", lf.Tenant, lf.Name, lf.Version, ErrCorrupt)
+	}
+	f, err := flow.LoadArtifact(lf.SourcePath, art)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s/%s v%d %w: %v", lf.Tenant, lf.Name, lf.Version, ErrCorrupt, err)
+	}
+	if f.Tenant() != lf.Tenant || f.Name() != lf.Name {
+		return nil, fmt.Errorf("artifact %s/%s v%d %w: it holds %s/%s", lf.Tenant, lf.Name, lf.Version, ErrCorrupt, f.Tenant(), f.Name())
+	}
+	return f, nil
+}
+
+// Watcher follows publications made by any process sharing the registry:
+// it checks the generation counter every Interval and loads a new live set
+// when it moved.
+type Watcher struct {
+	Registry *Registry
+	Interval time.Duration // 0 means one second
+	Logger   *slog.Logger  // nil means slog.Default()
+	// OnSwap, when set, is called after each new live set is in place.
+	OnSwap func(*LiveSet)
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start begins watching in the background and returns at once. Calling it
+// on a started Watcher does nothing.
+func (w *Watcher) Start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.done = cancel, make(chan struct{})
+	interval := w.Interval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	log := w.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	go func(done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		failing := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			swapped, err := w.Registry.Refresh(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				if !failing {
+					log.Error("the live set could not be refreshed; serving the last one", "event", "live_set_refresh_failed", "error", err.Error())
+				}
+				failing = true
+			case swapped:
+				failing = false
+				if w.OnSwap != nil {
+					w.OnSwap(w.Registry.Live())
+				}
+			default:
+				failing = false
+			}
+		}
+	}(w.done)
+}
+
+// Stop ends the watching and waits for it. It is safe to call more than
+// once, and without Start.
+func (w *Watcher) Stop() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.cancel = nil
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}

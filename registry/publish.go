@@ -1,0 +1,289 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+)
+
+// Publication is one change of the deployed set, applied in one
+// transaction: all of it or none of it.
+type Publication struct {
+	// Flows are compiled flows to make latest; each one's Path is recorded
+	// as its source path.
+	Flows []*flow.Flow
+	// Complete says Flows are the whole deployed set: a latest flow not among
+	// them is withdrawn (a git commit). nexus deploy leaves other flows alone.
+	Complete bool
+	// Access replaces the access keys; nil leaves them as they are.
+	Access *access.Set
+	// Commit is the config repo commit published ("" for nexus deploy). A
+	// publication with a commit records a successful sync and clears the
+	// last failed one.
+	Commit string
+}
+
+// Action is what a publication did to one flow.
+type Action string
+
+// The actions of a publication.
+const (
+	Published Action = "published"
+	Unchanged Action = "unchanged"
+	Withdrawn Action = "withdrawn"
+)
+
+// Change is what a publication did to one flow.
+type Change struct {
+	Tenant, Flow string
+	Version      int
+	Action       Action
+}
+
+func (c Change) String() string {
+	return fmt.Sprintf("%s %s/%s v%d", c.Action, c.Tenant, c.Flow, c.Version)
+}
+
+// Publish applies p in one transaction. Each flow whose artifact differs
+// from its latest version becomes a new version (versions count from 1 and
+// are never reused); an identical one is unchanged. The generation counter
+// moves by one when anything changed, and not otherwise. Changes are
+// returned sorted by tenant and flow.
+func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error) {
+	seen := map[[2]string]string{}
+	for _, f := range p.Flows {
+		k := [2]string{f.Tenant(), f.Name()}
+		if first, dup := seen[k]; dup {
+			return nil, fmt.Errorf("flow %s/%s is declared in both %s and %s", f.Tenant(), f.Name(), first, f.Path())
+		}
+		seen[k] = f.Path()
+	}
+	var changes []Change
+	now := r.now()
+	err := r.write(ctx, func(tx *sql.Tx) error {
+		changes = changes[:0]
+		changed := false
+		for _, f := range p.Flows {
+			c, err := publishFlow(ctx, tx, f, p.Commit, now)
+			if err != nil {
+				return fmt.Errorf("publishing %s/%s: %w", f.Tenant(), f.Name(), err)
+			}
+			changed = changed || c.Action == Published
+			changes = append(changes, c)
+		}
+		if p.Complete {
+			withdrawn, err := withdrawOthers(ctx, tx, seen)
+			if err != nil {
+				return err
+			}
+			changed = changed || len(withdrawn) > 0
+			changes = append(changes, withdrawn...)
+		}
+		if p.Access != nil {
+			old, err := getState(ctx, tx, "access")
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(old, p.Access.Source()) {
+				if err := setState(ctx, tx, "access", p.Access.Source()); err != nil {
+					return err
+				}
+				changed = true
+			}
+		}
+		if p.Commit != "" {
+			for k, v := range map[string][]byte{"commit": []byte(p.Commit), "synced_at": []byte(now.UTC().Format(time.RFC3339Nano))} {
+				if err := setState(ctx, tx, k, v); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM state WHERE key IN ('failed_commit', 'failed_errors', 'failed_at')`); err != nil {
+				return err
+			}
+		}
+		if changed {
+			if _, err := tx.ExecContext(ctx, `UPDATE state SET value = value + 1 WHERE key = 'generation'`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(changes, func(i, j int) bool {
+		if changes[i].Tenant != changes[j].Tenant {
+			return changes[i].Tenant < changes[j].Tenant
+		}
+		return changes[i].Flow < changes[j].Flow
+	})
+	return changes, nil
+}
+
+func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, now time.Time) (Change, error) {
+	art := f.Artifact()
+	sum := flow.Sum(art)
+	hexSum := hex.EncodeToString(sum[:])
+	c := Change{Tenant: f.Tenant(), Flow: f.Name()}
+	var latestVersion int
+	var latestSum string
+	err := tx.QueryRowContext(ctx, `SELECT l.version, v.sha256 FROM latest l
+		JOIN flow_versions v ON v.tenant = l.tenant AND v.flow = l.flow AND v.version = l.version
+		WHERE l.tenant = ? AND l.flow = ?`, c.Tenant, c.Flow).Scan(&latestVersion, &latestSum)
+	switch {
+	case err == nil && latestSum == hexSum:
+		c.Version, c.Action = latestVersion, Unchanged
+		return c, nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return c, err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) + 1 FROM flow_versions WHERE tenant = ? AND flow = ?`,
+		c.Tenant, c.Flow).Scan(&c.Version); err != nil {
+		return c, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO flow_versions (tenant, flow, version, artifact, sha256, source_path, commit_id, published_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.Tenant, c.Flow, c.Version, art, hexSum, f.Path(), commit, unixMilli(now)); err != nil {
+		return c, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO latest (tenant, flow, version) VALUES (?, ?, ?)
+		ON CONFLICT (tenant, flow) DO UPDATE SET version = excluded.version`, c.Tenant, c.Flow, c.Version); err != nil {
+		return c, err
+	}
+	c.Action = Published
+	return c, nil
+}
+
+func withdrawOthers(ctx context.Context, tx *sql.Tx, keep map[[2]string]string) ([]Change, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, flow, version FROM latest`)
+	if err != nil {
+		return nil, err
+	}
+	var out []Change
+	for rows.Next() {
+		var c Change
+		if err := rows.Scan(&c.Tenant, &c.Flow, &c.Version); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if _, ok := keep[[2]string{c.Tenant, c.Flow}]; !ok {
+			c.Action = Withdrawn
+			out = append(out, c)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, c := range out {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM latest WHERE tenant = ? AND flow = ?`, c.Tenant, c.Flow); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getState(ctx context.Context, q querier, key string) ([]byte, error) {
+	var v []byte
+	err := q.QueryRowContext(ctx, `SELECT value FROM state WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return v, err
+}
+
+func setState(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO state (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
+// RecordSyncFailure records a config repo commit that was refused, with
+// every error (FILE:LINE: message). The deployed set does not change.
+func (r *Registry) RecordSyncFailure(ctx context.Context, commit string, errs []string) error {
+	b, err := json.Marshal(errs)
+	if err != nil {
+		return err
+	}
+	return r.write(ctx, func(tx *sql.Tx) error {
+		for k, v := range map[string][]byte{
+			"failed_commit": []byte(commit),
+			"failed_errors": b,
+			"failed_at":     []byte(r.now().UTC().Format(time.RFC3339Nano)),
+		} {
+			if err := setState(ctx, tx, k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SyncError is a refused commit and its errors.
+type SyncError struct {
+	Commit string
+	Errors []string
+	At     time.Time
+}
+
+// Status is what is deployed, as nexus status and GET /status show it.
+type Status struct {
+	Commit     string    // the live commit ("" when nothing came from git)
+	SyncedAt   time.Time // time of the last successful sync (zero if none)
+	Flows      int       // number of latest flows
+	Generation int64
+	LastError  *SyncError // the last refused commit, nil after a good one
+}
+
+// Status reads the deployed state from the database.
+func (r *Registry) Status(ctx context.Context) (Status, error) {
+	var st Status
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return st, err
+	}
+	defer rollback(tx)
+	state := map[string][]byte{}
+	rows, err := tx.QueryContext(ctx, `SELECT key, value FROM state`)
+	if err != nil {
+		return st, err
+	}
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return st, err
+		}
+		state[k] = v
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM latest`).Scan(&st.Flows); err != nil {
+		return st, err
+	}
+	st.Commit = string(state["commit"])
+	st.SyncedAt, _ = time.Parse(time.RFC3339Nano, string(state["synced_at"]))
+	fmt.Sscan(string(state["generation"]), &st.Generation)
+	if c, ok := state["failed_commit"]; ok {
+		se := &SyncError{Commit: string(c)}
+		_ = json.Unmarshal(state["failed_errors"], &se.Errors)
+		se.At, _ = time.Parse(time.RFC3339Nano, string(state["failed_at"]))
+		st.LastError = se
+	}
+	return st, nil
+}

@@ -1,0 +1,179 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver: the binary needs no cgo
+)
+
+// Registry is an open registry.db. Several processes and the CLI may open
+// the same file at once: SQLite's WAL mode and busy timeouts serialise their
+// writes, and every write is one transaction.
+type Registry struct {
+	db   *sql.DB
+	path string
+	now  func() time.Time
+	live atomic.Pointer[LiveSet]
+}
+
+// Options tune Open. Zero fields take the defaults.
+type Options struct {
+	// Now is the registry's clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// BusyTimeout is how long a statement waits for another process's write
+// transaction before it fails.
+const BusyTimeout = 10 * time.Second
+
+// Open opens (creating it and its folder if needed) the registry at path and
+// runs the schema migrations it has not seen yet.
+func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("registry %s: %w", path, err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.Itoa(int(BusyTimeout.Milliseconds()))+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("registry %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	r := &Registry{db: db, path: path, now: opts.Now}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if err := r.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("registry %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Path is the registry file's path.
+func (r *Registry) Path() string { return r.path }
+
+// Close closes the database.
+func (r *Registry) Close() error { return r.db.Close() }
+
+// migrations are the schema, one step per version; a step never changes
+// once released: later changes are new steps.
+var migrations = []string{
+	// 1: flows, latest pointers, state, dedup, journal
+	`CREATE TABLE flow_versions (
+		tenant       TEXT    NOT NULL,
+		flow         TEXT    NOT NULL,
+		version      INTEGER NOT NULL,
+		artifact     BLOB    NOT NULL,
+		sha256       TEXT    NOT NULL,
+		source_path  TEXT    NOT NULL,
+		commit_id    TEXT    NOT NULL,
+		published_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, flow, version)
+	);
+	CREATE TABLE latest (
+		tenant  TEXT    NOT NULL,
+		flow    TEXT    NOT NULL,
+		version INTEGER NOT NULL,
+		PRIMARY KEY (tenant, flow),
+		FOREIGN KEY (tenant, flow, version) REFERENCES flow_versions (tenant, flow, version)
+	);
+	CREATE TABLE state (
+		key   TEXT PRIMARY KEY,
+		value BLOB NOT NULL
+	);
+	INSERT INTO state (key, value) VALUES ('generation', 0);
+	CREATE TABLE dedup (
+		tenant  TEXT    NOT NULL,
+		flow    TEXT    NOT NULL,
+		key     TEXT    NOT NULL,
+		claimed INTEGER NOT NULL,
+		answer  BLOB,
+		failed  INTEGER NOT NULL DEFAULT 0,
+		expires INTEGER NOT NULL,
+		PRIMARY KEY (tenant, flow, key)
+	);
+	CREATE INDEX dedup_expires ON dedup (expires);
+	CREATE TABLE journal (
+		id             INTEGER PRIMARY KEY,
+		at             INTEGER NOT NULL,
+		door           TEXT    NOT NULL,
+		tenant         TEXT    NOT NULL,
+		flow           TEXT    NOT NULL,
+		version        INTEGER NOT NULL,
+		correlation_id TEXT    NOT NULL,
+		msg_id         INTEGER NOT NULL,
+		attempt        INTEGER NOT NULL,
+		outcome        TEXT    NOT NULL,
+		status         INTEGER NOT NULL,
+		duration_us    INTEGER NOT NULL,
+		error          TEXT    NOT NULL
+	);
+	CREATE INDEX journal_at ON journal (at);
+	CREATE INDEX journal_flow ON journal (tenant, flow, id);`,
+}
+
+func (r *Registry) migrate(ctx context.Context) error {
+	return r.write(ctx, func(tx *sql.Tx) error {
+		var v int
+		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+			return err
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("schema version %d is newer than this nexus knows (%d): upgrade nexus", v, len(migrations))
+		}
+		for i := v; i < len(migrations); i++ {
+			if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
+		}
+		if v < len(migrations) {
+			_, err := tx.ExecContext(ctx, `PRAGMA user_version = `+strconv.Itoa(len(migrations)))
+			return err
+		}
+		return nil
+	})
+}
+
+// write runs fn in one write transaction (BEGIN IMMEDIATE, so a busy
+// database waits up to BusyTimeout instead of failing at commit).
+func (r *Registry) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, rollback(tx))
+	}
+	return tx.Commit()
+}
+
+func rollback(tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
+}
+
+// Generation returns the generation counter: it moves by one with every
+// publication that changes anything.
+func (r *Registry) Generation(ctx context.Context) (int64, error) {
+	var g int64
+	err := r.db.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&g)
+	return g, err
+}
+
+func unixMilli(t time.Time) int64 { return t.UnixMilli() }
