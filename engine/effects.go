@@ -9,14 +9,19 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nexushq/nexus/flow"
 )
 
 type connectTimeoutKey struct{}
+
+// errReadTimeout is the cause of a call cancelled by read_timeout_ms.
+var errReadTimeout = errors.New("read timeout")
 
 // NewTransport returns the transport http_egress steps use by default: it
 // keeps connections to the few hosts flows call, and dials with the connect
@@ -62,8 +67,24 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			body = bytes.NewReader(flow.AppendJSON(nil, doc))
 		}
 	}
-	callCtx, cancel := context.WithTimeout(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout), h.ConnectTimeout+h.ReadTimeout)
-	defer cancel()
+	// connect_timeout_ms bounds the dial; read_timeout_ms runs from the
+	// moment a connection is had to the end of the answer's body.
+	callCtx, cancel := context.WithCancelCause(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout))
+	defer cancel(nil)
+	var readTimer atomic.Pointer[time.Timer]
+	defer func() {
+		if t := readTimer.Load(); t != nil {
+			t.Stop()
+		}
+	}()
+	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			t := time.AfterFunc(h.ReadTimeout, func() { cancel(errReadTimeout) })
+			if old := readTimer.Swap(t); old != nil {
+				old.Stop() // a retried request on another connection
+			}
+		},
+	})
 	req, err := http.NewRequestWithContext(callCtx, h.Method, url, body)
 	if err != nil {
 		return nil, fail("%v", err)
@@ -86,8 +107,8 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if errDeadline(ctx, err) {
 			return nil, x.deadline(s.Name())
 		}
-		if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
-			return nil, fail("no answer from %s within %d ms", req.URL.Host, (h.ConnectTimeout + h.ReadTimeout).Milliseconds())
+		if errors.Is(context.Cause(callCtx), errReadTimeout) {
+			return nil, fail("no answer from %s within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
 		}
 		return nil, fail("%v", err)
 	}
@@ -96,6 +117,9 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	if err != nil {
 		if errDeadline(ctx, err) {
 			return nil, x.deadline(s.Name())
+		}
+		if errors.Is(context.Cause(callCtx), errReadTimeout) {
+			return nil, fail("the answer from %s did not arrive within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
 		}
 		return nil, fail("reading the answer: %v", err)
 	}

@@ -220,7 +220,12 @@ type stepError struct {
 	filtered bool
 }
 
-func (e *Engine) execute(ctx context.Context, req Request) Result {
+func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = e.errorResult(req, &Error{Kind: KindInternal, Msg: "internal error", Detail: panicDetail(p)}, nil)
+		}
+	}()
 	x := &execution{e: e, req: req, header: http.Header{}}
 	f := req.Flow
 	x.vars = newVars(req)
@@ -250,7 +255,11 @@ func (e *Engine) execute(ctx context.Context, req Request) Result {
 		// a condition fence in the fault sequence ends it as handled
 		return x.answer(doc, FaultHandled, failure)
 	case stop.err.Kind == KindDeadline || stop.err.Kind == KindInternal:
-		return e.errorResult(req, stop.err, nil)
+		// the answer of the ceiling (or the platform's failure), but the
+		// delivery's error stays the main sequence's
+		res := e.errorResult(req, stop.err, nil)
+		res.Err, res.HandlerErr = failure, stop.err
+		return res
 	}
 	return e.errorResult(req, &Error{Kind: KindHandlerFailed, Msg: "fault handler failed"}, &handlerFailure{main: failure, handler: stop.err})
 }
