@@ -1,0 +1,517 @@
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/gofrs/flock"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+// Limits that refuse a commit whole.
+const (
+	DefaultMaxFileBytes = 1 << 20 // a file under the flows folder, and access.yaml
+	DefaultMaxFiles     = 10000   // entries under the flows folder
+	maxDepth            = 64      // nested folders under the flows folder
+)
+
+// Config configures a Syncer. Repo, Dir and Registry are required.
+type Config struct {
+	// Repo is the config repo: an https://, ssh:// (or user@host:path),
+	// file:// URL, or a local path. Credentials in an https URL's user
+	// information are sent as basic auth.
+	Repo string
+	// Branch is the branch to follow; default "main".
+	Branch string
+	// FlowsDir is the folder of the repo holding the flows; default "flows".
+	FlowsDir string
+	// Dir is where the bare clone lives ({state}/repo).
+	Dir string
+	// Poll is the time between fetches; default 10 s.
+	Poll time.Duration
+	// MaxBackoff caps the wait between fetches of an unreachable repo;
+	// default 5 minutes.
+	MaxBackoff time.Duration
+	// SSHKeyFile is a private key for ssh:// repos; without it the ssh agent
+	// (SSH_AUTH_SOCK) is used.
+	SSHKeyFile string
+	// Registry receives the publications and the refused commits.
+	Registry *registry.Registry
+	// Logger receives sync_applied, sync_failed and sync_unreachable events.
+	Logger *slog.Logger
+	// MaxFileBytes and MaxFiles are the operational limits; 0 means the
+	// defaults.
+	MaxFileBytes int64
+	MaxFiles     int
+}
+
+// Syncer keeps the bare clone and publishes every good commit of the branch.
+type Syncer struct {
+	cfg     Config
+	lock    *flock.Flock
+	trigger chan struct{}
+
+	mu     sync.Mutex // one Sync at a time in this process
+	life   sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks cfg and returns a Syncer. It does not touch the network.
+func New(cfg Config) (*Syncer, error) {
+	if cfg.Repo == "" || cfg.Dir == "" || cfg.Registry == nil {
+		return nil, errors.New("gitsync: Repo, Dir and Registry are required")
+	}
+	if cfg.Branch == "" {
+		cfg.Branch = "main"
+	}
+	if cfg.FlowsDir == "" {
+		cfg.FlowsDir = "flows"
+	}
+	cfg.FlowsDir = strings.Trim(path.Clean("/"+filepath.ToSlash(cfg.FlowsDir)), "/")
+	if cfg.FlowsDir == "" {
+		return nil, errors.New("gitsync: the flows folder cannot be the repo's root")
+	}
+	if !plumbing.NewBranchReferenceName(cfg.Branch).IsBranch() || strings.Contains(cfg.Branch, "..") {
+		return nil, fmt.Errorf("gitsync: %q is not a branch name", cfg.Branch)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 10 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = DefaultMaxFiles
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o755); err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	return &Syncer{
+		cfg:     cfg,
+		lock:    flock.New(cfg.Dir + ".lock"),
+		trigger: make(chan struct{}, 1),
+	}, nil
+}
+
+// Result is what one Sync did.
+type Result struct {
+	// Commit is the branch's head after the fetch ("" when skipped).
+	Commit string
+	// Skipped says why nothing was compiled: "up to date", "already
+	// refused", or "another process is syncing".
+	Skipped string
+	// Changes are the publication's changes, when the commit was applied.
+	Changes []registry.Change
+	// Errors are the refused commit's errors (FILE:LINE: message).
+	Errors []string
+}
+
+// Applied reports whether the commit was published.
+func (r Result) Applied() bool { return r.Skipped == "" && len(r.Errors) == 0 && r.Commit != "" }
+
+// Sync runs one round: take the sync lock, fetch the branch, and when its
+// head is new, compile it and publish it (or record why it was refused).
+// The error is for a round that could not run (the repo unreachable, the
+// registry unwritable); a refused commit is a Result with Errors.
+func (s *Syncer) Sync(ctx context.Context) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	locked, err := s.lock.TryLock()
+	if err != nil {
+		return Result{}, fmt.Errorf("taking the sync lock %s: %w", s.lock.Path(), err)
+	}
+	if !locked {
+		return Result{Skipped: "another process is syncing"}, nil
+	}
+	defer s.lock.Unlock()
+
+	repo, err := s.open()
+	if err != nil {
+		return Result{}, err
+	}
+	commit, err := s.fetch(ctx, repo)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Commit: commit.Hash.String()}
+	st, err := s.cfg.Registry.Status(ctx)
+	if err != nil {
+		return res, fmt.Errorf("reading the sync state: %w", err)
+	}
+	switch {
+	case st.Commit == res.Commit:
+		res.Skipped = "up to date"
+		return res, nil
+	case st.LastError != nil && st.LastError.Commit == res.Commit:
+		res.Skipped = "already refused"
+		return res, nil
+	}
+
+	flows, keys, problems := s.compile(repo, commit)
+	if len(problems) > 0 {
+		res.Errors = problems
+		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems); err != nil {
+			return res, fmt.Errorf("recording the refused commit %s: %w", short(res.Commit), err)
+		}
+		s.cfg.Logger.Error("commit refused: the last good commit keeps serving",
+			"event", "sync_failed", "commit", res.Commit, "errors", len(problems), "first_error", problems[0])
+		return res, nil
+	}
+	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{Flows: flows, Complete: true, Access: keys, Commit: res.Commit})
+	if err != nil {
+		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
+	}
+	if _, err := s.cfg.Registry.Load(ctx); err != nil {
+		return res, fmt.Errorf("loading the live set of commit %s: %w", short(res.Commit), err)
+	}
+	counts := map[registry.Action]int{}
+	for _, c := range res.Changes {
+		counts[c.Action]++
+	}
+	s.cfg.Logger.Info("commit applied", "event", "sync_applied", "commit", res.Commit, "flows", len(flows),
+		"published", counts[registry.Published], "unchanged", counts[registry.Unchanged], "withdrawn", counts[registry.Withdrawn])
+	return res, nil
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+// open opens the bare clone, creating it on first use, with its origin
+// pointing at the configured repo.
+func (s *Syncer) open() (*git.Repository, error) {
+	repo, err := git.PlainOpen(s.cfg.Dir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainInit(s.cfg.Dir, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the clone %s: %w", s.cfg.Dir, err)
+	}
+	remoteURL := s.remoteURL()
+	remote, err := repo.Remote("origin")
+	switch {
+	case errors.Is(err, git.ErrRemoteNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("reading the clone's origin: %w", err)
+	case len(remote.Config().URLs) == 1 && remote.Config().URLs[0] == remoteURL:
+		return repo, nil
+	default:
+		if err := repo.DeleteRemote("origin"); err != nil {
+			return nil, fmt.Errorf("updating the clone's origin: %w", err)
+		}
+	}
+	_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{remoteURL}})
+	if err != nil {
+		return nil, fmt.Errorf("setting the clone's origin: %w", err)
+	}
+	return repo, nil
+}
+
+// remoteURL is the repo URL without credentials (they go in auth).
+func (s *Syncer) remoteURL() string {
+	u, err := url.Parse(s.cfg.Repo)
+	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+		if err == nil && u.Scheme == "" || err != nil {
+			if abs, aerr := filepath.Abs(s.cfg.Repo); aerr == nil && !strings.Contains(s.cfg.Repo, ":") {
+				return abs // a local path
+			}
+		}
+		return s.cfg.Repo
+	}
+	u.User = nil
+	return u.String()
+}
+
+func (s *Syncer) auth() (transport.AuthMethod, error) {
+	ep, err := transport.NewEndpoint(s.cfg.Repo)
+	if err != nil {
+		return nil, fmt.Errorf("repo %q: %w", s.cfg.Repo, err)
+	}
+	switch ep.Protocol {
+	case "http", "https":
+		if ep.User != "" || ep.Password != "" {
+			return &githttp.BasicAuth{Username: ep.User, Password: ep.Password}, nil
+		}
+	case "ssh":
+		user := ep.User
+		if user == "" {
+			user = "git"
+		}
+		if s.cfg.SSHKeyFile != "" {
+			a, err := gitssh.NewPublicKeysFromFile(user, s.cfg.SSHKeyFile, "")
+			if err != nil {
+				return nil, fmt.Errorf("ssh key %s: %w", s.cfg.SSHKeyFile, err)
+			}
+			return a, nil
+		}
+		a, err := gitssh.NewSSHAgentAuth(user)
+		if err != nil {
+			return nil, fmt.Errorf("ssh: no key given and no agent: %w", err)
+		}
+		return a, nil
+	}
+	return nil, nil
+}
+
+// fetch brings the branch up to date (full depth) and returns its head.
+func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commit, error) {
+	auth, err := s.auth()
+	if err != nil {
+		return nil, err
+	}
+	remoteRef := plumbing.NewRemoteReferenceName("origin", s.cfg.Branch)
+	spec := config.RefSpec("+" + plumbing.NewBranchReferenceName(s.cfg.Branch).String() + ":" + remoteRef.String())
+	err = repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   []config.RefSpec{spec},
+		Auth:       auth,
+		Tags:       git.NoTags,
+		Force:      true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil, fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)
+	}
+	ref, err := repo.Reference(remoteRef, true)
+	if err != nil {
+		return nil, fmt.Errorf("branch %s of %s: %w", s.cfg.Branch, s.remoteURL(), err)
+	}
+	commit, err := repo.CommitObject(ref.Hash())
+	if err != nil {
+		return nil, fmt.Errorf("reading commit %s: %w", ref.Hash(), err)
+	}
+	return commit, nil
+}
+
+// compile reads the flows folder and access.yaml of a commit from git
+// objects and compiles them; problems refuse the commit.
+func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) ([]*flow.Flow, *access.Set, []string) {
+	root, err := commit.Tree()
+	if err != nil {
+		return nil, nil, []string{fmt.Sprintf("reading the tree of %s: %v", commit.Hash, err)}
+	}
+	w := &walker{s: s, repo: repo}
+	accessData := w.file(root, "access.yaml", true)
+	dir, err := root.Tree(s.cfg.FlowsDir)
+	if err != nil {
+		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir)", s.cfg.FlowsDir)
+	} else {
+		w.walk(dir, s.cfg.FlowsDir, 1)
+	}
+	if len(w.problems) > 0 {
+		return nil, nil, w.problems
+	}
+	var problems []string
+	keys, err := access.Parse("access.yaml", accessData)
+	if err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	}
+	flows, errs := flow.CompileSet(w.sources)
+	for _, e := range errs {
+		problems = append(problems, e.Error())
+	}
+	return flows, keys, problems
+}
+
+type walker struct {
+	s        *Syncer
+	repo     *git.Repository
+	files    int
+	sources  []flow.Source
+	problems []string
+}
+
+func (w *walker) problem(format string, args ...any) {
+	w.problems = append(w.problems, fmt.Sprintf(format, args...))
+}
+
+// file reads a regular file of a tree (entry name), within the size limit.
+func (w *walker) file(t *object.Tree, name string, required bool) []byte {
+	e, err := t.FindEntry(name)
+	if err != nil {
+		if required {
+			w.problem("%s: the commit has no such file at the root of the repo", name)
+		}
+		return nil
+	}
+	if e.Mode != filemode.Regular && e.Mode != filemode.Executable {
+		w.problem("%s: not a regular file", name)
+		return nil
+	}
+	return w.blob(e, name)
+}
+
+func (w *walker) blob(e *object.TreeEntry, p string) []byte {
+	b, err := w.repo.BlobObject(e.Hash)
+	if err != nil {
+		w.problem("%s: reading it: %v", p, err)
+		return nil
+	}
+	if b.Size > w.s.cfg.MaxFileBytes {
+		w.problem("%s: %d bytes, over the limit of %d", p, b.Size, w.s.cfg.MaxFileBytes)
+		return nil
+	}
+	r, err := b.Reader()
+	if err != nil {
+		w.problem("%s: reading it: %v", p, err)
+		return nil
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, w.s.cfg.MaxFileBytes+1))
+	if err != nil {
+		w.problem("%s: reading it: %v", p, err)
+		return nil
+	}
+	return data
+}
+
+// walk collects the Markdown files under dir, refusing what the flows
+// folder must not hold.
+func (w *walker) walk(t *object.Tree, dir string, depth int) {
+	if depth > maxDepth {
+		w.problem("%s: folders nested deeper than %d levels", dir, maxDepth)
+		return
+	}
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		p := dir + "/" + e.Name
+		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\\\x00") {
+			w.problem("%s: a path that would escape %s/", p, w.s.cfg.FlowsDir)
+			continue
+		}
+		w.files++
+		if w.files > w.s.cfg.MaxFiles {
+			if w.files == w.s.cfg.MaxFiles+1 {
+				w.problem("%s/: more than %d files", w.s.cfg.FlowsDir, w.s.cfg.MaxFiles)
+			}
+			return
+		}
+		switch e.Mode {
+		case filemode.Dir:
+			sub, err := w.repo.TreeObject(e.Hash)
+			if err != nil {
+				w.problem("%s: reading the folder: %v", p, err)
+				continue
+			}
+			w.walk(sub, p, depth+1)
+		case filemode.Symlink:
+			w.problem("%s: a symbolic link: %s/ holds regular files only", p, w.s.cfg.FlowsDir)
+		case filemode.Submodule:
+			w.problem("%s: a submodule (gitlink): %s/ holds regular files only", p, w.s.cfg.FlowsDir)
+		case filemode.Regular, filemode.Executable:
+			if !strings.EqualFold(path.Ext(e.Name), ".md") {
+				continue
+			}
+			if data := w.blob(e, p); data != nil {
+				w.sources = append(w.sources, flow.Source{Path: p, Data: data})
+			}
+		default:
+			w.problem("%s: an entry of mode %s: %s/ holds regular files only", p, e.Mode, w.s.cfg.FlowsDir)
+		}
+	}
+}
+
+// Trigger asks the running loop to sync now (the webhook). It never blocks.
+func (s *Syncer) Trigger() {
+	select {
+	case s.trigger <- struct{}{}:
+	default: // a sync is already pending
+	}
+}
+
+// Start syncs in the background, at once and then every Poll (or on
+// Trigger), and returns at once. An unreachable repo is retried with
+// capped exponential backoff and jitter; it is logged, never fatal.
+func (s *Syncer) Start() {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go s.loop(ctx, s.done)
+}
+
+// Stop ends the loop, waiting for a sync in progress. It is safe to call
+// more than once, and without Start.
+func (s *Syncer) Stop() {
+	s.life.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel = nil
+	s.life.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (s *Syncer) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	failures := 0
+	for {
+		_, err := s.Sync(ctx)
+		wait := s.cfg.Poll
+		if err != nil && ctx.Err() == nil {
+			failures++
+			wait = Backoff(s.cfg.Poll, s.cfg.MaxBackoff, failures, rand.Float64())
+			s.cfg.Logger.Warn("the config repo could not be synced; retrying", "event", "sync_unreachable",
+				"repo", s.remoteURL(), "attempt", failures, "retry_in", wait.Round(time.Millisecond).String(), "error", err.Error())
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-s.trigger:
+			t.Stop()
+		}
+	}
+}
+
+// Backoff is the wait after the n-th consecutive failure (n ≥ 1):
+// base·2^(n-1) capped at max, scaled by a jitter factor in [0.5, 1.5)
+// from r in [0, 1).
+func Backoff(base, max time.Duration, n int, r float64) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return time.Duration(float64(d) * (0.5 + r))
+}
