@@ -65,6 +65,9 @@ type Config struct {
 	// defaults.
 	MaxFileBytes int64
 	MaxFiles     int
+	// Observe, when set, is told the outcome of every round the loop runs
+	// (for metrics).
+	Observe func(Result, error)
 }
 
 // Syncer keeps the bare clone and publishes every good commit of the branch.
@@ -482,7 +485,10 @@ func (s *Syncer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	failures := 0
 	for {
-		_, err := s.Sync(ctx)
+		res, err := s.Sync(ctx)
+		if s.cfg.Observe != nil && ctx.Err() == nil {
+			s.cfg.Observe(res, err)
+		}
 		wait := s.cfg.Poll
 		if err != nil && ctx.Err() == nil {
 			failures++

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -90,4 +92,62 @@ func (r *Registry) PruneDedup(ctx context.Context) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// DedupPruner deletes expired dedup records in the background.
+type DedupPruner struct {
+	Registry *Registry
+	Interval time.Duration // 0 means one minute
+	Logger   *slog.Logger  // nil means slog.Default()
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start begins pruning and returns at once.
+func (p *DedupPruner) Start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	interval := p.Interval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	log := p.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	go func(done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := p.Registry.PruneDedup(ctx); err != nil && ctx.Err() == nil {
+				log.Error("expired dedup records could not be deleted", "event", "dedup_prune_failed", "error", err.Error())
+			}
+		}
+	}(p.done)
+}
+
+// Stop ends the pruning and waits for it; safe twice and without Start.
+func (p *DedupPruner) Stop() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.cancel = nil
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
 }

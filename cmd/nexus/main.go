@@ -27,6 +27,7 @@ const (
 
 func commands() map[string]command {
 	return map[string]command{
+		"serve":    {"run the host: doors, git sync, operations endpoints", runServe},
 		"validate": {"compile flow files and report every error; publishes nothing", runValidate},
 		"deploy":   {"compile flow files and publish them into the registry (no git)", runDeploy},
 		"status":   {"print what is deployed: commit, flows, last sync error", runStatus},

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/registry"
+)
+
+const serveUsage = `Usage: nexus serve [flags]
+
+Runs the host: the /run door, git sync of the config repo, the operations
+endpoints. Every flag has an environment variable; a flag wins over it.
+
+  nexus serve --repo https://git.example.com/ops/flows.git --admin-key "$KEY"
+  nexus serve --dev      # development: serves flows-example, see the README
+
+Flags:
+`
+
+// serveConfig is the host's configuration: environment first, then flags.
+type serveConfig struct {
+	Listen           string        `env:"NEXUS_LISTEN" envDefault:":9090"`
+	DB               string        `env:"NEXUS_DB" envDefault:"~/.nexus/registry.db"`
+	Repo             string        `env:"NEXUS_REPO"`
+	Branch           string        `env:"NEXUS_BRANCH" envDefault:"main"`
+	FlowsDir         string        `env:"NEXUS_FLOWS_DIR" envDefault:"flows"`
+	Poll             time.Duration `env:"NEXUS_POLL" envDefault:"10s"`
+	Secret           string        `env:"NEXUS_SECRET"`
+	AdminKey         string        `env:"NEXUS_ADMIN_KEY"`
+	MaxBodyBytes     int64         `env:"NEXUS_MAX_BODY_BYTES" envDefault:"1048576"`
+	MaxWorkers       int           `env:"NEXUS_MAX_WORKERS" envDefault:"256"`
+	LogFormat        string        `env:"NEXUS_LOG_FORMAT" envDefault:"json"`
+	JournalRetention time.Duration `env:"NEXUS_JOURNAL_RETENTION" envDefault:"168h"`
+	SSHKey           string        `env:"NEXUS_SSH_KEY"`
+	Dev              bool
+	DevFlows         string
+}
+
+// exampleKey is the development key of flows-example/access.yaml (public:
+// it is printed by the development mode and shown in the README).
+const exampleKey = "nxk_example_acme_5f2c9d0e7b1a4c3d8e6f"
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	var cfg serveConfig
+	if err := env.Parse(&cfg); err != nil {
+		fmt.Fprintf(stderr, "nexus serve: the environment: %v\n", err)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the `address` to listen on (env NEXUS_LISTEN)")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "the registry `file`; the state directory is its folder (env NEXUS_DB)")
+	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: https://, ssh://, file:// URL or a local `path` (env NEXUS_REPO)")
+	fs.StringVar(&cfg.Branch, "branch", cfg.Branch, "the `branch` to follow (env NEXUS_BRANCH)")
+	fs.StringVar(&cfg.FlowsDir, "flows-dir", cfg.FlowsDir, "the `folder` of the repo holding the flows (env NEXUS_FLOWS_DIR)")
+	fs.DurationVar(&cfg.Poll, "poll", cfg.Poll, "the `interval` between fetches of the repo (env NEXUS_POLL)")
+	fs.StringVar(&cfg.Secret, "secret", cfg.Secret, "signing `secrets`, comma-separated while rotating; every door then requires a signature (env NEXUS_SECRET)")
+	fs.StringVar(&cfg.AdminKey, "admin-key", cfg.AdminKey, "the admin `key` of /status and the management API; none closes them (env NEXUS_ADMIN_KEY)")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size `ceiling` of flows that set none (env NEXUS_MAX_BODY_BYTES)")
+	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
+	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept` (env NEXUS_JOURNAL_RETENTION)")
+	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
+	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
+	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
+	rest, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, serveUsage, fs)
+		return exitOK
+	}
+	if err == nil {
+		err = checkServeConfig(cfg, rest)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		printUsage(stderr, serveUsage, fs)
+		return exitUsage
+	}
+	dbSet := false
+	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+	if cfg.Dev && !dbSet && os.Getenv("NEXUS_DB") == "" {
+		cfg.DB = filepath.Join(".nexus-dev", "registry.db")
+	}
+	if cfg.DB, err = expandHome(cfg.DB); err != nil {
+		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		return exitError
+	}
+
+	logger := newLogger(cfg.LogFormat, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, logger, stdout); err != nil {
+		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
+		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func checkServeConfig(cfg serveConfig, rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected argument %q", rest[0])
+	case cfg.LogFormat != "json" && cfg.LogFormat != "text":
+		return fmt.Errorf("--log-format must be json or text, not %q", cfg.LogFormat)
+	case cfg.Poll < 100*time.Millisecond:
+		return fmt.Errorf("--poll must be at least 100ms, not %s", cfg.Poll)
+	case cfg.MaxBodyBytes < 1:
+		return fmt.Errorf("--max-body-bytes must be at least 1, not %d", cfg.MaxBodyBytes)
+	case cfg.MaxWorkers < 1:
+		return fmt.Errorf("--max-workers must be at least 1, not %d", cfg.MaxWorkers)
+	case cfg.JournalRetention < 0:
+		return fmt.Errorf("--journal-retention must not be negative")
+	case cfg.Dev && cfg.Repo != "":
+		return errors.New("--dev serves --dev-flows through its own repo: leave --repo out")
+	}
+	return nil
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// serve runs the host until ctx ends, then shuts it down in order: stop
+// taking requests and finish those in flight, stop the background work,
+// write what is buffered, close the registry.
+func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.Writer) error {
+	stateDir := filepath.Dir(cfg.DB)
+	var devKey string
+	if cfg.Dev {
+		var err error
+		if cfg.Repo, devKey, err = prepareDev(cfg, stateDir); err != nil {
+			return fmt.Errorf("development mode: %w", err)
+		}
+		if cfg.AdminKey == "" {
+			if cfg.AdminKey, err = access.Generate(); err != nil {
+				return err
+			}
+		}
+	}
+
+	reg, err := registry.Open(ctx, cfg.DB, registry.Options{})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	if _, err := reg.Load(ctx); err != nil {
+		return fmt.Errorf("loading the live set: %w", err)
+	}
+
+	metrics := host.NewMetrics()
+	watcher := &registry.Watcher{Registry: reg, Logger: logger}
+	journal := reg.NewJournalWriter(registry.JournalConfig{Retention: cfg.JournalRetention, Logger: logger})
+	pruner := &registry.DedupPruner{Registry: reg, Logger: logger}
+	var syncer *gitsync.Syncer
+	if cfg.Repo != "" {
+		syncer, err = gitsync.New(gitsync.Config{
+			Repo: cfg.Repo, Branch: cfg.Branch, FlowsDir: cfg.FlowsDir, Poll: cfg.Poll,
+			Dir: filepath.Join(stateDir, "repo"), SSHKeyFile: cfg.SSHKey, Registry: reg, Logger: logger,
+			Observe: func(res gitsync.Result, err error) {
+				switch {
+				case err != nil || len(res.Errors) > 0:
+					metrics.SyncFailed()
+				case res.Skipped != "another process is syncing":
+					metrics.SyncSucceeded(time.Now())
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	eng := engine.New(engine.Config{Dedup: reg.Dedup()})
+	hostCfg := host.Config{
+		Live: reg, Status: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger,
+		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret),
+	}
+	if syncer != nil {
+		hostCfg.Sync = syncer
+	}
+	srv := &http.Server{
+		Handler:           host.New(hostCfg).Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+
+	journal.Start()
+	watcher.Start()
+	pruner.Start()
+	if syncer != nil {
+		syncer.Start()
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", cfg.Repo, "flows", len(reg.Live().Flows()))
+	if cfg.Dev {
+		printDevBanner(stdout, ln.Addr(), devKey, cfg)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+		logger.Error("the listener failed", "event", "fatal", "error", err.Error())
+	}
+	logger.Info("shutting down: finishing the requests in flight", "event", "stopping")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutdownCtx); serr != nil {
+		logger.Error("requests were still running at the shutdown deadline", "event", "stopping", "error", serr.Error())
+	}
+	if syncer != nil {
+		syncer.Stop()
+	}
+	pruner.Stop()
+	watcher.Stop()
+	journal.Stop()
+	logger.Info("nexus stopped", "event", "stopped")
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func splitSecrets(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// prepareDev commits the development flows folder into a local git repo in
+// the state directory, so that the host serves it through the same git
+// sync as production. It returns the repo and a key that can call the
+// example flows.
+func prepareDev(cfg serveConfig, stateDir string) (repo, key string, err error) {
+	src, err := filepath.Abs(cfg.DevFlows)
+	if err != nil {
+		return "", "", err
+	}
+	data, err := os.ReadFile(filepath.Join(src, "access.yaml"))
+	if err != nil {
+		return "", "", fmt.Errorf("%s is not a config repo folder (flows/ and access.yaml): %w", cfg.DevFlows, err)
+	}
+	repo = filepath.Join(stateDir, "dev-repo")
+	if _, err := gitsync.CommitFolder(repo, src); err != nil {
+		return "", "", err
+	}
+	if keys, err := access.Parse("access.yaml", data); err == nil {
+		if k, ok := keys.Lookup(exampleKey); ok && k.AllFlows {
+			key = exampleKey
+		}
+	}
+	return repo, key, nil
+}
+
+func printDevBanner(w io.Writer, addr net.Addr, key string, cfg serveConfig) {
+	port := "9090"
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		port = fmt.Sprint(ta.Port)
+	}
+	fmt.Fprintf(w, "\nNexus development mode: serving %s through the git repo %s\n", cfg.DevFlows, filepath.Join(filepath.Dir(cfg.DB), "dev-repo"))
+	fmt.Fprintf(w, "  admin key (for /status):  %s\n", cfg.AdminKey)
+	if key != "" {
+		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it:\n\n", key)
+		fmt.Fprintf(w, "  curl -X POST http://localhost:%s/flows/acme/hello/run \\\n    -H \"Authorization: Bearer %s\" \\\n    -H 'Content-Type: application/json' -d '{\"name\":\"Ada\"}'\n\n", port, key)
+	}
+	fmt.Fprintf(w, "Edit %s and restart to serve the change. Ctrl-C stops.\n\n", cfg.DevFlows)
+}

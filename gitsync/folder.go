@@ -1,0 +1,87 @@
+package gitsync
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// CommitFolder makes the git repository at repoDir hold exactly the files of
+// srcDir, committing on branch main when anything changed, and returns the
+// head commit. It creates the repository on first use. The development mode
+// uses it to serve a folder through the same git sync as production.
+func CommitFolder(repoDir, srcDir string) (string, error) {
+	repo, err := git.PlainOpen(repoDir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainInitWithOptions(repoDir, &git.PlainInitOptions{
+			InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"},
+		})
+	}
+	if err != nil {
+		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+	}
+	entries, err := os.ReadDir(repoDir)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.Name() != ".git" {
+			if err := os.RemoveAll(filepath.Join(repoDir, e.Name())); err != nil {
+				return "", err
+			}
+		}
+	}
+	err = filepath.WalkDir(srcDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(srcDir, p)
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(repoDir, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(repoDir, rel), data, 0o644)
+	})
+	if err != nil {
+		return "", fmt.Errorf("copying %s: %w", srcDir, err)
+	}
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+	}
+	status, err := wt.Status()
+	if err != nil {
+		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+	}
+	if status.IsClean() {
+		if head, err := repo.Head(); err == nil {
+			return head.Hash().String(), nil
+		}
+	}
+	hash, err := wt.Commit("flows from "+srcDir, &git.CommitOptions{
+		AllowEmptyCommits: true,
+		Author:            &object.Signature{Name: "nexus", Email: "nexus@localhost", When: time.Now()},
+	})
+	if err != nil {
+		return "", fmt.Errorf("committing in %s: %w", repoDir, err)
+	}
+	return hash.String(), nil
+}

@@ -1,0 +1,109 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+// maxJSONDepth is the deepest nesting a body may have.
+const maxJSONDepth = 64
+
+// readBody reads the body under the ceiling. A body announced or found to
+// be larger answers 413; a body that cannot be read (a broken chunked
+// encoding) answers 400.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
+		return nil, false
+	}
+	size := r.ContentLength
+	if size < 0 || size > limit {
+		size = 512
+	}
+	buf := make([]byte, 0, size+1)
+	body := http.MaxBytesReader(w, r.Body, limit)
+	for {
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, true
+		}
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
+			} else {
+				writeError(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
+			}
+			return nil, false
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
+}
+
+// parseBody turns a body into the document a flow receives: JSON for
+// application/json, +json or no content type; XML (application/xml,
+// text/xml, +xml) flattened; an empty body is {}. Another type or a
+// Content-Encoding but identity answers 415; a body that does not parse
+// answers 400 naming the problem.
+func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (any, bool) {
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
+		return nil, false
+	}
+	kind, err := bodyKind(r.Header.Get("Content-Type"))
+	if err != nil {
+		writeError(w, http.StatusUnsupportedMediaType, err.Error())
+		return nil, false
+	}
+	if len(body) == 0 {
+		return flow.NewObject(nil, nil), true
+	}
+	var doc any
+	if kind == kindXML {
+		doc, err = flow.FlattenXML(body)
+	} else {
+		doc, err = flow.ParseJSON(body, maxJSONDepth)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return doc, true
+}
+
+type contentKind int
+
+const (
+	kindJSON contentKind = iota
+	kindXML
+)
+
+func bodyKind(contentType string) (contentKind, error) {
+	if contentType == "" {
+		return kindJSON, nil
+	}
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return 0, fmt.Errorf("unsupported content type %q", contentType)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return 0, fmt.Errorf("unsupported charset %q: send UTF-8", cs)
+	}
+	switch {
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		return kindJSON, nil
+	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
+		return kindXML, nil
+	}
+	return 0, fmt.Errorf("unsupported content type %q", mt)
+}

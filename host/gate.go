@@ -1,0 +1,154 @@
+package host
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/naming"
+	"github.com/nexushq/nexus/registry"
+)
+
+// correlationID takes the request's X-Correlation-ID (else X-Request-ID)
+// when it is 1–128 visible ASCII characters, or makes a new one, and sets
+// it on the answer. Every answer carries it, refusals included.
+func correlationID(w http.ResponseWriter, r *http.Request) string {
+	id := r.Header.Get("X-Correlation-Id")
+	if !validCorrelationID(id) {
+		id = r.Header.Get("X-Request-Id")
+		if !validCorrelationID(id) {
+			id = flow.NewUUID()
+		}
+	}
+	w.Header()["X-Correlation-Id"] = []string{id}
+	return id
+}
+
+func validCorrelationID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// admission is a request that passed the gate.
+type admission struct {
+	correlationID string
+	key           *access.Key
+	flow          *registry.LiveFlow
+	live          *registry.LiveSet
+}
+
+// gate runs the access gate, in order, before one byte of the body is read:
+// the key (401), the name rule (400), the tenant and the allowlist (403),
+// the flow's existence (404), the key's rate (429). It answers a refusal
+// itself and returns false.
+func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName string) (admission, bool) {
+	a := admission{correlationID: correlationID(w, r)}
+	a.live = s.cfg.Live.Live()
+	if a.live == nil {
+		writeError(w, http.StatusServiceUnavailable, "the host is starting: no live set yet")
+		return a, false
+	}
+	presented, ok := bearer(r)
+	if ok {
+		a.key, ok = a.live.Access().Lookup(presented)
+	}
+	if !ok {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, http.StatusUnauthorized, "missing or unknown API key")
+		return a, false
+	}
+	if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return a, false
+	}
+	if err := naming.Check(flowName, naming.Flow(tenant)); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return a, false
+	}
+	if a.key.Tenant != tenant || !a.key.Allows(flowName) {
+		writeError(w, http.StatusForbidden, "key "+a.key.ID+" may not call "+tenant+"/"+flowName)
+		return a, false
+	}
+	a.flow, ok = a.live.Lookup(tenant, flowName)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no flow "+tenant+"/"+flowName+" is deployed")
+		return a, false
+	}
+	if wait, ok := s.allow(a.key); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		writeError(w, http.StatusTooManyRequests, "rate limit exceeded")
+		return a, false
+	}
+	return a, true
+}
+
+// bearer returns the key of an Authorization: Bearer header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
+		return "", false
+	}
+	key := strings.TrimSpace(h[7:])
+	return key, key != ""
+}
+
+// limiter is one key's token bucket. x/time/rate reads the clock before it
+// locks, so a stale timestamp could mint tokens: the mutex and the
+// monotonic clamp keep time moving forward for each bucket.
+type limiter struct {
+	mu   sync.Mutex
+	lim  *rate.Limiter
+	last time.Time
+}
+
+type limiterKey struct {
+	hash  [32]byte
+	rate  float64
+	burst int
+}
+
+// allow takes a token from the key's bucket; it returns false and the wait
+// until the next token when there is none. Buckets exist only for
+// authenticated keys, and a key whose rate changes gets a new one.
+func (s *Server) allow(k *access.Key) (time.Duration, bool) {
+	if k.Rate <= 0 {
+		return 0, true
+	}
+	lk := limiterKey{hash: k.Hash, rate: k.Rate, burst: k.Burst}
+	v, ok := s.limiters.Load(lk)
+	if !ok {
+		v, _ = s.limiters.LoadOrStore(lk, &limiter{lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
+	}
+	l := v.(*limiter)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := s.cfg.Now()
+	if now.Before(l.last) {
+		now = l.last
+	}
+	l.last = now
+	if l.lim.AllowN(now, 1) {
+		return 0, true
+	}
+	res := l.lim.ReserveN(now, 1)
+	wait := res.DelayFrom(now)
+	res.CancelAt(now)
+	if wait < time.Second {
+		wait = time.Second
+	}
+	return wait, false
+}

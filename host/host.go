@@ -1,0 +1,121 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"sync"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+// LiveSource gives the current live set: one snapshot per request.
+type LiveSource interface {
+	Live() *registry.LiveSet
+}
+
+// StatusSource reads what is deployed (GET /status).
+type StatusSource interface {
+	Status(ctx context.Context) (registry.Status, error)
+}
+
+// Journal takes journal entries off the hot path (see
+// registry.JournalWriter).
+type Journal interface {
+	Append(registry.Entry)
+}
+
+// Syncer is the git sync the webhook triggers.
+type Syncer interface {
+	Trigger()
+}
+
+// Config holds a Server's dependencies and settings.
+type Config struct {
+	Live    LiveSource
+	Status  StatusSource
+	Engine  *engine.Engine
+	Journal Journal // nil: no journal
+	Sync    Syncer  // nil: POST /hooks/git answers 404
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// MaxBodyBytes is the message-size ceiling of flows that set none.
+	MaxBodyBytes int64
+	// AdminKey opens /status (and the management API); "" closes them (404).
+	AdminKey string
+	// Secrets, when any is set, make every door require a signature and the
+	// webhook require GitHub's X-Hub-Signature-256.
+	Secrets []string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultMaxBodyBytes is the ceiling when Config.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Server is the HTTP side of the host: the doors and the operations
+// endpoints.
+type Server struct {
+	cfg      Config
+	router   *httprouter.Router
+	limiters sync.Map // limiterKey → *limiter
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	s := &Server{cfg: cfg}
+	r := httprouter.New()
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	r.POST("/flows/:tenant/:flow/run", s.run)
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+	r.GET("/status", s.status)
+	r.Handler(http.MethodGet, "/metrics", cfg.Metrics.Handler())
+	r.POST("/hooks/git", s.hookGit)
+	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		correlationID(w, req)
+		writeError(w, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
+	})
+	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		correlationID(w, req)
+		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
+	})
+	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
+		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path, "panic", p)
+		writeError(w, http.StatusInternalServerError, "internal error")
+	}
+	s.router = r
+	return s
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// writeError writes the platform's refusal body {"ok":false,"error":"…"}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b := flow.AppendJSON([]byte(`{"ok":false,"error":`), msg)
+	w.Write(append(b, '}'))
+}

@@ -1,0 +1,65 @@
+package host
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the host's Prometheus metrics, in a registry of their own.
+type Metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	durations    *prometheus.HistogramVec
+	syncSuccess  prometheus.Gauge
+	syncFailures prometheus.Counter
+}
+
+// NewMetrics creates the metrics (and the Go runtime and process ones).
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nexus_requests_total", Help: "Requests answered by door and status.",
+		}, []string{"door", "status"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nexus_execution_duration_seconds", Help: "Duration of flow executions by door.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"door"}),
+		syncSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nexus_sync_last_success_timestamp_seconds", Help: "Unix time of the last successful sync of the config repo.",
+		}),
+		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nexus_sync_failures_total", Help: "Syncs that failed: a refused commit or an unreachable repo.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.durations, m.syncSuccess, m.syncFailures,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Register adds collectors of other components (the queues) to the metrics.
+func (m *Metrics) Register(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
+
+// SyncSucceeded records a sync that left the live set on the branch's head.
+func (m *Metrics) SyncSucceeded(at time.Time) { m.syncSuccess.Set(float64(at.UnixNano()) / 1e9) }
+
+// SyncFailed records a refused commit or an unreachable repo.
+func (m *Metrics) SyncFailed() { m.syncFailures.Inc() }
+
+func (m *Metrics) request(door string, status int) {
+	m.requests.WithLabelValues(door, strconv.Itoa(status)).Inc()
+}
+
+func (m *Metrics) execution(door string, d time.Duration) {
+	m.durations.WithLabelValues(door).Observe(d.Seconds())
+}

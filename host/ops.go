@@ -1,0 +1,110 @@
+package host
+
+import (
+	"crypto/subtle"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+// healthz answers 200 while the process runs.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	correlationID(w, r)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}`))
+}
+
+// readyz answers 200 once a live set is loaded.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	correlationID(w, r)
+	if s.cfg.Live.Live() == nil {
+		writeError(w, http.StatusServiceUnavailable, "the live set is not loaded yet")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}`))
+}
+
+// admin checks the admin key; without one configured the management
+// endpoints do not exist (404).
+func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
+	correlationID(w, r)
+	if s.cfg.AdminKey == "" {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return false
+	}
+	key, ok := bearer(r)
+	if !ok || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, http.StatusUnauthorized, "missing or unknown admin key")
+		return false
+	}
+	return true
+}
+
+// status answers what is deployed:
+// {"commit":…,"synced_at":…,"flows":N,"last_error":null|{"commit":…,"errors":[…]}}.
+func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if !s.admin(w, r) {
+		return
+	}
+	st, err := s.cfg.Status.Status(r.Context())
+	if err != nil {
+		s.cfg.Logger.Error("the status could not be read", "event", "internal_error", "error", err.Error())
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	str := func(v string) any {
+		if v == "" {
+			return nil
+		}
+		return v
+	}
+	syncedAt := any(nil)
+	if !st.SyncedAt.IsZero() {
+		syncedAt = st.SyncedAt.UTC().Format(time.RFC3339)
+	}
+	lastError := any(nil)
+	if le := st.LastError; le != nil {
+		errs := make([]any, len(le.Errors))
+		for i, e := range le.Errors {
+			errs[i] = e
+		}
+		lastError = flow.NewObject([]string{"commit", "errors"}, []any{le.Commit, errs})
+	}
+	doc := flow.NewObject(
+		[]string{"commit", "synced_at", "flows", "generation", "last_error"},
+		[]any{str(st.Commit), syncedAt, st.Flows, int(st.Generation), lastError},
+	)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(flow.AppendJSON(nil, doc))
+}
+
+// hookGit triggers a sync at once: 202 {"sync":"started"}. With secrets
+// configured it requires GitHub's X-Hub-Signature-256 over the body.
+func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	correlationID(w, r)
+	if s.cfg.Sync == nil {
+		writeError(w, http.StatusNotFound, "no config repo is synced by this host (start it with --repo)")
+		return
+	}
+	if len(s.cfg.Secrets) > 0 {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			writeError(w, http.StatusRequestEntityTooLarge, "the webhook body could not be read: "+err.Error())
+			return
+		}
+		if !verifyHubSignature(s.cfg.Secrets, r.Header.Get("X-Hub-Signature-256"), body) {
+			writeError(w, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
+			return
+		}
+	}
+	s.cfg.Sync.Trigger()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	w.Write([]byte(`{"sync":"started"}`))
+}

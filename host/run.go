@@ -1,0 +1,131 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/registry"
+)
+
+// run is the /run door: the caller waits for the flow's answer.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	start := s.cfg.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	s.serveRun(sw, r, ps.ByName("tenant"), ps.ByName("flow"), start)
+	s.cfg.Metrics.request(engine.DoorRun, sw.status)
+}
+
+// statusWriter remembers the status written, for the metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowName string, start time.Time) {
+	a, doc, ok := s.admit(w, r, tenant, flowName)
+	if !ok {
+		return
+	}
+	lf := a.flow
+	if lf.Corrupt != nil {
+		s.cfg.Logger.Error("a corrupt artifact was not run", "event", "run_completed", "tenant", tenant, "flow", flowName,
+			"version", lf.Version, "correlation_id", a.correlationID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	res := s.cfg.Engine.Run(r.Context(), engine.Request{
+		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: a.correlationID, Door: engine.DoorRun, Attempt: 1,
+	})
+	writeResult(w, res)
+	elapsed := s.cfg.Now().Sub(start)
+	s.cfg.Metrics.execution(engine.DoorRun, elapsed)
+	s.record(engine.DoorRun, lf, a.correlationID, 0, 1, res, start, elapsed)
+}
+
+// admit runs everything a door does before the flow: the gate, the body
+// under the flow's ceiling, the signature, the parse. It answers a refusal
+// itself and returns false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName string) (admission, any, bool) {
+	a, ok := s.gate(w, r, tenant, flowName)
+	if !ok {
+		return a, nil, false
+	}
+	limit := s.cfg.MaxBodyBytes
+	if f := a.flow.Flow; f != nil && f.MaxBodyBytes() > 0 {
+		limit = f.MaxBodyBytes()
+	}
+	body, ok := readBody(w, r, limit)
+	if !ok || !s.checkSignature(w, r, body) {
+		return a, nil, false
+	}
+	doc, ok := parseBody(w, r, body)
+	return a, doc, ok
+}
+
+// writeResult writes an engine result as the HTTP answer.
+func writeResult(w http.ResponseWriter, res engine.Result) {
+	h := w.Header()
+	for k, v := range res.Header {
+		h[k] = v
+	}
+	w.WriteHeader(res.Status)
+	if res.Body != nil {
+		w.Write(res.Body)
+	}
+}
+
+// record logs the execution and appends its journal entry.
+func (s *Server) record(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
+	errText := ""
+	level := slog.LevelInfo
+	attrs := []slog.Attr{
+		slog.String("event", "run_completed"), slog.String("tenant", lf.Tenant), slog.String("flow", lf.Name),
+		slog.Int("version", lf.Version), slog.String("correlation_id", correlationID),
+		slog.Int("status", res.Status), slog.String("outcome", string(res.Outcome)),
+		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+	}
+	if res.Err != nil {
+		errText = res.Err.Error()
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("step", res.Err.Step), slog.String("error", errText))
+		if res.Err.Detail != "" {
+			attrs = append(attrs, slog.String("detail", res.Err.Detail))
+		}
+	}
+	if res.HandlerErr != nil {
+		attrs = append(attrs, slog.String("handler_error", res.HandlerErr.Error()))
+	}
+	if res.Replay {
+		attrs = append(attrs, slog.Bool("replay", true))
+	}
+	s.cfg.Logger.LogAttrs(context.Background(), level, "execution completed", attrs...)
+	if s.cfg.Journal != nil {
+		s.cfg.Journal.Append(registry.Entry{
+			At: start, Door: door, Tenant: lf.Tenant, Flow: lf.Name, Version: lf.Version,
+			CorrelationID: correlationID, MsgID: msgID, Attempt: attempt, Outcome: string(res.Outcome),
+			Status: res.Status, Duration: elapsed, Error: errText,
+		})
+	}
+}

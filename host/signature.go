@@ -1,0 +1,104 @@
+package host
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Signatures (when secrets are configured): the caller sends
+//
+//	X-Nexus-Timestamp: <unix seconds>
+//	X-Nexus-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>[,v1=…]
+//
+// Up to MaxSignatures values; any one valid for any secret passes. The
+// timestamp must be within SignatureWindow of the server's clock.
+const (
+	MaxSignatures   = 8
+	SignatureWindow = 300 * time.Second
+)
+
+// checkSignature verifies the body's signature after it is read and before
+// it is parsed; it answers 401 itself and returns false.
+func (s *Server) checkSignature(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if len(s.cfg.Secrets) == 0 {
+		return true
+	}
+	if msg := verifySignature(s.cfg.Secrets, r.Header.Values("X-Nexus-Timestamp"), r.Header.Values("X-Nexus-Signature"), body, s.cfg.Now()); msg != "" {
+		writeError(w, http.StatusUnauthorized, msg)
+		return false
+	}
+	return true
+}
+
+// verifySignature returns "" for a valid signature, else why not.
+func verifySignature(secrets, timestamps, signatures []string, body []byte, now time.Time) string {
+	if len(timestamps) != 1 || len(signatures) != 1 {
+		return "missing signature: send one X-Nexus-Timestamp and one X-Nexus-Signature header"
+	}
+	ts := timestamps[0]
+	if ts == "" || len(ts) > 18 || strings.TrimLeft(ts, "0123456789") != "" {
+		return "malformed X-Nexus-Timestamp: unix seconds expected"
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return "malformed X-Nexus-Timestamp: unix seconds expected"
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > SignatureWindow || d < -SignatureWindow {
+		return "signature timestamp is more than 300 s away from the server's clock"
+	}
+	values := strings.Split(signatures[0], ",")
+	if len(values) > MaxSignatures {
+		return "too many signatures: at most 8 v1= values"
+	}
+	var sigs [][]byte
+	for _, v := range values {
+		hexSig, ok := strings.CutPrefix(strings.TrimSpace(v), "v1=")
+		if !ok {
+			return "malformed X-Nexus-Signature: v1=<hex> values expected"
+		}
+		sig, err := hex.DecodeString(hexSig)
+		if err != nil || len(sig) != sha256.Size {
+			return "malformed X-Nexus-Signature: v1=<hex> values expected"
+		}
+		sigs = append(sigs, sig)
+	}
+	for _, secret := range secrets {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(ts))
+		mac.Write([]byte{'.'})
+		mac.Write(body)
+		want := mac.Sum(nil)
+		for _, sig := range sigs {
+			if hmac.Equal(sig, want) {
+				return ""
+			}
+		}
+	}
+	return "signature does not match"
+}
+
+// verifyHubSignature checks GitHub's X-Hub-Signature-256: sha256=<hex> of
+// HMAC-SHA256(secret, body), for any of the secrets.
+func verifyHubSignature(secrets []string, header string, body []byte) bool {
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok {
+		return false
+	}
+	sig, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return false
+	}
+	for _, secret := range secrets {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write(body)
+		if hmac.Equal(sig, mac.Sum(nil)) {
+			return true
+		}
+	}
+	return false
+}
