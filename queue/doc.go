@@ -4,4 +4,86 @@
 //
 // It knows nothing of flows: a worker hands a message to a handler and gets a
 // verdict back (ack, retry, retry-later, dead-letter or drop).
+//
+// # Files
+//
+// A queue is the folder {root}/{tenant}/{flow}/, created only after both
+// names pass the name rule (package naming). It holds:
+//
+//	segment.log          the messages, one frame each, appended in order
+//	segment.log.ckpt     the byte offset up to which everything is processed
+//	segment.log.retry    the pending retry schedule, with absolute times
+//	segment.log.seq      the next message id (never reissued)
+//	dlq.log              dead-lettered messages, one frame each
+//	dlq.log.acked        marks of dead letters replayed or discarded, one frame each
+//	append.lock          flock(2) held while appending or draining (all processes)
+//	*.tmp                a replacement being written (see below)
+//
+// # Frames
+//
+// segment.log, dlq.log and dlq.log.acked are sequences of frames. A frame is
+// a 12-byte header and a record; integers are big-endian:
+//
+//	offset  size  field
+//	0       4     magic "NXQ1" (0x4e 0x58 0x51 0x31): lets recovery find the
+//	              next frame after a damaged one
+//	4       4     length of the record in bytes (at most MaxRecord)
+//	8       4     CRC-32C (Castagnoli) of bytes 4..8 and the record; each
+//	              frame has its own CRC (not chained), so one damaged frame
+//	              does not condemn the frames after it
+//	12      n     the record
+//
+// The record starts with its kind (1 byte). A message (kind 1, segment.log):
+//
+//	0   1   kind = 1
+//	1   8   id (uint64)
+//	9   8   enqueued at (int64 Unix nanoseconds)
+//	17  1   source length s (the door it came through: "enqueue", "cron")
+//	18  s   source
+//	    2   correlation ID length c (at most 1024)
+//	    c   correlation ID
+//	    …   the payload (JSON) to the end of the record
+//
+// A dead letter (kind 2, dlq.log):
+//
+//	0   1   kind = 2
+//	1   8   id (uint64): the message's own id
+//	9   8   enqueued at (int64 Unix nanoseconds)
+//	17  8   dead-lettered at (int64 Unix nanoseconds)
+//	25  4   attempts (uint32)
+//	29  4   last error length e
+//	33  e   last error (UTF-8)
+//	    …   the payload as submitted, to the end of the record
+//
+// A mark (kind 3, dlq.log.acked):
+//
+//	0   1   kind = 3
+//	1   8   id (uint64) of the dead letter
+//	9   8   marked at (int64 Unix nanoseconds)
+//	17  1   action: 1 replayed, 2 discarded
+//
+// # Side files
+//
+// segment.log.seq and segment.log.ckpt hold one value each: magic (4 bytes:
+// "NXS1" or "NXC1"), the value (8 bytes, uint64), CRC-32C of the first 12
+// bytes (4 bytes). segment.log.retry is magic "NXR1", a count n (4 bytes),
+// n entries of id (8), offset (8), attempt (4) and due time (8, Unix
+// nanoseconds), then the CRC-32C of everything before it (4 bytes).
+//
+// The checkpoint and the retry schedule are replaced whole through one
+// atomic-write helper: a temporary file is written and fsynced, renamed over
+// the old one, and the folder is fsynced. The id counter is rewritten in
+// place, under the append lock, after each batch (without fsync: recovery
+// takes the larger of it and the highest id in the log), and replaced
+// atomically, durably, before the log is emptied.
+//
+// # Recovery
+//
+// Open scans segment.log under the append lock. A torn tail (a last frame
+// cut short, a zeroed or garbled tail with no valid frame after it) is
+// truncated and reported. A damaged frame with valid frames after it is
+// quarantined: it is reported (tenant, flow, offset, and id when readable),
+// never delivered, and the frames after it, found by their magic, are
+// delivered. A length field larger than the file is damage, never an
+// allocation.
 package queue

@@ -1,0 +1,165 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// ErrNotPending is returned when an id is not a pending dead letter.
+var ErrNotPending = errors.New("no pending dead letter")
+
+// MoveToDLQ appends a dead letter to dlq.log and makes it durable.
+func (q *Queue) MoveToDLQ(d DeadLetter) error {
+	if err := q.lock.Lock(); err != nil {
+		return err
+	}
+	defer q.lock.Unlock()
+	return q.appendDurable(dlqFile, appendFrame(nil, appendDeadLetterRecord(nil, &d)))
+}
+
+// appendDurable appends frames to a file of the queue and syncs it. The
+// caller holds the append lock.
+func (q *Queue) appendDurable(name string, frames []byte) error {
+	f, err := q.fs.OpenFile(q.path(name), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return err
+	}
+	// a torn tail left by a crash is cut first, so that new frames follow
+	// the last good one
+	end, _, err := scan(f, name, 0, size, func([]byte, int64) error { return nil })
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(frames, end); err != nil {
+		f.Truncate(end)
+		return fmt.Errorf("queue %s/%s: writing %s: %w", q.Tenant, q.Flow, name, err)
+	}
+	if err := f.Truncate(end + int64(len(frames))); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("queue %s/%s: syncing %s: %w", q.Tenant, q.Flow, name, err)
+	}
+	return nil
+}
+
+// readRecords returns the verified records of a file of the queue.
+func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
+	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	var recs [][]byte
+	_, damage, err := scan(f, name, 0, size, func(rec []byte, _ int64) error {
+		recs = append(recs, rec)
+		return nil
+	})
+	return recs, damage, err
+}
+
+// marks returns the ids marked in dlq.log.acked.
+func (q *Queue) marks() (map[uint64]mark, error) {
+	recs, _, err := q.readRecords(ackedFile)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]mark, len(recs))
+	for _, rec := range recs {
+		if m, err := decodeMark(rec); err == nil {
+			out[m.id] = m
+		}
+	}
+	return out, nil
+}
+
+// DeadLetters returns the pending dead letters (not marked), by id.
+func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
+	recs, damage, err := q.readRecords(dlqFile)
+	if err != nil {
+		return nil, damage, err
+	}
+	marked, err := q.marks()
+	if err != nil {
+		return nil, damage, err
+	}
+	var out []DeadLetter
+	for _, rec := range recs {
+		d, err := decodeDeadLetter(rec)
+		if err != nil {
+			continue
+		}
+		if _, done := marked[d.ID]; !done {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, damage, nil
+}
+
+// Mark records that the pending dead letter id was replayed or discarded
+// (MarkReplayed, MarkDiscarded): it no longer appears among the pending
+// ones. An id that is not pending is ErrNotPending, and nothing is written.
+func (q *Queue) Mark(id uint64, action byte) error {
+	if err := q.lock.Lock(); err != nil {
+		return err
+	}
+	defer q.lock.Unlock()
+	pending, _, err := q.DeadLetters()
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, d := range pending {
+		found = found || d.ID == id
+	}
+	if !found {
+		return ErrNotPending
+	}
+	return q.appendDurable(ackedFile, appendFrame(nil, appendMarkRecord(nil, mark{id: id, at: q.now(), action: action})))
+}
+
+// CompactDLQ rewrites dlq.log without the marked entries and clears the
+// marks, so that a discarded body leaves the disk. It does nothing when no
+// entry is marked.
+func (q *Queue) CompactDLQ() error {
+	if err := q.lock.Lock(); err != nil {
+		return err
+	}
+	defer q.lock.Unlock()
+	marked, err := q.marks()
+	if err != nil || len(marked) == 0 {
+		return err
+	}
+	recs, _, err := q.readRecords(dlqFile)
+	if err != nil {
+		return err
+	}
+	var keep []byte
+	for _, rec := range recs {
+		if d, err := decodeDeadLetter(rec); err == nil {
+			if _, done := marked[d.ID]; done {
+				continue
+			}
+		}
+		keep = appendFrame(keep, rec)
+	}
+	if err := writeAtomic(q.fs, q.path(dlqFile), keep); err != nil {
+		return err
+	}
+	return writeAtomic(q.fs, q.path(ackedFile), nil)
+}

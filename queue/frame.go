@@ -1,0 +1,281 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"time"
+)
+
+// Sizes of the frame format (see the package documentation).
+const (
+	headerSize = 12
+	// MaxRecord is the largest record a frame may hold: a payload must be
+	// smaller.
+	MaxRecord = 64 << 20
+	// maxCorrelationID bounds a stored correlation ID.
+	maxCorrelationID = 1024
+)
+
+var (
+	frameMagic = [4]byte{'N', 'X', 'Q', '1'}
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// Record kinds.
+const (
+	kindMessage    = 1
+	kindDeadLetter = 2
+	kindMark       = 3
+)
+
+// appendFrame appends a frame holding record to dst.
+func appendFrame(dst, record []byte) []byte {
+	var h [headerSize]byte
+	copy(h[:4], frameMagic[:])
+	binary.BigEndian.PutUint32(h[4:8], uint32(len(record)))
+	crc := crc32.Update(0, castagnoli, h[4:8])
+	crc = crc32.Update(crc, castagnoli, record)
+	binary.BigEndian.PutUint32(h[8:12], crc)
+	dst = append(dst, h[:]...)
+	return append(dst, record...)
+}
+
+// Message is one message of a queue's log.
+type Message struct {
+	ID            uint64
+	Offset        int64 // the frame's byte offset in segment.log
+	EnqueuedAt    time.Time
+	Source        string // the door: "enqueue", "cron", …
+	CorrelationID string
+	Payload       []byte
+}
+
+func appendMessageRecord(dst []byte, m *Message) []byte {
+	dst = append(dst, kindMessage)
+	dst = binary.BigEndian.AppendUint64(dst, m.ID)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.EnqueuedAt.UnixNano()))
+	dst = append(dst, byte(len(m.Source)))
+	dst = append(dst, m.Source...)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.CorrelationID)))
+	dst = append(dst, m.CorrelationID...)
+	return append(dst, m.Payload...)
+}
+
+var errBadRecord = errors.New("malformed record")
+
+func decodeMessage(rec []byte, offset int64) (Message, error) {
+	m := Message{Offset: offset}
+	if len(rec) < 18 || rec[0] != kindMessage {
+		return m, errBadRecord
+	}
+	m.ID = binary.BigEndian.Uint64(rec[1:9])
+	m.EnqueuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(rec[9:17]))).UTC()
+	s := int(rec[17])
+	rest := rec[18:]
+	if len(rest) < s+2 {
+		return m, errBadRecord
+	}
+	m.Source = string(rest[:s])
+	rest = rest[s:]
+	c := int(binary.BigEndian.Uint16(rest[:2]))
+	rest = rest[2:]
+	if len(rest) < c {
+		return m, errBadRecord
+	}
+	m.CorrelationID = string(rest[:c])
+	m.Payload = bytes.Clone(rest[c:])
+	return m, nil
+}
+
+// DeadLetter is a message moved to the dead-letter queue.
+type DeadLetter struct {
+	ID         uint64
+	EnqueuedAt time.Time
+	FailedAt   time.Time
+	Attempts   int
+	LastError  string
+	Payload    []byte
+}
+
+func appendDeadLetterRecord(dst []byte, d *DeadLetter) []byte {
+	dst = append(dst, kindDeadLetter)
+	dst = binary.BigEndian.AppendUint64(dst, d.ID)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(d.EnqueuedAt.UnixNano()))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(d.FailedAt.UnixNano()))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(d.Attempts))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.LastError)))
+	dst = append(dst, d.LastError...)
+	return append(dst, d.Payload...)
+}
+
+func decodeDeadLetter(rec []byte) (DeadLetter, error) {
+	var d DeadLetter
+	if len(rec) < 33 || rec[0] != kindDeadLetter {
+		return d, errBadRecord
+	}
+	d.ID = binary.BigEndian.Uint64(rec[1:9])
+	d.EnqueuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(rec[9:17]))).UTC()
+	d.FailedAt = time.Unix(0, int64(binary.BigEndian.Uint64(rec[17:25]))).UTC()
+	d.Attempts = int(binary.BigEndian.Uint32(rec[25:29]))
+	e := int(binary.BigEndian.Uint32(rec[29:33]))
+	if len(rec)-33 < e {
+		return d, errBadRecord
+	}
+	d.LastError = string(rec[33 : 33+e])
+	d.Payload = bytes.Clone(rec[33+e:])
+	return d, nil
+}
+
+// Mark actions.
+const (
+	MarkReplayed  = 1
+	MarkDiscarded = 2
+)
+
+type mark struct {
+	id     uint64
+	at     time.Time
+	action byte
+}
+
+func appendMarkRecord(dst []byte, m mark) []byte {
+	dst = append(dst, kindMark)
+	dst = binary.BigEndian.AppendUint64(dst, m.id)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.at.UnixNano()))
+	return append(dst, m.action)
+}
+
+func decodeMark(rec []byte) (mark, error) {
+	if len(rec) != 18 || rec[0] != kindMark {
+		return mark{}, errBadRecord
+	}
+	return mark{
+		id:     binary.BigEndian.Uint64(rec[1:9]),
+		at:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[9:17]))).UTC(),
+		action: rec[17],
+	}, nil
+}
+
+// Damage is a part of a log that did not verify: a torn tail (truncated at
+// open) or a quarantined frame (skipped, never delivered).
+type Damage struct {
+	File   string // segment.log, dlq.log, dlq.log.acked
+	Offset int64
+	Length int64
+	// ID is the damaged message's id when its record was readable, else 0.
+	ID uint64
+	// Torn is true for a torn tail, which recovery truncated.
+	Torn   bool
+	Reason string
+}
+
+func (d Damage) String() string {
+	what := "quarantined a damaged frame"
+	if d.Torn {
+		what = "truncated a torn tail"
+	}
+	id := ""
+	if d.ID != 0 {
+		id = fmt.Sprintf(" id=%d", d.ID)
+	}
+	return fmt.Sprintf("%s: %s at offset %d (%d bytes%s): %s", d.File, what, d.Offset, d.Length, id, d.Reason)
+}
+
+// frameAt reads the frame at off of a file of the given size. It returns
+// the record and the frame's total length, or why the frame does not
+// verify. It never allocates more than the file holds.
+func frameAt(r io.ReaderAt, off, size int64) (rec []byte, n int64, reason string, err error) {
+	if size-off < headerSize {
+		return nil, 0, "an incomplete frame header", nil
+	}
+	var h [headerSize]byte
+	if _, err := r.ReadAt(h[:], off); err != nil {
+		return nil, 0, "", err
+	}
+	if !bytes.Equal(h[:4], frameMagic[:]) {
+		return nil, 0, "no frame marker", nil
+	}
+	length := int64(binary.BigEndian.Uint32(h[4:8]))
+	if length > MaxRecord {
+		return nil, 0, fmt.Sprintf("a length of %d bytes, over the limit", length), nil
+	}
+	if length > size-off-headerSize {
+		return nil, 0, fmt.Sprintf("a length of %d bytes, past the end of the file", length), nil
+	}
+	rec = make([]byte, length)
+	if _, err := r.ReadAt(rec, off+headerSize); err != nil {
+		return nil, 0, "", err
+	}
+	crc := crc32.Update(0, castagnoli, h[4:8])
+	crc = crc32.Update(crc, castagnoli, rec)
+	if crc != binary.BigEndian.Uint32(h[8:12]) {
+		return rec, 0, "a CRC that does not match", nil
+	}
+	return rec, headerSize + length, "", nil
+}
+
+// nextFrame finds the first offset after off where a frame verifies, or -1.
+func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, chunk+3)
+	for pos := off + 1; pos < size; pos += chunk {
+		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return -1, err
+		}
+		for i := 0; i+4 <= n; {
+			j := bytes.Index(buf[i:n], frameMagic[:])
+			if j < 0 {
+				break
+			}
+			cand := pos + int64(i+j)
+			if _, fn, _, err := frameAt(r, cand, size); err != nil {
+				return -1, err
+			} else if fn > 0 {
+				return cand, nil
+			}
+			i += j + 1
+		}
+	}
+	return -1, nil
+}
+
+// scan walks the frames of a file from off, calling fn for each verified
+// record. It reports damage: a torn tail (nothing verifies up to the end)
+// ends the scan at its start; a damaged frame followed by a valid one is
+// skipped. It returns the end of the last verified frame.
+func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error) (end int64, damage []Damage, err error) {
+	for off < size {
+		rec, n, reason, err := frameAt(r, off, size)
+		if err != nil {
+			return off, damage, err
+		}
+		if n > 0 {
+			if err := fn(rec, off); err != nil {
+				return off, damage, err
+			}
+			off += n
+			continue
+		}
+		next, err := nextFrame(r, off, size)
+		if err != nil {
+			return off, damage, err
+		}
+		d := Damage{File: file, Offset: off, Reason: reason}
+		if len(rec) >= 9 && rec[0] == kindMessage {
+			d.ID = binary.BigEndian.Uint64(rec[1:9])
+		}
+		if next < 0 {
+			d.Torn, d.Length = true, size-off
+			return off, append(damage, d), nil
+		}
+		d.Length = next - off
+		damage = append(damage, d)
+		off = next
+	}
+	return off, damage, nil
+}

@@ -1,0 +1,152 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// FS is the file-system seam of the queue: the few operations it uses.
+// Production passes the OS straight through (OS); tests inject faults and
+// simulate the loss of what was not synced.
+type FS interface {
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	RemoveAll(path string) error
+	MkdirAll(path string, perm fs.FileMode) error
+	Stat(name string) (fs.FileInfo, error)
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// SyncDir makes the entries of a folder (created, renamed, removed
+	// files) durable.
+	SyncDir(dir string) error
+}
+
+// File is an open file of an FS.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync makes the file's data durable (fdatasync).
+	Sync() error
+	Truncate(size int64) error
+	Stat() (fs.FileInfo, error)
+}
+
+// OS is the real file system.
+type OS struct{}
+
+// OpenFile opens a file of the OS.
+func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Rename renames a file.
+func (OS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+
+// Remove removes a file.
+func (OS) Remove(name string) error { return os.Remove(name) }
+
+// RemoveAll removes a folder and its contents.
+func (OS) RemoveAll(path string) error { return os.RemoveAll(path) }
+
+// MkdirAll creates a folder and its parents.
+func (OS) MkdirAll(path string, perm fs.FileMode) error { return os.MkdirAll(path, perm) }
+
+// Stat describes a file.
+func (OS) Stat(name string) (fs.FileInfo, error) { return os.Stat(name) }
+
+// ReadDir lists a folder.
+func (OS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+
+// SyncDir fsyncs a folder.
+func (OS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+type osFile struct{ *os.File }
+
+// Sync is fdatasync: the data and what is needed to read it back.
+func (f osFile) Sync() error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+// writeAtomic replaces name with data: a temporary file in the same folder
+// is written and synced, renamed over name, and the folder is synced. On
+// any error the temporary file is removed and name is left as it was.
+func writeAtomic(fsys FS, name string, data []byte) (err error) {
+	tmp := name + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			fsys.Remove(tmp)
+		}
+	}()
+	if _, err = f.WriteAt(data, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err = f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("syncing %s: %w", name, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err = fsys.Rename(tmp, name); err != nil {
+		return fmt.Errorf("replacing %s: %w", name, err)
+	}
+	if err = fsys.SyncDir(filepath.Dir(name)); err != nil {
+		return fmt.Errorf("syncing the folder of %s: %w", name, err)
+	}
+	return nil
+}
+
+// readFile reads a whole file of fsys; a missing file is nil, no error.
+func readFile(fsys FS, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, info.Size())
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:n], nil
+}

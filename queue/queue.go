@@ -1,0 +1,490 @@
+package queue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/nexushq/nexus/naming"
+)
+
+// File names of a queue folder.
+const (
+	segmentFile = "segment.log"
+	ckptFile    = "segment.log.ckpt"
+	retryFile   = "segment.log.retry"
+	seqFile     = "segment.log.seq"
+	dlqFile     = "dlq.log"
+	ackedFile   = "dlq.log.acked"
+	lockFile    = "append.lock"
+)
+
+// Options configure Open. Zero fields take the defaults.
+type Options struct {
+	// FS is the file system; nil means OS.
+	FS FS
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Queue is one (tenant, flow) queue's files, open. Its methods are safe for
+// concurrent use; appends from several processes are serialised by the
+// append lock.
+type Queue struct {
+	Tenant, Flow string
+	dir          string
+	fs           FS
+	now          func() time.Time
+	seg          File
+	lock         *flock.Flock
+
+	mu       sync.Mutex // guards the fields below
+	pending  []*appendReq
+	leading  bool
+	poisoned error
+}
+
+// ErrPoisoned is wrapped by every append after a failed write or fdatasync:
+// the queue must be reopened (and its log verified) before it takes more.
+var ErrPoisoned = errors.New("the queue's log failed a write or an fdatasync and must be reopened")
+
+// Dir returns the folder of a queue: {root}/{tenant}/{flow}, after both
+// names pass the name rule.
+func Dir(root, tenant, flow string) (string, error) {
+	if err := naming.Check(tenant, naming.Tenant(flow)); err != nil {
+		return "", err
+	}
+	if err := naming.Check(flow, naming.Flow(tenant)); err != nil {
+		return "", err
+	}
+	return filepath.Join(root, tenant, flow), nil
+}
+
+// Open opens the queue tenant/flow under root, creating its folder and
+// files when needed (only after both names pass the name rule). It recovers
+// segment.log under the append lock: a torn tail is truncated, damaged
+// frames are reported and skipped from then on. The damage found is
+// returned beside the queue.
+func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
+	dir, err := Dir(root, tenant, flow)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.FS == nil {
+		opts.FS = OS{}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now}
+	if err := q.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
+	}
+	q.lock = flock.New(filepath.Join(dir, lockFile))
+	if q.seg, err = q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
+	}
+	damage, err := q.recover()
+	if err != nil {
+		q.seg.Close()
+		return nil, nil, fmt.Errorf("queue %s/%s: recovering %s: %w", tenant, flow, segmentFile, err)
+	}
+	return q, damage, nil
+}
+
+func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
+
+// Close closes the queue's files.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.poisoned == nil {
+		q.poisoned = errors.New("the queue is closed")
+	}
+	return q.seg.Close()
+}
+
+// recover scans segment.log under the append lock, truncates a torn tail
+// (and syncs), and brings the id counter up to the highest id in the log.
+func (q *Queue) recover() ([]Damage, error) {
+	if err := q.lock.Lock(); err != nil {
+		return nil, err
+	}
+	defer q.lock.Unlock()
+	size, err := fileSize(q.seg)
+	if err != nil {
+		return nil, err
+	}
+	var maxID uint64
+	end, damage, err := scan(q.seg, segmentFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) >= 9 && rec[0] == kindMessage {
+			maxID = max(maxID, binary.BigEndian.Uint64(rec[1:9]))
+		}
+		return nil
+	})
+	if err != nil {
+		return damage, err
+	}
+	if end < size {
+		if err := q.seg.Truncate(end); err != nil {
+			return damage, err
+		}
+		if err := q.seg.Sync(); err != nil {
+			return damage, err
+		}
+	}
+	next, err := q.readSeq()
+	if err != nil {
+		return damage, err
+	}
+	if next <= maxID {
+		if err := writeAtomic(q.fs, q.path(seqFile), encodeValue(seqMagic, maxID+1)); err != nil {
+			return damage, err
+		}
+	}
+	return damage, nil
+}
+
+func fileSize(f File) (int64, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return info.Size(), nil
+}
+
+var (
+	seqMagic  = [4]byte{'N', 'X', 'S', '1'}
+	ckptMagic = [4]byte{'N', 'X', 'C', '1'}
+	retMagic  = [4]byte{'N', 'X', 'R', '1'}
+)
+
+// encodeValue is the format of .seq and .ckpt: magic, value, CRC.
+func encodeValue(magic [4]byte, v uint64) []byte {
+	b := append(magic[:], binary.BigEndian.AppendUint64(nil, v)...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeValue(magic [4]byte, b []byte) (uint64, bool) {
+	if len(b) != 16 || [4]byte(b[:4]) != magic || crc32.Checksum(b[:12], castagnoli) != binary.BigEndian.Uint32(b[12:]) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[4:12]), true
+}
+
+// readSeq reads the next id; a missing or unreadable counter is 1 (recovery
+// raises it past the ids in the log).
+func (q *Queue) readSeq() (uint64, error) {
+	b, err := readFile(q.fs, q.path(seqFile))
+	if err != nil {
+		return 0, err
+	}
+	if v, ok := decodeValue(seqMagic, b); ok && v > 0 {
+		return v, nil
+	}
+	return 1, nil
+}
+
+// NewMessage is what Append takes: the message without its id and offset.
+type NewMessage struct {
+	Source        string
+	CorrelationID string
+	Payload       []byte
+}
+
+type appendReq struct {
+	m    NewMessage
+	at   time.Time
+	res  Message
+	err  error
+	done chan struct{}
+	lead chan struct{}
+}
+
+// Append writes m at the end of the log and returns it with its id and
+// offset, once its frame is durable: concurrent appends are batched into
+// one write at the tail and one fdatasync (group commit), and each caller
+// learns its id only after its batch's fdatasync returned. A failed write
+// or fdatasync poisons the queue (ErrPoisoned) until it is reopened.
+func (q *Queue) Append(m NewMessage) (Message, error) {
+	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
+		return Message{}, fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
+	}
+	req := &appendReq{m: m, at: q.now(), done: make(chan struct{}), lead: make(chan struct{})}
+	q.mu.Lock()
+	if q.poisoned != nil {
+		err := q.poisoned
+		q.mu.Unlock()
+		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+	}
+	q.pending = append(q.pending, req)
+	if q.leading {
+		q.mu.Unlock()
+		select {
+		case <-req.done:
+			return req.res, req.err
+		case <-req.lead: // the previous leader handed over
+		}
+		q.mu.Lock()
+	}
+	q.leading = true
+	batch := q.pending
+	q.pending = nil
+	poisoned := q.poisoned
+	q.mu.Unlock()
+
+	var err error
+	if poisoned != nil {
+		for _, r := range batch {
+			r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
+			close(r.done)
+		}
+	} else {
+		err = q.writeBatch(batch)
+	}
+
+	q.mu.Lock()
+	if err != nil && q.poisoned == nil {
+		q.poisoned = fmt.Errorf("%w: %v", ErrPoisoned, err)
+	}
+	if len(q.pending) > 0 {
+		close(q.pending[0].lead) // the next batch is its
+	} else {
+		q.leading = false
+	}
+	q.mu.Unlock()
+	return req.res, req.err
+}
+
+// writeBatch writes a batch under the append lock: the tail and the id
+// counter are read under it (another process may have appended), the
+// frames written with one write and made durable with one fdatasync, then
+// the counter moved on.
+func (q *Queue) writeBatch(batch []*appendReq) (err error) {
+	defer func() {
+		for _, r := range batch {
+			if err != nil {
+				r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+			}
+			close(r.done)
+		}
+	}()
+	if err := q.lock.Lock(); err != nil {
+		return fmt.Errorf("taking the append lock: %w", err)
+	}
+	defer q.lock.Unlock()
+	tail, err := fileSize(q.seg)
+	if err != nil {
+		return err
+	}
+	next, err := q.readSeq()
+	if err != nil {
+		return err
+	}
+	var buf []byte
+	for _, r := range batch {
+		r.res = Message{ID: next, Offset: tail + int64(len(buf)), EnqueuedAt: r.at.UTC(),
+			Source: r.m.Source, CorrelationID: r.m.CorrelationID, Payload: r.m.Payload}
+		next++
+		buf = appendFrame(buf, appendMessageRecord(nil, &r.res))
+	}
+	if _, err := q.seg.WriteAt(buf, tail); err != nil {
+		q.seg.Truncate(tail) // best effort: recovery finds a torn tail anyway
+		return fmt.Errorf("writing %s: %w", segmentFile, err)
+	}
+	if err := q.seg.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", segmentFile, err)
+	}
+	// The counter is rewritten in place without fsync: recovery takes the
+	// highest id of the log, which is durable now.
+	return q.writeSeqInPlace(next)
+}
+
+func (q *Queue) writeSeqInPlace(next uint64) error {
+	f, err := q.fs.OpenFile(q.path(seqFile), os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteAt(encodeValue(seqMagic, next), 0)
+	cerr := f.Close()
+	return errors.Join(werr, cerr)
+}
+
+// Read returns the first message at or after offset, and the offset after
+// it. It skips frames that do not verify; at the end of the log it returns
+// io.EOF (a frame still being written by another process reads as the end).
+func (q *Queue) Read(offset int64) (Message, int64, error) {
+	size, err := fileSize(q.seg)
+	if err != nil {
+		return Message{}, offset, err
+	}
+	for offset < size {
+		rec, n, _, err := frameAt(q.seg, offset, size)
+		if err != nil {
+			return Message{}, offset, err
+		}
+		if n == 0 {
+			next, err := nextFrame(q.seg, offset, size)
+			if err != nil {
+				return Message{}, offset, err
+			}
+			if next < 0 {
+				return Message{}, offset, io.EOF
+			}
+			offset = next
+			continue
+		}
+		m, err := decodeMessage(rec, offset)
+		if err != nil {
+			offset += n // a frame that verifies but holds no message
+			continue
+		}
+		return m, offset + n, nil
+	}
+	return Message{}, offset, io.EOF
+}
+
+// Size is the current length of segment.log in bytes.
+func (q *Queue) Size() (int64, error) { return fileSize(q.seg) }
+
+// Checkpoint returns the offset up to which everything is processed,
+// clamped to the log's length (a checkpoint past the end, left by a crash
+// during a drain, means everything).
+func (q *Queue) Checkpoint() (int64, error) {
+	b, err := readFile(q.fs, q.path(ckptFile))
+	if err != nil {
+		return 0, err
+	}
+	v, _ := decodeValue(ckptMagic, b)
+	size, err := fileSize(q.seg)
+	if err != nil {
+		return 0, err
+	}
+	return min(int64(v), size), nil
+}
+
+// SaveCheckpoint records that everything before offset is processed.
+func (q *Queue) SaveCheckpoint(offset int64) error {
+	return writeAtomic(q.fs, q.path(ckptFile), encodeValue(ckptMagic, uint64(offset)))
+}
+
+// Retry is one entry of the retry schedule.
+type Retry struct {
+	ID      uint64
+	Offset  int64 // the message's frame in segment.log
+	Attempt int   // the attempt that is due
+	Due     time.Time
+}
+
+// Retries returns the pending retry schedule. A schedule that does not
+// verify is an error: retries would be lost.
+func (q *Queue) Retries() ([]Retry, error) {
+	b, err := readFile(q.fs, q.path(retryFile))
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	if len(b) < 12 || [4]byte(b[:4]) != retMagic || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("queue %s/%s: %s does not verify", q.Tenant, q.Flow, retryFile)
+	}
+	n := int(binary.BigEndian.Uint32(b[4:8]))
+	body := b[8 : len(b)-4]
+	if len(body) != n*28 {
+		return nil, fmt.Errorf("queue %s/%s: %s does not verify", q.Tenant, q.Flow, retryFile)
+	}
+	out := make([]Retry, n)
+	for i := range out {
+		e := body[i*28:]
+		out[i] = Retry{
+			ID:      binary.BigEndian.Uint64(e[0:8]),
+			Offset:  int64(binary.BigEndian.Uint64(e[8:16])),
+			Attempt: int(binary.BigEndian.Uint32(e[16:20])),
+			Due:     time.Unix(0, int64(binary.BigEndian.Uint64(e[20:28]))).UTC(),
+		}
+	}
+	return out, nil
+}
+
+// SaveRetries replaces the retry schedule.
+func (q *Queue) SaveRetries(rs []Retry) error {
+	return writeAtomic(q.fs, q.path(retryFile), encodeRetries(rs))
+}
+
+func encodeRetries(rs []Retry) []byte {
+	b := append(retMagic[:], binary.BigEndian.AppendUint32(nil, uint32(len(rs)))...)
+	for _, r := range rs {
+		b = binary.BigEndian.AppendUint64(b, r.ID)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Offset))
+		b = binary.BigEndian.AppendUint32(b, uint32(r.Attempt))
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Due.UnixNano()))
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// ErrNotDrained is returned by Drain when the log holds unprocessed
+// messages.
+var ErrNotDrained = errors.New("the queue has unprocessed messages")
+
+// Drain empties segment.log in place when everything in it is processed
+// (the checkpoint is at its end) and no retry is pending: the id counter is
+// made durable first (ids keep counting), the checkpoint goes back to 0,
+// then the log is truncated, all under the append lock so that no process
+// appends meanwhile.
+func (q *Queue) Drain() error {
+	if err := q.lock.Lock(); err != nil {
+		return err
+	}
+	defer q.lock.Unlock()
+	size, err := fileSize(q.seg)
+	if err != nil {
+		return err
+	}
+	if size == 0 {
+		return nil
+	}
+	ckpt, err := q.Checkpoint()
+	if err != nil {
+		return err
+	}
+	rs, err := q.Retries()
+	if err != nil {
+		return err
+	}
+	if ckpt < size || len(rs) > 0 {
+		return ErrNotDrained
+	}
+	next, err := q.readSeq()
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(q.fs, q.path(seqFile), encodeValue(seqMagic, next)); err != nil {
+		return err
+	}
+	if err := q.SaveCheckpoint(0); err != nil {
+		return err
+	}
+	if err := q.seg.Truncate(0); err != nil {
+		return err
+	}
+	return q.seg.Sync()
+}
+
+// NextID is the id the next message will get.
+func (q *Queue) NextID() (uint64, error) { return q.readSeq() }
+
+// exists reports whether a file of the queue exists.
+func (q *Queue) exists(name string) (bool, error) {
+	_, err := q.fs.Stat(q.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
