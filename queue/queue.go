@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -479,12 +478,3 @@ func (q *Queue) Drain() error {
 
 // NextID is the id the next message will get.
 func (q *Queue) NextID() (uint64, error) { return q.readSeq() }
-
-// exists reports whether a file of the queue exists.
-func (q *Queue) exists(name string) (bool, error) {
-	_, err := q.fs.Stat(q.path(name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
-}
