@@ -2,9 +2,9 @@
 
 staticcheck := "go run honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 
-# Validate the example config repo (becomes `go run ./cmd/nexus serve --dev` when the host lands).
+# Run the host on the example config repo (development mode, port 9090).
 run:
-    go run ./cmd/nexus validate flows-example/flows
+    go run ./cmd/nexus serve --dev
 
 # Run every test, as the README does.
 test:
