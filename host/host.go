@@ -12,6 +12,7 @@ import (
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -44,7 +45,10 @@ type Config struct {
 	Journal Journal // nil: no journal
 	Sync    Syncer  // nil: POST /hooks/git answers 404
 	Metrics *Metrics
-	Logger  *slog.Logger
+	// Queues holds the queues and their workers; nil: /enqueue answers 404.
+	// Wire the Server in as the queues' Handler and the engine's Publisher.
+	Queues *queue.Manager
+	Logger *slog.Logger
 	// MaxBodyBytes is the message-size ceiling of flows that set none.
 	MaxBodyBytes int64
 	// AdminKey opens /status (and the management API); "" closes them (404).
@@ -82,11 +86,15 @@ func New(cfg Config) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	s := &Server{cfg: cfg}
+	if cfg.Queues != nil {
+		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
+	}
 	r := httprouter.New()
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.POST("/flows/:tenant/:flow/run", s.run)
+	r.POST("/flows/:tenant/:flow/enqueue", s.enqueue)
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	r.GET("/status", s.status)

@@ -22,6 +22,7 @@ import (
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -192,16 +193,26 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 			return err
 		}
 	}
-	eng := engine.New(engine.Config{Dedup: reg.Dedup()})
+	// The host is the engine's Publisher and the queues' Handler; it is
+	// made last, so both reach it through these two functions.
+	var doors *host.Server
+	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: publisherFunc(func(ctx context.Context, tenant, flow string, payload []byte, cid string) error {
+		return doors.Publish(ctx, tenant, flow, payload, cid)
+	})})
+	queues := queue.NewManager(queue.ManagerConfig{
+		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger,
+		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
+	})
 	hostCfg := host.Config{
-		Live: reg, Status: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger,
+		Live: reg, Status: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
 		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret),
 	}
 	if syncer != nil {
 		hostCfg.Sync = syncer
 	}
+	doors = host.New(hostCfg)
 	srv := &http.Server{
-		Handler:           host.New(hostCfg).Handler(),
+		Handler:           doors.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -237,6 +248,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		logger.Error("requests were still running at the shutdown deadline", "event", "stopping", "error", serr.Error())
 	}
+	queues.Stop() // each worker finishes its delivery and writes its checkpoint
 	if syncer != nil {
 		syncer.Stop()
 	}
@@ -248,6 +260,13 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		return err
 	}
 	return nil
+}
+
+// publisherFunc adapts a function to engine.Publisher.
+type publisherFunc func(ctx context.Context, tenant, flow string, payload []byte, correlationID string) error
+
+func (f publisherFunc) Publish(ctx context.Context, tenant, flow string, payload []byte, correlationID string) error {
+	return f(ctx, tenant, flow, payload, correlationID)
 }
 
 func splitSecrets(s string) []string {

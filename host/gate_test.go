@@ -1,0 +1,257 @@
+package host_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The access gate: 401, 400 for a name, 403, 404, 429, in that order, each
+// before one byte of the body is read.
+
+const unknownKey = "missing or unknown API key"
+
+func TestGateUnauthenticated(t *testing.T) {
+	fx := newFixture(t, nil)
+	for _, tc := range []struct {
+		name, authorization, path string
+	}{
+		{"no Authorization", "", "/flows/acme/echo/run"},
+		{"Basic credentials", "Basic YWNtZTprZXktYWNtZS1hbGw=", "/flows/acme/echo/run"},
+		{"Basic with a real key", "Basic " + keyAcmeAll, "/flows/acme/echo/run"},
+		{"empty Bearer", "Bearer ", "/flows/acme/echo/run"},
+		{"Bearer of spaces", "Bearer     ", "/flows/acme/echo/run"},
+		{"Bearer without a space", "Bearer" + keyAcmeAll, "/flows/acme/echo/run"},
+		{"unknown key", "Bearer nxk_not_a_key", "/flows/acme/echo/run"},
+		{"revoked key", "Bearer " + keyRevoked, "/flows/acme/echo/run"},
+		{"a key's hash as the key", "Bearer " + hashHex(keyAcmeAll), "/flows/acme/echo/run"},
+		{"key with a trailing byte", "Bearer " + keyAcmeAll + "x", "/flows/acme/echo/run"},
+		// the key is checked first: a bad name, another tenant, an
+		// undeployed flow are all 401 without a key
+		{"no key, bad tenant name", "", "/flows/Acme/echo/run"},
+		{"unknown key, dot-dot tenant", "Bearer nope", "/flows/%2e%2e/echo/run"},
+		{"no key, other tenant", "", "/flows/globex/shipment/run"},
+		{"no key, undeployed flow", "", "/flows/acme/nope/run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRequest(http.MethodPost, tc.path, "", "Content-Type", "application/json")
+			if tc.authorization != "" {
+				r.Header.Set("Authorization", tc.authorization)
+			}
+			body := hugeBody(r, 10<<30) // an unauthenticated caller announcing 10 GiB
+			w := fx.serve(r)
+			wantRefusal(t, w, http.StatusUnauthorized, unknownKey)
+			if got := w.Header().Get("WWW-Authenticate"); got != "Bearer" {
+				t.Errorf("WWW-Authenticate = %q, want Bearer", got)
+			}
+			if n := body.reads.Load(); n != 0 {
+				t.Errorf("the body was read %d times before the 401", n)
+			}
+		})
+	}
+}
+
+// nameError is the name rule's text for a name of the pair tenant/flow.
+func nameError(kind, name, otherKind, other, reason string) string {
+	return `invalid name ` + quote(name) + ` for ` + kind + ` (` + otherKind + ` ` + quote(other) + `): ` + reason
+}
+
+func TestGateNameRule(t *testing.T) {
+	fx := newFixture(t, nil)
+	long := strings.Repeat("a", 65)
+	for _, tc := range []struct {
+		name, key, path, want string
+	}{
+		{"uppercase tenant", keyAcmeAll, "/flows/Acme/echo/run",
+			nameError("tenant", "Acme", "flow", "echo", "character 'A' at position 1 is not allowed")},
+		{"dotted flow", keyAcmeAll, "/flows/acme/a.b/run",
+			nameError("flow", "a.b", "tenant", "acme", "character '.' at position 2 is not allowed")},
+		{"raw dot-dot tenant", keyAcmeAll, "/flows/../echo/run",
+			nameError("tenant", "..", "flow", "echo", "character '.' at position 1 is not allowed")},
+		{"encoded dot-dot tenant", keyAcmeAll, "/flows/%2e%2e/echo/run",
+			nameError("tenant", "..", "flow", "echo", "character '.' at position 1 is not allowed")},
+		{"encoded dot-dot flow", keyAcmeAll, "/flows/acme/%2E%2E/run",
+			nameError("flow", "..", "tenant", "acme", "character '.' at position 1 is not allowed")},
+		{"65-character flow", keyAcmeAll, "/flows/acme/" + long + "/run",
+			nameError("flow", long, "tenant", "acme", "the name is 65 characters long, more than 64")},
+		{"65-character tenant", keyAcmeAll, "/flows/" + long + "/echo/run",
+			nameError("tenant", long, "flow", "echo", "the name is 65 characters long, more than 64")},
+		{"NUL in the tenant", keyAcmeAll, "/flows/a%00/echo/run",
+			nameError("tenant", "a\x00", "flow", "echo", `character '\x00' at position 2 is not allowed`)},
+		{"leading hyphen", keyAcmeAll, "/flows/acme/-echo/run",
+			nameError("flow", "-echo", "tenant", "acme", "character '-' at position 1 is not allowed")},
+		// the name comes before the tenant and the allowlist
+		{"another tenant's key, bad tenant name", keyGlobex, "/flows/Acme/echo/run",
+			nameError("tenant", "Acme", "flow", "echo", "character 'A' at position 1 is not allowed")},
+		{"another tenant's key, bad flow name", keyGlobex, "/flows/acme/a.b/run",
+			nameError("flow", "a.b", "tenant", "acme", "character '.' at position 2 is not allowed")},
+		{"allowlisted key, bad flow name", keyAcmeOrders, "/flows/acme/Order-intake/run",
+			nameError("flow", "Order-intake", "tenant", "acme", "character 'O' at position 1 is not allowed")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRequest(http.MethodPost, tc.path, "", "Authorization", "Bearer "+tc.key, "Content-Type", "application/json")
+			body := hugeBody(r, 10<<30)
+			w := fx.serve(r)
+			wantRefusal(t, w, http.StatusBadRequest, tc.want)
+			if n := body.reads.Load(); n != 0 {
+				t.Errorf("the body was read %d times before the 400", n)
+			}
+		})
+	}
+
+	t.Run("64 characters is a name", func(t *testing.T) {
+		name := strings.Repeat("b", 64)
+		w := fx.serve(runRequest("acme", name, keyAcmeAll, `{}`))
+		wantRefusal(t, w, http.StatusNotFound, "no flow acme/"+name+" is deployed")
+	})
+}
+
+func TestGateForbidden(t *testing.T) {
+	fx := newFixture(t, nil)
+	for _, tc := range []struct {
+		name, key, tenant, flow, want string
+	}{
+		{"another tenant's flow", keyAcmeOrders, "globex", "shipment", "key acme-orders may not call globex/shipment"},
+		{"another tenant's flow, all-flows key", keyAcmeAll, "globex", "shipment", "key acme-all may not call globex/shipment"},
+		{"another tenant's undeployed flow", keyGlobex, "acme", "x", "key globex-all may not call acme/x"},
+		{"deployed flow outside the allowlist", keyAcmeOrders, "acme", "echo", "key acme-orders may not call acme/echo"},
+		// the allowlist is checked before the flow's existence
+		{"undeployed flow outside the allowlist", keyAcmeOrders, "acme", "x", "key acme-orders may not call acme/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runRequest(tc.tenant, tc.flow, tc.key, "")
+			body := hugeBody(r, 10<<30)
+			w := fx.serve(r)
+			wantRefusal(t, w, http.StatusForbidden, tc.want)
+			if n := body.reads.Load(); n != 0 {
+				t.Errorf("the body was read %d times before the 403", n)
+			}
+		})
+	}
+	t.Run("the allowlisted flow passes", func(t *testing.T) {
+		wantJSON(t, fx.serve(runRequest("acme", "order-intake", keyAcmeOrders, `{}`)), `{"accepted":true}`)
+	})
+}
+
+func TestGateNotDeployed(t *testing.T) {
+	fx := newFixture(t, nil)
+	r := runRequest("acme", "x", keyAcmeAll, "")
+	body := hugeBody(r, 10<<30)
+	w := fx.serve(r)
+	wantRefusal(t, w, http.StatusNotFound, "no flow acme/x is deployed")
+	if n := body.reads.Load(); n != 0 {
+		t.Errorf("the body was read %d times before the 404", n)
+	}
+
+	// a withdrawn flow is gone from the live set at once
+	files := testFlows()
+	delete(files, "flows/acme/echo.md")
+	fx.publish(files, testAccessYAML(), "1111111111111111111111111111111111111111")
+	wantRefusal(t, fx.serve(runRequest("acme", "echo", keyAcmeAll, `{}`)), http.StatusNotFound, "no flow acme/echo is deployed")
+}
+
+func TestGateRateLimit(t *testing.T) {
+	fx := newFixture(t, nil)
+
+	// refusals earlier in the gate take no token
+	wantRefusal(t, fx.serve(runRequest("acme", "x", keyAcmeLimited, `{}`)), http.StatusNotFound, "no flow acme/x is deployed")
+	wantRefusal(t, fx.serve(runRequest("globex", "shipment", keyAcmeLimited, `{}`)), http.StatusForbidden, "key acme-limited may not call globex/shipment")
+
+	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{"n":1}`)), `{"n":1}`)
+
+	r := runRequest("acme", "echo", keyAcmeLimited, "")
+	body := hugeBody(r, 10<<30)
+	w := fx.serve(r)
+	wantRefusal(t, w, http.StatusTooManyRequests, "rate limit exceeded")
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1", got)
+	}
+	if n := body.reads.Load(); n != 0 {
+		t.Errorf("the body was read %d times before the 429", n)
+	}
+
+	// the bucket is the key's: other keys are not limited by it
+	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeAll, `{"n":2}`)), `{"n":2}`)
+	// with the bucket empty, an undeployed flow is still 404 (404 comes first)
+	wantRefusal(t, fx.serve(runRequest("acme", "x", keyAcmeLimited, `{}`)), http.StatusNotFound, "no flow acme/x is deployed")
+
+	fx.clock.Advance(500 * time.Millisecond)
+	w = fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`))
+	wantRefusal(t, w, http.StatusTooManyRequests, "rate limit exceeded")
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After half a second before the next token = %q, want 1 (whole seconds, rounded up)", got)
+	}
+
+	fx.clock.Advance(500 * time.Millisecond)
+	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{"n":3}`)), `{"n":3}`)
+
+	t.Run("Retry-After rounds up to whole seconds", func(t *testing.T) {
+		// rate 0.4/s: a token every 2.5 s
+		wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeSlow, `{}`)), `{}`)
+		w := fx.serve(runRequest("acme", "echo", keyAcmeSlow, `{}`))
+		wantRefusal(t, w, http.StatusTooManyRequests, "rate limit exceeded")
+		if got := w.Header().Get("Retry-After"); got != "3" {
+			t.Errorf("Retry-After 2.5 s before the next token = %q, want 3", got)
+		}
+		fx.clock.Advance(time.Second)
+		w = fx.serve(runRequest("acme", "echo", keyAcmeSlow, `{}`))
+		if got := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || got != "2" {
+			t.Errorf("1.5 s before the next token: %d Retry-After %q, want 429 and 2", w.Code, got)
+		}
+		fx.clock.Advance(1500 * time.Millisecond)
+		wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeSlow, `{}`)), `{}`)
+	})
+
+	t.Run("a clock going backwards mints no token", func(t *testing.T) {
+		fx := newFixture(t, nil)
+		wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)), `{}`)
+		fx.clock.Advance(-time.Hour)
+		if w := fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)); w.Code != http.StatusTooManyRequests {
+			t.Errorf("after the clock went back an hour: %d %s, want 429", w.Code, w.Body)
+		}
+		fx.clock.Advance(time.Hour)
+		if w := fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)); w.Code != http.StatusTooManyRequests {
+			t.Errorf("back at the same instant: %d %s, want 429", w.Code, w.Body)
+		}
+	})
+}
+
+// TestGateBurstBound: within one instant a key gets at most its burst.
+func TestGateBurstBound(t *testing.T) {
+	fx := newFixture(t, nil)
+	ok := 0
+	for i := 0; i < 50; i++ {
+		if fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)).Code == http.StatusOK {
+			ok++
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d of 50 requests at one instant passed a bucket of burst 1", ok)
+	}
+}
+
+func TestRouterAnswers(t *testing.T) {
+	fx := newFixture(t, nil)
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+	}{
+		{"GET on the run route", http.MethodGet, "/flows/acme/echo/run", http.StatusMethodNotAllowed},
+		{"PUT on the run route", http.MethodPut, "/flows/acme/echo/run", http.StatusMethodNotAllowed},
+		{"unknown path", http.MethodGet, "/nope", http.StatusNotFound},
+		{"encoded slash in a name", http.MethodPost, "/flows/a%2Fb/echo/run", http.StatusNotFound},
+		{"trailing slash", http.MethodPost, "/flows/acme/echo/run/", http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRequest(tc.method, tc.path, `{}`, "Authorization", "Bearer "+keyAcmeAll, "X-Correlation-ID", "router-1")
+			w := fx.serve(r)
+			if w.Code != tc.status {
+				t.Errorf("status = %d, want %d (%s)", w.Code, tc.status, w.Body)
+			}
+			if got := w.Header().Get("X-Correlation-Id"); got != "router-1" {
+				t.Errorf("X-Correlation-Id = %q, want the incoming router-1", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,170 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/queue"
+)
+
+// enqueue is the /enqueue door: the message is appended to the flow's
+// queue and fsynced before the 202; the flow runs later, on its worker.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	sw := &statusWriter{ResponseWriter: w}
+	s.serveEnqueue(sw, r, ps.ByName("tenant"), ps.ByName("flow"))
+	s.cfg.Metrics.request(engine.DoorEnqueue, sw.status)
+}
+
+func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, flowName string) {
+	if s.cfg.Queues == nil {
+		correlationID(w, r)
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	a, doc, ok := s.admit(w, r, tenant, flowName)
+	if !ok {
+		return
+	}
+	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{
+		Source: engine.DoorEnqueue, CorrelationID: a.correlationID, Payload: flow.AppendJSON(nil, doc),
+	})
+	if err != nil {
+		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
+			"correlation_id", a.correlationID, "error", err.Error())
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %v", tenant, flowName, err))
+		return
+	}
+	s.cfg.Logger.Info("message queued", "event", "queue_enqueued", "tenant", tenant, "flow", flowName,
+		"correlation_id", a.correlationID, "msg_id", msg.ID, "offset", msg.Offset)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Nexus-Message-Id", strconv.FormatUint(msg.ID, 10))
+	w.WriteHeader(http.StatusAccepted)
+	b := strconv.AppendInt([]byte(`{"queued":true,"offset":`), msg.Offset, 10)
+	b = flow.AppendJSON(append(b, `,"tenant":`...), tenant)
+	b = flow.AppendJSON(append(b, `,"flow":`...), flowName)
+	w.Write(append(b, '}'))
+}
+
+// Handle runs one delivery of a queued message (the queue's handler):
+// latest resolved at pick-up, the engine run with the message's door and
+// attempt, and the result turned into a verdict.
+func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
+	live := s.cfg.Live.Live()
+	if live == nil {
+		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: "the registry is not loaded"}
+	}
+	lf, ok := live.Lookup(d.Tenant, d.Flow)
+	if !ok {
+		return queue.Verdict{Kind: queue.VerdictDrop, Error: fmt.Sprintf("no flow %s/%s is deployed", d.Tenant, d.Flow)}
+	}
+	if lf.Corrupt != nil {
+		// the same bytes will fail the same way: no retries
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: fmt.Sprintf("artifact %s/%s v%d failed its integrity check", lf.Tenant, lf.Name, lf.Version)}
+	}
+	doc, err := flow.ParseJSON(d.Payload, 0)
+	if err != nil {
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "the stored message is not a JSON document: " + err.Error()}
+	}
+	door := d.Source
+	if door != engine.DoorCron {
+		door = engine.DoorEnqueue
+	}
+	start := s.cfg.Now()
+	res := s.cfg.Engine.Run(ctx, engine.Request{
+		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
+		Door: door, Attempt: d.Attempt, SkipDedup: d.Attempt > 1,
+	})
+	elapsed := s.cfg.Now().Sub(start)
+	s.cfg.Metrics.execution(door, elapsed)
+	s.record(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
+
+	switch res.Outcome {
+	case engine.Succeeded, engine.Filtered, engine.FaultHandled:
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome)}
+	}
+	text := "internal error"
+	if res.Err != nil {
+		text = res.Err.Error()
+	}
+	if res.Status == http.StatusServiceUnavailable {
+		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: text}
+	}
+	rp := lf.Flow.Retry()
+	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Policy: queue.RetryPolicy{
+		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
+	}}
+}
+
+// Publish puts a message on another flow's queue for queue_publish: same
+// tenant, refused before anything is written when the target is not live or
+// no worker can be started for it.
+func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload []byte, correlationID string) error {
+	if s.cfg.Queues == nil {
+		return errors.New("this host has no queues")
+	}
+	live := s.cfg.Live.Live()
+	if live == nil {
+		return errors.New("the registry is not loaded")
+	}
+	if _, ok := live.Lookup(tenant, flowName); !ok {
+		return fmt.Errorf("no flow %s/%s is deployed", tenant, flowName)
+	}
+	if err := s.cfg.Queues.Has(tenant, flowName); err != nil {
+		return fmt.Errorf("queue %s/%s: %w", tenant, flowName, err)
+	}
+	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})
+	if err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("message queued", "event", "queue_enqueued", "tenant", tenant, "flow", flowName,
+		"correlation_id", correlationID, "msg_id", msg.ID, "offset", msg.Offset, "by", "queue_publish")
+	return nil
+}
+
+// queueCollector exports the queues' state as the nexus_queue_* metrics.
+type queueCollector struct {
+	m                                         *queue.Manager
+	depth, inFlight, retries, dead, delivered *prometheus.Desc
+}
+
+func newQueueCollector(m *queue.Manager) *queueCollector {
+	l := []string{"tenant", "flow"}
+	return &queueCollector{
+		m:         m,
+		depth:     prometheus.NewDesc("nexus_queue_depth", "Bytes of the queue's log not yet processed.", l, nil),
+		inFlight:  prometheus.NewDesc("nexus_queue_in_flight", "Deliveries running now.", l, nil),
+		retries:   prometheus.NewDesc("nexus_queue_retries_pending", "Messages waiting for a retry.", l, nil),
+		dead:      prometheus.NewDesc("nexus_queue_dead_letters", "Dead letters not yet replayed or discarded.", l, nil),
+		delivered: prometheus.NewDesc("nexus_queue_delivered_total", "Deliveries finished, by outcome.", append(l, "outcome"), nil),
+	}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.depth
+	ch <- c.inFlight
+	ch <- c.retries
+	ch <- c.dead
+	ch <- c.delivered
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.m.Queues() {
+		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(q.Depth), q.Tenant, q.Flow)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(q.State.InFlight), q.Tenant, q.Flow)
+		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.GaugeValue, float64(q.State.RetriesPending), q.Tenant, q.Flow)
+		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(q.DeadLetters), q.Tenant, q.Flow)
+		for outcome, n := range q.State.Delivered {
+			ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(n), q.Tenant, q.Flow, outcome)
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// ErrBudget is returned when the residency budget is spent: no new worker
+// can start in this process.
+var ErrBudget = errors.New("no worker can be started: the residency budget (--max-workers) is spent")
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	Root       string // {state}/queues
+	FS         FS     // nil: OS
+	MaxWorkers int    // the residency budget; 0 means 256
+	Handler    Handler
+	Clock      Clock
+	Logger     *slog.Logger
+	Poll       time.Duration
+	Now        func() time.Time // the time stamped on appended messages; nil: time.Now
+}
+
+// Manager holds the queues this process has opened and their workers: a
+// worker starts with the first use of its queue after the process starts
+// and runs until Stop. The number of queues with a worker (running or
+// standing by) is capped by the residency budget.
+type Manager struct {
+	cfg ManagerConfig
+
+	mu     sync.Mutex
+	queues map[[2]string]*managed
+	closed bool
+}
+
+type managed struct {
+	q *Queue
+	w *Worker
+}
+
+// NewManager returns a Manager; it opens nothing until used.
+func NewManager(cfg ManagerConfig) *Manager {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 256
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}}
+}
+
+// Queue returns the open queue tenant/flow with its worker, opening the
+// queue and starting the worker on first use. It fails with the name
+// rule's error for a bad name and with ErrBudget when no worker can start.
+func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
+	k := [2]string{tenant, flow}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, nil, errors.New("the queues are shut down")
+	}
+	if e, ok := m.queues[k]; ok {
+		return e.q, e.w, nil
+	}
+	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
+		return nil, nil, err
+	}
+	if len(m.queues) >= m.cfg.MaxWorkers {
+		return nil, nil, ErrBudget
+	}
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range damage {
+		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
+			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+	}
+	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll})
+	m.queues[k] = &managed{q: q, w: w}
+	w.Start()
+	return q, w, nil
+}
+
+// Has reports whether this process can take a message for tenant/flow: its
+// worker exists or the budget allows one more.
+func (m *Manager) Has(tenant, flow string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.queues[[2]string{tenant, flow}]; ok {
+		return nil
+	}
+	if len(m.queues) >= m.cfg.MaxWorkers {
+		return ErrBudget
+	}
+	return nil
+}
+
+// Append appends a message to tenant/flow's queue (after its fdatasync)
+// and wakes its worker.
+func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
+	q, w, err := m.Queue(tenant, flow)
+	if err != nil {
+		return Message{}, err
+	}
+	msg, err := q.Append(nm)
+	if err != nil {
+		if errors.Is(err, ErrPoisoned) {
+			m.reopen(tenant, flow, q)
+		}
+		return Message{}, err
+	}
+	w.Wake()
+	return msg, nil
+}
+
+// reopen replaces a poisoned queue: its worker is stopped, the queue closed
+// and opened again (which verifies its log), and a new worker started.
+func (m *Manager) reopen(tenant, flow string, old *Queue) {
+	k := [2]string{tenant, flow}
+	m.mu.Lock()
+	e, ok := m.queues[k]
+	if !ok || e.q != old {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.queues, k)
+	m.mu.Unlock()
+	e.w.Stop()
+	e.q.Close()
+	if _, _, err := m.Queue(tenant, flow); err != nil {
+		m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
+			"tenant", tenant, "flow", flow, "error", err.Error())
+	}
+}
+
+// QueueInfo describes one open queue.
+type QueueInfo struct {
+	Tenant, Flow string
+	Depth        int64 // bytes of log not yet processed
+	State        WorkerState
+	DeadLetters  int
+}
+
+// Queues describes the queues open in this process, sorted.
+func (m *Manager) Queues() []QueueInfo {
+	m.mu.Lock()
+	list := make([]*managed, 0, len(m.queues))
+	for _, e := range m.queues {
+		list = append(list, e)
+	}
+	m.mu.Unlock()
+	out := make([]QueueInfo, 0, len(list))
+	for _, e := range list {
+		info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State()}
+		if size, err := e.q.Size(); err == nil {
+			if ckpt, err := e.q.Checkpoint(); err == nil {
+				info.Depth = size - ckpt
+			}
+		}
+		if dl, _, err := e.q.DeadLetters(); err == nil {
+			info.DeadLetters = len(dl)
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Flow < out[j].Flow
+	})
+	return out
+}
+
+// Stop stops every worker (each finishes its delivery in progress and
+// writes its checkpoint) and closes the queues.
+func (m *Manager) Stop() {
+	m.mu.Lock()
+	m.closed = true
+	list := m.queues
+	m.queues = map[[2]string]*managed{}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, e := range list {
+		wg.Add(1)
+		go func(e *managed) {
+			defer wg.Done()
+			e.w.Stop()
+			if err := e.q.Close(); err != nil {
+				m.cfg.Logger.Error("a queue did not close cleanly", "event", "queue_close_failed", "tenant", e.q.Tenant, "flow", e.q.Flow, "error", err.Error())
+			}
+		}(e)
+	}
+	wg.Wait()
+}
+
+// String names the manager's root, for logs.
+func (m *Manager) String() string { return fmt.Sprintf("queues at %s", m.cfg.Root) }

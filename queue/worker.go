@@ -1,0 +1,443 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+)
+
+// RetryPolicy is a flow's retry configuration (the four queue_* keys).
+type RetryPolicy struct {
+	MaxAttempts   int
+	InitialDelay  time.Duration
+	BackoffFactor float64
+	MaxDelay      time.Duration
+}
+
+// DefaultRetryPolicy is the policy of a flow that sets none.
+var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+
+// Delay is the one retry formula: the wait after failed attempt n (n ≥ 1)
+// is min(initial × factor^(n−1), max). There is no jitter: the schedule is
+// exact.
+func Delay(p RetryPolicy, n int) time.Duration {
+	d := float64(p.InitialDelay) * math.Pow(p.BackoffFactor, float64(n-1))
+	if d > float64(p.MaxDelay) || math.IsInf(d, 1) || math.IsNaN(d) {
+		return p.MaxDelay
+	}
+	return time.Duration(d)
+}
+
+// RetryLaterDelay is the fixed wait of a retry-later verdict.
+const RetryLaterDelay = time.Second
+
+// VerdictKind is what a handler decided for one delivery.
+type VerdictKind int
+
+// The verdicts of a delivery.
+const (
+	// VerdictAck: the message is done, with an outcome (succeeded,
+	// filtered, fault_handled).
+	VerdictAck VerdictKind = iota + 1
+	// VerdictRetry: the attempt failed; the queue reschedules it with the
+	// policy, or dead-letters it when it was the last attempt.
+	VerdictRetry
+	// VerdictRetryLater: the attempt could not run (registry or dedup store
+	// unavailable); it comes back after RetryLaterDelay without using up
+	// an attempt.
+	VerdictRetryLater
+	// VerdictDeadLetter: the message goes to the dead-letter queue at once.
+	VerdictDeadLetter
+	// VerdictDrop: the message can never succeed (no such flow); it is
+	// dropped and logged.
+	VerdictDrop
+)
+
+// Verdict is a handler's decision for one delivery.
+type Verdict struct {
+	Kind    VerdictKind
+	Outcome string      // VerdictAck
+	Policy  RetryPolicy // VerdictRetry
+	Error   string      // the text kept as last_error, or logged
+}
+
+// Delivery is one attempt at a message of the queue Tenant/Flow.
+type Delivery struct {
+	Message
+	Tenant, Flow string
+	Attempt      int // 1-based
+}
+
+// Handler runs a delivery and returns its verdict.
+type Handler interface {
+	Handle(ctx context.Context, d Delivery) Verdict
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, d Delivery) Verdict
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, d Delivery) Verdict { return f(ctx, d) }
+
+// Clock is the worker's time: real in production, fake in tests so that
+// retry schedules are tested without sleeping.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// WorkerConfig configures a worker. Zero fields take the defaults.
+type WorkerConfig struct {
+	Handler Handler
+	Clock   Clock        // nil: the real clock
+	Logger  *slog.Logger // nil: slog.Default()
+	// Poll is how often an idle worker looks for messages appended by other
+	// processes (and how often a standby tries to take over); default 500 ms.
+	Poll time.Duration
+	// CheckpointEvery is how many processed messages may pass before the
+	// checkpoint is written (it is also written when the queue goes idle);
+	// default 64.
+	CheckpointEvery int
+}
+
+// Worker delivers one queue's messages: backlog first, in order; retries
+// when due; housekeeping when idle. Among processes sharing a state
+// directory, a lock file elects the one that runs; the others stand by and
+// take over when it dies.
+type Worker struct {
+	q    *Queue
+	cfg  WorkerConfig
+	wake chan struct{}
+	lock *flock.Flock
+
+	life   sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	stateMu sync.Mutex
+	state   WorkerState
+}
+
+// WorkerState is what a worker is doing, for status pages and metrics.
+type WorkerState struct {
+	Leading        bool
+	InFlight       int
+	RetriesPending int
+	Delivered      map[string]int64 // by outcome, plus "dead_lettered", "dropped"
+}
+
+// NewWorker returns a worker for q; Start runs it.
+func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = 64
+	}
+	return &Worker{
+		q: q, cfg: cfg, wake: make(chan struct{}, 1),
+		lock:  flock.New(filepath.Join(q.dir, "worker.lock")),
+		state: WorkerState{Delivered: map[string]int64{}},
+	}
+}
+
+// Wake tells the worker a message was appended in this process. It never
+// blocks.
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// State returns a copy of the worker's state.
+func (w *Worker) State() WorkerState {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	s := w.state
+	s.Delivered = make(map[string]int64, len(w.state.Delivered))
+	for k, v := range w.state.Delivered {
+		s.Delivered[k] = v
+	}
+	return s
+}
+
+func (w *Worker) update(f func(*WorkerState)) {
+	w.stateMu.Lock()
+	f(&w.state)
+	w.stateMu.Unlock()
+}
+
+// Start runs the worker in the background and returns at once.
+func (w *Worker) Start() {
+	w.life.Lock()
+	defer w.life.Unlock()
+	if w.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.done = cancel, make(chan struct{})
+	go w.run(ctx, w.done)
+}
+
+// Stop stops the worker after the delivery in progress and waits for it;
+// it writes the checkpoint and gives up the election. Safe twice and
+// without Start.
+func (w *Worker) Stop() {
+	w.life.Lock()
+	cancel, done := w.cancel, w.done
+	w.cancel = nil
+	w.life.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (w *Worker) log() *slog.Logger {
+	return w.cfg.Logger.With("tenant", w.q.Tenant, "flow", w.q.Flow)
+}
+
+func (w *Worker) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	// the election: stand by until this process holds the queue's lock
+	for {
+		ok, err := w.lock.TryLock()
+		if err != nil {
+			w.log().Error("the worker lock could not be taken", "event", "worker_failed", "error", err.Error())
+		}
+		if ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.cfg.Clock.After(w.cfg.Poll):
+		case <-w.wake:
+		}
+	}
+	defer w.lock.Unlock()
+	w.update(func(s *WorkerState) { s.Leading = true })
+	defer w.update(func(s *WorkerState) { s.Leading = false })
+	w.log().Info("worker started", "event", "worker_started")
+	if err := w.deliver(ctx); err != nil && ctx.Err() == nil {
+		w.log().Error("the worker stopped on an error", "event", "worker_failed", "error", err.Error())
+	}
+}
+
+// deliver is the worker's loop once elected.
+func (w *Worker) deliver(ctx context.Context) error {
+	q := w.q
+	cursor, err := q.Checkpoint()
+	if err != nil {
+		return err
+	}
+	retries, err := q.Retries()
+	if err != nil {
+		return err
+	}
+	saved := cursor // the checkpoint on disk
+	sinceSave := 0
+	saveCheckpoint := func() error {
+		if cursor == saved {
+			return nil
+		}
+		if err := q.SaveCheckpoint(cursor); err != nil {
+			return err
+		}
+		saved, sinceSave = cursor, 0
+		return nil
+	}
+	defer saveCheckpoint()
+	scheduled := func(off int64) bool {
+		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == off })
+	}
+	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
+
+	for ctx.Err() == nil {
+		now := w.cfg.Clock.Now()
+		// a retry that is due goes first: it was scheduled before the
+		// messages now at the cursor were reached… but it lost its place,
+		// so the due one with the earliest time is taken
+		slices.SortStableFunc(retries, func(a, b Retry) int { return a.Due.Compare(b.Due) })
+		if len(retries) > 0 && !retries[0].Due.After(now) {
+			r := retries[0]
+			m, _, err := q.Read(r.Offset)
+			if err != nil || m.ID != r.ID {
+				w.log().Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
+				retries = retries[1:]
+				if err := q.SaveRetries(retries); err != nil {
+					return err
+				}
+				continue
+			}
+			next, err := w.attempt(ctx, m, r.Attempt)
+			if err != nil {
+				return err
+			}
+			retries = retries[1:]
+			if next != nil {
+				retries = append(retries, *next)
+			}
+			if err := q.SaveRetries(retries); err != nil {
+				return err
+			}
+			w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
+			continue
+		}
+
+		m, after, err := q.Read(cursor)
+		switch {
+		case err == nil && scheduled(m.Offset):
+			cursor = after // delivered before, waiting in the retry schedule
+			continue
+		case err == nil:
+			next, err := w.attempt(ctx, m, 1)
+			if err != nil {
+				return err
+			}
+			if next != nil {
+				retries = append(retries, *next)
+				// the schedule is durable before the checkpoint passes the message
+				if err := q.SaveRetries(retries); err != nil {
+					return err
+				}
+				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
+			}
+			cursor = after
+			if sinceSave++; sinceSave >= w.cfg.CheckpointEvery {
+				if err := saveCheckpoint(); err != nil {
+					return err
+				}
+			}
+			continue
+		case !errors.Is(err, io.EOF):
+			return err
+		}
+		if cursor < after {
+			cursor = after // frames that did not verify at the tail
+		}
+
+		// idle: checkpoint, housekeeping, then wait
+		if err := saveCheckpoint(); err != nil {
+			return err
+		}
+		if len(retries) == 0 {
+			switch err := q.Drain(); {
+			case err == nil:
+				if size, _ := q.Size(); size == 0 {
+					cursor, saved = 0, 0
+				}
+			case errors.Is(err, ErrNotDrained):
+			default:
+				w.log().Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
+			}
+			if err := q.CompactDLQ(); err != nil {
+				w.log().Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
+			}
+		}
+		wait := w.cfg.Poll
+		if len(retries) > 0 {
+			if d := retries[0].Due.Sub(w.cfg.Clock.Now()); d < wait {
+				wait = max(d, 0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-w.cfg.Clock.After(wait):
+		}
+	}
+	return nil
+}
+
+// attempt delivers m and acts on the verdict. It returns the retry to
+// schedule, if any.
+func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
+	w.update(func(s *WorkerState) { s.InFlight++ })
+	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
+	w.update(func(s *WorkerState) { s.InFlight-- })
+	log := w.log().With("msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt)
+	now := w.cfg.Clock.Now()
+	count := func(what string) { w.update(func(s *WorkerState) { s.Delivered[what]++ }) }
+	switch v.Kind {
+	case VerdictAck:
+		if v.Outcome == "filtered" {
+			log.Info("message filtered", "event", "queue_filtered")
+		} else {
+			log.Info("message processed", "event", "queue_processed", "outcome", v.Outcome)
+		}
+		count(v.Outcome)
+		return nil, nil
+	case VerdictRetryLater:
+		log.Warn("the message could not run now; retrying in 1 s without using an attempt", "event", "queue_retry_scheduled", "delay_ms", RetryLaterDelay.Milliseconds(), "error", v.Error)
+		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay)}, nil
+	case VerdictRetry:
+		if attempt < v.Policy.MaxAttempts {
+			d := Delay(v.Policy, attempt)
+			log.Warn("attempt failed; retry scheduled", "event", "queue_retry_scheduled", "delay_ms", d.Milliseconds(), "next_attempt", attempt+1, "error", v.Error)
+			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d)}, nil
+		}
+		fallthrough
+	case VerdictDeadLetter:
+		err := w.q.MoveToDLQ(DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload})
+		if err != nil {
+			return nil, fmt.Errorf("moving message %d to the dead-letter queue: %w", m.ID, err)
+		}
+		log.Error("message moved to the dead-letter queue", "event", "dlq_moved", "attempts", attempt, "last_error", v.Error)
+		count("dead_lettered")
+		return nil, nil
+	case VerdictDrop:
+		log.Error("message dropped: it can never succeed", "event", "queue_dropped", "error", v.Error)
+		count("dropped")
+		return nil, nil
+	}
+	return nil, fmt.Errorf("handler returned verdict kind %d", v.Kind)
+}
+
+// handle calls the handler; a panic is a failed attempt with its file and
+// line in the error, never a dead worker.
+func (w *Worker) handle(ctx context.Context, d Delivery) (v Verdict) {
+	defer func() {
+		if p := recover(); p != nil {
+			where := "unknown"
+			for i := 2; i < 16; i++ {
+				_, file, line, ok := runtime.Caller(i)
+				if !ok {
+					break
+				}
+				if filepath.Base(filepath.Dir(file)) != "runtime" {
+					where = fmt.Sprintf("%s:%d", file, line)
+					break
+				}
+			}
+			w.log().Error("the handler panicked; the attempt counts as failed", "event", "handler_panic",
+				"msg_id", d.ID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "at", where)
+			v = Verdict{Kind: VerdictRetry, Policy: DefaultRetryPolicy, Error: fmt.Sprintf("internal error: panic at %s", where)}
+		}
+	}()
+	return w.cfg.Handler.Handle(ctx, d)
+}
