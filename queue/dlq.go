@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
+
+	"github.com/nexushq/nexus/naming"
 )
 
 // ErrNotPending is returned when an id is not a pending dead letter.
@@ -162,4 +165,58 @@ func (q *Queue) CompactDLQ() error {
 		return err
 	}
 	return writeAtomic(q.fs, q.path(ackedFile), nil)
+}
+
+// ReadDeadLetters returns the pending dead letters of tenant/flow under
+// root without opening the queue (nothing is created or locked): what
+// nexus dlq list shows, also while servers run. A queue that does not
+// exist has none.
+func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, error) {
+	dir, err := Dir(root, tenant, flow)
+	if err != nil {
+		return nil, err
+	}
+	if fsys == nil {
+		fsys = OS{}
+	}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys}
+	dl, _, err := q.DeadLetters()
+	return dl, err
+}
+
+// QueueNames lists the (tenant, flow) folders under root that follow the
+// name rule, sorted.
+func QueueNames(root string, fsys FS) ([][2]string, error) {
+	if fsys == nil {
+		fsys = OS{}
+	}
+	tenants, err := fsys.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, t := range tenants {
+		if !t.IsDir() || !naming.Valid(t.Name()) {
+			continue
+		}
+		flows, err := fsys.ReadDir(filepath.Join(root, t.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range flows {
+			if f.IsDir() && naming.Valid(f.Name()) {
+				out = append(out, [2]string{t.Name(), f.Name()})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i][0] != out[j][0] {
+			return out[i][0] < out[j][0]
+		}
+		return out[i][1] < out[j][1]
+	})
+	return out, nil
 }

@@ -33,6 +33,7 @@ func commands() map[string]command {
 		"status":   {"print what is deployed: commit, flows, last sync error", runStatus},
 		"key":      {"generate an access key and its access.yaml entry", runKey},
 		"journal":  {"print the execution history, newest first", runJournal},
+		"dlq":      {"list, replay or discard dead letters", runDLQ},
 	}
 }
 

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/naming"
+	"github.com/nexushq/nexus/queue"
+)
+
+const dlqUsage = `Usage:
+  nexus dlq list    [--tenant T] [--flow F] [--db FILE]
+  nexus dlq replay  --tenant T --flow F --id N [--db FILE]
+  nexus dlq discard --tenant T --flow F --id N [--db FILE]
+
+list prints the pending dead letters, sorted by tenant, flow and id. replay
+appends a dead letter's payload to its queue as a new message (new id, fresh
+correlation ID, attempt 1) and marks the entry handled; a running worker
+picks it up within its poll interval. discard marks the entry handled; its
+body leaves the disk at the flow's next queue drain.
+
+The queues are in the folder of --db (queues/ beside registry.db): pass the
+--db the server uses.
+
+Flags:
+`
+
+func runDLQ(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+			io.WriteString(stdout, dlqUsage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "nexus dlq: the subcommand is list, replay or discard\n%s", dlqUsage)
+		return exitUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := dbFlag(fs)
+	tenant := fs.String("tenant", "", "the `tenant` (a filter for list)")
+	flowName := fs.String("flow", "", "the `flow` (a filter for list)")
+	id := fs.String("id", "", "the dead letter's `id`, from nexus dlq list")
+	rest, err := parseInterleaved(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, dlqUsage, fs)
+		return exitOK
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected argument %q", rest[0])
+	}
+	var n uint64
+	if err == nil && sub != "list" {
+		switch {
+		case *tenant == "" || *flowName == "" || *id == "":
+			err = fmt.Errorf("%s needs --tenant, --flow and --id", sub)
+		default:
+			if n, err = strconv.ParseUint(*id, 10, 64); err != nil || n == 0 {
+				err = fmt.Errorf("--id %q is not a message id (a whole number from nexus dlq list)", *id)
+			}
+		}
+	}
+	if err == nil && sub == "list" && *id != "" {
+		err = errors.New("list takes no --id")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		printUsage(stderr, dlqUsage, fs)
+		return exitUsage
+	}
+	// the name rule, before anything is opened or created
+	if *tenant != "" {
+		if err := naming.Check(*tenant, naming.Tenant(*flowName)); err != nil {
+			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+			return exitError
+		}
+	}
+	if *flowName != "" {
+		if err := naming.Check(*flowName, naming.Flow(*tenant)); err != nil {
+			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+			return exitError
+		}
+	}
+	dbPath, err := expandHome(*db)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	root := filepath.Join(filepath.Dir(dbPath), "queues")
+	switch sub {
+	case "list":
+		return dlqList(root, *tenant, *flowName, stdout, stderr)
+	default:
+		return dlqMark(sub, root, *tenant, *flowName, n, stdout, stderr)
+	}
+}
+
+func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
+	names, err := queue.QueueNames(root, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq list: %v\n", err)
+		return exitError
+	}
+	type entry struct {
+		tenant, flow string
+		d            queue.DeadLetter
+	}
+	var entries []entry
+	for _, n := range names {
+		if tenant != "" && n[0] != tenant || flowName != "" && n[1] != flowName {
+			continue
+		}
+		dl, err := queue.ReadDeadLetters(root, n[0], n[1], nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %v\n", n[0], n[1], err)
+			return exitError
+		}
+		for _, d := range dl {
+			entries = append(entries, entry{n[0], n[1], d})
+		}
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(stdout, "DLQ is empty")
+		return exitOK
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "DLQ: %d pending message(s)\n", len(entries))
+	for _, e := range entries {
+		fmt.Fprintf(&b, "\n  id=%d tenant=%s flow=%s\n", e.d.ID, e.tenant, e.flow)
+		fmt.Fprintf(&b, "    enqueued_at: %s\n", formatTime(e.d.EnqueuedAt))
+		fmt.Fprintf(&b, "    failed_at:   %s\n", formatTime(e.d.FailedAt))
+		fmt.Fprintf(&b, "    attempts:    %d\n", e.d.Attempts)
+		fmt.Fprintf(&b, "    last_error:  %s\n", e.d.LastError)
+	}
+	io.WriteString(stdout, b.String())
+	return exitOK
+}
+
+func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
+	notPending := func() int {
+		fmt.Fprintf(stderr, "no pending dead letter id=%d tenant=%s flow=%s\n", id, tenant, flowName)
+		return exitError
+	}
+	pending, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	var dead *queue.DeadLetter
+	for i := range pending {
+		if pending[i].ID == id {
+			dead = &pending[i]
+		}
+	}
+	if dead == nil {
+		return notPending() // nothing is opened, created or written
+	}
+	q, _, err := queue.Open(root, tenant, flowName, queue.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	defer q.Close()
+	action := byte(queue.MarkDiscarded)
+	if sub == "replay" {
+		action = queue.MarkReplayed
+		// appended first: a crash between the two replays twice, never loses
+		if _, err := q.Append(queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: flow.NewUUID(), Payload: dead.Payload}); err != nil {
+			fmt.Fprintf(stderr, "nexus dlq replay: %v\n", err)
+			return exitError
+		}
+	}
+	if err := q.Mark(id, action); errors.Is(err, queue.ErrNotPending) {
+		return notPending()
+	} else if err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	if sub == "replay" {
+		fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", id, tenant, flowName)
+	} else {
+		fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n", id, tenant, flowName)
+	}
+	return exitOK
+}
