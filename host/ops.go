@@ -76,9 +76,21 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		}
 		lastError = flow.NewObject([]string{"commit", "errors"}, []any{le.Commit, errs})
 	}
+	var schedules []any
+	if live := s.cfg.Live.Live(); live != nil {
+		for _, sc := range live.Schedules(s.cfg.Now()) {
+			schedules = append(schedules, flow.NewObject(
+				[]string{"tenant", "flow", "schedule", "zone", "next"},
+				[]any{sc.Tenant, sc.Flow, sc.Spec, sc.Zone, sc.Next.Format(time.RFC3339)},
+			))
+		}
+	}
+	if schedules == nil {
+		schedules = []any{}
+	}
 	doc := flow.NewObject(
-		[]string{"commit", "synced_at", "flows", "generation", "last_error"},
-		[]any{str(st.Commit), syncedAt, st.Flows, int(st.Generation), lastError},
+		[]string{"commit", "synced_at", "flows", "generation", "last_error", "schedules"},
+		[]any{str(st.Commit), syncedAt, st.Flows, int(st.Generation), lastError, schedules},
 	)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(flow.AppendJSON(nil, doc))

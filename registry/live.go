@@ -59,6 +59,27 @@ func (l *LiveSet) Flows() []*LiveFlow { return l.list }
 // published).
 func (l *LiveSet) Access() *access.Set { return l.access }
 
+// Schedule describes one cron flow of a live set.
+type Schedule struct {
+	Tenant, Flow string
+	Spec, Zone   string
+	Next         time.Time // the next tick after the time asked, in the schedule's zone
+}
+
+// Schedules lists the set's cron flows with their next tick after now, in
+// each schedule's zone, sorted by tenant and flow.
+func (l *LiveSet) Schedules(now time.Time) []Schedule {
+	var out []Schedule
+	for _, lf := range l.list {
+		if lf.Flow == nil || lf.Flow.Schedule() == nil {
+			continue
+		}
+		sc := lf.Flow.Schedule()
+		out = append(out, Schedule{Tenant: lf.Tenant, Flow: lf.Name, Spec: sc.Spec(), Zone: sc.Location().String(), Next: sc.Next(now)})
+	}
+	return out
+}
+
 // Live returns the current live set (nil before Load).
 func (r *Registry) Live() *LiveSet { return r.live.Load() }
 

@@ -20,10 +20,12 @@ import (
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
+	"github.com/nexushq/nexus/scheduler"
 )
 
 const serveUsage = `Usage: nexus serve [flags]
@@ -211,6 +213,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		hostCfg.Sync = syncer
 	}
 	doors = host.New(hostCfg)
+	cron := scheduler.New(scheduler.Config{
+		Live: reg, Queues: queues, Dir: filepath.Join(stateDir, "cron"), Logger: logger, NewID: flow.NewUUID,
+	})
 	srv := &http.Server{
 		Handler:           doors.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -230,6 +235,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if syncer != nil {
 		syncer.Start()
 	}
+	cron.Start()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", cfg.Repo, "flows", len(reg.Live().Flows()))
@@ -248,6 +254,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		logger.Error("requests were still running at the shutdown deadline", "event", "stopping", "error", serr.Error())
 	}
+	cron.Stop()
 	queues.Stop() // each worker finishes its delivery and writes its checkpoint
 	if syncer != nil {
 		syncer.Stop()

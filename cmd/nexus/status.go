@@ -63,6 +63,9 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "  %s\n", e)
 		}
 	}
+	for _, sc := range reg.Live().Schedules(time.Now()) {
+		fmt.Fprintf(stdout, "schedule: %s/%s %q %s next %s\n", sc.Tenant, sc.Flow, sc.Spec, sc.Zone, sc.Next.Format(time.RFC3339))
+	}
 	for _, lf := range reg.Live().Flows() {
 		state := ""
 		if lf.Corrupt != nil {
