@@ -97,7 +97,7 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.FlowsDir == "" {
 		return nil, errors.New("gitsync: the flows folder cannot be the repo's root")
 	}
-	if !plumbing.NewBranchReferenceName(cfg.Branch).IsBranch() || strings.Contains(cfg.Branch, "..") {
+	if err := plumbing.NewBranchReferenceName(cfg.Branch).Validate(); err != nil || strings.ContainsAny(cfg.Branch, " :") || strings.HasPrefix(cfg.Branch, "-") {
 		return nil, fmt.Errorf("gitsync: %q is not a branch name", cfg.Branch)
 	}
 	if cfg.Poll <= 0 {
@@ -173,6 +173,13 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	switch {
 	case st.Commit == res.Commit:
 		res.Skipped = "up to date"
+		if st.LastError != nil {
+			// the refused commit is no longer the branch's head (the branch
+			// went back to the live commit): its failure is history
+			if err := s.cfg.Registry.ClearSyncFailure(ctx); err != nil {
+				return res, fmt.Errorf("clearing the refused commit: %w", err)
+			}
+		}
 		return res, nil
 	case st.LastError != nil && st.LastError.Commit == res.Commit:
 		res.Skipped = "already refused"
@@ -375,6 +382,18 @@ func (w *walker) file(t *object.Tree, name string, required bool) []byte {
 	return w.blob(e, name)
 }
 
+// checkSize refuses a file over the size limit without reading it.
+func (w *walker) checkSize(e *object.TreeEntry, p string) {
+	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
+	if err != nil {
+		w.problem("%s: reading it: %v", p, err)
+		return
+	}
+	if size > w.s.cfg.MaxFileBytes {
+		w.problem("%s: %d bytes, over the limit of %d", p, size, w.s.cfg.MaxFileBytes)
+	}
+}
+
 func (w *walker) blob(e *object.TreeEntry, p string) []byte {
 	b, err := w.repo.BlobObject(e.Hash)
 	if err != nil {
@@ -413,6 +432,10 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 			w.problem("%s: a path that would escape %s/", p, w.s.cfg.FlowsDir)
 			continue
 		}
+		if strings.EqualFold(e.Name, ".git") {
+			w.problem("%s: a .git entry: %s/ holds flows only", p, w.s.cfg.FlowsDir)
+			continue
+		}
 		w.files++
 		if w.files > w.s.cfg.MaxFiles {
 			if w.files == w.s.cfg.MaxFiles+1 {
@@ -434,6 +457,7 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 			w.problem("%s: a submodule (gitlink): %s/ holds regular files only", p, w.s.cfg.FlowsDir)
 		case filemode.Regular, filemode.Executable:
 			if !strings.EqualFold(path.Ext(e.Name), ".md") {
+				w.checkSize(e, p) // not read, but a commit with a huge file is refused all the same
 				continue
 			}
 			if data := w.blob(e, p); data != nil {

@@ -93,12 +93,17 @@ func New(cfg Config) *Server {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
+	r.HandleOPTIONS = false // an OPTIONS is a 405 like any other method, with our headers
 	r.POST("/flows/:tenant/:flow/run", s.run)
 	r.POST("/flows/:tenant/:flow/enqueue", s.enqueue)
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	r.GET("/status", s.status)
-	r.Handler(http.MethodGet, "/metrics", cfg.Metrics.Handler())
+	metrics := cfg.Metrics.Handler()
+	r.GET("/metrics", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+		correlationID(w, req)
+		metrics.ServeHTTP(w, req)
+	})
 	r.POST("/hooks/git", s.hookGit)
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)

@@ -78,6 +78,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	var schedules []any
 	if live := s.cfg.Live.Live(); live != nil {
+		// the commit this process serves, which may trail the registry's
+		// by the moment between a publication and its swap
+		st.Commit = live.Commit()
 		for _, sc := range live.Schedules(s.cfg.Now()) {
 			schedules = append(schedules, flow.NewObject(
 				[]string{"tenant", "flow", "schedule", "zone", "next"},

@@ -20,6 +20,7 @@ import (
 // snapshot and finishes on it, whatever is published meanwhile.
 type LiveSet struct {
 	generation int64
+	commit     string
 	flows      map[flowKey]*LiveFlow
 	list       []*LiveFlow
 	access     *access.Set
@@ -41,6 +42,10 @@ type LiveFlow struct {
 	// (its bytes do not match their SHA-256) or does not compile.
 	Corrupt error
 }
+
+// Commit is the config repo commit of the set ("" when nothing came from
+// git).
+func (l *LiveSet) Commit() string { return l.commit }
 
 // Generation is the registry generation the set was built from.
 func (l *LiveSet) Generation() int64 { return l.generation }
@@ -91,8 +96,17 @@ func (r *Registry) Load(ctx context.Context) (*LiveSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.live.Store(next)
-	return next, nil
+	for {
+		// Two loads may race (the watcher and a sync): a set never
+		// replaces a newer one.
+		cur := r.live.Load()
+		if cur != nil && cur.generation > next.generation {
+			return cur, nil
+		}
+		if r.live.CompareAndSwap(cur, next) {
+			return next, nil
+		}
+	}
 }
 
 // Refresh loads a new live set when the generation counter has moved since
@@ -119,6 +133,11 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&set.generation); err != nil {
 		return nil, fmt.Errorf("reading the registry: %w", err)
 	}
+	commit, err := getState(ctx, tx, "commit")
+	if err != nil {
+		return nil, fmt.Errorf("reading the registry: %w", err)
+	}
+	set.commit = string(commit)
 	src, err := getState(ctx, tx, "access")
 	if err != nil {
 		return nil, fmt.Errorf("reading the registry: %w", err)

@@ -101,6 +101,12 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 			}
 		}
 		if p.Commit != "" {
+			old, err := getState(ctx, tx, "commit")
+			if err != nil {
+				return err
+			}
+			// the live set carries its commit: a new commit is a new set
+			changed = changed || string(old) != p.Commit
 			for k, v := range map[string][]byte{"commit": []byte(p.Commit), "synced_at": []byte(now.UTC().Format(time.RFC3339Nano))} {
 				if err := setState(ctx, tx, k, v); err != nil {
 					return err
@@ -228,6 +234,15 @@ func (r *Registry) RecordSyncFailure(ctx context.Context, commit string, errs []
 			}
 		}
 		return nil
+	})
+}
+
+// ClearSyncFailure forgets the last refused commit (the branch no longer
+// points at it).
+func (r *Registry) ClearSyncFailure(ctx context.Context) error {
+	return r.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM state WHERE key IN ('failed_commit', 'failed_errors', 'failed_at')`)
+		return err
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,13 +42,20 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("registry %s: %w", path, err)
+	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout("+strconv.Itoa(int(BusyTimeout.Milliseconds()))+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// a file: URI with the path escaped, so that '#' or '?' in a folder
+	// name cannot cut the path short
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
@@ -56,11 +64,25 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if err := r.migrate(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("registry %s: %w", path, err)
+	// A new file's first connections race to switch it to WAL, which
+	// SQLite answers with SQLITE_BUSY rather than waiting: retry that.
+	deadline := time.Now().Add(BusyTimeout)
+	for {
+		err = r.migrate(ctx)
+		if err == nil {
+			return r, nil
+		}
+		if !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			db.Close()
+			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return r, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked".
+func isBusy(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
 
 // Path is the registry file's path.
