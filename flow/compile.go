@@ -287,6 +287,9 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
 		c.errorf(line, "schedule %q is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", spec, err)
 		ok = false
+	} else if sched.Next(scheduleProbe).IsZero() {
+		c.errorf(line, "schedule %q never fires (no such date)", spec)
+		ok = false
 	} else {
 		s.sched = sched
 	}
@@ -322,6 +325,11 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	}
 	return s
 }
+
+// scheduleProbe is the fixed time from which a schedule must fire within
+// the cron library's search horizon, so that compiling does not depend on
+// the clock.
+var scheduleProbe = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func everyBelowSecond(d string) bool {
 	p, err := time.ParseDuration(strings.TrimSpace(d))

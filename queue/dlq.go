@@ -15,10 +15,11 @@ var ErrNotPending = errors.New("no pending dead letter")
 
 // MoveToDLQ appends a dead letter to dlq.log and makes it durable.
 func (q *Queue) MoveToDLQ(d DeadLetter) error {
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return err
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	return q.appendDurable(dlqFile, appendFrame(nil, appendDeadLetterRecord(nil, &d)))
 }
 
@@ -118,10 +119,11 @@ func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
 // (MarkReplayed, MarkDiscarded): it no longer appears among the pending
 // ones. An id that is not pending is ErrNotPending, and nothing is written.
 func (q *Queue) Mark(id uint64, action byte) error {
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return err
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	pending, _, err := q.DeadLetters()
 	if err != nil {
 		return err
@@ -140,10 +142,11 @@ func (q *Queue) Mark(id uint64, action byte) error {
 // marks, so that a discarded body leaves the disk. It does nothing when no
 // entry is marked.
 func (q *Queue) CompactDLQ() error {
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return err
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	marked, err := q.marks()
 	if err != nil || len(marked) == 0 {
 		return err

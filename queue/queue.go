@@ -45,6 +45,7 @@ type Queue struct {
 	now          func() time.Time
 	seg          File
 	lock         *flock.Flock
+	appendMu     sync.Mutex // the append lock within this process (flock is per process)
 
 	mu       sync.Mutex // guards the fields below
 	pending  []*appendReq
@@ -102,6 +103,21 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 
 func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 
+// lockAppend takes the queue's append lock: the mutex between goroutines
+// of this process, then flock(2) between processes. It returns the
+// unlock.
+func (q *Queue) lockAppend() (func(), error) {
+	q.appendMu.Lock()
+	if err := q.lock.Lock(); err != nil {
+		q.appendMu.Unlock()
+		return nil, fmt.Errorf("taking the append lock: %w", err)
+	}
+	return func() {
+		q.lock.Unlock()
+		q.appendMu.Unlock()
+	}, nil
+}
+
 // Close closes the queue's files.
 func (q *Queue) Close() error {
 	q.mu.Lock()
@@ -115,10 +131,11 @@ func (q *Queue) Close() error {
 // recover scans segment.log under the append lock, truncates a torn tail
 // (and syncs), and brings the id counter up to the highest id in the log.
 func (q *Queue) recover() ([]Damage, error) {
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return nil, err
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	size, err := fileSize(q.seg)
 	if err != nil {
 		return nil, err
@@ -253,7 +270,7 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 
 	q.mu.Lock()
 	if err != nil && q.poisoned == nil {
-		q.poisoned = fmt.Errorf("%w: %v", ErrPoisoned, err)
+		q.poisoned = fmt.Errorf("%w: %w", err, ErrPoisoned)
 	}
 	if len(q.pending) > 0 {
 		close(q.pending[0].lead) // the next batch is its
@@ -272,15 +289,16 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	defer func() {
 		for _, r := range batch {
 			if err != nil {
-				r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+				r.err = fmt.Errorf("queue %s/%s: %w: %w", q.Tenant, q.Flow, err, ErrPoisoned)
 			}
 			close(r.done)
 		}
 	}()
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return fmt.Errorf("taking the append lock: %w", err)
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	tail, err := fileSize(q.seg)
 	if err != nil {
 		return err
@@ -438,10 +456,11 @@ var ErrNotDrained = errors.New("the queue has unprocessed messages")
 // then the log is truncated, all under the append lock so that no process
 // appends meanwhile.
 func (q *Queue) Drain() error {
-	if err := q.lock.Lock(); err != nil {
+	unlock, err := q.lockAppend()
+	if err != nil {
 		return err
 	}
-	defer q.lock.Unlock()
+	defer unlock()
 	size, err := fileSize(q.seg)
 	if err != nil {
 		return err

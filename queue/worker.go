@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -348,9 +349,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if len(retries) == 0 {
 			switch err := q.Drain(); {
 			case err == nil:
-				if size, _ := q.Size(); size == 0 {
-					cursor, saved = 0, 0
-				}
+				// emptied (or empty): whatever another process appends from
+				// now on starts at offset 0
+				cursor, saved = 0, 0
 			case errors.Is(err, ErrNotDrained):
 			default:
 				w.log().Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
@@ -424,13 +425,16 @@ func (w *Worker) handle(ctx context.Context, d Delivery) (v Verdict) {
 	defer func() {
 		if p := recover(); p != nil {
 			where := "unknown"
-			for i := 2; i < 16; i++ {
-				_, file, line, ok := runtime.Caller(i)
-				if !ok {
+			pcs := make([]uintptr, 32)
+			frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+			for {
+				f, more := frames.Next()
+				// the first frame outside Go's runtime is where it panicked
+				if !strings.HasPrefix(f.Function, "runtime.") && !strings.HasPrefix(f.Function, "internal/") {
+					where = fmt.Sprintf("%s:%d", f.File, f.Line)
 					break
 				}
-				if filepath.Base(filepath.Dir(file)) != "runtime" {
-					where = fmt.Sprintf("%s:%d", file, line)
+				if !more {
 					break
 				}
 			}

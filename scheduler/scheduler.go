@@ -131,6 +131,9 @@ func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
 		s.follow(entries, now)
 		wait := s.cfg.Poll
 		for _, e := range entries {
+			if e.next.IsZero() {
+				continue // a schedule that never fires (30 February)
+			}
 			if !e.next.After(now) {
 				s.tick(e, now)
 			}

@@ -1,0 +1,1533 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/queue"
+)
+
+// The queue the worker tests use, and the fake clock's starting time.
+const (
+	wTenant = "acme"
+	wFlow   = "forward-order"
+)
+
+var wt0 = time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
+
+// workedPolicy is the worked example of queues-retries-dlq.md.
+var workedPolicy = queue.RetryPolicy{MaxAttempts: 5, InitialDelay: 500 * time.Millisecond, BackoffFactor: 3.0, MaxDelay: 10 * time.Second}
+
+const http503 = "step 'forward': effect handler failed: HTTP 503 Service Unavailable"
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// ---- the harness ----
+
+// delivery is one call of a recording handler.
+type delivery struct {
+	Worker  string // which worker's handler saw it
+	ID      uint64
+	Offset  int64
+	Attempt int
+	At      time.Duration // fake time since wt0
+	Payload string
+	Source  string
+	Tenant  string
+	Flow    string
+}
+
+func (d delivery) String() string {
+	return fmt.Sprintf("%s#%d/a%d@%v", d.Payload, d.ID, d.Attempt, d.At)
+}
+
+// recorder records the deliveries of its handlers, in order.
+type recorder struct {
+	clk     *fakeClock
+	mu      sync.Mutex
+	got     []delivery
+	changed chan struct{}
+}
+
+func newRecorder(clk *fakeClock) *recorder {
+	return &recorder{clk: clk, changed: make(chan struct{})}
+}
+
+// handler records each delivery, then returns what decide says (decide may
+// block or panic: the delivery is recorded first).
+func (r *recorder) handler(worker string, decide func(ctx context.Context, d queue.Delivery) queue.Verdict) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		r.mu.Lock()
+		r.got = append(r.got, delivery{Worker: worker, ID: d.ID, Offset: d.Offset, Attempt: d.Attempt,
+			At: r.clk.Now().Sub(wt0), Payload: string(d.Payload), Source: d.Source, Tenant: d.Tenant, Flow: d.Flow})
+		close(r.changed)
+		r.changed = make(chan struct{})
+		r.mu.Unlock()
+		return decide(ctx, d)
+	})
+}
+
+func (r *recorder) all() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// wait blocks until at least n deliveries were made and returns them.
+func (r *recorder) wait(t testing.TB, n int) []delivery {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		got, changed := slices.Clone(r.got), r.changed
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%d deliveries, want %d: %v", len(got), n, got)
+		}
+	}
+}
+
+func ack(context.Context, queue.Delivery) queue.Verdict {
+	return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"}
+}
+
+func payloads(ds []delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Payload
+	}
+	return out
+}
+
+// openQ opens the worker tests' queue under root, stamping messages with
+// the fake clock, and closes it when the test ends.
+func openQ(t testing.TB, root string, clk *fakeClock, fsys queue.FS) *queue.Queue {
+	t.Helper()
+	q, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{FS: fsys, Now: clk.Now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if len(damage) > 0 {
+		t.Fatalf("Open found damage: %v", damage)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+func put(t testing.TB, q *queue.Queue, payload string) queue.Message {
+	t.Helper()
+	m, err := q.Append(queue.NewMessage{Source: "enqueue", CorrelationID: "cid-" + payload, Payload: []byte(payload)})
+	if err != nil {
+		t.Fatalf("Append(%s): %v", payload, err)
+	}
+	return m
+}
+
+// startWorker starts a worker on q and stops it when the test ends (before
+// the queue is closed).
+func startWorker(t testing.TB, q *queue.Queue, cfg queue.WorkerConfig) *queue.Worker {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLog()
+	}
+	w := queue.NewWorker(q, cfg)
+	w.Start()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func queueFile(root, name string) string { return filepath.Join(root, wTenant, wFlow, name) }
+
+func fileSize(t testing.TB, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
+
+func deadLetters(t testing.TB, q *queue.Queue) []queue.DeadLetter {
+	t.Helper()
+	dl, damage, err := q.DeadLetters()
+	if err != nil || len(damage) > 0 {
+		t.Fatalf("DeadLetters: %v %v", err, damage)
+	}
+	return dl
+}
+
+func retries(t testing.TB, q *queue.Queue) []queue.Retry {
+	t.Helper()
+	rs, err := q.Retries()
+	if err != nil {
+		t.Fatalf("Retries: %v", err)
+	}
+	return rs
+}
+
+// eventually polls cond (a state that is not signalled) for a few seconds.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// stepUntil steps the fake clock (see fakeClock.Step) until cond holds,
+// at most max times.
+func stepUntil(t testing.TB, clk *fakeClock, max int, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i == max {
+			t.Fatalf("after %d steps of the clock (now +%v), still not %s", max, clk.Now().Sub(wt0), what)
+		}
+		clk.Step(t)
+	}
+}
+
+// stepFor steps the fake clock until it has moved on by d.
+func stepFor(t testing.TB, clk *fakeClock, d time.Duration) {
+	t.Helper()
+	end := clk.Now().Add(d)
+	stepUntil(t, clk, 100000, "past "+end.String(), func() bool { return !clk.Now().Before(end) })
+}
+
+// logBuf collects a worker's JSON log lines.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// events returns the log records whose event is name.
+func (l *logBuf) events(t testing.TB, name string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["event"] == name {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// hookFS is the OS with hooks on segment.log: it lets a test act at a
+// precise point of the worker's housekeeping (the hooks run in the worker's
+// goroutine).
+type hookFS struct {
+	queue.OS
+	mu         sync.Mutex
+	onTruncate func(path string, size int64) // before segment.log is truncated
+	onStat     func(path string)             // before segment.log is stat'ed
+	failSync   func(path string) error       // a non-nil error fails segment.log's Sync
+	onOpen     func(path string, flag int)   // before any file of the queue is opened
+}
+
+func (h *hookFS) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+	h.mu.Lock()
+	open := h.onOpen
+	h.mu.Unlock()
+	if open != nil {
+		open(name, flag)
+	}
+	f, err := h.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != "segment.log" {
+		return f, err
+	}
+	return &hookFile{File: f, fs: h, path: name}, nil
+}
+
+func (h *hookFS) hooks() (func(string, int64), func(string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.onTruncate, h.onStat
+}
+
+func (f *hookFile) Sync() error {
+	f.fs.mu.Lock()
+	fail := f.fs.failSync
+	f.fs.mu.Unlock()
+	if fail != nil {
+		if err := fail(f.path); err != nil {
+			return err
+		}
+	}
+	return f.File.Sync()
+}
+
+type hookFile struct {
+	queue.File
+	fs   *hookFS
+	path string
+}
+
+func (f *hookFile) Truncate(size int64) error {
+	if hook, _ := f.fs.hooks(); hook != nil {
+		hook(f.path, size)
+	}
+	return f.File.Truncate(size)
+}
+
+func (f *hookFile) Stat() (fs.FileInfo, error) {
+	if _, hook := f.fs.hooks(); hook != nil {
+		hook(f.path)
+	}
+	return f.File.Stat()
+}
+
+// segmentIDs parses the message ids of segment.log bytes (the frame format
+// of the package documentation).
+func segmentIDs(b []byte) []uint64 {
+	var ids []uint64
+	for len(b) >= 12 && string(b[:4]) == "NXQ1" {
+		n := int(binary.BigEndian.Uint32(b[4:8]))
+		if len(b) < 12+n {
+			break
+		}
+		rec := b[12 : 12+n]
+		if len(rec) >= 9 && rec[0] == 1 {
+			ids = append(ids, binary.BigEndian.Uint64(rec[1:9]))
+		}
+		b = b[12+n:]
+	}
+	return ids
+}
+
+// ---- Delay ----
+
+func TestDelayTable(t *testing.T) {
+	if want := (queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}); queue.DefaultRetryPolicy != want {
+		t.Errorf("DefaultRetryPolicy = %+v, want %+v", queue.DefaultRetryPolicy, want)
+	}
+	constant := queue.RetryPolicy{MaxAttempts: 10, InitialDelay: 700 * time.Millisecond, BackoffFactor: 1.0, MaxDelay: time.Minute}
+	cases := []struct {
+		name string
+		p    queue.RetryPolicy
+		n    int
+		want time.Duration
+	}{
+		// the worked example: 500 × 3^(n−1), capped to 10000 ms
+		{"worked/1", workedPolicy, 1, 500 * time.Millisecond},
+		{"worked/2", workedPolicy, 2, 1500 * time.Millisecond},
+		{"worked/3", workedPolicy, 3, 4500 * time.Millisecond},
+		{"worked/4 capped from 13500ms", workedPolicy, 4, 10 * time.Second},
+		{"worked/5", workedPolicy, 5, 10 * time.Second},
+		// the defaults: 1000 and 2000 ms
+		{"default/1", queue.DefaultRetryPolicy, 1, time.Second},
+		{"default/2", queue.DefaultRetryPolicy, 2, 2 * time.Second},
+		{"default/3", queue.DefaultRetryPolicy, 3, 4 * time.Second},
+		{"default/7 capped", queue.DefaultRetryPolicy, 7, time.Minute},
+		// factor 1.0 is a fixed delay
+		{"constant/1", constant, 1, 700 * time.Millisecond},
+		{"constant/2", constant, 2, 700 * time.Millisecond},
+		{"constant/huge n", constant, math.MaxInt32, 700 * time.Millisecond},
+		// huge n is capped, never an overflow (factor^n is +Inf)
+		{"worked/huge n", workedPolicy, 1 << 20, 10 * time.Second},
+		{"worked/MaxInt", workedPolicy, math.MaxInt, 10 * time.Second},
+		{"default/64", queue.DefaultRetryPolicy, 64, time.Minute},
+		{"default/1000", queue.DefaultRetryPolicy, 1000, time.Minute},
+		{"max below initial", queue.RetryPolicy{MaxAttempts: 3, InitialDelay: 5 * time.Second, BackoffFactor: 2, MaxDelay: time.Second}, 1, time.Second},
+		{"zero initial", queue.RetryPolicy{MaxAttempts: 3, BackoffFactor: 2, MaxDelay: time.Second}, 3, 0},
+		{"huge max", queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 10, MaxDelay: math.MaxInt64}, 30, math.MaxInt64},
+	}
+	for _, c := range cases {
+		got := queue.Delay(c.p, c.n)
+		if got != c.want {
+			t.Errorf("%s: Delay(%+v, %d) = %v, want %v", c.name, c.p, c.n, got, c.want)
+		}
+		if got < 0 {
+			t.Errorf("%s: negative delay %v", c.name, got)
+		}
+		// no jitter: the same question always gets the same answer
+		for range 100 {
+			if again := queue.Delay(c.p, c.n); again != got {
+				t.Fatalf("%s: Delay is not deterministic: %v then %v", c.name, got, again)
+			}
+		}
+	}
+	// the worked example's total: four delays, 16.5 s of retrying
+	var total time.Duration
+	for n := 1; n < workedPolicy.MaxAttempts; n++ {
+		total += queue.Delay(workedPolicy, n)
+	}
+	if total != 16500*time.Millisecond {
+		t.Errorf("worked example retries for %v, want 16.5s", total)
+	}
+}
+
+// ---- the worker ----
+
+// TestWorkerWorkedExample is the worked example of queues-retries-dlq.md:
+// a downstream refusing every call, policy {5, 500 ms, ×3.0, 10 s}.
+func TestWorkerWorkedExample(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	m := put(t, q, `{"orderId":"A-1","total":42}`)
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		return queue.Verdict{Kind: queue.VerdictRetry, Policy: workedPolicy, Error: http503}
+	})})
+	clk.WaitCalls(t, 1)
+
+	wantAt := []time.Duration{0, 500 * time.Millisecond, 2000 * time.Millisecond, 6500 * time.Millisecond, 16500 * time.Millisecond}
+	for n := 1; n <= 5; n++ {
+		stepUntil(t, clk, 100, fmt.Sprintf("attempt %d", n), func() bool { return len(rec.all()) >= n })
+		got := rec.all()
+		if len(got) != n {
+			t.Fatalf("after attempt %d: %d deliveries: %v", n, len(got), got)
+		}
+		d := got[n-1]
+		if d.ID != m.ID || d.Offset != m.Offset || d.Attempt != n || d.At != wantAt[n-1] {
+			t.Errorf("delivery %d = %v (id %d, offset %d), want attempt %d of id %d at +%v", n, d, d.ID, d.Offset, n, m.ID, wantAt[n-1])
+		}
+		if d.Tenant != wTenant || d.Flow != wFlow || d.Source != "enqueue" || d.Payload != `{"orderId":"A-1","total":42}` {
+			t.Errorf("delivery %d carries %+v", n, d)
+		}
+		// the schedule is on disk, with the absolute time of the next attempt
+		rs := retries(t, q)
+		if n < 5 {
+			want := []queue.Retry{{ID: m.ID, Offset: m.Offset, Attempt: n + 1, Due: wt0.Add(wantAt[n])}}
+			if !slices.EqualFunc(rs, want, func(a, b queue.Retry) bool {
+				return a.ID == b.ID && a.Offset == b.Offset && a.Attempt == b.Attempt && a.Due.Equal(b.Due)
+			}) {
+				t.Errorf("after attempt %d the retry schedule is %+v, want %+v", n, rs, want)
+			}
+			if st := w.State(); st.RetriesPending != 1 || len(deadLetters(t, q)) != 0 {
+				t.Errorf("after attempt %d: state %+v, dead letters %v", n, st, deadLetters(t, q))
+			}
+		} else if len(rs) != 0 {
+			t.Errorf("after the last attempt the retry schedule is %+v, want empty", rs)
+		}
+	}
+
+	dl := deadLetters(t, q)
+	if len(dl) != 1 {
+		t.Fatalf("dead letters = %+v, want one", dl)
+	}
+	want := queue.DeadLetter{ID: m.ID, EnqueuedAt: wt0, FailedAt: wt0.Add(16500 * time.Millisecond), Attempts: 5, LastError: http503, Payload: []byte(`{"orderId":"A-1","total":42}`)}
+	if got := dl[0]; got.ID != want.ID || !got.EnqueuedAt.Equal(want.EnqueuedAt) || !got.FailedAt.Equal(want.FailedAt) ||
+		got.Attempts != want.Attempts || got.LastError != want.LastError || !bytes.Equal(got.Payload, want.Payload) {
+		t.Errorf("dead letter = %+v\nwant          %+v", got, want)
+	}
+	st := w.State()
+	if st.Delivered["dead_lettered"] != 1 || st.RetriesPending != 0 || st.InFlight != 0 || !st.Leading {
+		t.Errorf("state = %+v", st)
+	}
+
+	// nothing more is delivered
+	stepFor(t, clk, time.Minute)
+	if got := rec.all(); len(got) != 5 {
+		t.Errorf("deliveries after the dead letter: %v", got[5:])
+	}
+}
+
+func TestWorkerDefaultPolicy(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	m := put(t, q, `{"id":7}`)
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		return queue.Verdict{Kind: queue.VerdictRetry, Policy: queue.DefaultRetryPolicy, Error: "boom"}
+	})})
+	clk.WaitCalls(t, 1)
+	stepFor(t, clk, time.Minute)
+	got := rec.all()
+	want := []time.Duration{0, time.Second, 3 * time.Second} // three attempts, delays 1000 and 2000 ms
+	if len(got) != 3 {
+		t.Fatalf("deliveries = %v, want 3 attempts", got)
+	}
+	for i, d := range got {
+		if d.Attempt != i+1 || d.At != want[i] || d.ID != m.ID {
+			t.Errorf("delivery %d = %v, want attempt %d at +%v", i+1, d, i+1, want[i])
+		}
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || dl[0].Attempts != 3 || dl[0].LastError != "boom" || !dl[0].FailedAt.Equal(wt0.Add(3*time.Second)) {
+		t.Errorf("dead letters = %+v", dl)
+	}
+}
+
+func TestWorkerFIFOOnFirstDelivery(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	var want []string
+	for i := range 10 {
+		p := fmt.Sprintf(`{"n":%d}`, i)
+		m := put(t, q, p)
+		if m.ID != uint64(i+1) {
+			t.Fatalf("message %d got id %d", i, m.ID)
+		}
+		want = append(want, p)
+	}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	got := rec.all()
+	if !slices.Equal(payloads(got), want) {
+		t.Fatalf("delivered %v, want %v", payloads(got), want)
+	}
+	for i, d := range got {
+		if d.ID != uint64(i+1) || d.Attempt != 1 || d.At != 0 {
+			t.Errorf("delivery %d = %v", i, d)
+		}
+	}
+	if st := w.State(); st.Delivered["succeeded"] != 10 || len(st.Delivered) != 1 {
+		t.Errorf("Delivered = %v, want succeeded: 10", st.Delivered)
+	}
+}
+
+func TestWorkerRescheduledMessageLosesItsPlace(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	for _, p := range []string{"first", "second", "third"} {
+		put(t, q, p)
+	}
+	policy := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "first" && d.Attempt == 1 {
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "503"}
+		}
+		return ack(ctx, d)
+	})})
+	clk.WaitCalls(t, 1)
+	// submitted later, before the retry is due: it goes first
+	n := clk.Calls()
+	put(t, q, "fourth")
+	w.Wake()
+	clk.WaitCalls(t, n+1)
+	clk.Step(t)
+	got := rec.all()
+	want := []string{"first#1/a1@0s", "second#2/a1@0s", "third#3/a1@0s", "fourth#4/a1@0s", "first#1/a2@1s"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries = %v\nwant         %v", got, want)
+	}
+}
+
+func TestWorkerAckOutcomesCounted(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	for _, p := range []string{"succeeded", "filtered", "fault_handled", "succeeded", "drop", "dead"} {
+		put(t, q, p)
+	}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(_ context.Context, d queue.Delivery) queue.Verdict {
+		switch p := string(d.Payload); p {
+		case "drop":
+			return queue.Verdict{Kind: queue.VerdictDrop, Error: "no such flow"}
+		case "dead":
+			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "corrupt artifact"}
+		default:
+			return queue.Verdict{Kind: queue.VerdictAck, Outcome: p}
+		}
+	})})
+	clk.WaitCalls(t, 1)
+	st := w.State()
+	want := map[string]int64{"succeeded": 2, "filtered": 1, "fault_handled": 1, "dropped": 1, "dead_lettered": 1}
+	if fmt.Sprint(st.Delivered) != fmt.Sprint(want) {
+		t.Errorf("Delivered = %v, want %v", st.Delivered, want)
+	}
+	if st.InFlight != 0 || st.RetriesPending != 0 || !st.Leading {
+		t.Errorf("state = %+v", st)
+	}
+	// State is a copy
+	st.Delivered["succeeded"] = 99
+	if w.State().Delivered["succeeded"] != 2 {
+		t.Error("State() shares its Delivered map with the worker")
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || string(dl[0].Payload) != "dead" {
+		t.Errorf("dead letters = %+v, want only the dead-lettered one", dl)
+	}
+}
+
+// A retry-later verdict comes back after one second with the same attempt
+// number: it does not use up an attempt.
+func TestWorkerRetryLater(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	m := put(t, q, "x")
+	policy := queue.RetryPolicy{MaxAttempts: 2, InitialDelay: 5 * time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	calls := 0
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		calls++
+		if calls <= 3 {
+			return queue.Verdict{Kind: queue.VerdictRetryLater, Error: "reading the registry: database is locked"}
+		}
+		return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "503"}
+	})})
+	clk.WaitCalls(t, 1)
+	rs := retries(t, q)
+	if len(rs) != 1 || rs[0].Attempt != 1 || !rs[0].Due.Equal(wt0.Add(queue.RetryLaterDelay)) || rs[0].ID != m.ID {
+		t.Errorf("after a retry-later the schedule is %+v, want attempt 1 due at +1s", rs)
+	}
+	if w.State().RetriesPending != 1 {
+		t.Errorf("state = %+v", w.State())
+	}
+	stepFor(t, clk, time.Minute)
+	// three retry-laters at 0, 1 s, 2 s, all attempt 1; then the two real
+	// attempts of MaxAttempts 2, 5 s apart
+	want := []string{"x#1/a1@0s", "x#1/a1@1s", "x#1/a1@2s", "x#1/a1@3s", "x#1/a2@8s"}
+	if got := rec.all(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries = %v\nwant         %v", got, want)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || dl[0].Attempts != 2 || dl[0].LastError != "503" {
+		t.Errorf("dead letters = %+v, want one with 2 attempts", dl)
+	}
+}
+
+func TestWorkerDeadLetterVerdictAtFirstAttempt(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	m := put(t, q, "x")
+	const corrupt = "artifact acme/forward-order v3 failed its integrity check"
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Policy: workedPolicy, Error: corrupt}
+	})})
+	clk.WaitCalls(t, 1)
+	stepFor(t, clk, time.Minute)
+	if got := rec.all(); len(got) != 1 {
+		t.Errorf("deliveries = %v, want one", got)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || dl[0].ID != m.ID || dl[0].Attempts != 1 || dl[0].LastError != corrupt || !dl[0].FailedAt.Equal(wt0) {
+		t.Errorf("dead letters = %+v", dl)
+	}
+	if st := w.State(); st.Delivered["dead_lettered"] != 1 || st.RetriesPending != 0 {
+		t.Errorf("state = %+v", st)
+	}
+}
+
+func TestWorkerDropVerdict(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	put(t, q, "x")
+	put(t, q, "y")
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "x" {
+			return queue.Verdict{Kind: queue.VerdictDrop, Error: "no such flow acme/forward-order"}
+		}
+		return ack(ctx, d)
+	})})
+	clk.WaitCalls(t, 1)
+	stepFor(t, clk, 10*time.Second)
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"x", "y"}) {
+		t.Errorf("deliveries = %v, want x once then y", got)
+	}
+	if dl := deadLetters(t, q); len(dl) != 0 {
+		t.Errorf("a dropped message is in the DLQ: %+v", dl)
+	}
+	if st := w.State(); st.Delivered["dropped"] != 1 || st.Delivered["succeeded"] != 1 || st.RetriesPending != 0 {
+		t.Errorf("state = %+v", st)
+	}
+	// acknowledged: the log was drained
+	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
+		t.Errorf("segment.log is %d bytes after the drop was acknowledged", size)
+	}
+}
+
+// A panicking handler is a failed attempt (retried with the default
+// policy, dead-lettered with the panic's location), never a dead worker.
+func TestWorkerHandlerPanic(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	logs := &logBuf{}
+	put(t, q, "bomb")
+	put(t, q, "fine")
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+			if string(d.Payload) == "bomb" {
+				panic("boom")
+			}
+			return ack(ctx, d)
+		})})
+	clk.WaitCalls(t, 1)
+	if !w.State().Leading {
+		t.Fatal("the worker does not lead after a panic")
+	}
+	stepFor(t, clk, time.Minute)
+	want := []string{"bomb#1/a1@0s", "fine#2/a1@0s", "bomb#1/a2@1s", "bomb#1/a3@3s"}
+	if got := rec.all(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries = %v\nwant         %v", got, want)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || dl[0].Attempts != 3 {
+		t.Fatalf("dead letters = %+v, want the panicking message after 3 attempts", dl)
+	}
+	if le := dl[0].LastError; !strings.HasPrefix(le, "internal error: panic at ") || !strings.Contains(le, "worker_test.go:") {
+		t.Errorf("last error %q does not name the panic's location in the handler", le)
+	}
+	if ev := logs.events(t, "handler_panic"); len(ev) != 3 || ev[0]["msg_id"] != float64(1) || ev[0]["panic"] != "boom" || ev[2]["attempt"] != float64(3) {
+		t.Errorf("handler_panic events = %v", ev)
+	}
+	// the worker survived: a message appended now is delivered
+	n := clk.Calls()
+	put(t, q, "after")
+	w.Wake()
+	clk.WaitCalls(t, n+1)
+	if got := rec.all(); got[len(got)-1].Payload != "after" {
+		t.Errorf("the message after the panics was not delivered: %v", got)
+	}
+	if st := w.State(); st.InFlight != 0 || st.Delivered["succeeded"] != 2 || st.Delivered["dead_lettered"] != 1 {
+		t.Errorf("state = %+v", st)
+	}
+}
+
+// A panic raised inside the Go runtime on the handler's behalf (here a
+// write to a nil map) must be located in the handler too, not in the
+// runtime's own sources.
+func TestWorkerHandlerRuntimePanicLocation(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	put(t, q, "bomb")
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		var m map[string]int
+		m["boom"]++ // panics in the runtime's map code
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"}
+	})})
+	clk.WaitCalls(t, 1)
+	stepFor(t, clk, time.Minute)
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || dl[0].Attempts != 3 {
+		t.Fatalf("dead letters = %+v, want the panicking message after 3 attempts", dl)
+	}
+	// BUG: Worker.handle skips only frames whose directory is named
+	// "runtime"; a map panic is raised in internal/runtime/maps, so the
+	// error names a file of the Go runtime, e.g.
+	// "internal error: panic at /usr/local/go/src/internal/runtime/maps/runtime_faststr.go:265".
+	if le := dl[0].LastError; !strings.Contains(le, "worker_test.go:") {
+		t.Errorf("last error %q does not name the panic's location in the handler", le)
+	}
+}
+
+// Wake delivers a message appended in this process at once, whatever Poll.
+func TestWorkerWakeDeliversAtOnce(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	put(t, q, "now")
+	w.Wake()
+	got := rec.wait(t, 1)
+	if got[0].Payload != "now" || got[0].At != 0 {
+		t.Errorf("delivery = %v, want it at once", got[0])
+	}
+	if !clk.Now().Equal(wt0) {
+		t.Errorf("the clock moved to %v", clk.Now())
+	}
+	// Wake never blocks, also when nobody listens
+	for range 10 {
+		w.Wake()
+	}
+}
+
+// A message appended through another handle of the queue (another process
+// sharing the state directory, which cannot Wake this worker) is picked up
+// within Poll.
+func TestWorkerPicksUpOtherProcessAppendWithinPoll(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	other := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	const poll = 500 * time.Millisecond
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	m := put(t, other, "elsewhere")
+	if got := rec.all(); len(got) != 0 {
+		t.Fatalf("delivered before the poll: %v", got)
+	}
+	clk.Step(t)
+	got := rec.wait(t, 1)
+	if got[0].ID != m.ID || got[0].Payload != "elsewhere" || got[0].At > poll {
+		t.Errorf("delivery = %v, want it within %v", got[0], poll)
+	}
+}
+
+// ---- restart ----
+
+// After a restart only what was not processed is delivered, in order; a
+// pending retry keeps its absolute time.
+func TestRestartDeliversOnlyUnprocessed(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	slow := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
+	decide := func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "slow" && d.Attempt == 1 {
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: slow, Error: "503"}
+		}
+		return ack(ctx, d)
+	}
+	for _, p := range []string{"slow", "b", "c"} {
+		put(t, q1, p)
+	}
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w1", decide)})
+	clk.WaitCalls(t, 1)
+	// the pending retry keeps the log from being drained; everything in it
+	// is processed
+	size, _ := q1.Size()
+	if ckpt, _ := q1.Checkpoint(); size == 0 || ckpt != size {
+		t.Fatalf("idle with a pending retry: checkpoint %d, size %d", ckpt, size)
+	}
+	w1.Stop()
+	put(t, q1, "d")
+	put(t, q1, "e")
+	q1.Close()
+
+	// the next process
+	q2 := openQ(t, root, clk, nil)
+	n := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w2", decide)})
+	clk.WaitCalls(t, n+1)
+	clk.Step(t)
+	var second []string
+	for _, d := range rec.all() {
+		if d.Worker == "w2" {
+			second = append(second, d.String())
+		}
+	}
+	want := []string{"d#4/a1@0s", "e#5/a1@0s", "slow#1/a2@1h0m0s"}
+	if fmt.Sprint(second) != fmt.Sprint(want) {
+		t.Errorf("after the restart: %v\nwant                %v", second, want)
+	}
+}
+
+// Stop lets the delivery in progress finish and writes the checkpoint: the
+// next worker starts after it.
+func TestRestartStopFinishesDeliveryAndSavesCheckpoint(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	var msgs []queue.Message
+	for _, p := range []string{"a", "b", "c", "d", "e"} {
+		msgs = append(msgs, put(t, q, p))
+	}
+	w1 := startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "c" {
+			<-ctx.Done() // in flight until the worker is stopped
+		}
+		return ack(ctx, d)
+	})})
+	rec.wait(t, 3)
+	if st := w1.State(); st.InFlight != 1 {
+		t.Errorf("state while c runs = %+v", st)
+	}
+	w1.Stop()
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("first worker delivered %v", got)
+	}
+	if ckpt, _ := q.Checkpoint(); ckpt != msgs[3].Offset {
+		t.Errorf("checkpoint after Stop = %d, want %d (after c)", ckpt, msgs[3].Offset)
+	}
+	n := clk.Calls()
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w2", ack)})
+	clk.WaitCalls(t, n+1)
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"a", "b", "c", "d", "e"}) {
+		t.Errorf("deliveries = %v, want a..e once each", got)
+	}
+}
+
+// At-least-once: a crash after a message ran but before the checkpoint
+// passed it delivers it again.
+//
+// The crash is simulated by copying the queue's folder aside while the
+// worker is parked inside the handler: every file the worker writes is
+// appended with fdatasync or replaced atomically, so the copy is exactly
+// what the disk holds if the process died at that moment. A new worker is
+// then started on the copy; the original is stopped normally and ignored.
+func TestRestartAtLeastOnceAfterCrash(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	var msgs []queue.Message
+	for i := 1; i <= 5; i++ {
+		msgs = append(msgs, put(t, q, fmt.Sprintf("m%d", i)))
+	}
+	parked := make(chan struct{})
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, CheckpointEvery: 2, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "m4" {
+			close(parked)
+			<-ctx.Done()
+		}
+		return ack(ctx, d)
+	})})
+	<-parked
+	// m1, m2 are behind the checkpoint (CheckpointEvery 2); m3 ran but the
+	// checkpoint has not passed it; m4 is running
+	if ckpt, _ := q.Checkpoint(); ckpt != msgs[2].Offset {
+		t.Fatalf("checkpoint while m4 runs = %d, want %d (after m2)", ckpt, msgs[2].Offset)
+	}
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(root)); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+
+	q2 := openQ(t, crashed, clk, nil)
+	n := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w2", ack)})
+	clk.WaitCalls(t, n+1)
+	var again []string
+	for _, d := range rec.all() {
+		if d.Worker == "w2" {
+			again = append(again, d.String())
+		}
+	}
+	if want := []string{"m3#3/a1@0s", "m4#4/a1@0s", "m5#5/a1@0s"}; fmt.Sprint(again) != fmt.Sprint(want) {
+		t.Errorf("after the crash: %v\nwant              %v (m3 and m4 a second time)", again, want)
+	}
+}
+
+// A retry that came due while no worker ran fires as soon as the next one
+// starts; one not yet due keeps its absolute time.
+func TestRestartRetryDueDuringDowntime(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	decide := func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if d.Attempt == 1 {
+			delay := 10 * time.Second
+			if string(d.Payload) == "later" {
+				delay = 2 * time.Minute
+			}
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: delay, BackoffFactor: 2, MaxDelay: time.Hour}, Error: "503"}
+		}
+		return ack(ctx, d)
+	}
+	put(t, q1, "soon")
+	put(t, q1, "later")
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w1", decide)})
+	clk.WaitCalls(t, 1)
+	w1.Stop()
+	q1.Close()
+	clk.Advance(30 * time.Second) // the downtime
+
+	q2 := openQ(t, root, clk, nil)
+	n := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w2", decide)})
+	clk.WaitCalls(t, n+1)
+	clk.Step(t)
+	var after []string
+	for _, d := range rec.all() {
+		if d.Worker == "w2" {
+			after = append(after, d.String())
+		}
+	}
+	if want := []string{"soon#1/a2@30s", "later#2/a2@2m0s"}; fmt.Sprint(after) != fmt.Sprint(want) {
+		t.Errorf("after the restart: %v\nwant                %v", after, want)
+	}
+}
+
+// ---- election ----
+
+// Two workers on one queue (two handles, as two processes would have): one
+// delivers, the other stands by and takes over within Poll when the leader
+// stops, delivering the rest.
+func TestElectionOneLeaderThenTakeover(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q1 := openQ(t, root, clk, nil)
+	q2 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	for i := 1; i <= 5; i++ {
+		put(t, q1, fmt.Sprintf("m%d", i))
+	}
+	const poll = 500 * time.Millisecond
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("one", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "m2" {
+			<-ctx.Done() // still running m2 when it is stopped
+		}
+		return ack(ctx, d)
+	})})
+	rec.wait(t, 2)
+	eventually(t, "the first worker leads", func() bool { return w1.State().Leading })
+	w2 := startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("two", ack)})
+	clk.WaitCalls(t, 1) // the standby waits for its next try
+	if w2.State().Leading {
+		t.Fatal("both workers lead")
+	}
+	// the standby's own process got a submission: it tries again, and stands by
+	n := clk.Calls()
+	w2.Wake()
+	clk.WaitCalls(t, n+1)
+	if w2.State().Leading {
+		t.Fatal("the standby took the lock from a running leader")
+	}
+	if got := rec.all(); len(got) != 2 || got[0].Worker != "one" || got[1].Worker != "one" {
+		t.Fatalf("deliveries = %v", got)
+	}
+
+	w1.Stop()
+	if w1.State().Leading {
+		t.Error("a stopped worker still reports Leading")
+	}
+	stopped := clk.Now()
+	clk.Advance(poll)
+	got := rec.wait(t, 5)
+	eventually(t, "the standby leads", func() bool { return w2.State().Leading })
+	want := []string{"one:m1", "one:m2", "two:m3", "two:m4", "two:m5"}
+	var seen []string
+	for _, d := range got {
+		seen = append(seen, d.Worker+":"+d.Payload)
+		if d.Worker == "two" && clk.Now().Sub(stopped) > poll {
+			t.Errorf("the takeover took %v, more than Poll", clk.Now().Sub(stopped))
+		}
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("deliveries = %v, want %v", seen, want)
+	}
+}
+
+// ---- housekeeping ----
+
+func TestHousekeepingDrainsWhenIdle(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	for _, p := range []string{"a", "b", "c"} {
+		put(t, q, p)
+	}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
+		t.Errorf("segment.log is %d bytes with everything delivered, want 0", size)
+	}
+	if ckpt, _ := q.Checkpoint(); ckpt != 0 {
+		t.Errorf("checkpoint after the drain = %d, want 0", ckpt)
+	}
+	if next, _ := q.NextID(); next != 4 {
+		t.Errorf("NextID after the drain = %d, want 4", next)
+	}
+	// ids keep counting; offsets start again
+	n := clk.Calls()
+	m := put(t, q, "d")
+	if m.ID != 4 || m.Offset != 0 {
+		t.Errorf("the first message after a drain: id %d offset %d, want id 4 offset 0", m.ID, m.Offset)
+	}
+	w.Wake()
+	clk.WaitCalls(t, n+1)
+	got := rec.all()
+	if last := got[len(got)-1]; last.ID != 4 || last.Payload != "d" || last.Offset != 0 {
+		t.Errorf("deliveries = %v", got)
+	}
+	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
+		t.Errorf("segment.log is %d bytes after the second drain", size)
+	}
+}
+
+func TestHousekeepingKeepsLogWithPendingRetry(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	put(t, q, "retry-me")
+	put(t, q, "fine")
+	policy := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: 2 * time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "retry-me" && d.Attempt == 1 {
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "503"}
+		}
+		return ack(ctx, d)
+	})})
+	clk.WaitCalls(t, 1)
+	full := fileSize(t, queueFile(root, "segment.log"))
+	if full == 0 {
+		t.Fatal("segment.log was emptied with a retry pending")
+	}
+	clk.Step(t) // a poll, still not due
+	if size := fileSize(t, queueFile(root, "segment.log")); size != full {
+		t.Errorf("segment.log changed from %d to %d bytes with a retry pending", full, size)
+	}
+	stepUntil(t, clk, 100, "the retry delivered", func() bool { return len(rec.all()) == 3 })
+	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
+		t.Errorf("segment.log is %d bytes once the retry succeeded, want 0", size)
+	}
+}
+
+// A discarded dead letter leaves dlq.log at the worker's next idle loop.
+func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	secret := put(t, q, `{"card":"4111-1111-1111-1111"}`)
+	kept := put(t, q, `{"keep":true}`)
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "corrupt"}
+	})})
+	clk.WaitCalls(t, 1)
+	dlqPath := queueFile(root, "dlq.log")
+	before, err := os.ReadFile(dlqPath)
+	if err != nil || !bytes.Contains(before, []byte("4111-1111")) {
+		t.Fatalf("dlq.log = %q, %v", before, err)
+	}
+	// nexus dlq discard, from another process
+	other := openQ(t, root, clk, nil)
+	if err := other.Mark(secret.ID, queue.MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(dlqPath); !bytes.Contains(b, []byte("4111-1111")) {
+		t.Fatal("dlq.log was rewritten by Mark itself")
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].ID != kept.ID {
+		t.Errorf("pending dead letters after the mark = %+v", dl)
+	}
+	clk.Step(t) // the next idle loop
+	after, err := os.ReadFile(dlqPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(after, []byte("4111-1111")) {
+		t.Error("the discarded body is still in dlq.log after the idle loop")
+	}
+	if !bytes.Contains(after, []byte(`{"keep":true}`)) {
+		t.Error("the unmarked dead letter left dlq.log")
+	}
+	if size := fileSize(t, queueFile(root, "dlq.log.acked")); size != 0 {
+		t.Errorf("dlq.log.acked is %d bytes after the rewrite, want 0", size)
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].ID != kept.ID {
+		t.Errorf("pending dead letters after the rewrite = %+v", dl)
+	}
+}
+
+// Another process appends right after the worker emptied the log (between
+// Drain and the worker's look at the log's size). The new message sits at
+// offset 0, and must be delivered.
+func TestHousekeepingAppendRightAfterDrain(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	hooks := &hookFS{}
+	q := openQ(t, root, clk, hooks)
+	other := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	put(t, q, "a")
+	var once sync.Once
+	truncated := false
+	hooks.mu.Lock()
+	hooks.onTruncate = func(_ string, size int64) { truncated = truncated || size == 0 }
+	hooks.onStat = func(string) {
+		if truncated {
+			once.Do(func() { put(t, other, `{"late":"a longer message, appended by another process"}`) })
+		}
+	}
+	hooks.mu.Unlock()
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	put(t, other, "later")
+	stepFor(t, clk, 5*time.Second)
+	// BUG: Worker.deliver resets its cursor only when q.Size() is 0 right
+	// after Drain; if another process appended in between, the cursor stays
+	// at the old end of the log (now inside the new frame), the message at
+	// offset 0 is never delivered, the next message is found past it, the
+	// checkpoint passes both and the log is drained: the message is lost.
+	if got := payloads(rec.all()); !slices.Contains(got, `{"late":"a longer message, appended by another process"}`) || !slices.Contains(got, "later") {
+		t.Errorf("deliveries = %q, want a, the late message, later (segment.log is now %d bytes, %d dead letters)",
+			got, fileSize(t, queueFile(root, "segment.log")), len(deadLetters(t, q)))
+	}
+}
+
+// An /enqueue in this process (Manager.Append from another goroutine) that
+// lands while the worker's idle loop is draining the log must not be
+// emptied away with the processed messages.
+//
+// The worker is parked inside Drain, between its two looks at the log's
+// size (the hook on the checkpoint read), while another goroutine appends.
+// If the append lock excluded that goroutine, the append would wait for the
+// drain; the hook then gives up after a bounded wait and lets Drain finish.
+// At the end the manager is stopped and a worker of the next process looks
+// at what is left, so whatever happened, b must have been delivered.
+func TestHousekeepingInProcessAppendDuringDrain(t *testing.T) {
+	clk := newFakeClock(wt0)
+	rec := newRecorder(clk)
+	hooks := &hookFS{}
+	var armed, draining, started atomic.Bool
+	pastLock, done := make(chan struct{}), make(chan struct{})
+	var appendErr error
+	var m *queue.Manager
+	var root string
+	m, root = newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "a" {
+			armed.Store(true)
+		}
+		return ack(ctx, d)
+	}), 0, hooks)
+	var signalled sync.Once
+	hooks.onOpen = func(path string, flag int) {
+		// Drain reads the checkpoint, then looks at the log's size again
+		if armed.Load() && filepath.Base(path) == "segment.log.ckpt" && flag == os.O_RDONLY {
+			draining.Store(true)
+		}
+	}
+	hooks.onStat = func(string) {
+		if !draining.Load() {
+			return
+		}
+		if !started.CompareAndSwap(false, true) {
+			// a Stat by the appending goroutine: it got past the lock
+			signalled.Do(func() { close(pastLock) })
+			return
+		}
+		go func() {
+			defer close(done)
+			_, appendErr = m.Append("acme", "orders", enqueue("b"))
+		}()
+		select {
+		case <-pastLock: // the append runs beside the drain: let it finish
+			<-done
+		case <-time.After(500 * time.Millisecond): // it waits for Drain
+		}
+		draining.Store(false)
+	}
+	if _, _, err := m.Queue("acme", "orders"); err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitCalls(t, 1)
+	if _, err := m.Append("acme", "orders", enqueue("a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's Append did not return")
+	}
+	if appendErr != nil {
+		t.Fatalf("Append(b): %v", appendErr)
+	}
+	m.Stop()
+	q := openQueueAt(t, root, "acme", "orders", clk)
+	size, _ := q.Size()
+	n := clk.Calls()
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("next", ack)})
+	clk.WaitCalls(t, n+1)
+	// BUG: the worker's Drain and Manager.Append share the queue's one
+	// flock.Flock, which does not exclude goroutines of the same process
+	// (the storage tests show the root cause): Drain decides on the size it
+	// read before the append and truncates the acknowledged message away.
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("deliveries = %q, want a then b: b's Append was acknowledged (segment.log held %d bytes after the drain)", got, size)
+	}
+}
+
+// ---- property: random interleavings ----
+
+// propMsg is the model of one appended message: the verdicts its
+// deliveries get, and what became of it.
+type propMsg struct {
+	payload    string
+	id         uint64
+	plan       []queue.Verdict // verdict of delivery k; the last one repeats
+	deliveries int
+	attempts   []int
+	next       int    // the attempt number the next delivery must carry
+	terminal   string // "", "delivered" (ack or drop), "dlq"
+}
+
+type propModel struct {
+	mu         sync.Mutex
+	byPayload  map[string]*propMsg
+	order      []*propMsg
+	violations []string
+}
+
+func (m *propModel) violate(format string, args ...any) {
+	m.violations = append(m.violations, fmt.Sprintf(format, args...))
+}
+
+func (m *propModel) handle(_ context.Context, d queue.Delivery) queue.Verdict {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg := m.byPayload[string(d.Payload)]
+	if msg == nil {
+		m.violate("delivery of an unknown message %q (id %d)", d.Payload, d.ID)
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"}
+	}
+	if msg.terminal != "" {
+		m.violate("message %d delivered again after it was %s", d.ID, msg.terminal)
+	}
+	if d.ID != msg.id || d.Attempt != msg.next {
+		m.violate("message %s delivered as id %d attempt %d, want id %d attempt %d", msg.payload, d.ID, d.Attempt, msg.id, msg.next)
+	}
+	msg.attempts = append(msg.attempts, d.Attempt)
+	v := msg.plan[min(msg.deliveries, len(msg.plan)-1)]
+	msg.deliveries++
+	switch v.Kind {
+	case queue.VerdictAck, queue.VerdictDrop:
+		msg.terminal = "delivered"
+	case queue.VerdictDeadLetter:
+		msg.terminal = "dlq"
+	case queue.VerdictRetry:
+		if d.Attempt >= v.Policy.MaxAttempts {
+			msg.terminal = "dlq"
+		} else {
+			msg.next = d.Attempt + 1
+		}
+	}
+	return v
+}
+
+func randomPlan(rng *rand.Rand) []queue.Verdict {
+	policy := queue.RetryPolicy{
+		MaxAttempts:   1 + rng.IntN(4),
+		InitialDelay:  []time.Duration{0, 100 * time.Millisecond, time.Second, 3 * time.Second}[rng.IntN(4)],
+		BackoffFactor: 1 + 2*rng.Float64(),
+		MaxDelay:      5 * time.Second,
+	}
+	fail := queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "503"}
+	var plan []queue.Verdict
+	for range rng.IntN(5) {
+		if rng.IntN(4) == 0 {
+			plan = append(plan, queue.Verdict{Kind: queue.VerdictRetryLater, Error: "registry unavailable"})
+		} else {
+			plan = append(plan, fail)
+		}
+	}
+	switch rng.IntN(6) {
+	case 0, 1:
+		plan = append(plan, queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"})
+	case 2:
+		plan = append(plan, queue.Verdict{Kind: queue.VerdictAck, Outcome: "filtered"})
+	case 3:
+		plan = append(plan, queue.Verdict{Kind: queue.VerdictDrop, Error: "no such flow"})
+	case 4:
+		plan = append(plan, queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "corrupt artifact"})
+	default:
+		plan = append(plan, fail) // fails until its attempts are spent
+	}
+	return plan
+}
+
+// TestPropertyNoLostMessage drives one worker through random interleavings
+// of appends (woken or found by polling), deliveries that ack, fail, retry
+// later, dead-letter or drop, discards of dead letters, clock moves and
+// restarts. The worker is at rest on the fake clock between operations.
+// Whatever the order: every appended message is delivered at least once
+// and ends acknowledged or in the DLQ, nothing is delivered after it ended,
+// attempt numbers follow the verdicts, ids keep counting, and segment.log
+// is never emptied while a message in it is unfinished or a retry pending.
+func TestPropertyNoLostMessage(t *testing.T) {
+	runs := 200
+	if testing.Short() {
+		runs = 30
+	}
+	// The runs wait on fdatasync far more than they compute: run 16 at a
+	// time whatever -parallel says (t.Run may be called concurrently).
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for seed := 1; seed <= runs; seed++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { propertyRun(t, uint64(seed)) })
+		}()
+	}
+	wg.Wait()
+}
+
+func propertyRun(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x6e657875))
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	model := &propModel{byPayload: map[string]*propMsg{}}
+	hooks := &hookFS{}
+	q := openQ(t, root, clk, hooks)
+	other := openQ(t, root, clk, nil) // another process: appends and dlq discards
+	hooks.onTruncate = func(path string, size int64) {
+		if size != 0 {
+			return
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("reading segment.log at the drain: %v", err)
+			return
+		}
+		rs, err := q.Retries()
+		model.mu.Lock()
+		defer model.mu.Unlock()
+		if err != nil || len(rs) > 0 {
+			model.violate("segment.log emptied with retries pending: %+v %v", rs, err)
+		}
+		byID := map[uint64]*propMsg{}
+		for _, m := range model.order {
+			byID[m.id] = m
+		}
+		for _, id := range segmentIDs(b) {
+			if m := byID[id]; m == nil || m.terminal == "" {
+				model.violate("segment.log emptied while message %d is unfinished", id)
+			}
+		}
+	}
+	cfg := queue.WorkerConfig{Clock: clk, Handler: queue.HandlerFunc(model.handle), Logger: quietLog()}
+	w := queue.NewWorker(q, cfg)
+	w.Start()
+	defer func() { w.Stop() }()
+	clk.WaitCalls(t, 1)
+
+	var marked []uint64
+	var trace []string
+	seq := 0
+	for range 15 + rng.IntN(20) {
+		switch r := rng.IntN(100); {
+		case r < 30: // enqueue
+			via, wake := q, rng.IntN(2) == 0
+			if rng.IntN(3) == 0 {
+				via, wake = other, false
+			}
+			for range 1 + rng.IntN(3) {
+				seq++
+				msg := &propMsg{payload: fmt.Sprintf(`{"n":%d}`, seq), plan: randomPlan(rng), next: 1}
+				model.mu.Lock()
+				model.byPayload[msg.payload] = msg
+				model.order = append(model.order, msg)
+				model.mu.Unlock()
+				m := put(t, via, msg.payload)
+				model.mu.Lock()
+				msg.id = m.ID
+				model.mu.Unlock()
+			}
+			trace = append(trace, fmt.Sprintf("enqueue(wake=%v)", wake))
+			if wake {
+				n := clk.Calls()
+				w.Wake()
+				clk.WaitCalls(t, n+1)
+			}
+		case r < 65: // time passes until the worker's next wake-up
+			clk.Step(t)
+			trace = append(trace, "step")
+		case r < 80: // time passes by some amount
+			d := time.Duration(rng.IntN(4000)) * time.Millisecond
+			n := clk.Calls()
+			due, ok := clk.LastDeadline()
+			clk.Advance(d)
+			if ok && !clk.Now().Before(due) {
+				clk.WaitCalls(t, n+1)
+			}
+			trace = append(trace, fmt.Sprintf("advance(%v)", d))
+		case r < 92: // nexus dlq discard
+			dl := deadLetters(t, other)
+			if len(dl) == 0 {
+				continue
+			}
+			id := dl[rng.IntN(len(dl))].ID
+			if err := other.Mark(id, queue.MarkDiscarded); err != nil {
+				t.Fatalf("Mark(%d): %v", id, err)
+			}
+			marked = append(marked, id)
+			trace = append(trace, fmt.Sprintf("discard(%d)", id))
+		default: // restart
+			w.Stop()
+			n := clk.Calls()
+			w = queue.NewWorker(q, cfg)
+			w.Start()
+			clk.WaitCalls(t, n+1)
+			trace = append(trace, "restart")
+		}
+	}
+
+	// let everything finish, then one more idle loop
+	finished := func() bool {
+		model.mu.Lock()
+		defer model.mu.Unlock()
+		for _, m := range model.order {
+			if m.terminal == "" {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; !finished() || len(retries(t, q)) > 0; i++ {
+		if i == 5000 {
+			t.Fatalf("seed %d: not finished after %d steps; trace %v", seed, i, trace)
+		}
+		clk.Step(t)
+	}
+	clk.Step(t)
+
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	for _, v := range model.violations {
+		t.Errorf("seed %d: %s", seed, v)
+	}
+	wantDLQ := map[uint64]bool{}
+	for i, m := range model.order {
+		if m.id != uint64(i+1) {
+			t.Errorf("seed %d: message %d got id %d: ids do not keep counting", seed, i+1, m.id)
+		}
+		if m.deliveries == 0 || m.terminal == "" {
+			t.Errorf("seed %d: message %d lost: %d deliveries, state %q", seed, m.id, m.deliveries, m.terminal)
+		}
+		if m.terminal == "dlq" && !slices.Contains(marked, m.id) {
+			wantDLQ[m.id] = true
+		}
+	}
+	for _, id := range marked {
+		if m := model.order[id-1]; m.terminal != "dlq" {
+			t.Errorf("seed %d: discarded %d, which is not a dead letter", seed, id)
+		}
+	}
+	gotDLQ := map[uint64]bool{}
+	for _, d := range deadLetters(t, q) {
+		gotDLQ[d.ID] = true
+		if m := model.order[d.ID-1]; d.Attempts != m.attempts[len(m.attempts)-1] || string(d.Payload) != m.payload {
+			t.Errorf("seed %d: dead letter %+v does not match %+v", seed, d, m)
+		}
+	}
+	if fmt.Sprint(gotDLQ) != fmt.Sprint(wantDLQ) {
+		t.Errorf("seed %d: pending dead letters %v, want %v", seed, gotDLQ, wantDLQ)
+	}
+	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
+		t.Errorf("seed %d: segment.log is %d bytes with nothing left to do", seed, size)
+	}
+	if len(marked) > 0 {
+		if size := fileSize(t, queueFile(root, "dlq.log.acked")); size != 0 {
+			t.Errorf("seed %d: dlq.log.acked is %d bytes after the idle loop", seed, size)
+		}
+	}
+	if st := w.State(); st.RetriesPending != 0 || st.InFlight != 0 {
+		t.Errorf("seed %d: state at rest = %+v", seed, st)
+	}
+	if t.Failed() {
+		t.Logf("seed %d: trace %v", seed, trace)
+	}
+}

@@ -1,0 +1,172 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
+	"github.com/nexushq/nexus/scheduler"
+)
+
+// st0 is the fake clocks' starting time (whole seconds: @every schedules
+// tick on whole seconds).
+var st0 = time.Date(2026, 8, 9, 14, 2, 0, 0, time.UTC)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// liveBox is the scheduler's LiveSource: the set last loaded from a real
+// registry, as the server's watcher keeps it.
+type liveBox struct {
+	p atomic.Pointer[registry.LiveSet]
+}
+
+func (b *liveBox) Live() *registry.LiveSet { return b.p.Load() }
+
+// env is a registry, a live source following it, and the cron folder that
+// the schedulers of the test (the processes) share.
+type env struct {
+	t     testing.TB
+	reg   *registry.Registry
+	live  *liveBox
+	dir   string
+	ticks *tickLog
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	reg, err := registry.Open(context.Background(), filepath.Join(t.TempDir(), "state", "registry.db"), registry.Options{Now: func() time.Time { return st0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return &env{t: t, reg: reg, live: &liveBox{}, dir: filepath.Join(t.TempDir(), "state", "cron"), ticks: &tickLog{}}
+}
+
+// flowSrc is a flow file for tenant/name with extra front matter lines.
+func flowSrc(tenant, name, frontMatter string) string {
+	return fmt.Sprintf("---\nflowmarkdown_version: \"0.1\"\nflow: %s\ntenant: %s\n%s---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n", name, tenant, frontMatter)
+}
+
+// cronFlow is a flow file with a schedule (zone and input optional).
+func cronFlow(tenant, name, spec, zone, input string) string {
+	fm := fmt.Sprintf("schedule: %q\n", spec)
+	if zone != "" {
+		fm += "schedule_timezone: " + zone + "\n"
+	}
+	if input != "" {
+		fm += "schedule_input: " + input + "\n"
+	}
+	return flowSrc(tenant, name, fm)
+}
+
+// publish makes srcs the whole deployed set (a git commit: the others are
+// withdrawn), loads the live set and swaps it in.
+func (e *env) publish(srcs ...string) *registry.LiveSet {
+	e.t.Helper()
+	var flows []*flow.Flow
+	for i, src := range srcs {
+		f, err := flow.Compile(fmt.Sprintf("flows/f%d.md", i), []byte(src))
+		if err != nil {
+			e.t.Fatalf("compiling:\n%s\n%v", src, err)
+		}
+		flows = append(flows, f)
+	}
+	if _, err := e.reg.Publish(context.Background(), registry.Publication{Flows: flows, Complete: true}); err != nil {
+		e.t.Fatalf("Publish: %v", err)
+	}
+	ls, err := e.reg.Load(context.Background())
+	if err != nil {
+		e.t.Fatalf("Load: %v", err)
+	}
+	e.live.p.Store(ls)
+	return ls
+}
+
+// tick is one append made by a scheduler.
+type tick struct {
+	Sched        string // which scheduler (process) made it
+	Tenant, Flow string
+	At           time.Time // its clock's time at the append
+	Msg          queue.NewMessage
+}
+
+func (k tick) String() string {
+	return fmt.Sprintf("%s:%s/%s@%s", k.Sched, k.Tenant, k.Flow, k.At.UTC().Format(time.RFC3339))
+}
+
+type tickLog struct {
+	mu    sync.Mutex
+	ticks []tick
+	fail  func(tick) error
+}
+
+func (l *tickLog) all() []tick {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]tick(nil), l.ticks...)
+}
+
+// times lists the ticks' times as offsets from base.
+func (l *tickLog) times(base time.Time) []time.Duration {
+	var out []time.Duration
+	for _, k := range l.all() {
+		out = append(out, k.At.Sub(base))
+	}
+	return out
+}
+
+// appender is one scheduler's Appender: it records what would be appended.
+type appender struct {
+	name string
+	clk  *fakeClock
+	log  *tickLog
+	ids  atomic.Uint64
+}
+
+func (a *appender) Append(tenant, flowName string, m queue.NewMessage) (queue.Message, error) {
+	k := tick{Sched: a.name, Tenant: tenant, Flow: flowName, At: a.clk.Now(), Msg: m}
+	a.log.mu.Lock()
+	fail := a.log.fail
+	a.log.mu.Unlock()
+	if fail != nil {
+		if err := fail(k); err != nil {
+			return queue.Message{}, err
+		}
+	}
+	a.log.mu.Lock()
+	a.log.ticks = append(a.log.ticks, k)
+	a.log.mu.Unlock()
+	id := a.ids.Add(1)
+	return queue.Message{ID: id, EnqueuedAt: k.At, Source: m.Source, CorrelationID: m.CorrelationID, Payload: m.Payload}, nil
+}
+
+// start starts a scheduler (a process) named name on the env's cron folder
+// and stops it when the test ends.
+func (e *env) start(name string, clk *fakeClock, poll time.Duration) *scheduler.Scheduler {
+	e.t.Helper()
+	var n atomic.Int64
+	s := scheduler.New(scheduler.Config{
+		Live: e.live, Queues: &appender{name: name, clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk, Logger: quietLog(), Poll: poll,
+		NewID: func() string { return fmt.Sprintf("%s-%d", name, n.Add(1)) },
+	})
+	s.Start()
+	e.t.Cleanup(s.Stop)
+	return s
+}
+
+func secs(ns ...int) []time.Duration {
+	out := make([]time.Duration, len(ns))
+	for i, n := range ns {
+		out[i] = time.Duration(n) * time.Second
+	}
+	return out
+}
