@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
@@ -142,11 +143,15 @@ func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, n
 	c := Change{Tenant: f.Tenant(), Flow: f.Name()}
 	var latestVersion int
 	var latestSum string
-	err := tx.QueryRowContext(ctx, `SELECT l.version, v.sha256 FROM latest l
+	var latestArt []byte
+	err := tx.QueryRowContext(ctx, `SELECT l.version, v.sha256, v.artifact FROM latest l
 		JOIN flow_versions v ON v.tenant = l.tenant AND v.flow = l.flow AND v.version = l.version
-		WHERE l.tenant = ? AND l.flow = ?`, c.Tenant, c.Flow).Scan(&latestVersion, &latestSum)
+		WHERE l.tenant = ? AND l.flow = ?`, c.Tenant, c.Flow).Scan(&latestVersion, &latestSum, &latestArt)
+	stored := sha256.Sum256(latestArt)
 	switch {
-	case err == nil && latestSum == hexSum:
+	// unchanged only when the stored bytes are still intact: publishing
+	// the flow again repairs a corrupt artifact with a new version
+	case err == nil && latestSum == hexSum && hex.EncodeToString(stored[:]) == hexSum:
 		c.Version, c.Action = latestVersion, Unchanged
 		return c, nil
 	case err != nil && !errors.Is(err, sql.ErrNoRows):

@@ -93,7 +93,10 @@ func (d *Dedup) Release(_ context.Context, tenant, flow, key string) error {
 	if d.err != nil {
 		return d.err
 	}
-	delete(d.records, dedupID(tenant, flow, key))
+	id := dedupID(tenant, flow, key)
+	if r, ok := d.records[id]; ok && r.claimed {
+		delete(d.records, id) // a committed answer is not released
+	}
 	return nil
 }
 

@@ -1,0 +1,150 @@
+package registry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/engine/enginetest"
+	"github.com/nexushq/nexus/registry"
+)
+
+var _ engine.DedupStore = (*registry.DedupStore)(nil)
+
+func TestDedupConformance(t *testing.T) {
+	enginetest.DedupStoreConformance(t, func(t *testing.T) (engine.DedupStore, func(time.Duration)) {
+		r, c := newRegistry(t)
+		return r.Dedup(), c.Advance
+	})
+}
+
+// TestDedupSharedByHandles: a key claimed through one handle is held for
+// every handle of the file, and its answer is replayed through any of them.
+func TestDedupSharedByHandles(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	path := dbPath(t)
+	d1 := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	d2 := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	if _, claimed, err := d1.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || !claimed {
+		t.Fatalf("Claim through the first handle = %v, %v", claimed, err)
+	}
+	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed || answer != nil {
+		t.Fatalf("Claim through the second handle = %q, %v, %v; want busy", answer, claimed, err)
+	}
+	if err := d1.Commit(ctx, "acme", "f", "k", []byte("answer"), false, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed || string(answer) != "answer" {
+		t.Fatalf("Claim through the second handle after Commit = %q, %v, %v; want the answer", answer, claimed, err)
+	}
+}
+
+// TestPruneDedup deletes the records whose time is up (answers past their
+// ttl, claims past their lease) and only those.
+func TestPruneDedup(t *testing.T) {
+	ctx := context.Background()
+	r, c := newRegistry(t)
+	d := r.Dedup()
+	claim := func(key string, lease time.Duration) {
+		t.Helper()
+		if _, claimed, err := d.Claim(ctx, "acme", "f", key, false, lease); err != nil || !claimed {
+			t.Fatalf("Claim(%s) = %v, %v", key, claimed, err)
+		}
+	}
+	commit := func(key string, ttl time.Duration) {
+		t.Helper()
+		claim(key, time.Minute)
+		if err := d.Commit(ctx, "acme", "f", key, []byte(key), false, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("lease-1m", time.Minute)
+	claim("lease-2h", 2*time.Hour)
+	commit("ttl-10m", 10*time.Minute)
+	commit("ttl-30m", 30*time.Minute) // expires exactly when pruned: its time is up
+	commit("ttl-1h", time.Hour)
+
+	if n, err := r.PruneDedup(ctx); err != nil || n != 0 {
+		t.Fatalf("PruneDedup with nothing expired = %d, %v; want 0", n, err)
+	}
+	c.Advance(30 * time.Minute)
+	n, err := r.PruneDedup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("PruneDedup deleted %d records, want 3 (lease-1m, ttl-10m, ttl-30m)", n)
+	}
+	db := sideDB(t, r.Path())
+	rows, err := db.Query(`SELECT key FROM dedup ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var left []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, k)
+	}
+	if diff := cmp.Diff([]string{"lease-2h", "ttl-1h"}, left); diff != "" {
+		t.Errorf("records left (-want +got):\n%s", diff)
+	}
+	// What is left still works as before.
+	if answer, claimed, err := d.Claim(ctx, "acme", "f", "ttl-1h", false, time.Minute); err != nil || claimed || string(answer) != "ttl-1h" {
+		t.Errorf("Claim(ttl-1h) after pruning = %q, %v, %v; want its answer", answer, claimed, err)
+	}
+	if answer, claimed, err := d.Claim(ctx, "acme", "f", "lease-2h", false, time.Minute); err != nil || claimed || answer != nil {
+		t.Errorf("Claim(lease-2h) after pruning = %q, %v, %v; want busy", answer, claimed, err)
+	}
+	if n, err := r.PruneDedup(ctx); err != nil || n != 0 {
+		t.Errorf("PruneDedup again = %d, %v; want 0", n, err)
+	}
+}
+
+func TestDedupPruner(t *testing.T) {
+	ctx := context.Background()
+	r, c := newRegistry(t)
+	d := r.Dedup()
+	for _, k := range []string{"a", "b"} {
+		if _, claimed, err := d.Claim(ctx, "acme", "f", k, false, time.Minute); err != nil || !claimed {
+			t.Fatalf("Claim(%s) = %v, %v", k, claimed, err)
+		}
+	}
+	if err := d.Commit(ctx, "acme", "f", "b", []byte("b"), false, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Minute) // a's lease is up, b's answer is not
+
+	(&registry.DedupPruner{Registry: r}).Stop() // Stop without Start
+	p := &registry.DedupPruner{Registry: r, Interval: 10 * time.Millisecond, Logger: quietLogger()}
+	p.Start()
+	p.Start() // does nothing
+	db := sideDB(t, r.Path())
+	keys := func() []string {
+		rows, err := db.Query(`SELECT key FROM dedup ORDER BY key`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, k)
+		}
+		return out
+	}
+	if took, ok := waitFor[struct{}](t, 2*time.Second, nil, func() bool { return cmp.Equal([]string{"b"}, keys()) }); !ok {
+		t.Errorf("after %v the dedup table holds %v, want [b]", took, keys())
+	}
+	p.Stop()
+	p.Stop()
+}

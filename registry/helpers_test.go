@@ -1,0 +1,217 @@
+package registry_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+// t0 is the fake clocks' starting time.
+var t0 = time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
+
+// clock is a fake clock, safe for concurrent use.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: t0} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// dbPath is a registry path in a fresh temporary folder (a subfolder, so
+// that Open has to create it).
+func dbPath(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "state", "registry.db")
+}
+
+// open opens the registry at path and closes it when the test ends.
+func open(t testing.TB, path string, opts registry.Options) *registry.Registry {
+	t.Helper()
+	r, err := registry.Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// newRegistry opens a registry in a fresh folder with a fake clock.
+func newRegistry(t testing.TB) (*registry.Registry, *clock) {
+	t.Helper()
+	c := newClock()
+	return open(t, dbPath(t), registry.Options{Now: c.Now}), c
+}
+
+// sideDB opens path through a separate database/sql handle, as another
+// program would, to look at or tamper with the tables directly.
+func sideDB(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func exec(t testing.TB, db *sql.DB, query string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// flowSource is a valid flow file for tenant/name whose description and
+// answer carry mark, so that two marks give two different artifacts.
+func flowSource(tenant, name, mark string) []byte {
+	return fmt.Appendf(nil, `---
+flowmarkdown_version: "0.1"
+flow: %s
+tenant: %s
+description: "%s"
+---
+
+## Step: answer
+`+"```ntd"+`
+{"mark": "%s", "name": "{{ $.name }}"}
+`+"```"+`
+`, name, tenant, mark, mark)
+}
+
+// compile compiles flowSource(tenant, name, mark) as flows/TENANT/NAME.md.
+func compile(t testing.TB, tenant, name, mark string) *flow.Flow {
+	t.Helper()
+	return compileAt(t, "flows/"+tenant+"/"+name+".md", tenant, name, mark)
+}
+
+// compileAt compiles flowSource(tenant, name, mark) as path.
+func compileAt(t testing.TB, path, tenant, name, mark string) *flow.Flow {
+	t.Helper()
+	f, err := flow.Compile(path, flowSource(tenant, name, mark))
+	if err != nil {
+		t.Fatalf("compiling %s: %v", path, err)
+	}
+	return f
+}
+
+// keysFile is an access.yaml holding one key per (id, tenant, secret)
+// triple, allowed every flow of its tenant.
+func keysFile(t testing.TB, keys ...[3]string) *access.Set {
+	t.Helper()
+	src := "keys:\n"
+	if len(keys) == 0 {
+		src = "keys: []\n"
+	}
+	for _, k := range keys {
+		src += access.Entry(k[0], k[1], []string{"*"}, 10, 20, access.HashKey(k[2]))
+	}
+	set, err := access.Parse("access.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("access.yaml does not parse: %v\n%s", err, src)
+	}
+	return set
+}
+
+func publish(t testing.TB, r *registry.Registry, p registry.Publication) []registry.Change {
+	t.Helper()
+	changes, err := r.Publish(context.Background(), p)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	return changes
+}
+
+func load(t testing.TB, r *registry.Registry) *registry.LiveSet {
+	t.Helper()
+	ls, err := r.Load(context.Background())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return ls
+}
+
+func generation(t testing.TB, r *registry.Registry) int64 {
+	t.Helper()
+	g, err := r.Generation(context.Background())
+	if err != nil {
+		t.Fatalf("Generation: %v", err)
+	}
+	return g
+}
+
+func status(t testing.TB, r *registry.Registry) registry.Status {
+	t.Helper()
+	st, err := r.Status(context.Background())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st
+}
+
+// liveFlow is what a test compares of a LiveFlow.
+type liveFlow struct {
+	Tenant, Name string
+	Version      int
+	Mark         string // the compiled flow's description; "" when not compiled
+	Corrupt      bool
+}
+
+// summary lists the set's flows as liveFlows, in the set's order.
+func summary(ls *registry.LiveSet) []liveFlow {
+	var out []liveFlow
+	for _, lf := range ls.Flows() {
+		s := liveFlow{Tenant: lf.Tenant, Name: lf.Name, Version: lf.Version, Corrupt: lf.Corrupt != nil}
+		if lf.Flow != nil {
+			s.Mark = lf.Flow.Description()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// versions lists the stored versions of tenant/flow, read directly.
+func versions(t testing.TB, db *sql.DB, tenant, name string) []int {
+	t.Helper()
+	rows, err := db.Query(`SELECT version FROM flow_versions WHERE tenant = ? AND flow = ? ORDER BY version`, tenant, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// quietLogger discards everything.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,267 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nexushq/nexus/registry"
+)
+
+// entry is the journal entry number i: every field set, times in whole
+// microseconds (what the journal keeps).
+func entry(i int, tenant, flow string, at time.Time) registry.Entry {
+	doors := []string{"run", "enqueue", "cron"}
+	outcomes := []string{"succeeded", "filtered", "fault_handled", "failed"}
+	e := registry.Entry{
+		At:            at,
+		Door:          doors[i%len(doors)],
+		Tenant:        tenant,
+		Flow:          flow,
+		Version:       1 + i%3,
+		CorrelationID: fmt.Sprintf("corr-%04d", i),
+		MsgID:         int64(i * 7),
+		Attempt:       1 + i%5,
+		Outcome:       outcomes[i%len(outcomes)],
+		Status:        200 + i%4*100,
+		Duration:      time.Duration(i)*time.Millisecond + 250*time.Microsecond,
+	}
+	if e.Outcome == "failed" {
+		e.Error = fmt.Sprintf("step call: 502 from upstream (entry %d)", i)
+	}
+	return e
+}
+
+func journal(t *testing.T, r *registry.Registry, q registry.JournalQuery) []registry.Entry {
+	t.Helper()
+	got, err := r.Journal(context.Background(), q)
+	if err != nil {
+		t.Fatalf("Journal(%+v): %v", q, err)
+	}
+	return got
+}
+
+// TestJournalWriter appends entries through a running writer and reads them
+// back newest first, with every filter.
+func TestJournalWriter(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{BatchSize: 16, FlushEvery: 10 * time.Millisecond, Logger: quietLogger()})
+	w.Start()
+	var all []registry.Entry
+	pairs := [][2]string{{"acme", "a"}, {"acme", "b"}, {"globex", "a"}}
+	for i := range 120 {
+		p := pairs[i%len(pairs)]
+		e := entry(i, p[0], p[1], t0.Add(time.Duration(i)*time.Second+time.Duration(i)*time.Microsecond))
+		all = append(all, e)
+		w.Append(e)
+	}
+	w.Stop()
+	if w.Written() != 120 || w.Dropped() != 0 {
+		t.Fatalf("Written() = %d, Dropped() = %d; want 120, 0", w.Written(), w.Dropped())
+	}
+
+	newestFirst := slices.Clone(all)
+	slices.Reverse(newestFirst)
+	filter := func(tenant, flow string, limit int) []registry.Entry {
+		var out []registry.Entry
+		for _, e := range newestFirst {
+			if (tenant == "" || e.Tenant == tenant) && (flow == "" || e.Flow == flow) && len(out) < limit {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		q    registry.JournalQuery
+		want []registry.Entry
+	}{
+		{"everything, 50 by default", registry.JournalQuery{}, filter("", "", 50)},
+		{"limit 3", registry.JournalQuery{Limit: 3}, filter("", "", 3)},
+		{"limit above the count", registry.JournalQuery{Limit: 1000}, filter("", "", 1000)},
+		{"negative limit: the default", registry.JournalQuery{Limit: -1}, filter("", "", 50)},
+		{"tenant", registry.JournalQuery{Tenant: "acme", Limit: 1000}, filter("acme", "", 1000)},
+		{"flow of every tenant", registry.JournalQuery{Flow: "a", Limit: 1000}, filter("", "a", 1000)},
+		{"tenant and flow", registry.JournalQuery{Tenant: "acme", Flow: "a", Limit: 1000}, filter("acme", "a", 1000)},
+		{"tenant and flow, limit 5", registry.JournalQuery{Tenant: "globex", Flow: "a", Limit: 5}, filter("globex", "a", 5)},
+		{"no such tenant", registry.JournalQuery{Tenant: "initech"}, nil},
+		{"no such flow", registry.JournalQuery{Tenant: "globex", Flow: "b"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, journal(t, r, tt.q)); diff != "" {
+				t.Errorf("Journal(%+v) (-want +got):\n%s", tt.q, diff)
+			}
+		})
+	}
+	if len(filter("", "", 1000)) != 120 {
+		t.Fatal("the test's own filter is wrong")
+	}
+}
+
+// TestJournalStopFlushes: entries waiting for their batch are written by
+// Stop, long before the flush interval.
+func TestJournalStopFlushes(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{BatchSize: 1000, FlushEvery: time.Hour, Logger: quietLogger()})
+	w.Start()
+	var want []registry.Entry
+	for i := range 10 {
+		e := entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second))
+		w.Append(e)
+		want = append([]registry.Entry{e}, want...)
+	}
+	w.Stop()
+	if w.Written() != 10 {
+		t.Errorf("Written() = %d after Stop, want 10", w.Written())
+	}
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{})); diff != "" {
+		t.Errorf("journal after Stop (-want +got):\n%s", diff)
+	}
+	w.Stop() // a second Stop does nothing
+	(&registry.JournalWriter{}).Stop()
+	r.NewJournalWriter(registry.JournalConfig{}).Stop() // Stop without Start
+}
+
+// TestJournalDropsTheOldest: with a tiny buffer and a stopped writer,
+// Append never blocks; the oldest entries are dropped and counted, and the
+// newest are written once the writer runs.
+func TestJournalDropsTheOldest(t *testing.T) {
+	r, _ := newRegistry(t)
+	var logs syncBuffer
+	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 4, FlushEvery: time.Hour, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	w.Start()
+	w.Stop()
+
+	var all []registry.Entry
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 10 {
+			e := entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second))
+			all = append(all, e)
+			w.Append(e)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Append blocked on a full buffer")
+	}
+	if w.Dropped() != 6 {
+		t.Errorf("Dropped() = %d, want 6", w.Dropped())
+	}
+	if !strings.Contains(logs.String(), `"event":"journal_dropped"`) {
+		t.Errorf("no journal_dropped warning; log:\n%s", logs.String())
+	}
+
+	w.Start()
+	w.Stop()
+	if w.Written() != 4 {
+		t.Errorf("Written() = %d, want 4", w.Written())
+	}
+	want := slices.Clone(all[6:])
+	slices.Reverse(want)
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{})); diff != "" {
+		t.Errorf("journal (-want +got):\n%s", diff)
+	}
+}
+
+// TestPruneJournal deletes the entries older than the time given, and only
+// those.
+func TestPruneJournal(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	var all []registry.Entry
+	for i, ago := range []time.Duration{4 * time.Hour, 3 * time.Hour, 2 * time.Hour, time.Hour, 0} {
+		e := entry(i, "acme", "f", t0.Add(-ago))
+		all = append(all, e)
+		w.Append(e)
+	}
+	w.Stop()
+
+	ctx := context.Background()
+	if n, err := r.PruneJournal(ctx, t0.Add(-5*time.Hour)); err != nil || n != 0 {
+		t.Fatalf("PruneJournal before everything = %d, %v; want 0", n, err)
+	}
+	// An entry exactly at the limit is not older than it: it stays.
+	n, err := r.PruneJournal(ctx, t0.Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("PruneJournal deleted %d entries, want 2", n)
+	}
+	want := slices.Clone(all[2:])
+	slices.Reverse(want)
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{})); diff != "" {
+		t.Errorf("journal after pruning (-want +got):\n%s", diff)
+	}
+}
+
+// TestJournalRetention: a writer with a Retention prunes old entries by
+// itself, by the registry's clock.
+func TestJournalRetention(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: time.Millisecond, Retention: time.Hour, PruneEvery: 5 * time.Millisecond, Logger: quietLogger()})
+	w.Start()
+	defer w.Stop()
+	old := entry(1, "acme", "f", t0.Add(-2*time.Hour))
+	recent := entry(2, "acme", "f", t0.Add(-time.Minute))
+	w.Append(old)
+	w.Append(recent)
+	_, ok := waitFor[struct{}](t, 5*time.Second, nil, func() bool {
+		got, err := r.Journal(context.Background(), registry.JournalQuery{})
+		return err == nil && w.Written() == 2 && cmp.Equal([]registry.Entry{recent}, got)
+	})
+	if !ok {
+		t.Errorf("after pruning: journal %v, written %d; want only the recent entry", journal(t, r, registry.JournalQuery{}), w.Written())
+	}
+}
+
+// BenchmarkJournalAppend measures Append with the writer running, and
+// reports the rows the writer put in SQLite per second of the benchmark
+// (Stop, which writes what is still buffered, included), and how many
+// entries were dropped. "flood" appends as fast as it can, so the buffer
+// fills and the oldest entries are dropped: rows/s is the writer's pace
+// under a flood. "paced" waits whenever half the buffer is waiting, so
+// nothing is dropped: rows/s is the writer's sustained pace.
+func BenchmarkJournalAppend(b *testing.B) {
+	const buffer = 1 << 16
+	for _, paced := range []bool{false, true} {
+		name := "flood"
+		if paced {
+			name = "paced"
+		}
+		b.Run(name, func(b *testing.B) {
+			r, _ := newRegistry(b)
+			w := r.NewJournalWriter(registry.JournalConfig{Buffer: buffer, Logger: quietLogger()})
+			entries := make([]registry.Entry, 1024)
+			for i := range entries {
+				entries[i] = entry(i, "acme", "order-intake", time.Time{})
+			}
+			w.Start()
+			b.ReportAllocs()
+			start := time.Now()
+			for i := 0; b.Loop(); i++ {
+				for paced && int64(i)-w.Written() > buffer/2 {
+					time.Sleep(50 * time.Microsecond)
+				}
+				e := entries[i%len(entries)]
+				e.At = t0.Add(time.Duration(i) * time.Microsecond) // in order, as executions end
+				w.Append(e)
+			}
+			w.Stop()
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(w.Written())/elapsed.Seconds(), "rows/s")
+			b.ReportMetric(float64(w.Written()), "written")
+			b.ReportMetric(float64(w.Dropped()), "dropped")
+		})
+	}
+}

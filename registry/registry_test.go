@@ -1,0 +1,128 @@
+package registry_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+func userVersion(t *testing.T, path string) int {
+	t.Helper()
+	var v int
+	if err := sideDB(t, path).QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestOpenCreatesTheFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "c", "registry.db")
+	r := open(t, path, registry.Options{})
+	if r.Path() != path {
+		t.Errorf("Path() = %q, want %q", r.Path(), path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the file was not created: %v", err)
+	}
+	if g := generation(t, r); g != 0 {
+		t.Errorf("a new registry is at generation %d, want 0", g)
+	}
+	if diff := cmp.Diff(registry.Status{}, status(t, r)); diff != "" {
+		t.Errorf("Status of a new registry (-want +got):\n%s", diff)
+	}
+}
+
+func TestOpenRefusesABadPath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(file, "registry.db") // its folder is a file
+	r, err := registry.Open(context.Background(), path, registry.Options{})
+	if err == nil {
+		r.Close()
+		t.Fatal("Open succeeded under a file")
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("the error %q does not name the path", err)
+	}
+}
+
+// TestOpenTwice: opening a registry again, closed or still open, runs no
+// migration twice and keeps everything.
+func TestOpenTwice(t *testing.T) {
+	path := dbPath(t)
+	r1, err := registry.Open(context.Background(), path, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, r1, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}, Commit: "c1"})
+	want := status(t, r1)
+
+	r2 := open(t, path, registry.Options{}) // while r1 is open
+	if err := r1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r3 := open(t, path, registry.Options{}) // after r1 closed
+	for i, r := range []*registry.Registry{r2, r3} {
+		if diff := cmp.Diff(want, status(t, r)); diff != "" {
+			t.Errorf("handle %d: Status (-want +got):\n%s", i+2, diff)
+		}
+		if diff := cmp.Diff([]liveFlow{{Tenant: "acme", Name: "a", Version: 1, Mark: "1"}}, summary(load(t, r))); diff != "" {
+			t.Errorf("handle %d: live set (-want +got):\n%s", i+2, diff)
+		}
+	}
+	if v := userVersion(t, path); v != 1 {
+		t.Errorf("user_version %d, want 1", v)
+	}
+}
+
+// TestOpenMigratesAnExistingFile: a SQLite file without the schema (user
+// version 0) gets it, and keeps what it held.
+func TestOpenMigratesAnExistingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.db")
+	db := sideDB(t, path)
+	exec(t, db, `CREATE TABLE notes (text TEXT)`)
+	exec(t, db, `INSERT INTO notes VALUES ('kept')`)
+	r := open(t, path, registry.Options{})
+	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
+	var text string
+	if err := db.QueryRow(`SELECT text FROM notes`).Scan(&text); err != nil || text != "kept" {
+		t.Errorf("the file's own table: %q, %v", text, err)
+	}
+	if v := userVersion(t, path); v != 1 {
+		t.Errorf("user_version %d, want 1", v)
+	}
+}
+
+// TestOpenRefusesANewerSchema: a file written by a newer nexus is refused
+// with an error that says so, and is left as it was.
+func TestOpenRefusesANewerSchema(t *testing.T) {
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
+	r.Close()
+	exec(t, sideDB(t, path), `PRAGMA user_version = 2`)
+
+	r2, err := registry.Open(context.Background(), path, registry.Options{})
+	if err == nil {
+		r2.Close()
+		t.Fatal("Open accepted a schema newer than it knows")
+	}
+	want := "registry " + path + ": schema version 2 is newer than this nexus knows (1): upgrade nexus"
+	if err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if v := userVersion(t, path); v != 2 {
+		t.Errorf("user_version %d after the refusal, want 2 (untouched)", v)
+	}
+	if got := versions(t, sideDB(t, path), "acme", "a"); !cmp.Equal(got, []int{1}) {
+		t.Errorf("versions of acme/a after the refusal: %v", got)
+	}
+}
