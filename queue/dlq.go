@@ -51,6 +51,12 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("queue %s/%s: syncing %s: %w", q.Tenant, q.Flow, name, err)
 	}
+	if size == 0 {
+		// possibly a new file: its folder entry must be durable too
+		if err := q.fs.SyncDir(q.dir); err != nil {
+			return fmt.Errorf("queue %s/%s: syncing the folder: %w", q.Tenant, q.Flow, err)
+		}
+	}
 	return nil
 }
 

@@ -266,8 +266,12 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 			return off, damage, err
 		}
 		d := Damage{File: file, Offset: off, Reason: reason}
-		if len(rec) >= 9 && rec[0] == kindMessage {
-			d.ID = binary.BigEndian.Uint64(rec[1:9])
+		// the id where it is readable: the 8 bytes after the kind byte
+		var id [8]byte
+		if off+headerSize+9 <= size {
+			if _, err := r.ReadAt(id[:], off+headerSize+1); err == nil {
+				d.ID = binary.BigEndian.Uint64(id[:])
+			}
 		}
 		if next < 0 {
 			d.Torn, d.Length = true, size-off

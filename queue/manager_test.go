@@ -340,11 +340,8 @@ func TestManagerReopensPoisonedQueue(t *testing.T) {
 	if _, err := m.Append("acme", "orders", enqueue("lost?")); err == nil {
 		t.Fatal("Append with a failing fdatasync succeeded")
 	}
-	// BUG: the Append whose fdatasync failed returns the bare I/O error
-	// ("queue acme/orders: syncing segment.log: input/output error"), which
-	// does not wrap ErrPoisoned; only the appends after it do. Manager.Append
-	// reopens on ErrPoisoned only, so the queue stays poisoned and the next
-	// submission is refused as well, although the disk is fine again.
+	// The Append whose fdatasync failed already reports ErrPoisoned, so the
+	// Manager reopens the queue at once and the next submission is taken.
 	q2, w2, err := m.Queue("acme", "orders")
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
-
-	"github.com/gofrs/flock"
 
 	"github.com/nexushq/nexus/naming"
 )
@@ -44,8 +44,10 @@ type Queue struct {
 	fs           FS
 	now          func() time.Time
 	seg          File
-	lock         *flock.Flock
-	appendMu     sync.Mutex // the append lock within this process (flock is per process)
+	seq          File         // segment.log.seq, rewritten in place
+	lock         *os.File     // append.lock, flock(2)ed while appending
+	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
+	durable      atomic.Int64 // the end of segment.log known to be synced
 
 	mu       sync.Mutex // guards the fields below
 	pending  []*appendReq
@@ -89,16 +91,35 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if err := q.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
-	q.lock = flock.New(filepath.Join(dir, lockFile))
+	if q.lock, err = os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
+	}
 	if q.seg, err = q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
+	}
+	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		q.seg.Close()
+		q.lock.Close()
+		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
+	}
+	// the folders and files just made must survive a power cut
+	for _, d := range []string{dir, filepath.Dir(dir), root} {
+		if err := q.fs.SyncDir(d); err != nil {
+			q.closeFiles()
+			return nil, nil, fmt.Errorf("queue %s/%s: syncing %s: %w", tenant, flow, d, err)
+		}
 	}
 	damage, err := q.recover()
 	if err != nil {
-		q.seg.Close()
+		q.closeFiles()
 		return nil, nil, fmt.Errorf("queue %s/%s: recovering %s: %w", tenant, flow, segmentFile, err)
 	}
 	return q, damage, nil
+}
+
+func (q *Queue) closeFiles() error {
+	return errors.Join(q.seg.Close(), q.seq.Close(), q.lock.Close())
 }
 
 func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
@@ -108,14 +129,22 @@ func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 // unlock.
 func (q *Queue) lockAppend() (func(), error) {
 	q.appendMu.Lock()
-	if err := q.lock.Lock(); err != nil {
+	if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
 		q.appendMu.Unlock()
 		return nil, fmt.Errorf("taking the append lock: %w", err)
 	}
 	return func() {
-		q.lock.Unlock()
+		flockRetry(q.lock, syscall.LOCK_UN)
 		q.appendMu.Unlock()
 	}, nil
+}
+
+func flockRetry(f *os.File, how int) error {
+	for {
+		if err := syscall.Flock(int(f.Fd()), how); err != syscall.EINTR {
+			return err
+		}
+	}
 }
 
 // Close closes the queue's files.
@@ -125,7 +154,7 @@ func (q *Queue) Close() error {
 	if q.poisoned == nil {
 		q.poisoned = errors.New("the queue is closed")
 	}
-	return q.seg.Close()
+	return q.closeFiles()
 }
 
 // recover scans segment.log under the append lock, truncates a torn tail
@@ -158,12 +187,25 @@ func (q *Queue) recover() ([]Damage, error) {
 			return damage, err
 		}
 	}
+	q.durable.Store(end)
+	// a checkpoint past the recovered end (frames processed before their
+	// sync, then lost, or a drain cut short) comes back to it, so that
+	// new frames written there are not skipped
+	b, err := readFile(q.fs, q.path(ckptFile))
+	if err != nil {
+		return damage, err
+	}
+	if ckpt, ok := decodeValue(ckptMagic, b); ok && int64(ckpt) > end {
+		if err := q.SaveCheckpoint(end); err != nil {
+			return damage, err
+		}
+	}
 	next, err := q.readSeq()
 	if err != nil {
 		return damage, err
 	}
 	if next <= maxID {
-		if err := writeAtomic(q.fs, q.path(seqFile), encodeValue(seqMagic, maxID+1)); err != nil {
+		if err := q.writeSeq(maxID+1, true); err != nil {
 			return damage, err
 		}
 	}
@@ -200,14 +242,30 @@ func decodeValue(magic [4]byte, b []byte) (uint64, bool) {
 // readSeq reads the next id; a missing or unreadable counter is 1 (recovery
 // raises it past the ids in the log).
 func (q *Queue) readSeq() (uint64, error) {
-	b, err := readFile(q.fs, q.path(seqFile))
-	if err != nil {
+	var b [16]byte
+	n, err := q.seq.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, err
 	}
-	if v, ok := decodeValue(seqMagic, b); ok && v > 0 {
+	if v, ok := decodeValue(seqMagic, b[:n]); ok && v > 0 {
 		return v, nil
 	}
 	return 1, nil
+}
+
+// writeSeq rewrites the id counter in place (16 bytes, one sector), synced
+// when durable is set. Recovery takes the larger of it and the highest id
+// of the log, so between drains it need not be synced.
+func (q *Queue) writeSeq(next uint64, durable bool) error {
+	if _, err := q.seq.WriteAt(encodeValue(seqMagic, next), 0); err != nil {
+		return fmt.Errorf("writing %s: %w", seqFile, err)
+	}
+	if durable {
+		if err := q.seq.Sync(); err != nil {
+			return fmt.Errorf("syncing %s: %w", seqFile, err)
+		}
+	}
+	return nil
 }
 
 // NewMessage is what Append takes: the message without its id and offset.
@@ -321,26 +379,60 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	if err := q.seg.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", segmentFile, err)
 	}
+	q.advanceDurable(tail + int64(len(buf)))
 	// The counter is rewritten in place without fsync: recovery takes the
 	// highest id of the log, which is durable now.
-	return q.writeSeqInPlace(next)
+	return q.writeSeq(next, false)
 }
 
-func (q *Queue) writeSeqInPlace(next uint64) error {
-	f, err := q.fs.OpenFile(q.path(seqFile), os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
+// advanceDurable moves the synced end of the log forward (never back).
+func (q *Queue) advanceDurable(end int64) {
+	for {
+		cur := q.durable.Load()
+		if end <= cur || q.durable.CompareAndSwap(cur, end) {
+			return
+		}
 	}
-	_, werr := f.WriteAt(encodeValue(seqMagic, next), 0)
-	cerr := f.Close()
-	return errors.Join(werr, cerr)
+}
+
+// readableEnd is the end of the log up to which frames are durable: a
+// frame being written, or written but not yet synced, is not delivered.
+// Frames beyond the known synced end were appended by another process
+// (which syncs before it releases the append lock), or by a drain: the
+// end is read again under the lock.
+func (q *Queue) readableEnd() (int64, error) {
+	size, err := fileSize(q.seg)
+	if err != nil {
+		return 0, err
+	}
+	if d := q.durable.Load(); size <= d {
+		if size < d {
+			q.durable.Store(size) // emptied by a drain
+		}
+		return size, nil
+	}
+	if !q.appendMu.TryLock() {
+		// a batch of this process is being written or synced: what lies
+		// past the synced end is not durable yet
+		return q.durable.Load(), nil
+	}
+	defer q.appendMu.Unlock()
+	if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("taking the append lock: %w", err)
+	}
+	defer flockRetry(q.lock, syscall.LOCK_UN)
+	if size, err = fileSize(q.seg); err != nil {
+		return 0, err
+	}
+	q.durable.Store(size)
+	return size, nil
 }
 
 // Read returns the first message at or after offset, and the offset after
 // it. It skips frames that do not verify; at the end of the log it returns
 // io.EOF (a frame still being written by another process reads as the end).
 func (q *Queue) Read(offset int64) (Message, int64, error) {
-	size, err := fileSize(q.seg)
+	size, err := q.readableEnd()
 	if err != nil {
 		return Message{}, offset, err
 	}
@@ -483,16 +575,20 @@ func (q *Queue) Drain() error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(q.fs, q.path(seqFile), encodeValue(seqMagic, next)); err != nil {
-		return err
-	}
-	if err := q.SaveCheckpoint(0); err != nil {
+	// the counter durable first (ids keep counting across the drain), then
+	// the log emptied, then the checkpoint: a crash between the last two
+	// leaves a checkpoint past the end, which Open brings back
+	if err := q.writeSeq(next, true); err != nil {
 		return err
 	}
 	if err := q.seg.Truncate(0); err != nil {
 		return err
 	}
-	return q.seg.Sync()
+	if err := q.seg.Sync(); err != nil {
+		return err
+	}
+	q.durable.Store(0)
+	return q.SaveCheckpoint(0)
 }
 
 // NextID is the id the next message will get.

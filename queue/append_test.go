@@ -1,0 +1,469 @@
+package queue
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// frameLen is the length of m's frame in the log.
+func frameLen(m Message) int64 {
+	return headerSize + 20 + int64(len(m.Source)+len(m.CorrelationID)+len(m.Payload))
+}
+
+// sentIndex is the index i of newMessage(i, …) that m was built from.
+func sentIndex(t testing.TB, m Message) int {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimPrefix(m.CorrelationID, "corr-"))
+	if err != nil {
+		t.Fatalf("message %d: correlation ID %q was not sent by the test", m.ID, m.CorrelationID)
+	}
+	return i
+}
+
+// checkLog reads q's whole log and checks it against the acknowledged
+// messages: ids 1..len(acked), each acknowledged message delivered as
+// acknowledged, frames back to back in id order up to the end of the file.
+func checkLog(t *testing.T, q *Queue, acked []Message) {
+	t.Helper()
+	acked = slices.Clone(acked)
+	slices.SortFunc(acked, func(a, b Message) int { return int(a.ID) - int(b.ID) })
+	for i, m := range acked {
+		if m.ID != uint64(i+1) {
+			t.Fatalf("acknowledged ids are not 1..%d: %d at position %d", len(acked), m.ID, i)
+		}
+	}
+	got := readAll(t, q)
+	checkMessages(t, got, acked)
+	end := int64(0)
+	for _, m := range got {
+		if m.Offset != end {
+			t.Errorf("id %d at offset %d, want %d: frames out of file order or not back to back", m.ID, m.Offset, end)
+		}
+		end = m.Offset + frameLen(m)
+	}
+	if size, _ := q.Size(); size != end {
+		t.Errorf("the log is %d bytes, its frames end at %d", size, end)
+	}
+}
+
+// TestAppendConcurrent: 64 goroutines append 200 messages each.
+func TestAppendConcurrent(t *testing.T) {
+	const callers = 64
+	per := 200
+	if testing.Short() {
+		per = 20
+	}
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	var mu sync.Mutex
+	var acked []Message
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for i := range per {
+				idx := g*per + i
+				m, err := q.Append(newMessage(idx, 30+idx%70))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d := sameMessage(m, Message{ID: m.ID, Offset: m.Offset, EnqueuedAt: m.EnqueuedAt,
+					Source: "enqueue", CorrelationID: fmt.Sprintf("corr-%d", idx), Payload: payload(idx, 30+idx%70)}); d != "" {
+					t.Error(d)
+				}
+				mu.Lock()
+				acked = append(acked, m)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	checkLog(t, q, acked)
+	for _, m := range acked[:100] {
+		got, next, err := q.Read(m.Offset)
+		if err != nil || next != m.Offset+frameLen(m) || sameMessage(got, m) != "" {
+			t.Errorf("Read(%d) = %v, %d, %v; want id %d", m.Offset, got.ID, next, err, m.ID)
+		}
+	}
+	q.Close()
+	q, damage := openQueue(t, root, Options{})
+	if len(damage) != 0 {
+		t.Errorf("reopening found %v", damage)
+	}
+	checkLog(t, q, acked)
+}
+
+// helperRootEnv names the root that TestHelperProcessAppend appends to.
+const helperRootEnv = "NEXUS_QUEUE_HELPER_ROOT"
+
+// TestHelperProcessAppend is the second process of
+// TestAppendTwoProcesses: it prints "ready", appends 500 messages from 4
+// goroutines and prints "acked id offset index" for each.
+func TestHelperProcessAppend(t *testing.T) {
+	root := os.Getenv(helperRootEnv)
+	if root == "" {
+		t.Skip("the second process of TestAppendTwoProcesses")
+	}
+	q, _, err := Open(root, testTenant, testFlow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	fmt.Fprintln(out, "ready")
+	out.Flush()
+	appendFrom(q, 10000, func(m Message, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		fmt.Fprintf(out, "acked %d %d %d\n", m.ID, m.Offset, sentIndex(t, m))
+	})
+	out.Flush()
+}
+
+// appendFrom appends messages from+0 … from+499 from 4 goroutines.
+func appendFrom(q *Queue, from int, done func(Message, error)) {
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 125 {
+				done(q.Append(newMessage(from+g*125+i, 60)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestAppendTwoProcesses: this process and another append 500 messages
+// each to the same queue at the same time (RELIABILITY F.27).
+func TestAppendTwoProcesses(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessAppend$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperRootEnv+"="+root)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	var theirs []Message
+	var lines []string
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			lines = append(lines, line)
+			var m Message
+			var idx int
+			if line == "ready" {
+				close(ready)
+			} else if _, err := fmt.Sscanf(line, "acked %d %d %d", &m.ID, &m.Offset, &idx); err == nil {
+				nm := newMessage(idx, 60)
+				m.Source, m.CorrelationID, m.Payload = nm.Source, nm.CorrelationID, nm.Payload
+				theirs = append(theirs, m)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-scanned:
+		t.Fatalf("the second process did not start: %v", lines)
+	case <-time.After(time.Minute):
+		t.Fatal("the second process did not get ready")
+	}
+
+	var mu sync.Mutex
+	var ours []Message
+	appendFrom(q, 0, func(m Message, err error) {
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		ours = append(ours, m)
+		mu.Unlock()
+	})
+	<-scanned
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the second process: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if len(ours) != 500 || len(theirs) != 500 {
+		t.Fatalf("acknowledged %d here and %d there, want 500 each", len(ours), len(theirs))
+	}
+
+	// the other process's messages carry its clock: take EnqueuedAt from the log
+	got := readAll(t, q)
+	byID := map[uint64]Message{}
+	for _, m := range got {
+		byID[m.ID] = m
+	}
+	for i, m := range theirs {
+		theirs[i].EnqueuedAt = byID[m.ID].EnqueuedAt
+	}
+	switches := 0 // from one process's frames to the other's
+	for i := 1; i < len(got); i++ {
+		if (sentIndex(t, got[i]) >= 10000) != (sentIndex(t, got[i-1]) >= 10000) {
+			switches++
+		}
+	}
+	t.Logf("the two processes' frames alternate %d times in the log", switches)
+	checkLog(t, q, append(ours, theirs...))
+	q.Close()
+	if _, damage := openQueue(t, root, Options{}); len(damage) != 0 {
+		t.Errorf("reopening found %v", damage)
+	}
+}
+
+// TestAppendGroupCommit: 64 concurrent appends share few fdatasyncs when
+// each takes 5 ms.
+func TestAppendGroupCommit(t *testing.T) {
+	m, root := memQueueRoot(t)
+	m.syncDelay = 5 * time.Millisecond
+	q, _ := openQueue(t, root, Options{FS: m})
+	before := m.Count(opSync)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []Message
+	for i := range 64 {
+		wg.Go(func() {
+			<-start
+			msg, err := q.Append(newMessage(i, 50))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			acked = append(acked, msg)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	syncs := m.Count(opSync) - before
+	t.Logf("64 appends, %d fdatasyncs", syncs)
+	if syncs > 16 {
+		t.Errorf("64 concurrent appends took %d fdatasyncs, want at most 16", syncs)
+	}
+	checkLog(t, q, acked)
+}
+
+// TestAppendPoisoned: a failed fdatasync or write fails its append, every
+// later append fails with ErrPoisoned without writing, and a reopened
+// queue takes appends again (RELIABILITY B.11, B.12).
+func TestAppendPoisoned(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   string
+		err  error
+	}{
+		{"fdatasync EIO", opSync, syscall.EIO},
+		{"write ENOSPC", opWrite, syscall.ENOSPC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, root := memQueueRoot(t)
+			q, _ := openQueue(t, root, Options{FS: m})
+			first, err := q.Append(newMessage(0, 40))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Fail(tc.op, segmentFile, 1, tc.err, false)
+			if _, err := q.Append(newMessage(1, 40)); !errors.Is(err, tc.err) {
+				t.Fatalf("the failing append: %v, want %v", err, tc.err)
+			}
+			size, _ := q.Size()
+			if tc.op == opWrite && size != frameLen(first) {
+				t.Errorf("a failed write left the log at %d bytes, want %d", size, frameLen(first))
+			}
+			writes := m.Count(opWrite)
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					if _, err := q.Append(newMessage(2+i, 40)); !errors.Is(err, ErrPoisoned) {
+						t.Errorf("an append after the failure: %v, want ErrPoisoned", err)
+					}
+				})
+			}
+			wg.Wait()
+			if got, _ := q.Size(); got != size || m.Count(opWrite) != writes {
+				t.Errorf("a poisoned queue wrote: size %d → %d, writes %d → %d", size, got, writes, m.Count(opWrite))
+			}
+
+			q.Close()
+			q, damage := openQueue(t, root, Options{FS: m})
+			if len(damage) != 0 {
+				t.Errorf("reopening found %v", damage)
+			}
+			after, err := q.Append(newMessage(100, 40))
+			if err != nil {
+				t.Fatalf("an append after reopening: %v", err)
+			}
+			got := readAll(t, q)
+			if len(got) < 2 {
+				t.Fatalf("after reopening the log holds %v, want %d first and %d last", got, first.ID, after.ID)
+			}
+			if sameMessage(got[0], first) != "" || sameMessage(got[len(got)-1], after) != "" {
+				t.Errorf("after reopening the log holds %v, want %d first and %d last", got, first.ID, after.ID)
+			}
+			if after.ID <= got[len(got)-2].ID {
+				t.Errorf("id %d reissued after reopening", after.ID)
+			}
+		})
+	}
+}
+
+// TestAppendPoisonedWhileBatching: when a batch's fdatasync fails, none of
+// the appends waiting behind it is acknowledged.
+func TestAppendPoisonedWhileBatching(t *testing.T) {
+	m, root := memQueueRoot(t)
+	m.syncDelay = 2 * time.Millisecond
+	q, _ := openQueue(t, root, Options{FS: m})
+	m.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			if msg, err := q.Append(newMessage(i, 40)); err == nil {
+				t.Errorf("id %d acknowledged after a failed fdatasync", msg.ID)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestAppendCrash cuts the power at a random operation of a stream of
+// concurrent appends, 200 times (RELIABILITY A.2): every acknowledged
+// message is read back after the reboot, nothing else is delivered but
+// whole frames that were sent, and no id is reissued.
+func TestAppendCrash(t *testing.T) {
+	seeds := 200
+	if testing.Short() {
+		seeds = 40
+	}
+	for seed := range seeds {
+		m, root := settledMemQueue(t)
+		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Fail("", "", 1+rng.IntN(600), syscall.EIO, true) // the power cut: nothing after it happens
+
+		var mu sync.Mutex
+		var acked []Message
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 20 {
+					idx := g*20 + i
+					msg, err := q.Append(newMessage(idx, 20+(idx*37+seed)%100))
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					acked = append(acked, msg)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		q.Close()
+		m.Crash()
+
+		q, damage, err := Open(root, testTenant, testFlow, Options{FS: m})
+		if err != nil {
+			t.Fatalf("seed %d: Open after the crash: %v", seed, err)
+		}
+		for _, d := range damage {
+			if !d.Torn {
+				t.Errorf("seed %d: %v", seed, d)
+			}
+		}
+		got := map[uint64]Message{}
+		maxID := uint64(0)
+		for _, msg := range readAll(t, q) {
+			got[msg.ID] = msg
+			maxID = max(maxID, msg.ID)
+			nm := newMessage(sentIndex(t, msg), len(msg.Payload))
+			if msg.Source != nm.Source || string(msg.Payload) != string(nm.Payload) {
+				t.Errorf("seed %d: delivered a message that was not sent: %+v", seed, msg)
+			}
+		}
+		lost := 0
+		for _, a := range acked {
+			if d := sameMessage(got[a.ID], a); d != "" {
+				lost++
+				t.Errorf("seed %d: acknowledged id %d: %s", seed, a.ID, d)
+			}
+			maxID = max(maxID, a.ID)
+		}
+		if next, err := q.Append(newMessage(999, 30)); err != nil || next.ID <= maxID {
+			t.Errorf("seed %d: the first append after the crash: id %d, %v; want an id after %d", seed, next.ID, err, maxID)
+		}
+		q.Close()
+		if t.Failed() {
+			t.Fatalf("seed %d: %d acknowledged, %d lost", seed, len(acked), lost)
+		}
+	}
+}
+
+// TestAppendCrashAfterCreate cuts the power after the first acknowledged
+// append to a queue that did not exist before.
+func TestAppendCrashAfterCreate(t *testing.T) {
+	m, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	acked, err := q.Append(newMessage(0, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	m.Crash()
+	q, _ = openQueue(t, root, Options{FS: m})
+	// Open fsyncs the folders it creates, so the new segment.log and the
+	// acknowledged message in it survive the power cut (RELIABILITY §1
+	// "fsync before ack" 2).
+	checkMessages(t, readAll(t, q), []Message{acked})
+}
+
+// TestAppendRefusesOversized: a source or correlation ID too long for its
+// length field is refused, and nothing is written.
+func TestAppendRefusesOversized(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	for _, m := range []NewMessage{
+		{Source: strings.Repeat("s", 256), Payload: []byte("{}")},
+		{Source: "enqueue", CorrelationID: strings.Repeat("c", maxCorrelationID+1), Payload: []byte("{}")},
+	} {
+		if _, err := q.Append(m); err == nil {
+			t.Errorf("a source of %d bytes and a correlation ID of %d were accepted", len(m.Source), len(m.CorrelationID))
+		}
+	}
+	if s, _ := q.Size(); s != 0 {
+		t.Errorf("refused appends wrote %d bytes", s)
+	}
+	m, err := q.Append(NewMessage{Source: strings.Repeat("s", 255), CorrelationID: strings.Repeat("c", maxCorrelationID), Payload: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMessages(t, readAll(t, q), []Message{m})
+}

@@ -1,0 +1,244 @@
+package queue
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// deadLetter is a test's dead letter for id; its payload holds the marker
+// "body-{id}".
+func deadLetter(id uint64) DeadLetter {
+	return DeadLetter{
+		ID:         id,
+		EnqueuedAt: epoch.Add(time.Duration(id) * time.Second),
+		FailedAt:   epoch.Add(time.Duration(id) * time.Minute),
+		Attempts:   int(id%5) + 1,
+		LastError:  fmt.Sprintf("step 'forward': HTTP 503 (%d)", id),
+		Payload:    fmt.Appendf(nil, `{"secret":"body-%d"}`, id),
+	}
+}
+
+func sameDeadLetter(got, want DeadLetter) bool {
+	return got.ID == want.ID && got.EnqueuedAt.Equal(want.EnqueuedAt) && got.FailedAt.Equal(want.FailedAt) &&
+		got.Attempts == want.Attempts && got.LastError == want.LastError && bytes.Equal(got.Payload, want.Payload)
+}
+
+// checkDeadLetters checks the pending dead letters' ids, in order, and
+// that the file held no damage.
+func checkDeadLetters(t *testing.T, q *Queue, ids ...uint64) {
+	t.Helper()
+	got, damage, err := q.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(damage) != 0 {
+		t.Errorf("dlq.log damage: %v", damage)
+	}
+	var gotIDs []uint64
+	for _, d := range got {
+		gotIDs = append(gotIDs, d.ID)
+		if !sameDeadLetter(d, deadLetter(d.ID)) {
+			t.Errorf("dead letter %d: %+v, want %+v", d.ID, d, deadLetter(d.ID))
+		}
+	}
+	if fmt.Sprint(gotIDs) != fmt.Sprint(ids) {
+		t.Errorf("pending dead letters %v, want %v", gotIDs, ids)
+	}
+}
+
+func moveToDLQ(t *testing.T, q *Queue, ids ...uint64) {
+	t.Helper()
+	for _, id := range ids {
+		if err := q.MoveToDLQ(deadLetter(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	checkDeadLetters(t, q)
+	moveToDLQ(t, q, 9, 3, 7)
+	checkDeadLetters(t, q, 3, 7, 9)
+}
+
+func TestMark(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	acked := filepath.Join(root, testTenant, testFlow, ackedFile)
+	if err := q.Mark(1, MarkDiscarded); !errors.Is(err, ErrNotPending) {
+		t.Errorf("marking in an empty dead-letter queue: %v, want ErrNotPending", err)
+	}
+	if _, err := os.Stat(acked); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused mark created %s: %v", ackedFile, err)
+	}
+
+	moveToDLQ(t, q, 9, 3, 7)
+	if err := q.Mark(7, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadLetters(t, q, 3, 9)
+	info, err := os.Stat(acked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{7, 100} {
+		if err := q.Mark(id, MarkReplayed); !errors.Is(err, ErrNotPending) {
+			t.Errorf("Mark(%d): %v, want ErrNotPending", id, err)
+		}
+	}
+	if after, _ := os.Stat(acked); after.Size() != info.Size() {
+		t.Errorf("refused marks wrote to %s: %d → %d bytes", ackedFile, info.Size(), after.Size())
+	}
+	if err := q.Mark(3, MarkReplayed); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadLetters(t, q, 9)
+}
+
+func TestCompactDLQ(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 9, 3, 7)
+	before, _ := os.ReadFile(dlq)
+	if err := q.CompactDLQ(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(dlq); !bytes.Equal(after, before) {
+		t.Errorf("compacting without marks rewrote dlq.log")
+	}
+
+	if err := q.Mark(3, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Mark(9, MarkReplayed); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CompactDLQ(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(dlq)
+	for _, body := range []string{"body-3", "body-9"} {
+		if bytes.Contains(b, []byte(body)) {
+			t.Errorf("dlq.log still holds %s after compaction", body)
+		}
+	}
+	if !bytes.Contains(b, []byte("body-7")) {
+		t.Errorf("compaction removed the unmarked body-7")
+	}
+	checkDeadLetters(t, q, 7)
+	if info, err := os.Stat(filepath.Join(root, testTenant, testFlow, ackedFile)); err != nil || info.Size() != 0 {
+		t.Errorf("the marks after compaction: %v, %v; want an empty file", info, err)
+	}
+	if err := q.Mark(3, MarkDiscarded); !errors.Is(err, ErrNotPending) {
+		t.Errorf("marking a compacted entry: %v, want ErrNotPending", err)
+	}
+	moveToDLQ(t, q, 11)
+	checkDeadLetters(t, q, 7, 11)
+}
+
+// TestMoveToDLQCutsTornTail: a frame cut short at the end of dlq.log is
+// cut before the next dead letter is written.
+func TestMoveToDLQCutsTornTail(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 1)
+	good, _ := os.ReadFile(dlq)
+	torn := appendFrame(nil, appendDeadLetterRecord(nil, &DeadLetter{ID: 2, Payload: []byte("lost")}))
+	if err := os.WriteFile(dlq, append(good, torn[:len(torn)/2]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, damage, _ := q.DeadLetters(); len(damage) != 1 || !damage[0].Torn || damage[0].Offset != int64(len(good)) {
+		t.Errorf("a torn dlq.log: damage %v, want a torn tail at %d", damage, len(good))
+	}
+	moveToDLQ(t, q, 3)
+	want := appendFrame(good, appendDeadLetterRecord(nil, ptr(deadLetter(3))))
+	if b, _ := os.ReadFile(dlq); !bytes.Equal(b, want) {
+		t.Errorf("dlq.log after the torn tail:\n%q\nwant\n%q", b, want)
+	}
+	checkDeadLetters(t, q, 1, 3)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestMoveToDLQConcurrent: 32 goroutines dead-letter a message each, and
+// all 32 are listed. The race depends on timing: 20 rounds.
+func TestMoveToDLQConcurrent(t *testing.T) {
+	for round := 1; round <= 20; round++ {
+		q, _ := openQueue(t, t.TempDir(), Options{})
+		var wg sync.WaitGroup
+		for id := range uint64(32) {
+			wg.Go(func() {
+				if err := q.MoveToDLQ(deadLetter(id + 1)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		got, damage, err := q.DeadLetters()
+		if err != nil || len(got) != 32 {
+			t.Fatalf("round %d: 32 dead letters moved, %d listed (damage %v, %v)", round, len(got), damage, err)
+		}
+	}
+}
+
+// TestDeadLetterCrashAfterCreate cuts the power after the first dead
+// letter and the first mark of a queue whose folder and log are durable.
+func TestDeadLetterCrashAfterCreate(t *testing.T) {
+	m, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	m.SyncAll()
+	moveToDLQ(t, q, 1, 2)
+	m.Crash()
+	// A new dlq.log (or dlq.log.acked) has its folder synced too, so the
+	// acknowledged dead letters survive the power cut.
+	checkDeadLetters(t, q, 1, 2)
+
+	// the first mark, of a dead letter that is durable
+	moveToDLQ(t, q, 3)
+	m.SyncAll()
+	if err := q.Mark(3, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	m.Crash()
+	got, _, err := q.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got {
+		if d.ID == 3 {
+			t.Errorf("dead letter 3 is pending again after a crash: its mark was lost")
+		}
+	}
+}
+
+// TestReadDeadLetters lists dead letters without opening the queue.
+func TestReadDeadLetters(t *testing.T) {
+	root := t.TempDir()
+	if got, err := ReadDeadLetters(root, "nobody", "nothing", nil); err != nil || len(got) != 0 {
+		t.Errorf("a queue that does not exist: %v, %v", got, err)
+	}
+	if _, err := ReadDeadLetters(root, "../x", "orders", nil); err == nil {
+		t.Errorf("a bad name was accepted")
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("listing created %v", entries)
+	}
+	q, _ := openQueue(t, root, Options{})
+	moveToDLQ(t, q, 5, 2)
+	if err := q.Mark(5, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	if err != nil || len(got) != 1 || !sameDeadLetter(got[0], deadLetter(2)) {
+		t.Errorf("ReadDeadLetters: %v, %v; want dead letter 2", got, err)
+	}
+}

@@ -1,0 +1,161 @@
+package queue
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The queue most tests use.
+const (
+	testTenant = "acme"
+	testFlow   = "orders"
+)
+
+// epoch is the fake clocks' starting time.
+var epoch = time.Date(2026, 8, 9, 14, 2, 11, 123456789, time.UTC)
+
+// testClock is a fake clock, safe for concurrent use.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// openQueue opens tenant/flow under root and closes it when the test ends.
+func openQueue(t testing.TB, root string, opts Options) (*Queue, []Damage) {
+	t.Helper()
+	q, damage, err := Open(root, testTenant, testFlow, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q, damage
+}
+
+// memQueueRoot returns a memFS and a root for queues on it. The append lock
+// is a real file (flock works on real files only), so the queue's folder
+// also exists on disk, under a real temporary folder: Open cannot create it
+// through the FS.
+func memQueueRoot(t testing.TB) (*memFS, string) {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, testTenant, testFlow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return newMemFS(root), root
+}
+
+// settledMemQueue is a memFS holding a queue that was opened once before,
+// with every file in place and durable: the folder, segment.log, dlq.log
+// and dlq.log.acked.
+func settledMemQueue(t testing.TB) (*memFS, string) {
+	t.Helper()
+	m, root := memQueueRoot(t)
+	q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	for _, name := range []string{dlqFile, ackedFile} {
+		f, err := m.OpenFile(filepath.Join(root, testTenant, testFlow, name), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	m.SyncAll()
+	return m, root
+}
+
+// payload is the JSON payload of the i-th message of a test: distinct for
+// each i, size bytes long (at least 20).
+func payload(i, size int) []byte {
+	p := fmt.Appendf(nil, `{"n":%d,"pad":"`, i)
+	for len(p) < size-2 {
+		p = append(p, 'a'+byte((i+len(p))%26))
+	}
+	return append(p, `"}`...)
+}
+
+// newMessage is the i-th message of a test.
+func newMessage(i, size int) NewMessage {
+	return NewMessage{Source: "enqueue", CorrelationID: fmt.Sprintf("corr-%d", i), Payload: payload(i, size)}
+}
+
+// readAll reads a queue's log from the start to io.EOF.
+func readAll(t testing.TB, q *Queue) []Message {
+	t.Helper()
+	var out []Message
+	for off := int64(0); ; {
+		m, next, err := q.Read(off)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("Read(%d): %v", off, err)
+		}
+		if next <= off {
+			t.Fatalf("Read(%d) did not move on: next %d", off, next)
+		}
+		out = append(out, m)
+		off = next
+	}
+}
+
+// sameMessage reports how got differs from want, or "".
+func sameMessage(got, want Message) string {
+	switch {
+	case got.ID != want.ID:
+		return fmt.Sprintf("id %d, want %d", got.ID, want.ID)
+	case got.Offset != want.Offset:
+		return fmt.Sprintf("id %d: offset %d, want %d", got.ID, got.Offset, want.Offset)
+	case !got.EnqueuedAt.Equal(want.EnqueuedAt):
+		return fmt.Sprintf("id %d: enqueued at %v, want %v", got.ID, got.EnqueuedAt, want.EnqueuedAt)
+	case got.Source != want.Source || got.CorrelationID != want.CorrelationID:
+		return fmt.Sprintf("id %d: source %q correlation %q, want %q %q", got.ID, got.Source, got.CorrelationID, want.Source, want.CorrelationID)
+	case !bytes.Equal(got.Payload, want.Payload):
+		return fmt.Sprintf("id %d: payload %q, want %q", got.ID, got.Payload, want.Payload)
+	}
+	return ""
+}
+
+// checkMessages fails the test when got is not want, message for message.
+func checkMessages(t testing.TB, got, want []Message) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("read %d messages, want %d", len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if d := sameMessage(got[i], want[i]); d != "" {
+			t.Errorf("message %d: %s", i, d)
+		}
+	}
+}
+
+// fileBytes reads a file of the queue tenant/flow under root on fsys.
+func fileBytes(t testing.TB, fsys FS, root, name string) []byte {
+	t.Helper()
+	b, err := readFile(fsys, filepath.Join(root, testTenant, testFlow, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
