@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,9 @@ type ManagerConfig struct {
 	Logger     *slog.Logger
 	Poll       time.Duration
 	Now        func() time.Time // the time stamped on appended messages; nil: time.Now
+	// SweepEvery is how often the files of idle queues (no worker in any
+	// process, nothing pending) are deleted; 0 means one minute.
+	SweepEvery time.Duration
 }
 
 // Manager holds the queues this process has opened and their workers: a
@@ -35,6 +39,8 @@ type Manager struct {
 	mu     sync.Mutex
 	queues map[[2]string]*managed
 	closed bool
+	cancel context.CancelFunc // the housekeeping loop (Start)
+	done   chan struct{}
 }
 
 type managed struct {
@@ -176,9 +182,17 @@ func (m *Manager) Queues() []QueueInfo {
 	return out
 }
 
-// Stop stops every worker (each finishes its delivery in progress and
-// writes its checkpoint) and closes the queues.
+// Stop stops the housekeeping and every worker (each finishes its
+// delivery in progress and writes its checkpoint) and closes the queues.
 func (m *Manager) Stop() {
+	m.mu.Lock()
+	cancel, done := m.cancel, m.done
+	m.cancel = nil
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 	m.mu.Lock()
 	m.closed = true
 	list := m.queues

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -116,6 +117,28 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		return nil, nil, fmt.Errorf("queue %s/%s: recovering %s: %w", tenant, flow, segmentFile, err)
 	}
 	return q, damage, nil
+}
+
+// reopenIfRemoved reopens segment.log when its path no longer exists: the
+// janitor deleted an idle queue's files (in this process or another) while
+// this handle was open. The caller holds the append lock.
+func (q *Queue) reopenIfRemoved() error {
+	_, err := q.fs.Stat(q.path(segmentFile))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := q.fs.SyncDir(q.dir); err != nil {
+		seg.Close()
+		return err
+	}
+	q.seg.Close()
+	q.seg = seg
+	q.durable.Store(0)
+	return nil
 }
 
 func (q *Queue) closeFiles() error {
@@ -357,6 +380,9 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 		return fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer unlock()
+	if err := q.reopenIfRemoved(); err != nil {
+		return err
+	}
 	tail, err := fileSize(q.seg)
 	if err != nil {
 		return err
@@ -421,6 +447,9 @@ func (q *Queue) readableEnd() (int64, error) {
 		return 0, fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer flockRetry(q.lock, syscall.LOCK_UN)
+	if err := q.reopenIfRemoved(); err != nil {
+		return 0, err
+	}
 	if size, err = fileSize(q.seg); err != nil {
 		return 0, err
 	}
@@ -553,6 +582,9 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	defer unlock()
+	if err := q.reopenIfRemoved(); err != nil {
+		return err
+	}
 	size, err := fileSize(q.seg)
 	if err != nil {
 		return err

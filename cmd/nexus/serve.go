@@ -236,6 +236,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		syncer.Start()
 	}
 	cron.Start()
+	queues.Start()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", cfg.Repo, "flows", len(reg.Live().Flows()))

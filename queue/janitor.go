@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+)
+
+// sweepIdle deletes the files of every queue under root that this process
+// has not opened, no process runs a worker for, and that holds nothing:
+// no unprocessed message, no pending retry, no dead letter not yet
+// replayed or discarded. The id counter (segment.log.seq) and the lock
+// files stay, so that ids are never reissued; the next submission
+// recreates the rest.
+func (m *Manager) sweepIdle() {
+	names, err := QueueNames(m.cfg.Root, m.cfg.FS)
+	if err != nil {
+		m.cfg.Logger.Error("the queues could not be listed for housekeeping", "event", "housekeeping_failed", "error", err.Error())
+		return
+	}
+	for _, n := range names {
+		m.mu.Lock()
+		_, open := m.queues[n]
+		closed := m.closed
+		m.mu.Unlock()
+		if closed {
+			return
+		}
+		if open {
+			continue
+		}
+		deleted, err := deleteIdleQueue(m.cfg.Root, n[0], n[1], m.fs())
+		switch {
+		case err != nil:
+			m.cfg.Logger.Error("an idle queue could not be cleaned", "event", "housekeeping_failed", "tenant", n[0], "flow", n[1], "error", err.Error())
+		case deleted:
+			m.cfg.Logger.Info("an idle queue's files were deleted; its id counter is kept", "event", "queue_files_deleted", "tenant", n[0], "flow", n[1])
+		}
+	}
+}
+
+func (m *Manager) fs() FS {
+	if m.cfg.FS == nil {
+		return OS{}
+	}
+	return m.cfg.FS
+}
+
+// deleteIdleQueue deletes an idle queue's files, holding its worker lock
+// (no worker anywhere) and its append lock (no append meanwhile). A handle
+// that was open elsewhere finds segment.log gone under the append lock and
+// recreates it (see reopenIfRemoved).
+func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
+	dir, err := Dir(root, tenant, flow)
+	if err != nil {
+		return false, err
+	}
+	wl := flock.New(filepath.Join(dir, "worker.lock"))
+	held, err := wl.TryLock()
+	if err != nil || !held {
+		return false, err
+	}
+	defer wl.Unlock()
+	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return false, err
+	}
+	defer lf.Close()
+	if err := flockRetry(lf, syscall.LOCK_EX); err != nil {
+		return false, err
+	}
+	defer flockRetry(lf, syscall.LOCK_UN)
+
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys}
+	var size int64
+	if info, err := fsys.Stat(q.path(segmentFile)); err == nil {
+		size = info.Size()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	b, err := readFile(fsys, q.path(ckptFile))
+	if err != nil {
+		return false, err
+	}
+	ckpt, _ := decodeValue(ckptMagic, b)
+	if size > int64(ckpt) {
+		return false, nil // unprocessed messages
+	}
+	if rs, err := q.Retries(); err != nil || len(rs) > 0 {
+		return false, err
+	}
+	if dl, _, err := q.DeadLetters(); err != nil || len(dl) > 0 {
+		return false, err
+	}
+	removed := false
+	for _, name := range []string{segmentFile, ckptFile, retryFile, dlqFile, ackedFile} {
+		err := fsys.Remove(q.path(name))
+		switch {
+		case err == nil:
+			removed = true
+		case !errors.Is(err, fs.ErrNotExist):
+			return removed, err
+		}
+	}
+	if removed {
+		return true, fsys.SyncDir(dir)
+	}
+	return false, nil
+}
+
+// Start begins the housekeeping of idle queues (every SweepEvery) and
+// returns at once.
+func (m *Manager) Start() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cancel != nil || m.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	every := m.cfg.SweepEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	go func(done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.sweepIdle()
+			}
+		}
+	}(m.done)
+}
