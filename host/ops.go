@@ -83,8 +83,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		st.Commit = live.Commit()
 		for _, sc := range live.Schedules(s.cfg.Now()) {
 			schedules = append(schedules, flow.NewObject(
-				[]string{"tenant", "flow", "schedule", "zone", "next"},
-				[]any{sc.Tenant, sc.Flow, sc.Spec, sc.Zone, sc.Next.Format(time.RFC3339)},
+				[]string{"tenant", "flow", "schedule", "zone", "next", "next_local"},
+				[]any{sc.Tenant, sc.Flow, sc.Spec, sc.Zone, sc.Next.UTC().Format(time.RFC3339), sc.Next.Format(time.RFC3339)},
 			))
 		}
 	}

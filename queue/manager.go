@@ -152,15 +152,26 @@ type QueueInfo struct {
 	DeadLetters  int
 }
 
-// Queues describes the queues open in this process, sorted.
+// Queues describes the queues open in this process and, read from their
+// files, the others on disk (so that their dead letters and retries are
+// seen after a restart too), sorted.
 func (m *Manager) Queues() []QueueInfo {
 	m.mu.Lock()
 	list := make([]*managed, 0, len(m.queues))
-	for _, e := range m.queues {
+	open := make(map[[2]string]bool, len(m.queues))
+	for k, e := range m.queues {
 		list = append(list, e)
+		open[k] = true
 	}
 	m.mu.Unlock()
 	out := make([]QueueInfo, 0, len(list))
+	if names, err := QueueNames(m.cfg.Root, m.cfg.FS); err == nil {
+		for _, n := range names {
+			if !open[n] {
+				out = append(out, m.onDisk(n[0], n[1]))
+			}
+		}
+	}
 	for _, e := range list {
 		info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State()}
 		if size, err := e.q.Size(); err == nil {
@@ -180,6 +191,28 @@ func (m *Manager) Queues() []QueueInfo {
 		return out[i].Flow < out[j].Flow
 	})
 	return out
+}
+
+// onDisk describes a queue this process has not opened, from its files.
+func (m *Manager) onDisk(tenant, flow string) QueueInfo {
+	info := QueueInfo{Tenant: tenant, Flow: flow, State: WorkerState{Delivered: map[string]int64{}}}
+	dir, err := Dir(m.cfg.Root, tenant, flow)
+	if err != nil {
+		return info
+	}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
+	if st, err := q.fs.Stat(q.path(segmentFile)); err == nil {
+		b, _ := readFile(q.fs, q.path(ckptFile))
+		ckpt, _ := decodeValue(ckptMagic, b)
+		info.Depth = max(st.Size()-int64(ckpt), 0)
+	}
+	if rs, err := q.Retries(); err == nil {
+		info.State.RetriesPending = len(rs)
+	}
+	if dl, _, err := q.DeadLetters(); err == nil {
+		info.DeadLetters = len(dl)
+	}
+	return info
 }
 
 // Stop stops the housekeeping and every worker (each finishes its

@@ -379,7 +379,10 @@ func (w *Worker) deliver(ctx context.Context) error {
 // schedule, if any.
 func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
-	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
+	// A delivery runs to its end even when the worker is stopped: Stop
+	// waits for it (the flow has its own duration ceiling), so a shutdown
+	// never turns a delivery the backend accepted into a failed attempt.
+	v := w.handle(context.WithoutCancel(ctx), Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
 	log := w.log().With("msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt)
 	now := w.cfg.Clock.Now()
