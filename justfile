@@ -18,6 +18,14 @@ integration:
 bench:
     go test -run '^$' -bench . -benchmem ./...
 
+# Load benchmark of /run (validate+ntd flow, 64 connections) against a bare net/http server.
+bench-run:
+    go test -run '^$' -bench BenchmarkRun -benchtime 1x ./bench/
+
+# Load benchmark of /enqueue (1, 16, 64, 256 connections) against a bare server, and the disk's fdatasync rate.
+bench-enqueue:
+    go test -run '^$' -bench BenchmarkEnqueue -benchtime 1x ./bench/
+
 # Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
 fuzz time="60s":
     #!/usr/bin/env bash

@@ -127,9 +127,10 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		return nil, fail("the answer's body exceeds %d bytes", x.e.maxBody)
 	}
 	out := responseDocument(resp.Header.Get("Content-Type"), raw)
-	x.vars["HTTP_SC"] = resp.StatusCode
-	x.vars["HTTP_RESPONSE_BODY"] = out
-	x.vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
+	vars := x.ctxVars()
+	vars["HTTP_SC"] = resp.StatusCode
+	vars["HTTP_RESPONSE_BODY"] = out
+	vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		e := fail("HTTP %s", statusLine(resp.StatusCode))
 		e.Detail = excerpt(raw)

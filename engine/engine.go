@@ -191,12 +191,61 @@ func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
 	if req.Doc == nil {
 		req.Doc = flow.NewObject(nil, nil)
 	}
+	if !waitsOnContext(req.Flow) {
+		return e.execute(&deadlineCtx{Context: ctx, deadline: time.Now().Add(req.Flow.Timeout())}, req)
+	}
 	ctx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
 	defer cancel()
 	if d := req.Flow.Dedup(); d != nil && !req.SkipDedup {
 		return e.runDeduplicated(ctx, req, d)
 	}
 	return e.execute(ctx, req)
+}
+
+// waitsOnContext reports whether an execution of f hands its context to
+// something that may wait on it: an effect (a call out, a publish) or the
+// wait for a duplicate's first delivery.
+func waitsOnContext(f *flow.Flow) bool {
+	if f.Dedup() != nil {
+		return true
+	}
+	for s := range f.Steps() {
+		if s.Effect() != "" {
+			return true
+		}
+	}
+	for s := range f.Faults() {
+		if s.Effect() != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// deadlineCtx is the context of an execution that nothing waits on: the
+// steps only ask Err between them, so the duration ceiling is read from the
+// clock then, instead of being kept by a timer that every execution would
+// start and stop. Done is the caller's: it does not close at the ceiling.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.deadline) {
+		return d, true
+	}
+	return c.deadline, true
+}
+
+func (c *deadlineCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func panicDetail(p any) string {
@@ -209,9 +258,22 @@ func panicDetail(p any) string {
 type execution struct {
 	e      *Engine
 	req    Request
-	vars   map[string]any // ctx
+	vars   map[string]any // ctx, made on first use (see Ctx)
 	status int            // the declared status, 0 when none
 	header http.Header    // response headers collected from the steps that ran
+	envBuf flow.Env       // what env returns, reused from one expression to the next
+}
+
+// Ctx returns the ctx variables, making them on first use: an execution
+// whose expressions never name ctx never builds them (x is the flow.Env's
+// LazyCtx).
+func (x *execution) Ctx() any { return x.ctxVars() }
+
+func (x *execution) ctxVars() map[string]any {
+	if x.vars == nil {
+		x.vars = newVars(x.req)
+	}
+	return x.vars
 }
 
 // stepError is how a step reports a failure, or a filter (fence false).
@@ -228,7 +290,6 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 	}()
 	x := &execution{e: e, req: req, header: http.Header{}}
 	f := req.Flow
-	x.vars = newVars(req)
 	doc, stop := x.sequence(ctx, f.Steps(), req.Doc)
 	switch {
 	case stop == nil:
@@ -248,7 +309,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 		[]string{"fault_step", "fault_error", "fault_correlation_id"},
 		[]any{failure.Step, failure.FaultError(), req.CorrelationID},
 	)
-	x.vars["input"] = desc
+	x.ctxVars()["input"] = desc
 	doc, stop = x.sequence(ctx, f.Faults(), desc)
 	switch {
 	case stop == nil || stop.filtered:
@@ -288,15 +349,19 @@ func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], do
 			return doc, &stepError{err: err}
 		}
 		if name := s.SaveBody(); name != "" {
-			x.vars[name] = out
+			x.ctxVars()[name] = out
 		}
 		doc = out
 	}
 	return doc, nil
 }
 
+// env is what the expressions of one step see. It is the same Env each
+// time, its document replaced: each caller is done with it before the next
+// call.
 func (x *execution) env(doc any) *flow.Env {
-	return &flow.Env{Doc: doc, Ctx: x.vars, Now: x.e.now}
+	x.envBuf = flow.Env{Doc: doc, Ctx: x, Now: x.e.now}
+	return &x.envBuf
 }
 
 func (x *execution) deadline(step string) *Error {
@@ -393,9 +458,8 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 		status = http.StatusOK
 	}
 	h := x.header
-	if h.Get(HeaderCorrelationID) == "" {
-		h.Set(HeaderCorrelationID, x.req.CorrelationID)
-	}
+	// h[k] stands for h.Get(k) and h.Set(k, v): both keys are canonical
+	cid, ct := h[HeaderCorrelationID], h["Content-Type"]
 	var body []byte
 	contentType := "application/json"
 	switch d := doc.(type) {
@@ -404,10 +468,16 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 	case string:
 		body, contentType = []byte(d), "text/plain; charset=utf-8"
 	default:
-		body = flow.AppendJSON(nil, doc)
+		body = flow.AppendJSON(make([]byte, 0, 256), doc)
 	}
-	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", contentType)
+	switch needCID, needCT := len(cid) == 0 || cid[0] == "", len(ct) == 0 || ct[0] == ""; {
+	case needCID && needCT:
+		v := []string{x.req.CorrelationID, contentType} // one allocation for both
+		h[HeaderCorrelationID], h["Content-Type"] = v[0:1:1], v[1:2:2]
+	case needCID:
+		h[HeaderCorrelationID] = []string{x.req.CorrelationID}
+	case needCT:
+		h["Content-Type"] = []string{contentType}
 	}
 	if status == http.StatusNoContent || status == http.StatusNotModified {
 		body = nil

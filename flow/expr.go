@@ -33,12 +33,18 @@ import (
 //	lower($.s) in ["a", "b"]    _in(_lower(_path(_doc, "s")), ["a", "b"])
 
 // Env is what an expression sees when it runs: the current document ($),
-// the execution variables (ctx: a *Object or a map[string]any) and the
-// clock behind now().
+// the execution variables (ctx: a *Object, a map[string]any, or a LazyCtx
+// that builds one of those) and the clock behind now().
 type Env struct {
 	Doc any
 	Ctx any
 	Now func() time.Time // nil means time.Now
+}
+
+// LazyCtx is an Env.Ctx built only when it is needed: an expression that
+// names ctx sees what Ctx returns, and one that does not never calls it.
+type LazyCtx interface {
+	Ctx() any
 }
 
 // exprEnv is the value expr runs against: the Env plus a pointer to it for
@@ -54,6 +60,7 @@ type Expr struct {
 	src     string
 	program *vm.Program
 	regexps map[string]*regexp.Regexp // literal patterns of matches(), compiled once
+	usesCtx bool                      // the expression names ctx
 }
 
 // String returns the expression as written.
@@ -69,9 +76,33 @@ func evalErrorf(format string, args ...any) error {
 	return &EvalError{Msg: fmt.Sprintf(format, args...)}
 }
 
+// evalState is what one evaluation needs besides the program: expr's
+// virtual machine, whose stack is kept between runs, and the environment
+// it reads. Both are pooled, so that an evaluation allocates neither.
+type evalState struct {
+	vm  vm.VM
+	env exprEnv
+}
+
+var evalStates = sync.Pool{New: func() any { return new(evalState) }}
+
 // Eval runs the expression and returns its value.
 func (e *Expr) Eval(env *Env) (any, error) {
-	out, err := expr.Run(e.program, exprEnv{Doc: env.Doc, Ctx: env.Ctx, RT: env})
+	ctx := env.Ctx
+	if lazy, ok := ctx.(LazyCtx); ok {
+		ctx = nil
+		if e.usesCtx {
+			ctx = lazy.Ctx()
+		}
+	}
+	st := evalStates.Get().(*evalState)
+	st.env = exprEnv{Doc: env.Doc, Ctx: ctx, RT: env}
+	out, err := st.vm.Run(e.program, &st.env)
+	// drop the references to this run's values before the state is shared
+	st.env = exprEnv{}
+	clear(st.vm.Stack[:cap(st.vm.Stack)])
+	clear(st.vm.Variables)
+	evalStates.Put(st)
 	if err != nil {
 		var ee *EvalError
 		if errors.As(err, &ee) {
@@ -148,8 +179,10 @@ func CompileExpr(src string) (*Expr, error) {
 	if p.pos < len(p.toks) {
 		return nil, fmt.Errorf("unexpected %s at column %d", p.toks[p.pos].describe(), p.toks[p.pos].col)
 	}
-	e := &Expr{src: src, regexps: p.regexps}
 	translated := n.emit()
+	// _ctx appears in the translation exactly when the expression names ctx
+	// (or, harmlessly, inside a string literal)
+	e := &Expr{src: src, regexps: p.regexps, usesCtx: strings.Contains(translated, "_ctx")}
 	opts := append(baseOptions(), expr.Function("_matches", e.matches))
 	program, err := expr.Compile(translated, opts...)
 	if err != nil {

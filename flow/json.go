@@ -74,7 +74,11 @@ func (p *jsonParser) value(depth int) (any, error) {
 	case c == '[':
 		return p.array(depth + 1)
 	case c == '"':
-		return p.string()
+		s, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case c == '-' || c >= '0' && c <= '9':
 		return p.number()
 	case c == 't':
@@ -125,11 +129,10 @@ func (p *jsonParser) object(depth int) (any, error) {
 			return nil, p.errorf("expected a string key, found %s", quoteByte(p.data[p.pos]))
 		}
 		keyAt := p.pos
-		k, err := p.string()
+		key, err := p.string()
 		if err != nil {
 			return nil, err
 		}
-		key := k.(string)
 		if duplicateKey(keys, &index, key) {
 			p.pos = keyAt
 			return nil, p.errorf("duplicate key %s", strconv.Quote(key))
@@ -272,7 +275,9 @@ func (p *jsonParser) number() (any, error) {
 	return f, nil
 }
 
-func (p *jsonParser) string() (any, error) {
+// string reads a string; it returns a string, not an any, so that an
+// object's keys are not boxed.
+func (p *jsonParser) string() (string, error) {
 	p.pos++ // opening quote
 	d := p.data
 	start := p.pos
@@ -284,7 +289,7 @@ func (p *jsonParser) string() (any, error) {
 			p.pos++
 			if !utf8.Valid(s) {
 				p.pos = start
-				return nil, p.errorf("invalid UTF-8 in a string")
+				return "", p.errorf("invalid UTF-8 in a string")
 			}
 			return string(s), nil
 		}
@@ -301,15 +306,15 @@ func (p *jsonParser) string() (any, error) {
 			p.pos++
 			if !utf8.Valid(buf) {
 				p.pos = start
-				return nil, p.errorf("invalid UTF-8 in a string")
+				return "", p.errorf("invalid UTF-8 in a string")
 			}
 			return string(buf), nil
 		case c < 0x20:
-			return nil, p.errorf("control character %s in a string", quoteByte(c))
+			return "", p.errorf("control character %s in a string", quoteByte(c))
 		case c == '\\':
 			p.pos++
 			if p.pos >= len(d) {
-				return nil, p.errorf("unexpected end of input in a string")
+				return "", p.errorf("unexpected end of input in a string")
 			}
 			e := d[p.pos]
 			p.pos++
@@ -329,31 +334,31 @@ func (p *jsonParser) string() (any, error) {
 			case 'u':
 				r, ok := p.hex4()
 				if !ok {
-					return nil, p.errorf("invalid \\u escape")
+					return "", p.errorf("invalid \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
 					r2 := rune(-1)
 					if p.pos+1 < len(d) && d[p.pos] == '\\' && d[p.pos+1] == 'u' {
 						p.pos += 2
 						if r2, ok = p.hex4(); !ok {
-							return nil, p.errorf("invalid \\u escape")
+							return "", p.errorf("invalid \\u escape")
 						}
 					}
 					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return nil, p.errorf("invalid surrogate pair in a \\u escape")
+						return "", p.errorf("invalid surrogate pair in a \\u escape")
 					}
 				}
 				buf = utf8.AppendRune(buf, r)
 			default:
 				p.pos -= 2
-				return nil, p.errorf("invalid escape %s", strconv.Quote(string(d[p.pos:p.pos+2])))
+				return "", p.errorf("invalid escape %s", strconv.Quote(string(d[p.pos:p.pos+2])))
 			}
 		default:
 			buf = append(buf, c)
 			p.pos++
 		}
 	}
-	return nil, p.errorf("unexpected end of input in a string")
+	return "", p.errorf("unexpected end of input in a string")
 }
 
 func (p *jsonParser) hex4() (rune, bool) {

@@ -128,6 +128,11 @@ func (t *Template) render(env *Env, escape func(string) string) (string, error) 
 		return s, nil
 	}
 	var b strings.Builder
+	size := 0
+	for _, p := range t.parts {
+		size += len(p.lit) + 16 // room for a short value in each hole
+	}
+	b.Grow(size)
 	for _, p := range t.parts {
 		if p.expr == nil {
 			b.WriteString(p.lit)
@@ -182,6 +187,14 @@ type (
 	ntdObject struct {
 		keys []ntdNode // ntdStatic string or ntdString
 		vals []ntdNode
+		// when no key has a hole: the keys, and the index of an object
+		// that large, shared by every rendered Object (Objects are
+		// immutable)
+		static *ntdKeys
+	}
+	ntdKeys struct {
+		keys  []string
+		index map[string]int
 	}
 )
 
@@ -202,6 +215,16 @@ func (n ntdArray) render(env *Env) (any, error) {
 }
 
 func (n ntdObject) render(env *Env) (any, error) {
+	if n.static != nil {
+		vals := make([]any, len(n.vals))
+		for i, v := range n.vals {
+			var err error
+			if vals[i], err = v.render(env); err != nil {
+				return nil, err
+			}
+		}
+		return &Object{keys: n.static.keys, vals: vals, index: n.static.index}, nil
+	}
 	keys := make([]string, len(n.keys))
 	vals := make([]any, len(n.vals))
 	for i := range n.keys {
@@ -461,6 +484,14 @@ func (p *ntdParser) object() (ntdNode, error) {
 			if static {
 				v, _ := obj.render(nil)
 				return ntdStatic{v: v}, nil
+			}
+			if len(seen) == len(obj.keys) { // every key is static
+				keys := make([]string, len(obj.keys))
+				for i, k := range obj.keys {
+					keys[i] = k.(ntdStatic).v.(string)
+				}
+				shared := NewObject(keys, nil)
+				obj.static = &ntdKeys{keys: shared.keys, index: shared.index}
 			}
 			return obj, nil
 		default:

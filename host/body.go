@@ -56,11 +56,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 // Content-Encoding but identity answers 415; a body that does not parse
 // answers 400 naming the problem.
 func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (any, bool) {
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+	if enc := headerValue(r, "Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
 		return nil, false
 	}
-	kind, err := bodyKind(r.Header.Get("Content-Type"))
+	kind, err := bodyKind(headerValue(r, "Content-Type"))
 	if err != nil {
 		writeError(w, http.StatusUnsupportedMediaType, err.Error())
 		return nil, false
@@ -89,8 +89,8 @@ const (
 )
 
 func bodyKind(contentType string) (contentKind, error) {
-	if contentType == "" {
-		return kindJSON, nil
+	if contentType == "" || contentType == "application/json" {
+		return kindJSON, nil // the usual case, without parsing
 	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {

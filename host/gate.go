@@ -20,15 +20,24 @@ import (
 // when it is 1–128 visible ASCII characters, or makes a new one, and sets
 // it on the answer. Every answer carries it, refusals included.
 func correlationID(w http.ResponseWriter, r *http.Request) string {
-	id := r.Header.Get("X-Correlation-Id")
+	id := headerValue(r, "X-Correlation-Id")
 	if !validCorrelationID(id) {
-		id = r.Header.Get("X-Request-Id")
+		id = headerValue(r, "X-Request-Id")
 		if !validCorrelationID(id) {
 			id = flow.NewUUID()
 		}
 	}
 	w.Header()["X-Correlation-Id"] = []string{id}
 	return id
+}
+
+// headerValue is r.Header.Get(name) for a name already in canonical form,
+// without canonicalising it again.
+func headerValue(r *http.Request, name string) string {
+	if v := r.Header[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 func validCorrelationID(id string) bool {
@@ -98,7 +107,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 
 // bearer returns the key of an Authorization: Bearer header.
 func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
+	h := headerValue(r, "Authorization")
 	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
 		return "", false
 	}

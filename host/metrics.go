@@ -3,6 +3,7 @@ package host
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,17 @@ type Metrics struct {
 	durations    *prometheus.HistogramVec
 	syncSuccess  prometheus.Gauge
 	syncFailures prometheus.Counter
+
+	// the children of requests and durations, found once: a door × status
+	// pair is looked up per request, and the vectors hash their labels and
+	// take a lock on every lookup
+	requestCounters sync.Map // requestKey → prometheus.Counter
+	doorDurations   sync.Map // door → prometheus.Observer
+}
+
+type requestKey struct {
+	door   string
+	status int
 }
 
 // NewMetrics creates the metrics (and the Go runtime and process ones).
@@ -57,9 +69,18 @@ func (m *Metrics) SyncSucceeded(at time.Time) { m.syncSuccess.Set(float64(at.Uni
 func (m *Metrics) SyncFailed() { m.syncFailures.Inc() }
 
 func (m *Metrics) request(door string, status int) {
-	m.requests.WithLabelValues(door, strconv.Itoa(status)).Inc()
+	k := requestKey{door, status}
+	c, ok := m.requestCounters.Load(k)
+	if !ok {
+		c, _ = m.requestCounters.LoadOrStore(k, m.requests.WithLabelValues(door, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 func (m *Metrics) execution(door string, d time.Duration) {
-	m.durations.WithLabelValues(door).Observe(d.Seconds())
+	o, ok := m.doorDurations.Load(door)
+	if !ok {
+		o, _ = m.doorDurations.LoadOrStore(door, m.durations.WithLabelValues(door))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -43,8 +44,9 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %v", tenant, flowName, err))
 		return
 	}
-	s.cfg.Logger.Info("message queued", "event", "queue_enqueued", "tenant", tenant, "flow", flowName,
-		"correlation_id", a.correlationID, "msg_id", msg.ID, "offset", msg.Offset)
+	s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
+		slog.String("tenant", tenant), slog.String("flow", flowName), slog.String("correlation_id", a.correlationID),
+		slog.Uint64("msg_id", msg.ID), slog.Int64("offset", msg.Offset))
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Nexus-Message-Id", strconv.FormatUint(msg.ID, 10))

@@ -1,0 +1,271 @@
+package bench_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The load benchmarks. Each starts nexus serve and the bare server, then
+// drives them in alternating rounds (nexus, bare, bare, nexus, …) with the
+// same connections, body and headers, and reports requests/s, p50 and p99
+// of both and their ratios. NEXUS_BENCH_ROUNDS (default 4) and
+// NEXUS_BENCH_ROUND (default 3s) set the rounds; NEXUS_BENCH_CLIENT picks
+// the generator's client (see clientKind); NEXUS_BENCH_PERF=FILE records
+// the nexus process with perf(1) during its first round (the binary serves
+// no pprof).
+//
+//	just bench-run       # /run, 64 connections
+//	just bench-enqueue   # /enqueue, 1, 16, 64 and 256 connections, and the disk's fdatasync rate
+
+func rounds() int {
+	if n, err := strconv.Atoi(os.Getenv("NEXUS_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
+
+func roundTime() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("NEXUS_BENCH_ROUND")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Second
+}
+
+// BenchmarkRun is /run of a validate+ntd flow at 64 connections against a
+// bare server answering a fixed 200.
+func BenchmarkRun(b *testing.B) {
+	dir := b.TempDir()
+	nx := startNexus(b, dir)
+	path := "/flows/" + benchTenant + "/" + benchFlow + "/run"
+	_, _, runBody, err := post(nx.addr, path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _, enqueueBody, err := post(nx.addr, "/flows/"+benchTenant+"/"+benchFlow+"/enqueue")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := startBare(b, runBody, enqueueBody)
+	nexusT := target{name: "nexus", addr: nx.addr, path: path, header: benchHeader(), body: []byte(benchBody), status: http.StatusOK}
+	nexusT.pid = nx.cmd.Process.Pid
+	bareT := nexusT
+	bareT.name, bareT.addr, bareT.pid = "bare", bare.addr, bare.cmd.Process.Pid
+	b.Logf("answer %s (%d bytes); client %s", runBody, len(runBody), clientKind())
+	compareTargets(b, nexusT, bareT, 64, nil)
+}
+
+// BenchmarkEnqueue is /enqueue at 1, 16, 64 and 256 connections against a
+// bare server answering a fixed 202, and the fdatasync rate of the state
+// directory's disk. Before each round the flow's queue is drained (its
+// worker runs the flow in the same process), so that no round pays for the
+// previous one's backlog.
+func BenchmarkEnqueue(b *testing.B) {
+	dir := b.TempDir()
+	nx := startNexus(b, dir)
+	path := "/flows/" + benchTenant + "/" + benchFlow + "/enqueue"
+	_, _, runBody, err := post(nx.addr, "/flows/"+benchTenant+"/"+benchFlow+"/run")
+	if err != nil {
+		b.Fatal(err)
+	}
+	status, _, enqueueBody, err := post(nx.addr, path)
+	if err != nil || status != http.StatusAccepted {
+		b.Fatalf("enqueue: %d %s %v", status, enqueueBody, err)
+	}
+	bare := startBare(b, runBody, enqueueBody)
+	nexusT := target{name: "nexus", addr: nx.addr, path: path, header: benchHeader(), body: []byte(benchBody), status: http.StatusAccepted}
+	nexusT.pid = nx.cmd.Process.Pid
+	bareT := nexusT
+	bareT.name, bareT.addr, bareT.pid = "bare", bare.addr, bare.cmd.Process.Pid
+	b.Logf("answer %s (%d bytes); client %s", enqueueBody, len(enqueueBody), clientKind())
+	drain := func() {
+		if err := waitDrained(nx.addr, 5*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	b.Run("fdatasync", func(b *testing.B) {
+		res, err := fdatasyncRate(filepath.Join(dir, "state"), time.Duration(rounds())*roundTime()/2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p50, p99 := percentile(res.lat, 50), percentile(res.lat, 99)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(res.rate(), "fdatasync/s")
+		b.ReportMetric(ms(p50), "p50-ms")
+		b.ReportMetric(ms(p99), "p99-ms")
+		fmt.Printf("\nfdatasync of 100 B appends in %s: %.0f/s, p50 %.3f ms, p99 %.3f ms\n",
+			filepath.Join(dir, "state"), res.rate(), ms(p50), ms(p99))
+	})
+	for _, conns := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			compareTargets(b, nexusT, bareT, conns, drain)
+		})
+	}
+}
+
+// compareTargets drives nexus and bare in alternating rounds and reports
+// both and their ratios. before, when set, runs before every round.
+func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) {
+	ctx := context.Background()
+	n, d := rounds(), roundTime()
+	warm := min(d, time.Second)
+	for _, t := range []target{nexus, bare} {
+		if before != nil {
+			before()
+		}
+		if _, err := drive(ctx, t, conns, warm); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total [2]loadResult
+	var perRound [2][]string
+	for r := range n {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			t := []target{nexus, bare}[i]
+			if before != nil {
+				before()
+			}
+			stop := func() {}
+			if r == 0 && i == 0 {
+				stop = startPerf(b, nexusPID(nexus), d)
+			}
+			res, err := drive(ctx, t, conns, d)
+			stop()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.failures > 0 {
+				b.Fatalf("%s: %d failed requests, the first: %v", t.name, res.failures, res.firstErr)
+			}
+			perRound[i] = append(perRound[i], fmt.Sprintf("%.0f", res.rate()))
+			total[i].merge(res)
+		}
+	}
+	nx, br := total[0], total[1]
+	nxRate, brRate := nx.rate(), br.rate()
+	nx50, nx99 := percentile(nx.lat, 50), percentile(nx.lat, 99)
+	br50, br99 := percentile(br.lat, 50), percentile(br.lat, 99)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(nxRate, "nexus-req/s")
+	b.ReportMetric(brRate, "bare-req/s")
+	b.ReportMetric(nxRate/brRate, "rps-ratio")
+	b.ReportMetric(ms(nx50), "nexus-p50-ms")
+	b.ReportMetric(ms(nx99), "nexus-p99-ms")
+	b.ReportMetric(ms(br50), "bare-p50-ms")
+	b.ReportMetric(ms(br99), "bare-p99-ms")
+	b.ReportMetric(float64(nx99)/float64(br99), "p99-ratio")
+	b.ReportMetric(cpuPerRequest(nx), "nexus-cpu-us/req")
+	b.ReportMetric(cpuPerRequest(br), "bare-cpu-us/req")
+
+	fmt.Printf("\n%s: %d connections, %d rounds × %s per server, client %s\n", b.Name(), conns, n, d, clientKind())
+	fmt.Printf("  %-6s %10s %10s %10s %12s %10s  %s\n", "server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "requests", "req/s per round")
+	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %10d  %s\n", "nexus", nxRate, ms(nx50), ms(nx99), cpuPerRequest(nx), nx.requests, strings.Join(perRound[0], " "))
+	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %10d  %s\n", "bare", brRate, ms(br50), ms(br99), cpuPerRequest(br), br.requests, strings.Join(perRound[1], " "))
+	fmt.Printf("  nexus/bare: req/s %.2f×, p50 %.2f×, p99 %.2f×, CPU per request %.2f×\n", nxRate/brRate, float64(nx50)/float64(br50), float64(nx99)/float64(br99), cpuPerRequest(nx)/cpuPerRequest(br))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cpuPerRequest is the server's CPU time per request, in µs.
+func cpuPerRequest(r loadResult) float64 {
+	return float64(r.cpu) / float64(time.Microsecond) / float64(r.requests)
+}
+
+// waitDrained waits until nexus's queues are empty and idle, as its
+// /metrics reports them (nexus_queue_depth and nexus_queue_in_flight 0).
+func waitDrained(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		busy, err := queueBusy(addr)
+		if err == nil && !busy {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the queues did not drain within %s (%v)", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func queueBusy(addr string) (bool, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return true, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	busy := false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "nexus_queue_depth{") && !strings.HasPrefix(line, "nexus_queue_in_flight{") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err != nil || v != 0 {
+			busy = true
+		}
+	}
+	return busy, sc.Err()
+}
+
+// fdatasyncRate appends 100 B and fdatasyncs, in a loop, to a file in dir
+// for d: the disk's own rate of durable appends, one at a time.
+func fdatasyncRate(dir string, d time.Duration) (loadResult, error) {
+	f, err := os.CreateTemp(dir, "fdatasync-*.bench")
+	if err != nil {
+		return loadResult{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	rec := make([]byte, 100)
+	res := loadResult{}
+	start := time.Now()
+	for time.Since(start) < d {
+		t0 := time.Now()
+		if _, err := f.Write(rec); err != nil {
+			return res, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return res, err
+		}
+		res.lat = append(res.lat, time.Since(t0))
+		res.requests++
+	}
+	res.elapsed = time.Since(start)
+	return res, nil
+}
+
+// startPerf records pid with perf(1) into $NEXUS_BENCH_PERF for d, when
+// that is set; the returned function waits for the recording.
+func startPerf(b *testing.B, pid int, d time.Duration) func() {
+	out := os.Getenv("NEXUS_BENCH_PERF")
+	if out == "" || pid == 0 {
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", out, "--", "sleep", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Logf("perf: %v", err)
+		return func() {}
+	}
+	return func() {
+		if err := cmd.Wait(); err != nil {
+			b.Logf("perf: %v", err)
+		}
+	}
+}
