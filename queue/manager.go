@@ -24,6 +24,9 @@ type ManagerConfig struct {
 	Logger     *slog.Logger
 	Poll       time.Duration
 	Now        func() time.Time // the time stamped on appended messages; nil: time.Now
+	// StopGrace is how long Stop lets a delivery in progress run before
+	// cancelling it; 0 means 30 s.
+	StopGrace time.Duration
 	// SweepEvery is how often the files of idle queues (no worker in any
 	// process, nothing pending) are deleted; 0 means one minute.
 	SweepEvery time.Duration
@@ -86,7 +89,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
 			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
 	}
-	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll})
+	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll, StopGrace: m.cfg.StopGrace})
 	m.queues[k] = &managed{q: q, w: w}
 	w.Start()
 	return q, w, nil

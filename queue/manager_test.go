@@ -22,7 +22,7 @@ func newManager(t testing.TB, clk *fakeClock, h queue.Handler, maxWorkers int, f
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "queues")
 	m := queue.NewManager(queue.ManagerConfig{Root: root, FS: fsys, MaxWorkers: maxWorkers, Handler: h, Clock: clk,
-		Logger: quietLog(), Poll: time.Hour, Now: clk.Now})
+		Logger: quietLog(), Poll: time.Hour, Now: clk.Now, StopGrace: 50 * time.Millisecond})
 	t.Cleanup(m.Stop)
 	return m, root
 }
@@ -291,8 +291,12 @@ func TestManagerStop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "acme", "c")); !errors.Is(err, os.ErrNotExist) {
 		t.Error("Append after Stop created a queue")
 	}
-	if qs := m.Queues(); len(qs) != 0 {
-		t.Errorf("Queues after Stop = %+v", qs)
+	// after Stop the queues are still described from their files, with
+	// no worker of this process leading or delivering
+	for _, q := range m.Queues() {
+		if q.State.Leading || q.State.InFlight != 0 {
+			t.Errorf("Queues after Stop: %+v", q)
+		}
 	}
 
 	// the locks are free and the checkpoint was written: a worker of the

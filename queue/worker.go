@@ -115,6 +115,9 @@ type WorkerConfig struct {
 	// checkpoint is written (it is also written when the queue goes idle);
 	// default 64.
 	CheckpointEvery int
+	// StopGrace is how long Stop lets the delivery in progress run before
+	// cancelling it; default 30 s.
+	StopGrace time.Duration
 }
 
 // Worker delivers one queue's messages: backlog first, in order; retries
@@ -156,6 +159,9 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	}
 	if cfg.CheckpointEvery <= 0 {
 		cfg.CheckpointEvery = 64
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 30 * time.Second
 	}
 	return &Worker{
 		q: q, cfg: cfg, wake: make(chan struct{}, 1),
@@ -380,9 +386,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	// A delivery runs to its end even when the worker is stopped: Stop
-	// waits for it (the flow has its own duration ceiling), so a shutdown
-	// never turns a delivery the backend accepted into a failed attempt.
-	v := w.handle(context.WithoutCancel(ctx), Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
+	// waits for it (the flow has its own duration ceiling) up to StopGrace,
+	// so a shutdown does not turn a delivery the backend accepted into a
+	// failed attempt.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	grace := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })
+	defer grace()
+	v := w.handle(hctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
 	log := w.log().With("msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt)
 	now := w.cfg.Clock.Now()
