@@ -442,7 +442,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				s.saveBody = name
 			}
 		case key == "when":
-			e, err := CompileExpr(exprText(k.value))
+			e, err := CompileExpr(scalar(k.value))
 			if err != nil {
 				c.errorf(k.line, "when: expression does not parse: %s", err)
 				continue
@@ -788,10 +788,6 @@ func scalar(v string) string {
 	}
 	return v
 }
-
-// exprText is the expression of a when: value: the rest of the line, or
-// the content of a quoted string when the whole value is one.
-func exprText(v string) string { return scalar(v) }
 
 // stepList reads a flow list value ([a, b]) of a step key.
 func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {

@@ -151,6 +151,9 @@ func startWorker(t testing.TB, q *queue.Queue, cfg queue.WorkerConfig) *queue.Wo
 	if cfg.Logger == nil {
 		cfg.Logger = quietLog()
 	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 50 * time.Millisecond // handlers here wait on their context
+	}
 	w := queue.NewWorker(q, cfg)
 	w.Start()
 	t.Cleanup(w.Stop)
