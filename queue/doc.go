@@ -70,12 +70,19 @@
 // n entries of id (8), offset (8), attempt (4) and due time (8, Unix
 // nanoseconds), then the CRC-32C of everything before it (4 bytes).
 //
-// The checkpoint and the retry schedule are replaced whole through one
-// atomic-write helper: a temporary file is written and fsynced, renamed over
-// the old one, and the folder is fsynced. The id counter is rewritten in
-// place, under the append lock, after each batch (without fsync: recovery
-// takes the larger of it and the highest id in the log), and replaced
-// atomically, durably, before the log is emptied.
+// The retry schedule is replaced whole through one atomic-write helper: a
+// temporary file is written and fsynced, renamed over the old one, and the
+// folder is fsynced. The two one-value files are rewritten in place (16
+// bytes at offset 0, within one sector):
+//
+//   - the id counter under the append lock after each batch, without fsync
+//     (recovery takes the larger of it and the highest id in the log), and
+//     fsynced before the log is emptied;
+//   - the checkpoint by the worker every CheckpointEvery messages and when
+//     the queue goes idle, without fsync (a process that dies leaves it in
+//     the page cache), and fsynced when the worker stops and by a drain. A
+//     power cut can only take it back to an older value, or to 0 when it
+//     does not verify: messages are delivered again, never skipped.
 //
 // # Recovery
 //

@@ -283,3 +283,23 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 	}
 	return off, damage, nil
 }
+
+// frameIn verifies the frame at the start of b and returns its record and
+// the frame's length; ok is false when b does not hold a whole frame that
+// verifies.
+func frameIn(b []byte) (rec []byte, n int, ok bool) {
+	if len(b) < headerSize || [4]byte(b[:4]) != frameMagic {
+		return nil, 0, false
+	}
+	length := int64(binary.BigEndian.Uint32(b[4:8]))
+	if length > MaxRecord || length > int64(len(b)-headerSize) {
+		return nil, 0, false
+	}
+	rec = b[headerSize : headerSize+length]
+	crc := crc32.Update(0, castagnoli, b[4:8])
+	crc = crc32.Update(crc, castagnoli, rec)
+	if crc != binary.BigEndian.Uint32(b[8:12]) {
+		return nil, 0, false
+	}
+	return rec, headerSize + int(length), true
+}

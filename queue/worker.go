@@ -125,10 +125,11 @@ type WorkerConfig struct {
 // directory, a lock file elects the one that runs; the others stand by and
 // take over when it dies.
 type Worker struct {
-	q    *Queue
-	cfg  WorkerConfig
-	wake chan struct{}
-	lock *flock.Flock
+	q      *Queue
+	cfg    WorkerConfig
+	logger *slog.Logger // cfg.Logger with the queue's tenant and flow
+	wake   chan struct{}
+	lock   *flock.Flock
 
 	life   sync.Mutex
 	cancel context.CancelFunc
@@ -165,8 +166,9 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	}
 	return &Worker{
 		q: q, cfg: cfg, wake: make(chan struct{}, 1),
-		lock:  flock.New(filepath.Join(q.dir, "worker.lock")),
-		state: WorkerState{Delivered: map[string]int64{}},
+		logger: cfg.Logger.With("tenant", q.Tenant, "flow", q.Flow),
+		lock:   flock.New(filepath.Join(q.dir, "worker.lock")),
+		state:  WorkerState{Delivered: map[string]int64{}},
 	}
 }
 
@@ -224,9 +226,7 @@ func (w *Worker) Stop() {
 	<-done
 }
 
-func (w *Worker) log() *slog.Logger {
-	return w.cfg.Logger.With("tenant", w.q.Tenant, "flow", w.q.Flow)
-}
+func (w *Worker) log() *slog.Logger { return w.logger }
 
 func (w *Worker) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
@@ -266,19 +266,38 @@ func (w *Worker) deliver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	saved := cursor // the checkpoint on disk
+	// The checkpoint is rewritten in place as the cursor moves (every
+	// CheckpointEvery messages and whenever the queue goes idle), without
+	// fsync: a process that dies leaves it in the page cache. It is synced
+	// when the worker stops and by a drain; a power cut in between only
+	// means deliveries again.
+	ckpt, err := q.openCheckpoint()
+	if err != nil {
+		return err
+	}
+	defer ckpt.Close()
+	saved, synced := cursor, true // the checkpoint written, and whether it is synced
 	sinceSave := 0
 	saveCheckpoint := func() error {
 		if cursor == saved {
 			return nil
 		}
-		if err := q.SaveCheckpoint(cursor); err != nil {
+		if err := writeCheckpoint(ckpt, cursor, false); err != nil {
 			return err
 		}
-		saved, sinceSave = cursor, 0
+		saved, synced, sinceSave = cursor, false, 0
 		return nil
 	}
-	defer saveCheckpoint()
+	defer func() {
+		if saveCheckpoint() == nil && !synced {
+			ckpt.Sync()
+		}
+	}()
+	// Housekeeping (emptying the log, rewriting dlq.log) costs a few
+	// fsyncs: it runs at an idle moment at most once per Poll, so that a
+	// steady trickle of messages does not pay for it each time.
+	var housekept time.Time
+	reader := newLogReader(q)
 	scheduled := func(off int64) bool {
 		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == off })
 	}
@@ -316,7 +335,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			continue
 		}
 
-		m, after, err := q.Read(cursor)
+		m, after, err := reader.Read(cursor)
 		switch {
 		case err == nil && scheduled(m.Offset):
 			cursor = after // delivered before, waiting in the retry schedule
@@ -352,15 +371,23 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if err := saveCheckpoint(); err != nil {
 			return err
 		}
-		if len(retries) == 0 {
+		if len(retries) == 0 && (housekept.IsZero() || now.Sub(housekept) >= w.cfg.Poll) {
+			housekept = now
 			switch err := q.Drain(); {
 			case err == nil:
 				// emptied (or empty): whatever another process appends from
-				// now on starts at offset 0
-				cursor, saved = 0, 0
+				// now on starts at offset 0; the drain synced the checkpoint
+				cursor, saved, synced = 0, 0, true
+				reader.reset()
 			case errors.Is(err, ErrNotDrained):
 			default:
 				w.log().Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
+				if size, err := q.Size(); err == nil && size < cursor {
+					// emptied, but the checkpoint was not written: start
+					// again at 0 and write it at the next idle moment
+					cursor, saved = 0, -1
+					reader.reset()
+				}
 			}
 			if err := q.CompactDLQ(); err != nil {
 				w.log().Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
@@ -395,25 +422,30 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	defer grace()
 	v := w.handle(hctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
-	log := w.log().With("msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt)
+	log := func(level slog.Level, msg, event string, attrs ...slog.Attr) {
+		w.logger.LogAttrs(context.Background(), level, msg, append([]slog.Attr{slog.Uint64("msg_id", m.ID),
+			slog.String("correlation_id", m.CorrelationID), slog.Int("attempt", attempt), slog.String("event", event)}, attrs...)...)
+	}
 	now := w.cfg.Clock.Now()
 	count := func(what string) { w.update(func(s *WorkerState) { s.Delivered[what]++ }) }
 	switch v.Kind {
 	case VerdictAck:
 		if v.Outcome == "filtered" {
-			log.Info("message filtered", "event", "queue_filtered")
+			log(slog.LevelInfo, "message filtered", "queue_filtered")
 		} else {
-			log.Info("message processed", "event", "queue_processed", "outcome", v.Outcome)
+			log(slog.LevelInfo, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
 		}
 		count(v.Outcome)
 		return nil, nil
 	case VerdictRetryLater:
-		log.Warn("the message could not run now; retrying in 1 s without using an attempt", "event", "queue_retry_scheduled", "delay_ms", RetryLaterDelay.Milliseconds(), "error", v.Error)
+		log(slog.LevelWarn, "the message could not run now; retrying in 1 s without using an attempt", "queue_retry_scheduled",
+			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
 		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay)}, nil
 	case VerdictRetry:
 		if attempt < v.Policy.MaxAttempts {
 			d := Delay(v.Policy, attempt)
-			log.Warn("attempt failed; retry scheduled", "event", "queue_retry_scheduled", "delay_ms", d.Milliseconds(), "next_attempt", attempt+1, "error", v.Error)
+			log(slog.LevelWarn, "attempt failed; retry scheduled", "queue_retry_scheduled",
+				slog.Int64("delay_ms", d.Milliseconds()), slog.Int("next_attempt", attempt+1), slog.String("error", v.Error))
 			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d)}, nil
 		}
 		fallthrough
@@ -422,11 +454,11 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		if err != nil {
 			return nil, fmt.Errorf("moving message %d to the dead-letter queue: %w", m.ID, err)
 		}
-		log.Error("message moved to the dead-letter queue", "event", "dlq_moved", "attempts", attempt, "last_error", v.Error)
+		log(slog.LevelError, "message moved to the dead-letter queue", "dlq_moved", slog.Int("attempts", attempt), slog.String("last_error", v.Error))
 		count("dead_lettered")
 		return nil, nil
 	case VerdictDrop:
-		log.Error("message dropped: it can never succeed", "event", "queue_dropped", "error", v.Error)
+		log(slog.LevelError, "message dropped: it can never succeed", "queue_dropped", slog.String("error", v.Error))
 		count("dropped")
 		return nil, nil
 	}

@@ -518,6 +518,54 @@ func TestWorkerFIFOOnFirstDelivery(t *testing.T) {
 	}
 }
 
+// The worker reads the log ahead in large reads: messages that straddle
+// its buffer, one larger than the buffer, and a frame damaged after Open
+// (skipped, and the frames after it delivered) all come out in order.
+func TestWorkerReadsAheadAcrossFramesOfEverySize(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	var want []string
+	var damaged queue.Message
+	for i := range 300 {
+		size := 1000 + i*7 // frames end at every offset modulo the buffer
+		if i == 150 {
+			size = 200 << 10 // larger than the read-ahead buffer
+		}
+		p := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("x", size))
+		m, err := q.Append(queue.NewMessage{Source: "enqueue", CorrelationID: fmt.Sprint("cid-", i), Payload: []byte(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 77 {
+			damaged = m
+			continue
+		}
+		want = append(want, p)
+	}
+	// flip a byte of message 77's payload: its CRC no longer matches
+	f, err := os.OpenFile(queueFile(root, "segment.log"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	at := damaged.Offset + 200
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w", ack)})
+	clk.WaitCalls(t, 1)
+	if got := payloads(rec.all()); !slices.Equal(got, want) {
+		t.Fatalf("delivered %d messages, want %d in order (all but the damaged one)", len(got), len(want))
+	}
+}
+
 func TestWorkerRescheduledMessageLosesItsPlace(t *testing.T) {
 	root, clk := t.TempDir(), newFakeClock(wt0)
 	q := openQ(t, root, clk, nil)
@@ -1058,8 +1106,18 @@ func TestHousekeepingDrainsWhenIdle(t *testing.T) {
 	if last := got[len(got)-1]; last.ID != 4 || last.Payload != "d" || last.Offset != 0 {
 		t.Errorf("deliveries = %v", got)
 	}
+	// housekeeping runs at most once per Poll: not right after d
+	size := fileSize(t, queueFile(root, "segment.log"))
+	if size == 0 {
+		t.Error("segment.log was emptied again less than a Poll after the first drain")
+	}
+	// but the checkpoint is written whenever the worker goes idle
+	if ckpt, _ := q.Checkpoint(); ckpt != size {
+		t.Errorf("checkpoint of the idle worker = %d, want the log's end %d", ckpt, size)
+	}
+	clk.Step(t)
 	if size := fileSize(t, queueFile(root, "segment.log")); size != 0 {
-		t.Errorf("segment.log is %d bytes after the second drain", size)
+		t.Errorf("segment.log is %d bytes a Poll after the second delivery, want 0", size)
 	}
 }
 
@@ -1226,9 +1284,12 @@ func TestHousekeepingInProcessAppendDuringDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.WaitCalls(t, 1)
+	n := clk.Calls()
 	if _, err := m.Append("acme", "orders", enqueue("a")); err != nil {
 		t.Fatal(err)
 	}
+	clk.WaitCalls(t, n+1) // a delivered
+	clk.Step(t)           // a poll later, the idle worker drains the log
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -1240,7 +1301,7 @@ func TestHousekeepingInProcessAppendDuringDrain(t *testing.T) {
 	m.Stop()
 	q := openQueueAt(t, root, "acme", "orders", clk)
 	size, _ := q.Size()
-	n := clk.Calls()
+	n = clk.Calls()
 	startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("next", ack)})
 	clk.WaitCalls(t, n+1)
 	// The append lock excludes goroutines of one process too, so the
