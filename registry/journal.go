@@ -180,17 +180,54 @@ func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
+// journalRowsPerInsert is how many entries one INSERT statement writes:
+// one statement per row costs SQLite and database/sql a call, a bind and
+// a reset each; 64 rows take 768 parameters, far below SQLite's limit.
+const journalRowsPerInsert = 64
+
+// insertJournalSQL is the INSERT of n journal rows.
+func insertJournalSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO journal (at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+	}
+	return b.String()
+}
+
+var fullJournalInsert = insertJournalSQL(journalRowsPerInsert)
+
+// writeEntries writes entries in one transaction, journalRowsPerInsert
+// rows per statement.
 func (r *Registry) writeEntries(ctx context.Context, entries []Entry) error {
 	return r.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO journal (at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
+		var full *sql.Stmt
+		if len(entries) >= journalRowsPerInsert {
+			var err error
+			if full, err = tx.PrepareContext(ctx, fullJournalInsert); err != nil {
+				return err
+			}
+			defer full.Close()
 		}
-		defer stmt.Close()
-		for _, e := range entries {
-			if _, err := stmt.ExecContext(ctx, e.At.UnixMicro(), e.Door, e.Tenant, e.Flow, e.Version, e.CorrelationID,
-				e.MsgID, e.Attempt, e.Outcome, e.Status, e.Duration.Microseconds(), e.Error); err != nil {
+		args := make([]any, 0, 12*min(len(entries), journalRowsPerInsert))
+		for len(entries) > 0 {
+			n := min(len(entries), journalRowsPerInsert)
+			args = args[:0]
+			for _, e := range entries[:n] {
+				args = append(args, e.At.UnixMicro(), e.Door, e.Tenant, e.Flow, e.Version, e.CorrelationID,
+					e.MsgID, e.Attempt, e.Outcome, e.Status, e.Duration.Microseconds(), e.Error)
+			}
+			entries = entries[n:]
+			var err error
+			if n == journalRowsPerInsert {
+				_, err = full.ExecContext(ctx, args...)
+			} else {
+				_, err = tx.ExecContext(ctx, insertJournalSQL(n), args...)
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -104,6 +104,24 @@ func TestJournalWriter(t *testing.T) {
 	}
 }
 
+// TestJournalLargeBatch: a batch of several multi-row statements and a
+// remainder is written whole and in order.
+func TestJournalLargeBatch(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{BatchSize: 1000, FlushEvery: time.Hour, Logger: quietLogger()})
+	w.Start()
+	var want []registry.Entry
+	for i := range 200 { // 64 + 64 + 64 + 8
+		e := entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second))
+		w.Append(e)
+		want = append([]registry.Entry{e}, want...)
+	}
+	w.Stop()
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{Limit: 1000})); diff != "" {
+		t.Errorf("journal (-want +got):\n%s", diff)
+	}
+}
+
 // TestJournalStopFlushes: entries waiting for their batch are written by
 // Stop, long before the flush interval.
 func TestJournalStopFlushes(t *testing.T) {
