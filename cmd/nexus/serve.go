@@ -108,11 +108,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
-	logger := newLogger(cfg.LogFormat, stderr)
+	// the log's lines are written out in batches, off the request path
+	logOut := newLogWriter(stderr, 1<<20)
+	defer logOut.Close()
+	logger := newLogger(cfg.LogFormat, logOut)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, logger, stdout); err != nil {
 		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
+		logOut.Close()
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		return exitError
 	}
