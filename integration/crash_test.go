@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -366,11 +367,15 @@ func TestQueueTwoProcessesTakeOver(t *testing.T) {
 }
 
 // crashSink counts the payload ids it receives, by the process generation
-// that delivered them.
+// that delivered them. A delivery's generation is that of its connection,
+// taken when the connection was accepted: a request the killed process
+// sent just before the kill may be handled after the next process started,
+// and still belongs to the killed one.
 type crashSink struct {
 	*httptest.Server
 	mu         sync.Mutex
 	generation int
+	connGen    map[string]int // remote address → the generation when it connected
 	deliveries []crashDelivery
 	count      map[string]int
 }
@@ -381,18 +386,30 @@ type crashDelivery struct {
 }
 
 func newCrashSink(t *testing.T) *crashSink {
-	s := &crashSink{count: map[string]int{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &crashSink{count: map[string]int{}, connGen: map[string]int{}}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m struct{ ID string }
 		b, _ := io.ReadAll(r.Body)
 		json.Unmarshal(b, &m)
 		s.mu.Lock()
-		s.deliveries = append(s.deliveries, crashDelivery{m.ID, s.generation})
+		gen, ok := s.connGen[r.RemoteAddr]
+		if !ok {
+			gen = s.generation
+		}
+		s.deliveries = append(s.deliveries, crashDelivery{m.ID, gen})
 		s.count[m.ID]++
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ok":true}`))
 	}))
+	s.Config.ConnState = func(c net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			s.mu.Lock()
+			s.connGen[c.RemoteAddr().String()] = s.generation
+			s.mu.Unlock()
+		}
+	}
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
