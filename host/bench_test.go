@@ -195,6 +195,7 @@ func BenchmarkDoorEnqueue(b *testing.B) {
 	h := newBenchServer(b, true)
 	const path = "/flows/acme/hello/enqueue"
 	b.ReportAllocs()
+	b.SetParallelism(32) // 32 × GOMAXPROCS callers, as many connections do
 	cpu := startCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		req, w := newBenchRequest(path), &discardWriter{h: http.Header{}}
