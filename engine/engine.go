@@ -121,6 +121,10 @@ type Request struct {
 	// SkipDedup is set for a retry of a queued message: its first attempt
 	// already passed the dedup check.
 	SkipDedup bool
+	// NoBody is set when nobody reads the answer (a queued delivery): a
+	// successful execution's Result then has no Body or Header, unless
+	// the flow deduplicates (the answer is recorded for replay).
+	NoBody bool
 }
 
 // Error is the failure of an execution: its kind, the step and the text.
@@ -456,6 +460,9 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 	status := x.status
 	if status == 0 {
 		status = http.StatusOK
+	}
+	if x.req.NoBody && x.req.Flow.Dedup() == nil {
+		return Result{Status: status, Outcome: outcome, Err: failure}
 	}
 	h := x.header
 	// h[k] stands for h.Get(k) and h.Set(k, v): both keys are canonical

@@ -1501,6 +1501,24 @@ func TestDedupReplay(t *testing.T) {
 	}
 }
 
+// A queued delivery (NoBody) gets no answer built, unless the flow
+// deduplicates: the answer recorded for a later duplicate on /run is the
+// whole one.
+func TestNoBody(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{"n":1}`))
+	plain := compile(t, flowSource("plain", "", dedupFlow), "BACKEND", b.URL)
+	deduped := compile(t, flowSource("dedup", "dedup_key: \"{{ $.orderId }}\"\n", dedupFlow), "BACKEND", b.URL)
+	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+	queued := func(r *engine.Request) { r.Door, r.NoBody = engine.DoorEnqueue, true }
+
+	checkView(t, run(t, e, plain, `{"orderId":"A-1"}`, queued), view{Status: 201, Header: map[string]string{}, Outcome: engine.Succeeded})
+	checkView(t, run(t, e, deduped, `{"orderId":"A-1"}`, queued), view{Status: 201, Header: jsonHdr("c-1", "X-Order", "seen"),
+		Body: `{"orderId":"A-1","backend":{"n":1}}`, Outcome: engine.Succeeded})
+	replay := run(t, e, deduped, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+	checkView(t, replay, view{Status: 201, Header: jsonHdr("c-2", "X-Order", "seen", "X-Nexus-Idempotent-Replay", "true"),
+		Body: `{"orderId":"A-1","backend":{"n":1}}`, Outcome: engine.Succeeded, Replay: true})
+}
+
 func TestDedupOnFailure(t *testing.T) {
 	cases := []struct {
 		name       string
