@@ -84,25 +84,26 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	start := s.cfg.Now()
 	res := s.cfg.Engine.Run(ctx, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
-		Door: door, Attempt: d.Attempt, SkipDedup: d.Attempt > 1,
+		Door: door, Attempt: d.Attempt, SkipDedup: d.Attempt > 1, NoBody: true,
 	})
 	elapsed := s.cfg.Now().Sub(start)
 	s.cfg.Metrics.execution(door, elapsed)
-	s.record(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
+	s.journal(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
+	attrs := executionAttrs(lf, res, elapsed, make([]slog.Attr, 0, 5))
 
 	switch res.Outcome {
 	case engine.Succeeded, engine.Filtered, engine.FaultHandled:
-		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome)}
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
 	}
 	text := "internal error"
 	if res.Err != nil {
 		text = res.Err.Error()
 	}
 	if res.Status == http.StatusServiceUnavailable {
-		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: text}
+		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: text, Attrs: attrs}
 	}
 	rp := lf.Flow.Retry()
-	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Policy: queue.RetryPolicy{
+	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: queue.RetryPolicy{
 		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
 	}}
 }

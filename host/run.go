@@ -61,7 +61,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 	writeResult(w, res)
 	elapsed := s.cfg.Now().Sub(start)
 	s.cfg.Metrics.execution(engine.DoorRun, elapsed)
-	s.record(engine.DoorRun, lf, a.correlationID, 0, 1, res, start, elapsed)
+	s.record(lf, a.correlationID, res, start, elapsed)
 }
 
 // admit runs everything a door does before the flow: the gate, the body
@@ -96,20 +96,31 @@ func writeResult(w http.ResponseWriter, res engine.Result) {
 	}
 }
 
-// record logs the execution and appends its journal entry.
-func (s *Server) record(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
-	errText := ""
+// record logs a /run execution (run_completed) and appends its journal
+// entry. A queued delivery is logged by its worker instead, in one line
+// that carries executionAttrs.
+func (s *Server) record(lf *registry.LiveFlow, correlationID string, res engine.Result, start time.Time, elapsed time.Duration) {
 	level := slog.LevelInfo
-	attrs := []slog.Attr{
+	attrs := executionAttrs(lf, res, elapsed, []slog.Attr{
 		slog.String("event", "run_completed"), slog.String("tenant", lf.Tenant), slog.String("flow", lf.Name),
-		slog.Int("version", lf.Version), slog.String("correlation_id", correlationID),
-		slog.Int("status", res.Status), slog.String("outcome", string(res.Outcome)),
-		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
-	}
+		slog.String("correlation_id", correlationID), slog.String("outcome", string(res.Outcome)),
+	})
 	if res.Err != nil {
-		errText = res.Err.Error()
 		level = slog.LevelWarn
-		attrs = append(attrs, slog.String("step", res.Err.Step), slog.String("error", errText))
+		attrs = append(attrs, slog.String("error", res.Err.Error()))
+	}
+	s.cfg.Logger.LogAttrs(context.Background(), level, "execution completed", attrs...)
+	s.journal(engine.DoorRun, lf, correlationID, 0, 1, res, start, elapsed)
+}
+
+// executionAttrs appends to attrs what the log says of an execution: the
+// version, status and duration and, when it failed, the step and what only
+// the log may show.
+func executionAttrs(lf *registry.LiveFlow, res engine.Result, elapsed time.Duration, attrs []slog.Attr) []slog.Attr {
+	attrs = append(attrs, slog.Int("version", lf.Version), slog.Int("status", res.Status),
+		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
+	if res.Err != nil {
+		attrs = append(attrs, slog.String("step", res.Err.Step))
 		if res.Err.Detail != "" {
 			attrs = append(attrs, slog.String("detail", res.Err.Detail))
 		}
@@ -120,12 +131,21 @@ func (s *Server) record(door string, lf *registry.LiveFlow, correlationID string
 	if res.Replay {
 		attrs = append(attrs, slog.Bool("replay", true))
 	}
-	s.cfg.Logger.LogAttrs(context.Background(), level, "execution completed", attrs...)
-	if s.cfg.Journal != nil {
-		s.cfg.Journal.Append(registry.Entry{
-			At: start, Door: door, Tenant: lf.Tenant, Flow: lf.Name, Version: lf.Version,
-			CorrelationID: correlationID, MsgID: msgID, Attempt: attempt, Outcome: string(res.Outcome),
-			Status: res.Status, Duration: elapsed, Error: errText,
-		})
+	return attrs
+}
+
+// journal appends an execution's journal entry.
+func (s *Server) journal(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
+	if s.cfg.Journal == nil {
+		return
 	}
+	errText := ""
+	if res.Err != nil {
+		errText = res.Err.Error()
+	}
+	s.cfg.Journal.Append(registry.Entry{
+		At: start, Door: door, Tenant: lf.Tenant, Flow: lf.Name, Version: lf.Version,
+		CorrelationID: correlationID, MsgID: msgID, Attempt: attempt, Outcome: string(res.Outcome),
+		Status: res.Status, Duration: elapsed, Error: errText,
+	})
 }

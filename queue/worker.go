@@ -70,6 +70,10 @@ type Verdict struct {
 	Outcome string      // VerdictAck
 	Policy  RetryPolicy // VerdictRetry
 	Error   string      // the text kept as last_error, or logged
+	// Attrs are added to the worker's log line of the delivery: what the
+	// handler knows of it (the flow's version, status, duration…), so
+	// that a delivery is one line.
+	Attrs []slog.Attr
 }
 
 // Delivery is one attempt at a message of the queue Tenant/Flow.
@@ -302,6 +306,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == off })
 	}
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
+	// A delivery runs to its end even when the worker is stopped: Stop
+	// waits for it (the flow has its own duration ceiling) up to StopGrace,
+	// so a shutdown does not turn a delivery the backend accepted into a
+	// failed attempt. Deliveries run under hctx, cancelled StopGrace after
+	// ctx.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
 
 	for ctx.Err() == nil {
 		now := w.cfg.Clock.Now()
@@ -320,7 +332,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				}
 				continue
 			}
-			next, err := w.attempt(ctx, m, r.Attempt)
+			next, err := w.attempt(hctx, m, r.Attempt)
 			if err != nil {
 				return err
 			}
@@ -341,7 +353,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			cursor = after // delivered before, waiting in the retry schedule
 			continue
 		case err == nil:
-			next, err := w.attempt(ctx, m, 1)
+			next, err := w.attempt(hctx, m, 1)
 			if err != nil {
 				return err
 			}
@@ -409,22 +421,16 @@ func (w *Worker) deliver(ctx context.Context) error {
 }
 
 // attempt delivers m and acts on the verdict. It returns the retry to
-// schedule, if any.
+// schedule, if any. ctx is the deliveries' context (see deliver).
 func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
-	// A delivery runs to its end even when the worker is stopped: Stop
-	// waits for it (the flow has its own duration ceiling) up to StopGrace,
-	// so a shutdown does not turn a delivery the backend accepted into a
-	// failed attempt.
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	grace := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })
-	defer grace()
-	v := w.handle(hctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
+	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
 	log := func(level slog.Level, msg, event string, attrs ...slog.Attr) {
-		w.logger.LogAttrs(context.Background(), level, msg, append([]slog.Attr{slog.Uint64("msg_id", m.ID),
-			slog.String("correlation_id", m.CorrelationID), slog.Int("attempt", attempt), slog.String("event", event)}, attrs...)...)
+		all := make([]slog.Attr, 0, 4+len(attrs)+len(v.Attrs))
+		all = append(all, slog.Uint64("msg_id", m.ID), slog.String("correlation_id", m.CorrelationID),
+			slog.Int("attempt", attempt), slog.String("event", event))
+		w.logger.LogAttrs(context.Background(), level, msg, append(append(all, attrs...), v.Attrs...)...)
 	}
 	now := w.cfg.Clock.Now()
 	count := func(what string) { w.update(func(s *WorkerState) { s.Delivered[what]++ }) }

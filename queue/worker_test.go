@@ -719,6 +719,42 @@ func TestWorkerDropVerdict(t *testing.T) {
 	}
 }
 
+// A delivery is one log line: the handler's attributes join the worker's
+// event line, whatever the verdict.
+func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
+	root, clk := t.TempDir(), newFakeClock(wt0)
+	q := openQ(t, root, clk, nil)
+	logs := &logBuf{}
+	put(t, q, "ok")
+	put(t, q, "fail")
+	policy := queue.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict {
+			attrs := []slog.Attr{slog.Int("version", 7), slog.String("step", string(d.Payload))}
+			if string(d.Payload) == "fail" {
+				return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "HTTP 503", Attrs: attrs}
+			}
+			return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded", Attrs: attrs}
+		})})
+	clk.WaitCalls(t, 1)
+	stepFor(t, clk, 10*time.Second)
+	check := func(event string, n int, want map[string]any) {
+		t.Helper()
+		evs := logs.events(t, event)
+		if len(evs) != n {
+			t.Fatalf("%d %s events, want %d: %v", len(evs), event, n, evs)
+		}
+		for k, v := range want {
+			if evs[0][k] != v {
+				t.Errorf("%s: %s = %v, want %v (%v)", event, k, evs[0][k], v, evs[0])
+			}
+		}
+	}
+	check("queue_processed", 1, map[string]any{"version": float64(7), "step": "ok", "outcome": "succeeded", "msg_id": float64(1), "tenant": wTenant})
+	check("queue_retry_scheduled", 1, map[string]any{"version": float64(7), "step": "fail", "error": "HTTP 503", "attempt": float64(1)})
+	check("dlq_moved", 1, map[string]any{"version": float64(7), "step": "fail", "last_error": "HTTP 503", "attempts": float64(2)})
+}
+
 // A panicking handler is a failed attempt (retried with the default
 // policy, dead-lettered with the panic's location), never a dead worker.
 func TestWorkerHandlerPanic(t *testing.T) {
