@@ -34,14 +34,27 @@ const (
 
 // appendFrame appends a frame holding record to dst.
 func appendFrame(dst, record []byte) []byte {
-	var h [headerSize]byte
+	dst, at := openFrame(dst)
+	return closeFrame(append(dst, record...), at)
+}
+
+// openFrame reserves a frame's header at the end of dst, where closeFrame
+// fills it in once the record has been appended after it: a record is
+// encoded in place, without a copy.
+func openFrame(dst []byte) ([]byte, int) {
+	return append(dst, make([]byte, headerSize)...), len(dst)
+}
+
+// closeFrame writes the header of the frame that starts at at in dst and
+// runs to dst's end.
+func closeFrame(dst []byte, at int) []byte {
+	h, record := dst[at:at+headerSize], dst[at+headerSize:]
 	copy(h[:4], frameMagic[:])
 	binary.BigEndian.PutUint32(h[4:8], uint32(len(record)))
 	crc := crc32.Update(0, castagnoli, h[4:8])
 	crc = crc32.Update(crc, castagnoli, record)
 	binary.BigEndian.PutUint32(h[8:12], crc)
-	dst = append(dst, h[:]...)
-	return append(dst, record...)
+	return dst
 }
 
 // Message is one message of a queue's log.

@@ -50,6 +50,8 @@ type Queue struct {
 	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
 	durable      atomic.Int64 // the end of segment.log known to be synced
 
+	batchBuf []byte // the frames of a batch, reused by the leader
+
 	mu       sync.Mutex // guards the fields below
 	pending  []*appendReq
 	leading  bool
@@ -299,12 +301,15 @@ type NewMessage struct {
 }
 
 type appendReq struct {
-	m    NewMessage
-	at   time.Time
-	res  Message
-	err  error
-	done chan struct{}
-	lead chan struct{}
+	m   NewMessage
+	at  time.Time
+	res Message
+	err error
+	// wake receives true when the caller is to lead the next batch, false
+	// when its batch is written (res and err are set). It has room for
+	// one value: a caller is woken at most once to lead and once as done,
+	// and after leading it no longer reads it.
+	wake chan bool
 }
 
 // Append writes m at the end of the log and returns it with its id and
@@ -316,7 +321,7 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
 		return Message{}, fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
 	}
-	req := &appendReq{m: m, at: q.now(), done: make(chan struct{}), lead: make(chan struct{})}
+	req := &appendReq{m: m, at: q.now(), wake: make(chan bool, 1)}
 	q.mu.Lock()
 	if q.poisoned != nil {
 		err := q.poisoned
@@ -326,11 +331,10 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	q.pending = append(q.pending, req)
 	if q.leading {
 		q.mu.Unlock()
-		select {
-		case <-req.done:
+		if lead := <-req.wake; !lead {
 			return req.res, req.err
-		case <-req.lead: // the previous leader handed over
 		}
+		// the previous leader handed over
 		q.mu.Lock()
 	}
 	q.leading = true
@@ -343,7 +347,7 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	if poisoned != nil {
 		for _, r := range batch {
 			r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
-			close(r.done)
+			r.wake <- false
 		}
 	} else {
 		err = q.writeBatch(batch)
@@ -354,7 +358,7 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 		q.poisoned = fmt.Errorf("%w: %w", err, ErrPoisoned)
 	}
 	if len(q.pending) > 0 {
-		close(q.pending[0].lead) // the next batch is its
+		q.pending[0].wake <- true // the next batch is its
 	} else {
 		q.leading = false
 	}
@@ -372,7 +376,7 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 			if err != nil {
 				r.err = fmt.Errorf("queue %s/%s: %w: %w", q.Tenant, q.Flow, err, ErrPoisoned)
 			}
-			close(r.done)
+			r.wake <- false
 		}
 	}()
 	unlock, err := q.lockAppend()
@@ -391,12 +395,17 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	if err != nil {
 		return err
 	}
-	var buf []byte
+	buf := q.batchBuf[:0]
 	for _, r := range batch {
 		r.res = Message{ID: next, Offset: tail + int64(len(buf)), EnqueuedAt: r.at.UTC(),
 			Source: r.m.Source, CorrelationID: r.m.CorrelationID, Payload: r.m.Payload}
 		next++
-		buf = appendFrame(buf, appendMessageRecord(nil, &r.res))
+		var at int
+		buf, at = openFrame(buf)
+		buf = closeFrame(appendMessageRecord(buf, &r.res), at)
+	}
+	if cap(buf) <= maxKeptBatchBuf {
+		q.batchBuf = buf
 	}
 	if _, err := q.seg.WriteAt(buf, tail); err != nil {
 		q.seg.Truncate(tail) // best effort: recovery finds a torn tail anyway
@@ -410,6 +419,9 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	// highest id of the log, which is durable now.
 	return q.writeSeq(next, false)
 }
+
+// maxKeptBatchBuf bounds the batch buffer a queue keeps between batches.
+const maxKeptBatchBuf = 1 << 20
 
 // advanceDurable moves the synced end of the log forward (never back).
 func (q *Queue) advanceDurable(end int64) {
