@@ -43,14 +43,20 @@ type JournalConfig struct {
 	Logger *slog.Logger
 }
 
-// JournalWriter writes journal entries off the hot path: Append hands an
-// entry to a buffer and returns; a background goroutine writes batches.
+// JournalWriter writes journal entries off the hot path: Append puts an
+// entry in a buffer and returns; a background goroutine writes batches,
+// woken when a batch is full or every FlushEvery (not for each entry).
 type JournalWriter struct {
 	r       *Registry
 	cfg     JournalConfig
-	buf     chan Entry
 	dropped atomic.Int64
 	written atomic.Int64
+
+	bufMu sync.Mutex
+	ring  []Entry       // waiting entries: a ring that grows up to cfg.Buffer
+	head  int           // the oldest waiting entry's index in ring
+	count int           // how many wait
+	full  chan struct{} // capacity 1: a batch is waiting
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -74,26 +80,59 @@ func (r *Registry) NewJournalWriter(cfg JournalConfig) *JournalWriter {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &JournalWriter{r: r, cfg: cfg, buf: make(chan Entry, cfg.Buffer)}
+	return &JournalWriter{r: r, cfg: cfg, full: make(chan struct{}, 1)}
 }
 
 // Append queues e for writing. It never blocks: when the buffer is full the
 // oldest waiting entry is dropped and counted.
 func (w *JournalWriter) Append(e Entry) {
-	for {
+	w.bufMu.Lock()
+	dropped := false
+	switch {
+	case w.count == len(w.ring) && len(w.ring) < w.cfg.Buffer:
+		w.grow()
+	case w.count == len(w.ring):
+		w.head = (w.head + 1) % len(w.ring) // the oldest is overwritten
+		w.count--
+		dropped = true
+	}
+	w.ring[(w.head+w.count)%len(w.ring)] = e
+	w.count++
+	ready := w.count >= w.cfg.BatchSize
+	w.bufMu.Unlock()
+	if ready {
 		select {
-		case w.buf <- e:
-			return
-		default:
-		}
-		select {
-		case <-w.buf:
-			if w.dropped.Add(1)&(w.dropped.Load()-1) == 0 { // 1, 2, 4, 8, …
-				w.cfg.Logger.Warn("journal buffer full: dropping the oldest entries", "event", "journal_dropped", "dropped", w.dropped.Load())
-			}
+		case w.full <- struct{}{}:
 		default:
 		}
 	}
+	if dropped {
+		if n := w.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
+			w.cfg.Logger.Warn("journal buffer full: dropping the oldest entries", "event", "journal_dropped", "dropped", n)
+		}
+	}
+}
+
+// grow doubles the ring, up to cfg.Buffer entries, keeping the order.
+func (w *JournalWriter) grow() {
+	ring := make([]Entry, min(max(2*len(w.ring), 256), w.cfg.Buffer))
+	n := copy(ring, w.ring[w.head:])
+	copy(ring[n:], w.ring[:w.head])
+	w.ring, w.head = ring, 0
+}
+
+// take returns up to BatchSize waiting entries, oldest first, in batch.
+func (w *JournalWriter) take(batch []Entry) []Entry {
+	w.bufMu.Lock()
+	defer w.bufMu.Unlock()
+	batch = batch[:0]
+	for range min(w.count, w.cfg.BatchSize) {
+		batch = append(batch, w.ring[w.head])
+		w.ring[w.head] = Entry{}
+		w.head = (w.head + 1) % len(w.ring)
+		w.count--
+	}
+	return batch
 }
 
 // Dropped is the number of entries dropped because the buffer was full.
@@ -135,26 +174,25 @@ func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
 	prune := time.NewTicker(w.cfg.PruneEvery)
 	defer prune.Stop()
 	batch := make([]Entry, 0, w.cfg.BatchSize)
-	write := func() {
-		if len(batch) == 0 {
-			return
+	// writeAll writes what waits, a batch at a time
+	writeAll := func() {
+		for {
+			if batch = w.take(batch); len(batch) == 0 {
+				return
+			}
+			if err := w.r.writeEntries(context.Background(), batch); err != nil {
+				w.cfg.Logger.Error("journal entries could not be written", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+			} else {
+				w.written.Add(int64(len(batch)))
+			}
 		}
-		if err := w.r.writeEntries(context.Background(), batch); err != nil {
-			w.cfg.Logger.Error("journal entries could not be written", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
-		} else {
-			w.written.Add(int64(len(batch)))
-		}
-		batch = batch[:0]
 	}
 	for {
 		select {
-		case e := <-w.buf:
-			batch = append(batch, e)
-			if len(batch) >= w.cfg.BatchSize {
-				write()
-			}
+		case <-w.full:
+			writeAll()
 		case <-flush.C:
-			write()
+			writeAll()
 		case <-prune.C:
 			if w.cfg.Retention > 0 {
 				if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
@@ -162,19 +200,7 @@ func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
 				}
 			}
 		case <-ctx.Done():
-			for {
-				select {
-				case e := <-w.buf:
-					batch = append(batch, e)
-					if len(batch) >= w.cfg.BatchSize {
-						write()
-					}
-					continue
-				default:
-				}
-				break
-			}
-			write()
+			writeAll()
 			return
 		}
 	}

@@ -122,6 +122,26 @@ func TestJournalLargeBatch(t *testing.T) {
 	}
 }
 
+// TestJournalFullBatchWakesTheWriter: a full batch is written at once,
+// long before the flush interval; fewer entries wait for it.
+func TestJournalFullBatchWakesTheWriter(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{BatchSize: 8, FlushEvery: time.Hour, Logger: quietLogger()})
+	w.Start()
+	defer w.Stop()
+	for i := range 7 {
+		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := w.Written(); n != 0 {
+		t.Fatalf("Written() = %d with less than a batch waiting, want 0", n)
+	}
+	w.Append(entry(7, "acme", "f", t0.Add(7*time.Second)))
+	if _, ok := waitFor[struct{}](t, 5*time.Second, nil, func() bool { return w.Written() == 8 }); !ok {
+		t.Errorf("Written() = %d a while after the batch filled, want 8", w.Written())
+	}
+}
+
 // TestJournalStopFlushes: entries waiting for their batch are written by
 // Stop, long before the flush interval.
 func TestJournalStopFlushes(t *testing.T) {
