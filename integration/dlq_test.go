@@ -199,6 +199,11 @@ func TestDLQWorkedExample(t *testing.T) {
 		if fmt.Sprint(ev["msg_id"]) != "2" || fmt.Sprint(ev["attempt"]) != "1" || ev["outcome"] != "succeeded" || ev["correlation_id"] != cid {
 			t.Errorf("queue_processed of the replay: %v, want a new message (id 2) on attempt 1", ev)
 		}
+		// the server's log records the operator's action once its worker applied it
+		ev = waitEvents(t, h, "dlq_replayed", 1, field("flow", "forward-order"), 5*time.Second)[0]
+		if fmt.Sprint(ev["msg_id"]) != "1" || fmt.Sprint(ev["replay_msg_id"]) != "2" || ev["tenant"] != "acme" {
+			t.Errorf("dlq_replayed: %v, want dead letter 1 replayed as message 2", ev)
+		}
 		// the ids count on: the next submission is message 3
 		if id := mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-2"}`); id != 3 {
 			t.Errorf("X-Nexus-Message-Id %d after the replay's message 2, want 3", id)
@@ -229,6 +234,10 @@ func TestDLQWorkedExample(t *testing.T) {
 			b, err := os.ReadFile(dlqLog)
 			return err == nil && !bytes.Contains(b, []byte("INV-SECRET-7731"))
 		})
+		ev := waitEvents(t, h, "dlq_discarded", 1, both(field("tenant", "acme"), field("flow", "sync-invoices")), 5*time.Second)[0]
+		if fmt.Sprint(ev["msg_id"]) != "1" {
+			t.Errorf("dlq_discarded: %v, want dead letter 1", ev)
+		}
 		r = dlqCLI(t, db, "discard", "--tenant", "acme", "--flow", "sync-invoices", "--id", "1")
 		if r.code != 1 || r.stderr != "no pending dead letter id=1 tenant=acme flow=sync-invoices\n" {
 			t.Errorf("discarding it again: exit %d %q %q", r.code, r.stdout, r.stderr)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/nexushq/nexus/naming"
 )
@@ -125,6 +126,16 @@ func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
 // (MarkReplayed, MarkDiscarded): it no longer appears among the pending
 // ones. An id that is not pending is ErrNotPending, and nothing is written.
 func (q *Queue) Mark(id uint64, action byte) error {
+	return q.addMark(mark{id: id, action: action})
+}
+
+// MarkReplayed is Mark(id, MarkReplayed) that also records the id of the
+// message the replay appended, which the worker's dlq_replayed line names.
+func (q *Queue) MarkReplayed(id, replayID uint64) error {
+	return q.addMark(mark{id: id, action: MarkReplayed, replayID: replayID})
+}
+
+func (q *Queue) addMark(m mark) error {
 	unlock, err := q.lockAppend()
 	if err != nil {
 		return err
@@ -136,30 +147,39 @@ func (q *Queue) Mark(id uint64, action byte) error {
 	}
 	found := false
 	for _, d := range pending {
-		found = found || d.ID == id
+		found = found || d.ID == m.id
 	}
 	if !found {
 		return ErrNotPending
 	}
-	return q.appendDurable(ackedFile, appendFrame(nil, appendMarkRecord(nil, mark{id: id, at: q.now(), action: action})))
+	m.at = q.now()
+	return q.appendDurable(ackedFile, appendFrame(nil, appendMarkRecord(nil, m)))
+}
+
+// Marked is a dead letter replayed or discarded, as CompactDLQ applied it.
+type Marked struct {
+	ID       uint64    // the dead letter's id
+	Action   byte      // MarkReplayed or MarkDiscarded
+	At       time.Time // when it was marked
+	ReplayID uint64    // the message a replay appended; 0 when not recorded
 }
 
 // CompactDLQ rewrites dlq.log without the marked entries and clears the
-// marks, so that a discarded body leaves the disk. It does nothing when no
-// entry is marked.
-func (q *Queue) CompactDLQ() error {
+// marks, so that a discarded body leaves the disk. It returns the marks it
+// applied, by id; it does nothing when no entry is marked.
+func (q *Queue) CompactDLQ() ([]Marked, error) {
 	unlock, err := q.lockAppend()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 	marked, err := q.marks()
 	if err != nil || len(marked) == 0 {
-		return err
+		return nil, err
 	}
 	recs, _, err := q.readRecords(dlqFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var keep []byte
 	for _, rec := range recs {
@@ -171,9 +191,17 @@ func (q *Queue) CompactDLQ() error {
 		keep = appendFrame(keep, rec)
 	}
 	if err := writeAtomic(q.fs, q.path(dlqFile), keep); err != nil {
-		return err
+		return nil, err
 	}
-	return writeAtomic(q.fs, q.path(ackedFile), nil)
+	if err := writeAtomic(q.fs, q.path(ackedFile), nil); err != nil {
+		return nil, err
+	}
+	applied := make([]Marked, 0, len(marked))
+	for _, m := range marked {
+		applied = append(applied, Marked{ID: m.id, Action: m.action, At: m.at, ReplayID: m.replayID})
+	}
+	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
+	return applied, nil
 }
 
 // ReadDeadLetters returns the pending dead letters of tenant/flow under

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // deadLetter is a test's dead letter for id; its payload holds the marker
@@ -108,8 +111,8 @@ func TestCompactDLQ(t *testing.T) {
 	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
 	moveToDLQ(t, q, 9, 3, 7)
 	before, _ := os.ReadFile(dlq)
-	if err := q.CompactDLQ(); err != nil {
-		t.Fatal(err)
+	if applied, err := q.CompactDLQ(); err != nil || len(applied) != 0 {
+		t.Fatalf("CompactDLQ without marks = %v, %v", applied, err)
 	}
 	if after, _ := os.ReadFile(dlq); !bytes.Equal(after, before) {
 		t.Errorf("compacting without marks rewrote dlq.log")
@@ -118,11 +121,16 @@ func TestCompactDLQ(t *testing.T) {
 	if err := q.Mark(3, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Mark(9, MarkReplayed); err != nil {
+	if err := q.MarkReplayed(9, 42); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.CompactDLQ(); err != nil {
+	applied, err := q.CompactDLQ()
+	if err != nil {
 		t.Fatal(err)
+	}
+	want := []Marked{{ID: 3, Action: MarkDiscarded}, {ID: 9, Action: MarkReplayed, ReplayID: 42}}
+	if diff := cmp.Diff(want, applied, cmpopts.IgnoreFields(Marked{}, "At")); diff != "" {
+		t.Errorf("CompactDLQ applied (-want +got):\n%s", diff)
 	}
 	b, _ := os.ReadFile(dlq)
 	for _, body := range []string{"body-3", "body-9"} {

@@ -61,6 +61,12 @@
 //	1   8   id (uint64) of the dead letter
 //	9   8   marked at (int64 Unix nanoseconds)
 //	17  1   action: 1 replayed, 2 discarded
+//	18  8   for a replay, the id of the message it appended (optional: a
+//	        mark is 18 or 26 bytes)
+//
+// The worker rewrites dlq.log without the marked dead letters at an idle
+// moment, empties dlq.log.acked, and logs each mark it applied
+// (dlq_replayed, dlq_discarded).
 //
 // # Side files
 //

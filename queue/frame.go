@@ -150,27 +150,36 @@ const (
 )
 
 type mark struct {
-	id     uint64
-	at     time.Time
-	action byte
+	id       uint64
+	at       time.Time
+	action   byte
+	replayID uint64 // the message a replay appended; 0 when not recorded
 }
 
 func appendMarkRecord(dst []byte, m mark) []byte {
 	dst = append(dst, kindMark)
 	dst = binary.BigEndian.AppendUint64(dst, m.id)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(m.at.UnixNano()))
-	return append(dst, m.action)
+	dst = append(dst, m.action)
+	if m.replayID != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, m.replayID)
+	}
+	return dst
 }
 
 func decodeMark(rec []byte) (mark, error) {
-	if len(rec) != 18 || rec[0] != kindMark {
+	if len(rec) != 18 && len(rec) != 26 || rec[0] != kindMark {
 		return mark{}, errBadRecord
 	}
-	return mark{
+	m := mark{
 		id:     binary.BigEndian.Uint64(rec[1:9]),
 		at:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[9:17]))).UTC(),
 		action: rec[17],
-	}, nil
+	}
+	if len(rec) == 26 {
+		m.replayID = binary.BigEndian.Uint64(rec[18:26])
+	}
+	return m, nil
 }
 
 // Damage is a part of a log that did not verify: a torn tail (truncated at

@@ -401,8 +401,12 @@ func (w *Worker) deliver(ctx context.Context) error {
 					reader.reset()
 				}
 			}
-			if err := q.CompactDLQ(); err != nil {
+			applied, err := q.CompactDLQ()
+			if err != nil {
 				w.log().Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
+			}
+			for _, m := range applied {
+				w.logMarked(m)
 			}
 		}
 		wait := w.cfg.Poll
@@ -418,6 +422,22 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// logMarked logs an operator's action on a dead letter (nexus dlq replay
+// or discard, from any process) once the worker has applied it to dlq.log.
+func (w *Worker) logMarked(m Marked) {
+	at := slog.String("marked_at", m.At.Format(time.RFC3339Nano))
+	switch m.Action {
+	case MarkReplayed:
+		attrs := []any{"event", "dlq_replayed", "msg_id", m.ID, at}
+		if m.ReplayID != 0 {
+			attrs = append(attrs, "replay_msg_id", m.ReplayID)
+		}
+		w.log().Info("a dead letter was replayed as a new message", attrs...)
+	case MarkDiscarded:
+		w.log().Info("a dead letter was discarded", "event", "dlq_discarded", "msg_id", m.ID, at)
+	}
 }
 
 // attempt delivers m and acts on the verdict. It returns the retry to

@@ -168,16 +168,17 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 		return exitError
 	}
 	defer q.Close()
-	action := byte(queue.MarkDiscarded)
+	mark := func() error { return q.Mark(id, queue.MarkDiscarded) }
 	if sub == "replay" {
-		action = queue.MarkReplayed
 		// appended first: a crash between the two replays twice, never loses
-		if _, err := q.Append(queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: flow.NewUUID(), Payload: dead.Payload}); err != nil {
+		m, err := q.Append(queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: flow.NewUUID(), Payload: dead.Payload})
+		if err != nil {
 			fmt.Fprintf(stderr, "nexus dlq replay: %v\n", err)
 			return exitError
 		}
+		mark = func() error { return q.MarkReplayed(id, m.ID) }
 	}
-	if err := q.Mark(id, action); errors.Is(err, queue.ErrNotPending) {
+	if err := mark(); errors.Is(err, queue.ErrNotPending) {
 		return notPending()
 	} else if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
