@@ -7,10 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -466,4 +468,93 @@ func TestAppendRefusesOversized(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMessages(t, readAll(t, q), []Message{m})
+}
+
+// TestAppendGathers: a batch's leader waits for as many appends as its
+// previous batch held, so that batches stay large under load; a lone
+// caller, whose previous batch was itself, never waits.
+func TestAppendGathers(t *testing.T) {
+	m, root := memQueueRoot(t)
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	m.before = func(op, name string) {
+		if op == opSync && filepath.Base(name) == segmentFile && gated.CompareAndSwap(false, true) {
+			<-gate // the first batch's fdatasync waits for the test
+		}
+	}
+	q, _ := openQueue(t, root, Options{FS: m, GatherWait: time.Hour})
+	pending := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.pending)
+	}
+	waitPending := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); pending() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d appends pending, want %d", pending(), n)
+			}
+		}
+	}
+	appendAsync := func(i int) chan Message {
+		done := make(chan Message, 1)
+		go func() {
+			msg, err := q.Append(newMessage(i, 10))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- msg
+		}()
+		return done
+	}
+	wait := func(what string, chs ...chan Message) {
+		t.Helper()
+		for _, ch := range chs {
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not return", what)
+			}
+		}
+	}
+
+	// a batch of one, whose fdatasync holds three more appends back: they
+	// form the next batch (of three) at once
+	a := appendAsync(0)
+	for !gated.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	b, c, d := appendAsync(1), appendAsync(2), appendAsync(3)
+	waitPending(3)
+	close(gate)
+	wait("the first two batches", a, b, c, d)
+
+	// the next leader waits for three appends before it writes
+	syncs := m.Count(opSync)
+	e := appendAsync(4)
+	waitPending(1)
+	f := appendAsync(5)
+	waitPending(2)
+	select {
+	case <-e:
+		t.Fatal("a batch of two was written while the previous one held three and the wait is an hour")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g := appendAsync(6)
+	wait("the gathered batch", e, f, g)
+	if n := m.Count(opSync) - syncs; n != 1 {
+		t.Errorf("the gathered batch of three took %d fdatasyncs, want 1", n)
+	}
+
+	// with no wait configured, a smaller batch is written at once
+	q.gatherWait = -1
+	wait("an append without waiting", appendAsync(7))
+	// a caller alone never waits: its previous batch was itself
+	q.gatherWait = time.Hour
+	for i := range 5 {
+		wait("a lone append", appendAsync(8+i))
+	}
+	if got := len(readAll(t, q)); got != 13 {
+		t.Errorf("%d messages in the log, want 13", got)
+	}
 }

@@ -34,7 +34,14 @@ type Options struct {
 	FS FS
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// GatherWait is the longest a batch's leader waits for as many
+	// appends as its previous batch held before it writes (see Append);
+	// 0 means DefaultGatherWait, a negative value never waits.
+	GatherWait time.Duration
 }
+
+// DefaultGatherWait is the default Options.GatherWait.
+const DefaultGatherWait = time.Millisecond
 
 // Queue is one (tenant, flow) queue's files, open. Its methods are safe for
 // concurrent use; appends from several processes are serialised by the
@@ -52,10 +59,16 @@ type Queue struct {
 
 	batchBuf []byte // the frames of a batch, reused by the leader
 
-	mu       sync.Mutex // guards the fields below
-	pending  []*appendReq
-	leading  bool
-	poisoned error
+	gatherWait time.Duration
+	gatherTime *time.Timer // the leader's, for the gathering wait
+
+	mu        sync.Mutex // guards the fields below
+	pending   []*appendReq
+	leading   bool
+	poisoned  error
+	lastBatch int           // how many appends the previous batch held
+	gathered  chan struct{} // closed when pending reaches gatherFor
+	gatherFor int
 }
 
 // ErrPoisoned is wrapped by every append after a failed write or fdatasync:
@@ -90,7 +103,10 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now}
+	if opts.GatherWait == 0 {
+		opts.GatherWait = DefaultGatherWait
+	}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait}
 	if err := q.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
@@ -315,8 +331,10 @@ type appendReq struct {
 // Append writes m at the end of the log and returns it with its id and
 // offset, once its frame is durable: concurrent appends are batched into
 // one write at the tail and one fdatasync (group commit), and each caller
-// learns its id only after its batch's fdatasync returned. A failed write
-// or fdatasync poisons the queue (ErrPoisoned) until it is reopened.
+// learns its id only after its batch's fdatasync returned. The first caller
+// to find no batch in progress leads the next one; before it takes the
+// batch it may gather (see gather). A failed write or fdatasync poisons
+// the queue (ErrPoisoned) until it is reopened.
 func (q *Queue) Append(m NewMessage) (Message, error) {
 	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
 		return Message{}, fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
@@ -329,6 +347,10 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 	}
 	q.pending = append(q.pending, req)
+	if q.gathered != nil && len(q.pending) >= q.gatherFor {
+		close(q.gathered)
+		q.gathered = nil
+	}
 	if q.leading {
 		q.mu.Unlock()
 		if lead := <-req.wake; !lead {
@@ -338,8 +360,9 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 		q.mu.Lock()
 	}
 	q.leading = true
+	q.gather()
 	batch := q.pending
-	q.pending = nil
+	q.pending, q.lastBatch = nil, len(batch)
 	poisoned := q.poisoned
 	q.mu.Unlock()
 
@@ -364,6 +387,34 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	}
 	q.mu.Unlock()
 	return req.res, req.err
+}
+
+// gather is the leader's wait before it takes its batch, with q.mu held
+// (released while waiting): when fewer appends are pending than the
+// previous batch held, it waits up to gatherWait for as many. Under load
+// batches stay large, so that one fdatasync (the costly part of an append)
+// serves more messages; a lone caller never waits (its previous batch was
+// itself), and a load that drops costs one wait, after which the batch
+// size follows it.
+func (q *Queue) gather() {
+	if q.gatherWait < 0 || len(q.pending) >= q.lastBatch {
+		return
+	}
+	gathered := make(chan struct{})
+	q.gathered, q.gatherFor = gathered, q.lastBatch
+	q.mu.Unlock()
+	if q.gatherTime == nil {
+		q.gatherTime = time.NewTimer(q.gatherWait)
+	} else {
+		q.gatherTime.Reset(q.gatherWait)
+	}
+	select {
+	case <-gathered:
+		q.gatherTime.Stop()
+	case <-q.gatherTime.C:
+	}
+	q.mu.Lock()
+	q.gathered = nil
 }
 
 // writeBatch writes a batch under the append lock: the tail and the id
