@@ -174,13 +174,27 @@ func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
 	prune := time.NewTicker(w.cfg.PruneEvery)
 	defer prune.Stop()
 	batch := make([]Entry, 0, w.cfg.BatchSize)
+	// the INSERT of journalRowsPerInsert rows, parsed once for the writer's
+	// life (each transaction uses the copy prepared on its connection)
+	var insert *sql.Stmt
+	defer func() {
+		if insert != nil {
+			insert.Close()
+		}
+	}()
 	// writeAll writes what waits, a batch at a time
 	writeAll := func() {
 		for {
 			if batch = w.take(batch); len(batch) == 0 {
 				return
 			}
-			if err := w.r.writeEntries(context.Background(), batch); err != nil {
+			if insert == nil && len(batch) >= journalRowsPerInsert {
+				// on an error, writeEntries prepares it in its transaction
+				if stmt, err := w.r.db.PrepareContext(context.Background(), fullJournalInsert); err == nil {
+					insert = stmt
+				}
+			}
+			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
 				w.cfg.Logger.Error("journal entries could not be written", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
 			} else {
 				w.written.Add(int64(len(batch)))
@@ -227,15 +241,22 @@ func insertJournalSQL(n int) string {
 var fullJournalInsert = insertJournalSQL(journalRowsPerInsert)
 
 // writeEntries writes entries in one transaction, journalRowsPerInsert
-// rows per statement.
-func (r *Registry) writeEntries(ctx context.Context, entries []Entry) error {
+// rows per statement; insert is that statement prepared (nil: it is
+// prepared here when needed).
+func (r *Registry) writeEntries(ctx context.Context, entries []Entry, insert *sql.Stmt) error {
 	return r.write(ctx, func(tx *sql.Tx) error {
 		var full *sql.Stmt
-		if len(entries) >= journalRowsPerInsert {
+		switch {
+		case len(entries) < journalRowsPerInsert:
+		case insert != nil:
+			full = tx.StmtContext(ctx, insert)
+		default:
 			var err error
 			if full, err = tx.PrepareContext(ctx, fullJournalInsert); err != nil {
 				return err
 			}
+		}
+		if full != nil {
 			defer full.Close()
 		}
 		args := make([]any, 0, 12*min(len(entries), journalRowsPerInsert))
