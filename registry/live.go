@@ -155,6 +155,7 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 		return nil, fmt.Errorf("reading the registry: %w", err)
 	}
 	defer rows.Close()
+	handed := r.takeCompiled()
 	for rows.Next() {
 		lf := &LiveFlow{}
 		var art []byte
@@ -165,6 +166,10 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 		lf.PublishedAt = time.UnixMilli(at).UTC()
 		if old, ok := prev.lookupSame(lf); ok {
 			lf.Flow, lf.Corrupt = old.Flow, old.Corrupt
+		} else if f := handed[lf.SHA256]; f != nil && intact(lf, art) && f.Tenant() == lf.Tenant && f.Name() == lf.Name && f.Path() == lf.SourcePath {
+			// published by this process: the stored bytes are checked, the
+			// compiling is not done twice
+			lf.Flow = f
 		} else {
 			lf.Flow, lf.Corrupt = loadArtifact(lf, art)
 		}
@@ -183,6 +188,28 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 	return set, nil
 }
 
+// handOver keeps f, just published by this process, for the next live set
+// to take as it is compiled.
+func (r *Registry) handOver(f *flow.Flow) {
+	sum := flow.Sum(f.Artifact())
+	r.compiledMu.Lock()
+	defer r.compiledMu.Unlock()
+	if r.compiled == nil {
+		r.compiled = map[string]*flow.Flow{}
+	}
+	r.compiled[hex.EncodeToString(sum[:])] = f
+}
+
+// takeCompiled returns the flows handed over since the last build, and
+// forgets them: a build takes them once.
+func (r *Registry) takeCompiled() map[string]*flow.Flow {
+	r.compiledMu.Lock()
+	defer r.compiledMu.Unlock()
+	m := r.compiled
+	r.compiled = nil
+	return m
+}
+
 // lookupSame returns prev's entry for the same version and artifact.
 func (l *LiveSet) lookupSame(lf *LiveFlow) (*LiveFlow, bool) {
 	if l == nil {
@@ -195,9 +222,15 @@ func (l *LiveSet) lookupSame(lf *LiveFlow) (*LiveFlow, bool) {
 // ErrCorrupt is wrapped by a LiveFlow's Corrupt error.
 var ErrCorrupt = fmt.Errorf("failed its integrity check")
 
-func loadArtifact(lf *LiveFlow, art []byte) (*flow.Flow, error) {
+// intact reports whether the stored artifact's bytes match its recorded
+// SHA-256.
+func intact(lf *LiveFlow, art []byte) bool {
 	sum := sha256.Sum256(art)
-	if hex.EncodeToString(sum[:]) != lf.SHA256 {
+	return hex.EncodeToString(sum[:]) == lf.SHA256
+}
+
+func loadArtifact(lf *LiveFlow, art []byte) (*flow.Flow, error) {
+	if !intact(lf, art) {
 		return nil, fmt.Errorf("artifact %s/%s v%d %w", lf.Tenant, lf.Name, lf.Version, ErrCorrupt)
 	}
 	f, err := flow.LoadArtifact(lf.SourcePath, art)

@@ -873,3 +873,38 @@ func TestRepublishRepairsCorruptArtifact(t *testing.T) {
 		t.Fatalf("after the repair: %+v", lf)
 	}
 }
+
+// The process that publishes a flow serves it as it compiled it (the
+// stored bytes are still checked: TestCorruptArtifact); another process
+// compiles the stored artifact. Both serve the same flow.
+func TestLoadTakesThePublishedFlow(t *testing.T) {
+	path := dbPath(t)
+	publisher, other := open(t, path, registry.Options{}), open(t, path, registry.Options{})
+	f := compile(t, "acme", "f", "1")
+	publish(t, publisher, registry.Publication{Flows: []*flow.Flow{f}})
+	for _, r := range []*registry.Registry{publisher, other} {
+		if _, err := r.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine, ok1 := publisher.Live().Lookup("acme", "f")
+	theirs, ok2 := other.Live().Lookup("acme", "f")
+	if !ok1 || !ok2 || mine.Corrupt != nil || theirs.Corrupt != nil {
+		t.Fatalf("lookups: %v %v, corrupt: %v %v", ok1, ok2, mine.Corrupt, theirs.Corrupt)
+	}
+	if mine.Flow != f {
+		t.Error("the publisher compiled its own flow again")
+	}
+	if theirs.Flow == f || !bytes.Equal(theirs.Flow.Artifact(), f.Artifact()) {
+		t.Error("the other process does not serve the stored artifact, compiled")
+	}
+	// handed over once: a flow published again later is a new version
+	g := compile(t, "acme", "f", "2")
+	publish(t, publisher, registry.Publication{Flows: []*flow.Flow{g}})
+	if _, err := publisher.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lf, _ := publisher.Live().Lookup("acme", "f"); lf.Flow != g || lf.Version != 2 {
+		t.Errorf("after the second publication: v%d, the published flow: %v", lf.Version, lf.Flow == g)
+	}
+}

@@ -127,6 +127,13 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 	if err != nil {
 		return nil, err
 	}
+	// the next live set takes the flows just published as they are
+	// compiled, instead of compiling their artifacts again
+	for i, c := range changes[:len(p.Flows)] {
+		if c.Action == Published {
+			r.handOver(p.Flows[i])
+		}
+	}
 	sort.Slice(changes, func(i, j int) bool {
 		if changes[i].Tenant != changes[j].Tenant {
 			return changes[i].Tenant < changes[j].Tenant

@@ -10,10 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver: the binary needs no cgo
+
+	"github.com/nexushq/nexus/flow"
 )
 
 // Registry is an open registry.db. Several processes and the CLI may open
@@ -24,6 +27,9 @@ type Registry struct {
 	path string
 	now  func() time.Time
 	live atomic.Pointer[LiveSet]
+
+	compiledMu sync.Mutex
+	compiled   map[string]*flow.Flow // by artifact SHA-256: published here, not yet loaded
 }
 
 // Options tune Open. Zero fields take the defaults.
