@@ -38,6 +38,12 @@ func appendFrame(dst, record []byte) []byte {
 	return closeFrame(append(dst, record...), at)
 }
 
+// frameCRC is the CRC-32C a frame's header holds: of the length field
+// (bytes 4..8 of header) and the record.
+func frameCRC(header, record []byte) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, header[4:8]), castagnoli, record)
+}
+
 // openFrame reserves a frame's header at the end of dst, where closeFrame
 // fills it in once the record has been appended after it: a record is
 // encoded in place, without a copy.
@@ -51,9 +57,7 @@ func closeFrame(dst []byte, at int) []byte {
 	h, record := dst[at:at+headerSize], dst[at+headerSize:]
 	copy(h[:4], frameMagic[:])
 	binary.BigEndian.PutUint32(h[4:8], uint32(len(record)))
-	crc := crc32.Update(0, castagnoli, h[4:8])
-	crc = crc32.Update(crc, castagnoli, record)
-	binary.BigEndian.PutUint32(h[8:12], crc)
+	binary.BigEndian.PutUint32(h[8:12], frameCRC(h, record))
 	return dst
 }
 
@@ -232,9 +236,7 @@ func frameAt(r io.ReaderAt, off, size int64) (rec []byte, n int64, reason string
 	if _, err := r.ReadAt(rec, off+headerSize); err != nil {
 		return nil, 0, "", err
 	}
-	crc := crc32.Update(0, castagnoli, h[4:8])
-	crc = crc32.Update(crc, castagnoli, rec)
-	if crc != binary.BigEndian.Uint32(h[8:12]) {
+	if frameCRC(h[:], rec) != binary.BigEndian.Uint32(h[8:12]) {
 		return rec, 0, "a CRC that does not match", nil
 	}
 	return rec, headerSize + length, "", nil
@@ -318,9 +320,7 @@ func frameIn(b []byte) (rec []byte, n int, ok bool) {
 		return nil, 0, false
 	}
 	rec = b[headerSize : headerSize+length]
-	crc := crc32.Update(0, castagnoli, b[4:8])
-	crc = crc32.Update(crc, castagnoli, rec)
-	if crc != binary.BigEndian.Uint32(b[8:12]) {
+	if frameCRC(b, rec) != binary.BigEndian.Uint32(b[8:12]) {
 		return nil, 0, false
 	}
 	return rec, headerSize + int(length), true
