@@ -3,19 +3,21 @@ package main
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // logWriter takes the log's lines off the request path: Write copies the
-// line into a buffer and returns, and one goroutine writes the buffer out.
-// Lines that arrive while a write is in progress go out together in the
-// next one, so a busy host makes one write(2) for many lines, and a quiet
-// one writes each line at once (there is no timer). No line is dropped:
-// when maxBuffered bytes wait, Write waits for the write in progress. Close
-// writes what is left and makes later writes synchronous. A process killed
-// with SIGKILL loses only the lines still in the buffer.
+// line into a buffer and returns, and one goroutine writes the buffer out,
+// at most once per gather interval: the lines of that interval go out in
+// one write(2), and a quiet host wakes the goroutine once per interval at
+// most instead of once per line. No line is dropped: when maxBuffered
+// bytes wait, Write waits for the write in progress. Close writes what is
+// left and makes later writes synchronous. A process killed with SIGKILL
+// loses only the lines still in the buffer (at most one interval's).
 type logWriter struct {
 	w           io.Writer
 	maxBuffered int
+	gather      time.Duration
 
 	mu      sync.Mutex
 	drained *sync.Cond // signalled after each write-out
@@ -23,12 +25,13 @@ type logWriter struct {
 	spare   []byte     // the other buffer, reused
 	closed  bool
 	kick    chan struct{} // capacity 1: there are lines to write
+	closing chan struct{} // closed by Close: no more waiting for an interval
 	done    chan struct{} // closed when the writing goroutine has ended
 }
 
 // newLogWriter starts the writer of w.
-func newLogWriter(w io.Writer, maxBuffered int) *logWriter {
-	l := &logWriter{w: w, maxBuffered: maxBuffered, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newLogWriter(w io.Writer, maxBuffered int, gather time.Duration) *logWriter {
+	l := &logWriter{w: w, maxBuffered: maxBuffered, gather: gather, kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
 	l.drained = sync.NewCond(&l.mu)
 	go l.loop()
 	return l
@@ -61,7 +64,15 @@ func (l *logWriter) Write(p []byte) (int, error) {
 
 func (l *logWriter) loop() {
 	defer close(l.done)
+	wait := time.NewTimer(l.gather)
+	defer wait.Stop()
 	for range l.kick {
+		// the lines of the interval join the first, unless the writer closes
+		wait.Reset(l.gather)
+		select {
+		case <-wait.C:
+		case <-l.closing:
+		}
 		l.mu.Lock()
 		b := l.buf
 		l.buf, l.spare = l.spare[:0], nil
@@ -91,6 +102,7 @@ func (l *logWriter) Close() error {
 	l.mu.Lock()
 	if !l.closed {
 		l.closed = true
+		close(l.closing)
 		close(l.kick)
 		l.drained.Broadcast()
 	}

@@ -38,7 +38,7 @@ func (l *lockedBuffer) lines() []string {
 // lines written together share write calls.
 func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	out := &lockedBuffer{}
-	lw := newLogWriter(out, 4<<10)
+	lw := newLogWriter(out, 4<<10, time.Millisecond)
 	const writers, each = 16, 2000
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -75,7 +75,7 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 // line is dropped, and memory stays bounded.
 func TestLogWriterWaitsWhenFull(t *testing.T) {
 	out := &lockedBuffer{gate: make(chan struct{})}
-	lw := newLogWriter(out, 100)
+	lw := newLogWriter(out, 100, time.Millisecond)
 	line := strings.Repeat("y", 39) + "\n" // 40 bytes
 	lw.Write([]byte(line))                 // taken by the writing goroutine, which blocks
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -109,15 +109,18 @@ func TestLogWriterWaitsWhenFull(t *testing.T) {
 	}
 }
 
-// Close writes what is buffered; a line written after Close goes out
-// directly, after it.
+// Close writes what is buffered at once, without waiting out the
+// interval; a line written after Close goes out directly, after it.
 func TestLogWriterCloseFlushes(t *testing.T) {
 	out := &lockedBuffer{}
-	lw := newLogWriter(out, 1<<20)
+	lw := newLogWriter(out, 1<<20, time.Hour)
 	for i := range 100 {
 		fmt.Fprintf(lw, "line %d\n", i)
 	}
 	lw.Close()
+	if out.writes != 1 {
+		t.Errorf("100 lines of one interval took %d writes, want 1", out.writes)
+	}
 	lw.Close()
 	fmt.Fprintf(lw, "after close\n")
 	lines := out.lines()

@@ -109,7 +109,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// the log's lines are written out in batches, off the request path
-	logOut := newLogWriter(stderr, 1<<20)
+	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
 	logger := newLogger(cfg.LogFormat, logOut)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
