@@ -27,6 +27,7 @@ import (
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/lifecycle"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -76,10 +77,8 @@ type Syncer struct {
 	lock    *flock.Flock
 	trigger chan struct{}
 
-	mu     sync.Mutex // one Sync at a time in this process
-	life   sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex // one Sync at a time in this process
+	life lifecycle.Loop
 }
 
 // New checks cfg and returns a Syncer. It does not touch the network.
@@ -480,33 +479,13 @@ func (s *Syncer) Trigger() {
 // Start syncs in the background, at once and then every Poll (or on
 // Trigger), and returns at once. An unreachable repo is retried with
 // capped exponential backoff and jitter; it is logged, never fatal.
-func (s *Syncer) Start() {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.loop(ctx, s.done)
-}
+func (s *Syncer) Start() { s.life.Start(s.loop) }
 
 // Stop ends the loop, waiting for a sync in progress. It is safe to call
 // more than once, and without Start.
-func (s *Syncer) Stop() {
-	s.life.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.life.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Syncer) Stop() { s.life.Stop() }
 
-func (s *Syncer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Syncer) loop(ctx context.Context) {
 	failures := 0
 	for {
 		res, err := s.Sync(ctx)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // RetryPolicy is a flow's retry configuration (the four queue_* keys).
@@ -135,9 +137,7 @@ type Worker struct {
 	wake   chan struct{}
 	lock   *flock.Flock
 
-	life   sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 
 	stateMu sync.Mutex
 	state   WorkerState
@@ -204,36 +204,16 @@ func (w *Worker) update(f func(*WorkerState)) {
 }
 
 // Start runs the worker in the background and returns at once.
-func (w *Worker) Start() {
-	w.life.Lock()
-	defer w.life.Unlock()
-	if w.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel, w.done = cancel, make(chan struct{})
-	go w.run(ctx, w.done)
-}
+func (w *Worker) Start() { w.life.Start(w.run) }
 
 // Stop stops the worker after the delivery in progress and waits for it;
 // it writes the checkpoint and gives up the election. Safe twice and
 // without Start.
-func (w *Worker) Stop() {
-	w.life.Lock()
-	cancel, done := w.cancel, w.done
-	w.cancel = nil
-	w.life.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (w *Worker) Stop() { w.life.Stop() }
 
 func (w *Worker) log() *slog.Logger { return w.logger }
 
-func (w *Worker) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (w *Worker) run(ctx context.Context) {
 	// the election: stand by until this process holds the queue's lock
 	for {
 		ok, err := w.lock.TryLock()

@@ -5,8 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // DedupStore is the durable dedup store: it implements engine.DedupStore
@@ -100,20 +101,11 @@ type DedupPruner struct {
 	Interval time.Duration // 0 means one minute
 	Logger   *slog.Logger  // nil means slog.Default()
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // Start begins pruning and returns at once.
 func (p *DedupPruner) Start() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
 	interval := p.Interval
 	if interval <= 0 {
 		interval = time.Minute
@@ -122,8 +114,7 @@ func (p *DedupPruner) Start() {
 	if log == nil {
 		log = slog.Default()
 	}
-	go func(done chan struct{}) {
-		defer close(done)
+	p.life.Start(func(ctx context.Context) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -136,18 +127,8 @@ func (p *DedupPruner) Start() {
 				log.Error("expired dedup records could not be deleted", "event", "dedup_prune_failed", "error", err.Error())
 			}
 		}
-	}(p.done)
+	})
 }
 
 // Stop ends the pruning and waits for it; safe twice and without Start.
-func (p *DedupPruner) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.cancel = nil
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (p *DedupPruner) Stop() { p.life.Stop() }

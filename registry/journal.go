@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // Entry is one execution in the journal.
@@ -58,9 +60,7 @@ type JournalWriter struct {
 	count int           // how many wait
 	full  chan struct{} // capacity 1: a batch is waiting
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // NewJournalWriter returns a writer for r's journal. Start it before use.
@@ -142,33 +142,13 @@ func (w *JournalWriter) Dropped() int64 { return w.dropped.Load() }
 func (w *JournalWriter) Written() int64 { return w.written.Load() }
 
 // Start begins writing in the background and returns at once.
-func (w *JournalWriter) Start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel, w.done = cancel, make(chan struct{})
-	go w.loop(ctx, w.done)
-}
+func (w *JournalWriter) Start() { w.life.Start(w.loop) }
 
 // Stop writes what is buffered, then stops the writer and waits for it.
 // It is safe to call more than once, and without Start.
-func (w *JournalWriter) Stop() {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.cancel = nil
-	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (w *JournalWriter) Stop() { w.life.Stop() }
 
-func (w *JournalWriter) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (w *JournalWriter) loop(ctx context.Context) {
 	flush := time.NewTicker(w.cfg.FlushEvery)
 	defer flush.Stop()
 	prune := time.NewTicker(w.cfg.PruneEvery)

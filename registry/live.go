@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // LiveSet is one immutable snapshot of what is deployed: the latest version
@@ -253,21 +253,12 @@ type Watcher struct {
 	// OnSwap, when set, is called after each new live set is in place.
 	OnSwap func(*LiveSet)
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // Start begins watching in the background and returns at once. Calling it
 // on a started Watcher does nothing.
 func (w *Watcher) Start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel, w.done = cancel, make(chan struct{})
 	interval := w.Interval
 	if interval <= 0 {
 		interval = time.Second
@@ -276,8 +267,7 @@ func (w *Watcher) Start() {
 	if log == nil {
 		log = slog.Default()
 	}
-	go func(done chan struct{}) {
-		defer close(done)
+	w.life.Start(func(ctx context.Context) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		failing := false
@@ -303,19 +293,9 @@ func (w *Watcher) Start() {
 				failing = false
 			}
 		}
-	}(w.done)
+	})
 }
 
 // Stop ends the watching and waits for it. It is safe to call more than
 // once, and without Start.
-func (w *Watcher) Stop() {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.cancel = nil
-	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (w *Watcher) Stop() { w.life.Stop() }

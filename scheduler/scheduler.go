@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/lifecycle"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
@@ -56,9 +56,7 @@ type Config struct {
 type Scheduler struct {
 	cfg Config
 
-	life   sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life lifecycle.Loop
 }
 
 // New returns a Scheduler; Start runs it.
@@ -81,30 +79,11 @@ func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Start runs the scheduler in the background and returns at once.
-func (s *Scheduler) Start() {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.run(ctx, s.done)
-}
+func (s *Scheduler) Start() { s.life.Start(s.run) }
 
 // Stop stops the scheduler, releases its locks and waits. Safe twice and
 // without Start.
-func (s *Scheduler) Stop() {
-	s.life.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel = nil
-	s.life.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Scheduler) Stop() { s.life.Stop() }
 
 // entry is one scheduled flow.
 type entry struct {
@@ -116,8 +95,7 @@ type entry struct {
 	held         bool
 }
 
-func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Scheduler) run(ctx context.Context) {
 	entries := map[[2]string]*entry{}
 	defer func() {
 		for _, e := range entries {

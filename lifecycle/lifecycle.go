@@ -1,0 +1,49 @@
+// Package lifecycle owns the one Start/Stop of the host's background
+// components (the sync loop, the live-set watcher, the journal writer, the
+// dedup pruner, the cron scheduler, the queue workers): Start returns at
+// once, Stop is synchronous, both may be called twice, and Stop without
+// Start does nothing.
+package lifecycle
+
+import (
+	"context"
+	"sync"
+)
+
+// Loop runs at most one goroutine at a time. Its zero value is ready.
+type Loop struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs run in a goroutine, with a context that ends at Stop, and
+// returns at once. It does nothing while a goroutine started by it runs.
+func (l *Loop) Start(run func(ctx context.Context)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	l.cancel, l.done = cancel, done
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+}
+
+// Stop cancels the goroutine's context and waits until run returns. The
+// Loop can be started again afterwards.
+func (l *Loop) Stop() {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.cancel = nil
+	l.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
