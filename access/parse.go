@@ -106,7 +106,7 @@ func (p *parser) parse() []Key {
 		}
 		seen[k.Value] = k.Line
 		if k.Value != "keys" {
-			if hint := suggest(k.Value, []string{"keys"}); hint != "" {
+			if hint := naming.Suggest(k.Value, []string{"keys"}); hint != "" {
 				p.errorf(k.Line, "unknown top-level key %s%s", strconv.Quote(k.Value), hint)
 			} else {
 				p.errorf(k.Line, "unknown top-level key %s: the only one is keys", strconv.Quote(k.Value))
@@ -181,7 +181,7 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 		}
 		keyLines[name.Value] = name.Line
 		if !slices.Contains(entryFields, name.Value) {
-			if hint := suggest(name.Value, entryFields); hint != "" {
+			if hint := naming.Suggest(name.Value, entryFields); hint != "" {
 				p.errorf(name.Line, "unknown field %s in a key entry%s", strconv.Quote(name.Value), hint)
 			} else {
 				p.errorf(name.Line, "unknown field %s in a key entry: the fields are id, tenant, sha256, flows, rate and burst", strconv.Quote(name.Value))
@@ -419,39 +419,4 @@ func describe(n *yaml.Node) string {
 		return n.Value
 	}
 	return strconv.Quote(n.Value)
-}
-
-// suggest returns " (did you mean X?)" for a key close to a known one, else
-// "".
-func suggest(key string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

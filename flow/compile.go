@@ -205,7 +205,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				dedup.TTL = time.Duration(n) * time.Millisecond
 			}
 		default:
-			c.errorf(line, "unknown front matter key %s%s", key, suggest(key, frontMatterKeys))
+			c.errorf(line, "unknown front matter key %s%s", key, naming.Suggest(key, frontMatterKeys))
 		}
 	}
 
@@ -484,7 +484,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 			s.headers = append(s.headers, HeaderOp{Name: name, Value: scalar(k.value)})
 		default:
-			c.errorf(k.line, "unknown step key %s in step %q%s", key, s.name, suggest(key, stepKeys))
+			c.errorf(k.line, "unknown step key %s in step %q%s", key, s.name, naming.Suggest(key, stepKeys))
 		}
 	}
 
@@ -983,38 +983,4 @@ func yamlErrorLine(text string) int {
 		}
 	}
 	return len(lines)
-}
-
-// suggest returns ": did you mean X?" for a key close to a known one.
-func suggest(key string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -2,7 +2,9 @@
 // flow, or the queue of a queue_publish step. Every entry point that turns a
 // name into a directory (the compiler, the HTTP doors, queue directory
 // creation, the dlq commands, the UI) calls Check, so the rule and its error
-// text live in exactly one place.
+// text live in exactly one place. It also gives the "did you mean" hint
+// (Suggest) that the compiler and the access.yaml parser add to an unknown
+// key.
 package naming
 
 import (
