@@ -13,9 +13,9 @@ func TestSuggest(t *testing.T) {
 		{"retyr", " (did you mean retry?)"},
 		{"key", " (did you mean keys?)"},
 		{"queue_max_attempt", " (did you mean queue_max_attempts?)"},
-		{"tmeout", ""},    // three edits from timeout_ms
-		{"schedule", ""},  // nothing close
-		{"", ""},          // four edits from the shortest
+		{"tmeout", ""},   // three edits from timeout_ms
+		{"schedule", ""}, // nothing close
+		{"", ""},         // four edits from the shortest
 	} {
 		if got := naming.Suggest(tt.name, known); got != tt.want {
 			t.Errorf("Suggest(%q) = %q, want %q", tt.name, got, tt.want)
