@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/nexushq/nexus/clock"
 )
 
 // ErrBudget is returned when the residency budget is spent: no new worker
@@ -20,7 +22,7 @@ type ManagerConfig struct {
 	FS         FS     // nil: OS
 	MaxWorkers int    // the residency budget; 0 means 256
 	Handler    Handler
-	Clock      Clock
+	Clock      clock.Clock
 	Logger     *slog.Logger
 	Poll       time.Duration
 	Now        func() time.Time // the time stamped on appended messages; nil: time.Now

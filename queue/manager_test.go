@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
 )
 
 // newManager returns a manager on a fresh root (not created yet), with the
 // fake clock, stopped when the test ends.
-func newManager(t testing.TB, clk *fakeClock, h queue.Handler, maxWorkers int, fsys queue.FS) (*queue.Manager, string) {
+func newManager(t testing.TB, clk *clocktest.Fake, h queue.Handler, maxWorkers int, fsys queue.FS) (*queue.Manager, string) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "queues")
 	m := queue.NewManager(queue.ManagerConfig{Root: root, FS: fsys, MaxWorkers: maxWorkers, Handler: h, Clock: clk,
@@ -32,7 +33,7 @@ func enqueue(payload string) queue.NewMessage {
 }
 
 func TestManagerOpensOnFirstUse(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, root := newManager(t, clk, rec.handler("m", ack), 0, nil)
 	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
@@ -76,7 +77,7 @@ func TestManagerOpensOnFirstUse(t *testing.T) {
 }
 
 func TestManagerBudget(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, root := newManager(t, clk, rec.handler("m", ack), 2, nil)
 	for _, f := range []string{"a", "b"} {
@@ -113,7 +114,7 @@ func TestManagerBudget(t *testing.T) {
 }
 
 func TestManagerDefaultBudgetIs256(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, _ := newManager(t, clk, rec.handler("m", ack), 0, nil)
 	for i := range 256 {
@@ -127,7 +128,7 @@ func TestManagerDefaultBudgetIs256(t *testing.T) {
 }
 
 func TestManagerBadNames(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, root := newManager(t, clk, rec.handler("m", ack), 1, nil)
 	cases := []struct{ tenant, flow, want string }{
@@ -173,7 +174,7 @@ func TestManagerBadNames(t *testing.T) {
 // Append wakes the queue's worker: the message is delivered without the
 // worker's Poll (one hour here) going by.
 func TestManagerAppendWakesWorker(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, _ := newManager(t, clk, rec.handler("m", ack), 0, nil)
 	msg, err := m.Append("acme", "orders", enqueue(`{"orderId":"A-1"}`))
@@ -198,7 +199,7 @@ func TestManagerAppendWakesWorker(t *testing.T) {
 }
 
 func TestManagerQueuesReportsDepthAndState(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	release := make(chan struct{})
 	m, _ := newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
@@ -249,7 +250,7 @@ func TestManagerQueuesReportsDepthAndState(t *testing.T) {
 // Stop stops every worker, each after its delivery in progress, writes the
 // checkpoints and closes the queues; it is safe twice.
 func TestManagerStop(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, root := newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
 		if string(d.Payload) == "running" {
@@ -313,7 +314,7 @@ func TestManagerStop(t *testing.T) {
 	}
 }
 
-func openQueueAt(t testing.TB, root, tenant, flow string, clk *fakeClock) *queue.Queue {
+func openQueueAt(t testing.TB, root, tenant, flow string, clk *clocktest.Fake) *queue.Queue {
 	t.Helper()
 	q, _, err := queue.Open(root, tenant, flow, queue.Options{Now: clk.Now})
 	if err != nil {
@@ -326,7 +327,7 @@ func openQueueAt(t testing.TB, root, tenant, flow string, clk *fakeClock) *queue
 // A failed fdatasync poisons the queue; the manager reopens it and starts a
 // new worker, and the next Append is taken and delivered.
 func TestManagerReopensPoisonedQueue(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	hooks := &hookFS{}
 	m, _ := newManager(t, clk, rec.handler("m", ack), 0, hooks)

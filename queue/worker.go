@@ -16,6 +16,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/nexushq/nexus/clock"
 	"github.com/nexushq/nexus/lifecycle"
 )
 
@@ -96,24 +97,13 @@ type HandlerFunc func(ctx context.Context, d Delivery) Verdict
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, d Delivery) Verdict { return f(ctx, d) }
 
-// Clock is the worker's time: real in production, fake in tests so that
-// retry schedules are tested without sleeping.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // WorkerConfig configures a worker. Zero fields take the defaults.
 type WorkerConfig struct {
 	Handler Handler
-	Clock   Clock        // nil: the real clock
-	Logger  *slog.Logger // nil: slog.Default()
+	// Clock is the worker's time; nil is the real clock (tests give a fake
+	// one, so that retry schedules are tested without sleeping).
+	Clock  clock.Clock
+	Logger *slog.Logger // nil: slog.Default()
 	// Poll is how often an idle worker looks for messages appended by other
 	// processes (and how often a standby tries to take over); default 500 ms.
 	Poll time.Duration
@@ -154,7 +144,7 @@ type WorkerState struct {
 // NewWorker returns a worker for q; Start runs it.
 func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/queue"
 )
 
@@ -59,13 +60,13 @@ func (d delivery) String() string {
 
 // recorder records the deliveries of its handlers, in order.
 type recorder struct {
-	clk     *fakeClock
+	clk     *clocktest.Fake
 	mu      sync.Mutex
 	got     []delivery
 	changed chan struct{}
 }
 
-func newRecorder(clk *fakeClock) *recorder {
+func newRecorder(clk *clocktest.Fake) *recorder {
 	return &recorder{clk: clk, changed: make(chan struct{})}
 }
 
@@ -122,7 +123,7 @@ func payloads(ds []delivery) []string {
 
 // openQ opens the worker tests' queue under root, stamping messages with
 // the fake clock, and closes it when the test ends.
-func openQ(t testing.TB, root string, clk *fakeClock, fsys queue.FS) *queue.Queue {
+func openQ(t testing.TB, root string, clk *clocktest.Fake, fsys queue.FS) *queue.Queue {
 	t.Helper()
 	q, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{FS: fsys, Now: clk.Now})
 	if err != nil {
@@ -201,9 +202,9 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// stepUntil steps the fake clock (see fakeClock.Step) until cond holds,
+// stepUntil steps the fake clock (see clocktest.Fake.Step) until cond holds,
 // at most max times.
-func stepUntil(t testing.TB, clk *fakeClock, max int, what string, cond func() bool) {
+func stepUntil(t testing.TB, clk *clocktest.Fake, max int, what string, cond func() bool) {
 	t.Helper()
 	for i := 0; !cond(); i++ {
 		if i == max {
@@ -214,7 +215,7 @@ func stepUntil(t testing.TB, clk *fakeClock, max int, what string, cond func() b
 }
 
 // stepFor steps the fake clock until it has moved on by d.
-func stepFor(t testing.TB, clk *fakeClock, d time.Duration) {
+func stepFor(t testing.TB, clk *clocktest.Fake, d time.Duration) {
 	t.Helper()
 	end := clk.Now().Add(d)
 	stepUntil(t, clk, 100000, "past "+end.String(), func() bool { return !clk.Now().Before(end) })
@@ -402,7 +403,7 @@ func TestDelayTable(t *testing.T) {
 // TestWorkerWorkedExample is the worked example of queues-retries-dlq.md:
 // a downstream refusing every call, policy {5, 500 ms, ×3.0, 10 s}.
 func TestWorkerWorkedExample(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	m := put(t, q, `{"orderId":"A-1","total":42}`)
@@ -464,7 +465,7 @@ func TestWorkerWorkedExample(t *testing.T) {
 }
 
 func TestWorkerDefaultPolicy(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	m := put(t, q, `{"id":7}`)
@@ -490,7 +491,7 @@ func TestWorkerDefaultPolicy(t *testing.T) {
 }
 
 func TestWorkerFIFOOnFirstDelivery(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	var want []string
@@ -522,7 +523,7 @@ func TestWorkerFIFOOnFirstDelivery(t *testing.T) {
 // its buffer, one larger than the buffer, and a frame damaged after Open
 // (skipped, and the frames after it delivered) all come out in order.
 func TestWorkerReadsAheadAcrossFramesOfEverySize(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	var want []string
@@ -567,7 +568,7 @@ func TestWorkerReadsAheadAcrossFramesOfEverySize(t *testing.T) {
 }
 
 func TestWorkerRescheduledMessageLosesItsPlace(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	for _, p := range []string{"first", "second", "third"} {
@@ -595,7 +596,7 @@ func TestWorkerRescheduledMessageLosesItsPlace(t *testing.T) {
 }
 
 func TestWorkerAckOutcomesCounted(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	for _, p := range []string{"succeeded", "filtered", "fault_handled", "succeeded", "drop", "dead"} {
@@ -633,7 +634,7 @@ func TestWorkerAckOutcomesCounted(t *testing.T) {
 // A retry-later verdict comes back after one second with the same attempt
 // number: it does not use up an attempt.
 func TestWorkerRetryLater(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	m := put(t, q, "x")
@@ -668,7 +669,7 @@ func TestWorkerRetryLater(t *testing.T) {
 }
 
 func TestWorkerDeadLetterVerdictAtFirstAttempt(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	m := put(t, q, "x")
@@ -691,7 +692,7 @@ func TestWorkerDeadLetterVerdictAtFirstAttempt(t *testing.T) {
 }
 
 func TestWorkerDropVerdict(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	put(t, q, "x")
@@ -722,7 +723,7 @@ func TestWorkerDropVerdict(t *testing.T) {
 // A delivery is one log line: the handler's attributes join the worker's
 // event line, whatever the verdict.
 func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	logs := &logBuf{}
 	put(t, q, "ok")
@@ -758,7 +759,7 @@ func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
 // A panicking handler is a failed attempt (retried with the default
 // policy, dead-lettered with the panic's location), never a dead worker.
 func TestWorkerHandlerPanic(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	logs := &logBuf{}
@@ -810,7 +811,7 @@ func nilMap() map[string]int { return nil }
 // write to a nil map) must be located in the handler too, not in the
 // runtime's own sources.
 func TestWorkerHandlerRuntimePanicLocation(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	put(t, q, "bomb")
@@ -834,7 +835,7 @@ func TestWorkerHandlerRuntimePanicLocation(t *testing.T) {
 
 // Wake delivers a message appended in this process at once, whatever Poll.
 func TestWorkerWakeDeliversAtOnce(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w", ack)})
@@ -858,7 +859,7 @@ func TestWorkerWakeDeliversAtOnce(t *testing.T) {
 // sharing the state directory, which cannot Wake this worker) is picked up
 // within Poll.
 func TestWorkerPicksUpOtherProcessAppendWithinPoll(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	other := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
@@ -881,7 +882,7 @@ func TestWorkerPicksUpOtherProcessAppendWithinPoll(t *testing.T) {
 // After a restart only what was not processed is delivered, in order; a
 // pending retry keeps its absolute time.
 func TestRestartDeliversOnlyUnprocessed(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q1 := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	slow := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
@@ -928,7 +929,7 @@ func TestRestartDeliversOnlyUnprocessed(t *testing.T) {
 // Stop lets the delivery in progress finish and writes the checkpoint: the
 // next worker starts after it.
 func TestRestartStopFinishesDeliveryAndSavesCheckpoint(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	var msgs []queue.Message
@@ -969,7 +970,7 @@ func TestRestartStopFinishesDeliveryAndSavesCheckpoint(t *testing.T) {
 // what the disk holds if the process died at that moment. A new worker is
 // then started on the copy; the original is stopped normally and ignored.
 func TestRestartAtLeastOnceAfterCrash(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	var msgs []queue.Message
@@ -1014,7 +1015,7 @@ func TestRestartAtLeastOnceAfterCrash(t *testing.T) {
 // A retry that came due while no worker ran fires as soon as the next one
 // starts; one not yet due keeps its absolute time.
 func TestRestartRetryDueDuringDowntime(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q1 := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	decide := func(ctx context.Context, d queue.Delivery) queue.Verdict {
@@ -1057,7 +1058,7 @@ func TestRestartRetryDueDuringDowntime(t *testing.T) {
 // delivers, the other stands by and takes over within Poll when the leader
 // stops, delivering the rest.
 func TestElectionOneLeaderThenTakeover(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q1 := openQ(t, root, clk, nil)
 	q2 := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
@@ -1113,7 +1114,7 @@ func TestElectionOneLeaderThenTakeover(t *testing.T) {
 // ---- housekeeping ----
 
 func TestHousekeepingDrainsWhenIdle(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	for _, p := range []string{"a", "b", "c"} {
@@ -1158,7 +1159,7 @@ func TestHousekeepingDrainsWhenIdle(t *testing.T) {
 }
 
 func TestHousekeepingKeepsLogWithPendingRetry(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	put(t, q, "retry-me")
@@ -1187,7 +1188,7 @@ func TestHousekeepingKeepsLogWithPendingRetry(t *testing.T) {
 
 // A discarded dead letter leaves dlq.log at the worker's next idle loop.
 func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
 	secret := put(t, q, `{"card":"4111-1111-1111-1111"}`)
@@ -1235,7 +1236,7 @@ func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
 // Drain and the worker's look at the log's size). The new message sits at
 // offset 0, and must be delivered.
 func TestHousekeepingAppendRightAfterDrain(t *testing.T) {
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	hooks := &hookFS{}
 	q := openQ(t, root, clk, hooks)
 	other := openQ(t, root, clk, nil)
@@ -1275,7 +1276,7 @@ func TestHousekeepingAppendRightAfterDrain(t *testing.T) {
 // At the end the manager is stopped and a worker of the next process looks
 // at what is left, so whatever happened, b must have been delivered.
 func TestHousekeepingInProcessAppendDuringDrain(t *testing.T) {
-	clk := newFakeClock(wt0)
+	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	hooks := &hookFS{}
 	var armed, draining, started atomic.Bool
@@ -1465,7 +1466,7 @@ func TestPropertyNoLostMessage(t *testing.T) {
 
 func propertyRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x6e657875))
-	root, clk := t.TempDir(), newFakeClock(wt0)
+	root, clk := t.TempDir(), clocktest.New(wt0)
 	model := &propModel{byPayload: map[string]*propMsg{}}
 	hooks := &hookFS{}
 	q := openQ(t, root, clk, hooks)

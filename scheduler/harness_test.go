@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
@@ -127,7 +128,7 @@ func (l *tickLog) times(base time.Time) []time.Duration {
 // appender is one scheduler's Appender: it records what would be appended.
 type appender struct {
 	name string
-	clk  *fakeClock
+	clk  *clocktest.Fake
 	log  *tickLog
 	ids  atomic.Uint64
 }
@@ -151,7 +152,7 @@ func (a *appender) Append(tenant, flowName string, m queue.NewMessage) (queue.Me
 
 // start starts a scheduler (a process) named name on the env's cron folder
 // and stops it when the test ends.
-func (e *env) start(name string, clk *fakeClock, poll time.Duration) *scheduler.Scheduler {
+func (e *env) start(name string, clk *clocktest.Fake, poll time.Duration) *scheduler.Scheduler {
 	e.t.Helper()
 	var n atomic.Int64
 	s := scheduler.New(scheduler.Config{

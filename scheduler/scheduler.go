@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/nexushq/nexus/clock"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/lifecycle"
 	"github.com/nexushq/nexus/queue"
@@ -38,7 +39,7 @@ type Config struct {
 	// Dir holds the per-flow lock files and last-tick records
 	// ({state}/cron).
 	Dir    string
-	Clock  queue.Clock  // nil: the real clock
+	Clock  clock.Clock  // nil: the real clock
 	Logger *slog.Logger // nil: slog.Default()
 	// Poll is how often the live set is checked for changed schedules and
 	// how often a standby process tries to take a flow over; default 1 s.
@@ -62,7 +63,7 @@ type Scheduler struct {
 // New returns a Scheduler; Start runs it.
 func New(cfg Config) *Scheduler {
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -72,11 +73,6 @@ func New(cfg Config) *Scheduler {
 	}
 	return &Scheduler{cfg: cfg}
 }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Start runs the scheduler in the background and returns at once.
 func (s *Scheduler) Start() { s.life.Start(s.run) }

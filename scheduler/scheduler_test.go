@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/scheduler"
@@ -22,7 +23,7 @@ func TestSchedulerEveryTicksWithInput(t *testing.T) {
 		cronFlow("acme", "plain", "@every 45s", "", ""),
 		flowSrc("acme", "not-cron", ""),
 	)
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	e.start("p1", clk, 0) // the default Poll, 1 s
 	clk.WaitCalls(t, 1)
 	clk.StepUntil(t, st0.Add(95*time.Second), 200)
@@ -111,7 +112,7 @@ func TestSchedulerBerlinAcrossDST(t *testing.T) {
 			ls := e.publish(cronFlow("acme", "nightly", "30 2 * * *", "Europe/Berlin", ""))
 			lf, _ := ls.Lookup("acme", "nightly")
 			sc := lf.Flow.Schedule()
-			clk := newFakeClock(c.start)
+			clk := clocktest.New(c.start)
 			e.start("p1", clk, time.Hour)
 			clk.WaitCalls(t, 1)
 			clk.StepUntil(t, c.end, 1000)
@@ -143,7 +144,7 @@ func TestSchedulerBerlinAcrossDST(t *testing.T) {
 // ticks and frees the flow's lock.
 func TestSchedulerFollowsPublications(t *testing.T) {
 	e := newEnv(t)
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	e.start("p1", clk, time.Second)
 	clk.WaitCalls(t, 1)
 	clk.StepUntil(t, st0.Add(5*time.Second), 100) // no live set yet: nothing
@@ -181,7 +182,7 @@ func TestSchedulerFollowsPublications(t *testing.T) {
 func TestSchedulerInputChangeAtNextTick(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", `{"v": 1}`))
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	e.start("p1", clk, time.Second)
 	clk.WaitCalls(t, 1)
 	clk.StepUntil(t, st0.Add(15*time.Second), 100)
@@ -197,12 +198,12 @@ func TestSchedulerInputChangeAtNextTick(t *testing.T) {
 func TestSchedulerTwoProcessesOneTicks(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	e.start("p1", clk, time.Hour)
 	e.start("p2", clk, time.Hour)
 	clk.WaitCalls(t, 2)
 	for range 6 {
-		clk.Step(t)
+		clk.StepEarliest(t)
 	}
 	got := e.ticks.all()
 	if times := e.ticks.times(st0); !slices.Equal(times, secs(10, 20, 30, 40, 50, 60)) {
@@ -223,18 +224,18 @@ func TestSchedulerTwoProcessesOneTicks(t *testing.T) {
 func TestSchedulerTakeoverWithoutDoubleTick(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
-	clkA, clkB := newFakeClock(st0), newFakeClock(st0)
+	clkA, clkB := clocktest.New(st0), clocktest.New(st0)
 	a := e.start("a", clkA, time.Hour)
 	e.start("b", clkB, time.Hour)
 	clkA.WaitCalls(t, 1)
 	clkB.WaitCalls(t, 1)
-	clkA.Step(t) // +10 s: a takes the lock and ticks
-	clkB.Step(t) // +10 s: b is refused the lock
-	clkA.Step(t) // +20 s: a ticks
-	a.Stop()     // a goes away right after its tick
-	clkB.Step(t) // +20 s: b takes the lock; 20 s was ticked already
-	clkB.Step(t) // +30 s: b ticks
-	clkB.Step(t) // +40 s
+	clkA.StepEarliest(t) // +10 s: a takes the lock and ticks
+	clkB.StepEarliest(t) // +10 s: b is refused the lock
+	clkA.StepEarliest(t) // +20 s: a ticks
+	a.Stop()             // a goes away right after its tick
+	clkB.StepEarliest(t) // +20 s: b takes the lock; 20 s was ticked already
+	clkB.StepEarliest(t) // +30 s: b ticks
+	clkB.StepEarliest(t) // +40 s
 	want := []string{
 		"a:acme/nightly@" + st0.Add(10*time.Second).Format(time.RFC3339),
 		"a:acme/nightly@" + st0.Add(20*time.Second).Format(time.RFC3339),
@@ -260,11 +261,11 @@ func TestSchedulerMissedTicksNotReplayed(t *testing.T) {
 			e := newEnv(t)
 			e.publish(cronFlow("acme", "nightly", c.spec, "", ""))
 			start := st0.Truncate(time.Hour)
-			clk := newFakeClock(start)
+			clk := clocktest.New(start)
 			s1 := e.start("p1", clk, time.Hour)
 			clk.WaitCalls(t, 1)
-			clk.Step(t)
-			clk.Step(t)
+			clk.StepEarliest(t)
+			clk.StepEarliest(t)
 			s1.Stop()
 			stopped := clk.Now()
 			clk.Advance(10 * c.period) // the downtime
@@ -274,7 +275,7 @@ func TestSchedulerMissedTicksNotReplayed(t *testing.T) {
 			if got := len(e.ticks.all()); got != 2 {
 				t.Fatalf("the restart ticked at once: %v", e.ticks.all())
 			}
-			clk.Step(t)
+			clk.StepEarliest(t)
 			got := e.ticks.all()
 			if len(got) != 3 || got[2].Sched != "p2" || !got[2].At.Equal(stopped.Add(11*c.period)) {
 				t.Errorf("ticks = %v, want p1 twice then p2 once at +%v after the stop", got, 11*c.period)
@@ -296,11 +297,11 @@ func TestSchedulerFailedAppendSkipsTheTick(t *testing.T) {
 		}
 		return nil
 	}
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	e.start("p1", clk, time.Hour)
 	clk.WaitCalls(t, 1)
-	clk.Step(t)
-	clk.Step(t)
+	clk.StepEarliest(t)
+	clk.StepEarliest(t)
 	if got := e.ticks.times(st0); !slices.Equal(got, secs(20)) || failed != 1 {
 		t.Errorf("ticks at %v (failed %d), want the +10 s tick lost and +20 s made", got, failed)
 	}
@@ -323,11 +324,11 @@ func TestSchedulerStop(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
 	scheduler.New(scheduler.Config{Live: e.live, Dir: e.dir}).Stop() // without Start
-	clk := newFakeClock(st0)
+	clk := clocktest.New(st0)
 	s := e.start("p1", clk, time.Hour)
 	s.Start() // twice: one loop
 	clk.WaitCalls(t, 1)
-	clk.Step(t)
+	clk.StepEarliest(t)
 	if n := clk.Calls(); n != 2 {
 		t.Errorf("%d waits after one step, want 2 (one loop)", n)
 	}
