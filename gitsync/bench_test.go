@@ -4,66 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/nexushq/nexus/flow/flowtest"
 )
-
-// generatedFlow returns the i-th of a family of realistic flows (several
-// steps, validate rules, an ntd template, an http_egress call with
-// headers, a fault handler), its description carrying round.
-func generatedFlow(i, round int) []byte {
-	return fmt.Appendf(nil, `---
-flowmarkdown_version: "0.1"
-flow: order-intake-%d
-tenant: tenant-%d
-description: generated flow %d, round %d
-effects: [http_egress]
-queue_max_attempts: %d
-queue_initial_delay_ms: 500
-queue_backoff_factor: 3.0
-dedup_key: "{{ $.orderId }}-%d"
----
-
-## Step: keep
-save_body: request
-`+"```ntd"+`
-{{ $ }}
-`+"```"+`
-
-## Step: check
-`+"```validate"+`
-$.orderId != null                 | "orderId is required" | syntactic
-$.total > %d                      | "total must be positive"
-len($.items) > 0 && $.items[0].sku != null | "items are required"
-matches($.orderId, "^A-[0-9]+$")   | "orderId looks wrong" | syntactic
-`+"```"+`
-
-## Step: shape
-when: $.total >= 10 || ctx.door == "run"
-`+"```ntd"+`
-{
-  "id": "{{ $.orderId }}",
-  "total": {{ $.total * 100 }},
-  "lines": {{ len($.items) }},
-  "customer": {"name": "{{ upper($.customer.name) }}", "tier": "gold"},
-  "tags": ["a", "{{ lower($.channel) }}"]
-}
-`+"```"+`
-
-## Step: forward
-effects: [http_egress]
-endpoint: https://orders.example.com/ingest/{{ $.id }}
-method: PUT
-headers: {"Idempotency-Key": "{{ ctx.correlation_id }}", "X-Tenant": "{{ ctx.tenant }}"}
-read_timeout_ms: 5000
-response_status: 201
-response_header_location: /orders
-
-## Fault: problem
-response_header_content_type: application/problem+json
-`+"```ntd"+`
-{"title": "Order rejected", "detail": "{{ $.fault_error }}", "step": "{{ $.fault_step }}"}
-`+"```"+`
-`, i, i%17, i, round, 1+i%5, i, i%3)
-}
 
 // BenchmarkSync1000Flows: each iteration commits a change to every one of
 // 1,000 flows (outside the timer) and runs one Sync: fetch, compile,
@@ -73,7 +16,7 @@ func BenchmarkSync1000Flows(b *testing.B) {
 	e := newEnv(b)
 	writeAll := func(round int) {
 		for i := range n {
-			e.src.write(fmt.Sprintf("flows/tenant-%d/order-intake-%d.md", i%17, i), generatedFlow(i, round))
+			e.src.write(fmt.Sprintf("flows/tenant-%d/order-intake-%d.md", i%17, i), flowtest.Flow(i, fmt.Sprintf(", round %d", round)))
 		}
 	}
 	writeAll(0)
