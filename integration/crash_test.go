@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -635,51 +634,7 @@ func startQuietHost(t *testing.T, repo, db string) *hostProc {
 	h := &hostProc{t: t, db: db, adminKey: admin, exited: make(chan struct{})}
 	h.cmd = exec.Command(nexusBin, args...)
 	h.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
-	stderr, err := h.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			var ev struct{ Event, Listen string }
-			json.Unmarshal([]byte(line), &ev)
-			if ev.Event == "started" {
-				select {
-				case listening <- ev.Listen:
-				default:
-				}
-			}
-			if !noisyEvents[ev.Event] {
-				h.mu.Lock()
-				h.logs = append(h.logs, line)
-				h.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		h.exitErr = h.cmd.Wait()
-		close(h.exited)
-	}()
-	t.Cleanup(func() {
-		h.kill()
-		if t.Failed() {
-			t.Logf("nexus serve %v log, without its per-message lines:\n%s", args, strings.Join(h.logLines(), "\n"))
-		}
-	})
-	select {
-	case addr := <-listening:
-		h.url = "http://" + addr
-	case <-h.exited:
-		t.Fatalf("nexus serve exited before listening: %v\n%s", h.exitErr, strings.Join(h.logLines(), "\n"))
-	case <-time.After(20 * time.Second):
-		t.Fatalf("nexus serve did not listen within 20 s\n%s", strings.Join(h.logLines(), "\n"))
-	}
+	// the log kept for a failure leaves the per-message lines out
+	h.watch(args, func(event string) bool { return !noisyEvents[event] }, nil)
 	return h
 }

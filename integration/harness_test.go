@@ -188,6 +188,17 @@ func startHost(t *testing.T, o hostOptions) *hostProc {
 	h := &hostProc{t: t, db: o.db, adminKey: o.admin, exited: make(chan struct{})}
 	h.cmd = exec.Command(nexusBin, args...)
 	h.cmd.Env = append(append(os.Environ(), "NEXUS_LOG_FORMAT=json"), o.env...)
+	h.watch(args, nil, nil)
+	return h
+}
+
+// watch starts h.cmd (made with args), keeps the log lines whose event keep
+// accepts (nil keeps all), and waits until the process listens. The
+// process is killed when the test ends; if the test failed, its kept log
+// is printed, followed by more() when more is set.
+func (h *hostProc) watch(args []string, keep func(event string) bool, more func() string) {
+	t := h.t
+	t.Helper()
 	stderr, err := h.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -201,15 +212,18 @@ func startHost(t *testing.T, o hostOptions) *hostProc {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			h.mu.Lock()
-			h.logs = append(h.logs, line)
-			h.mu.Unlock()
 			var ev struct{ Event, Listen string }
-			if json.Unmarshal([]byte(line), &ev) == nil && ev.Event == "started" {
+			json.Unmarshal([]byte(line), &ev)
+			if ev.Event == "started" {
 				select {
 				case listening <- ev.Listen:
 				default:
 				}
+			}
+			if keep == nil || keep(ev.Event) {
+				h.mu.Lock()
+				h.logs = append(h.logs, line)
+				h.mu.Unlock()
 			}
 		}
 	}()
@@ -220,18 +234,21 @@ func startHost(t *testing.T, o hostOptions) *hostProc {
 	t.Cleanup(func() {
 		h.kill()
 		if t.Failed() {
-			t.Logf("nexus serve %v log:\n%s", args, strings.Join(h.logLines(), "\n"))
+			extra := ""
+			if more != nil {
+				extra = more()
+			}
+			t.Logf("nexus %v log:\n%s%s", args, strings.Join(h.logLines(), "\n"), extra)
 		}
 	})
 	select {
 	case addr := <-listening:
 		h.url = "http://" + addr
 	case <-h.exited:
-		t.Fatalf("nexus serve exited before listening: %v\n%s", h.exitErr, strings.Join(h.logLines(), "\n"))
+		t.Fatalf("nexus exited before listening: %v\n%s", h.exitErr, strings.Join(h.logLines(), "\n"))
 	case <-time.After(20 * time.Second):
-		t.Fatalf("nexus serve did not listen within 20 s\n%s", strings.Join(h.logLines(), "\n"))
+		t.Fatalf("nexus did not listen within 20 s\n%s", strings.Join(h.logLines(), "\n"))
 	}
-	return h
 }
 
 func (h *hostProc) logLines() []string {

@@ -903,49 +903,7 @@ func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hos
 	h.cmd.Env = append(h.cmd.Env, env...)
 	stdout := &lockedBuffer{}
 	h.cmd.Stdout = stdout
-	stderr, err := h.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			h.mu.Lock()
-			h.logs = append(h.logs, line)
-			h.mu.Unlock()
-			var ev struct{ Event, Listen string }
-			if json.Unmarshal([]byte(line), &ev) == nil && ev.Event == "started" {
-				select {
-				case listening <- ev.Listen:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		h.exitErr = h.cmd.Wait()
-		close(h.exited)
-	}()
-	t.Cleanup(func() {
-		h.kill()
-		if t.Failed() {
-			t.Logf("nexus %v log:\n%s\nstdout:\n%s", args, strings.Join(h.logLines(), "\n"), stdout)
-		}
-	})
-	select {
-	case addr := <-listening:
-		h.url = "http://" + addr
-	case <-h.exited:
-		t.Fatalf("nexus exited before listening: %v\n%s", h.exitErr, strings.Join(h.logLines(), "\n"))
-	case <-time.After(20 * time.Second):
-		t.Fatalf("nexus did not listen within 20 s\n%s", strings.Join(h.logLines(), "\n"))
-	}
+	h.watch(args, nil, func() string { return "\nstdout:\n" + stdout.String() })
 	return h, stdout
 }
 
