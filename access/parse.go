@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nexushq/nexus/lineerr"
 	"github.com/nexushq/nexus/naming"
 	"go.yaml.in/yaml/v3"
 )
@@ -93,7 +94,7 @@ func (p *parser) parse() []Key {
 		return nil
 	}
 	if top.Kind != yaml.MappingNode {
-		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", describe(top))
+		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", lineerr.Describe(top))
 		return nil
 	}
 	var list *yaml.Node
@@ -115,7 +116,7 @@ func (p *parser) parse() []Key {
 		}
 		list = v
 		if v.Kind != yaml.SequenceNode {
-			p.errorf(k.Line, "keys must be a list of keys, not %s (keys: [] lets nobody call)", describe(v))
+			p.errorf(k.Line, "keys must be a list of keys, not %s (keys: [] lets nobody call)", lineerr.Describe(v))
 			list = nil
 		}
 	}
@@ -166,7 +167,7 @@ type parsedKey struct {
 // for the file-wide checks, with valid set when the whole entry is.
 func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 	if e.Kind != yaml.MappingNode {
-		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", describe(e))
+		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", lineerr.Describe(e))
 		return nil, false
 	}
 	before := len(p.errs)
@@ -212,7 +213,7 @@ func (p *parser) id(k *parsedKey, line int, v *yaml.Node) {
 	case v == nil:
 		p.errorf(k.Line, "the key entry has no id: add id: NAME (the name of the key in logs, e.g. acme-orders)")
 	case !isScalar(v):
-		p.errorf(line, "id must be a name, not %s", describe(v))
+		p.errorf(line, "id must be a name, not %s", lineerr.Describe(v))
 	case strings.HasPrefix(v.Value, KeyPrefix):
 		// Never echo it: it is likely a key, and errors are logged.
 		p.errorf(line, "id starts with %s like an API key: ids appear in logs, so give the key a name such as acme-orders", KeyPrefix)
@@ -244,7 +245,7 @@ func (p *parser) tenant(k *parsedKey, line int, v *yaml.Node) string {
 		p.errorf(k.Line, "%s has no tenant: add tenant: NAME", who(k))
 		return ""
 	case !isScalar(v):
-		p.errorf(line, "tenant must be a name, not %s", describe(v))
+		p.errorf(line, "tenant must be a name, not %s", lineerr.Describe(v))
 		return ""
 	}
 	if err := naming.Check(v.Value, tenantField); err != nil {
@@ -262,7 +263,7 @@ func (p *parser) hash(k *parsedKey, line int, v *yaml.Node) {
 		p.errorf(k.Line, "%s has no sha256: add the hex SHA-256 of the key (nexus key generate prints the entry)", who(k))
 		return
 	case !isScalar(v):
-		p.errorf(line, "%s, not %s", want, describe(v))
+		p.errorf(line, "%s, not %s", want, lineerr.Describe(v))
 		return
 	case strings.HasPrefix(v.Value, KeyPrefix):
 		// Never echo the value: it is a key.
@@ -296,7 +297,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		p.errorf(k.Line, "%s has no flows: add flows: [NAME, …], or flows: [\"*\"] for every flow of the tenant", who(k))
 		return
 	case v.Kind != yaml.SequenceNode:
-		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", describe(v))
+		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", lineerr.Describe(v))
 		return
 	case len(v.Content) == 0:
 		p.errorf(line, "flows is empty: list the flows the key may call, or [\"*\"] for every flow of the tenant")
@@ -307,7 +308,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 	for _, f := range v.Content {
 		switch {
 		case !isScalar(f):
-			p.errorf(f.Line, "each flow must be a name, not %s", describe(f))
+			p.errorf(f.Line, "each flow must be a name, not %s", lineerr.Describe(f))
 			continue
 		case slices.Contains(names, f.Value) || f.Value == "*" && star:
 			p.errorf(f.Line, "flows lists %s twice", strconv.Quote(f.Value))
@@ -341,7 +342,7 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		var rate float64
 		switch {
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
-			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
+			p.errorf(line, "rate must be a number of requests per second, not %s", lineerr.Describe(rateNode))
 		case rate <= 0:
 			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", rateNode.Value)
 		default:
@@ -358,7 +359,7 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	case rateNode == nil:
 		p.errorf(line, "burst without rate does nothing: add rate (requests per second), or remove burst")
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
-		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
+		p.errorf(line, "burst must be a whole number, not %s", lineerr.Describe(burstNode))
 	case burst < 1:
 		p.errorf(line, "burst must be at least 1, not %d", burst)
 	case k.Rate > 0:
@@ -396,27 +397,3 @@ func (p *parser) line(n int) string {
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
-
-// describe names a YAML value for an error: the string "fast", the number
-// 0.5, a list, an empty value.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	switch n.Tag {
-	case "!!null":
-		return "an empty value"
-	case "!!str":
-		return "the string " + strconv.Quote(n.Value)
-	case "!!int", "!!float":
-		return "the number " + n.Value
-	case "!!bool":
-		return n.Value
-	}
-	return strconv.Quote(n.Value)
-}

@@ -11,6 +11,7 @@ import (
 	"time"
 	_ "time/tzdata" // schedule_timezone must compile the same on every host
 
+	"github.com/nexushq/nexus/lineerr"
 	"github.com/nexushq/nexus/naming"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
@@ -266,7 +267,7 @@ var frontMatterKeys = []string{
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
 	if n.Kind != yaml.ScalarNode {
-		c.errorf(line, "%s must be a name, not %s", field, describeNode(n))
+		c.errorf(line, "%s must be a name, not %s", field, lineerr.Describe(n))
 		return
 	}
 	c.errorf(line, "%s", err)
@@ -817,7 +818,7 @@ func exampleFor(key string) string {
 
 func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	if v.Kind != yaml.SequenceNode {
-		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", describeNode(v))
+		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", lineerr.Describe(v))
 		return nil
 	}
 	var out []Effect
@@ -836,7 +837,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 
 func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		c.errorf(line, "%s must be a string, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a string, not %s", key, lineerr.Describe(v))
 		return "", false
 	}
 	return v.Value, true
@@ -849,7 +850,7 @@ const maxMillis = 1e12
 func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
 	var n int64
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-		c.errorf(line, "%s must be a whole number, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a whole number, not %s", key, lineerr.Describe(v))
 		return 0, false
 	}
 	if err := v.Decode(&n); err != nil {
@@ -870,7 +871,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
 	var x float64
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-		c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 		return 0, false
 	}
 	if x < min {
@@ -887,30 +888,6 @@ func nodeText(n *yaml.Node) string {
 		return ""
 	}
 	return n.Value
-}
-
-// describeNode names a YAML value for an error: the string "2x", the
-// number 0.5, a list, an empty value.
-func describeNode(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	switch n.Tag {
-	case "!!null":
-		return "an empty value"
-	case "!!str":
-		return "the string " + strconv.Quote(n.Value)
-	case "!!int", "!!float":
-		return "the number " + n.Value
-	case "!!bool":
-		return n.Value
-	}
-	return strconv.Quote(n.Value)
 }
 
 // yamlDocument converts a YAML value into a document value.

@@ -1,0 +1,57 @@
+// Package lineerr owns the errors of a file an operator writes (a flow
+// file, access.yaml): one "PATH:LINE: message" line per error, and the way
+// they name a YAML value ("the string \"fast\"", "a list").
+package lineerr
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Error is one error of a file: a file, a line (1-based) and a message.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
+
+// List is every error of one file, in line order; its text is one
+// "PATH:LINE: message" line per error.
+type List []*Error
+
+func (l List) Error() string {
+	lines := make([]string, len(l))
+	for i, e := range l {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Describe names a YAML value for an error: the string "fast", the number
+// 0.5, a list, an empty value.
+func Describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	switch n.Tag {
+	case "!!null":
+		return "an empty value"
+	case "!!str":
+		return "the string " + strconv.Quote(n.Value)
+	case "!!int", "!!float":
+		return "the number " + n.Value
+	case "!!bool":
+		return n.Value
+	}
+	return strconv.Quote(n.Value)
+}

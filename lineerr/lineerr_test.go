@@ -1,0 +1,37 @@
+package lineerr_test
+
+import (
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nexushq/nexus/lineerr"
+)
+
+func TestList(t *testing.T) {
+	l := lineerr.List{{File: "flows/a.md", Line: 3, Msg: "unknown step key x"}, {File: "flows/a.md", Line: 9, Msg: "bad"}}
+	if got, want := l.Error(), "flows/a.md:3: unknown step key x\nflows/a.md:9: bad"; got != want {
+		t.Errorf("List.Error() = %q, want %q", got, want)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for _, tt := range []struct{ yaml, want string }{
+		{`v: fast`, `the string "fast"`},
+		{`v: 0.5`, `the number 0.5`},
+		{`v: 3`, `the number 3`},
+		{`v: true`, `true`},
+		{`v:`, `an empty value`},
+		{`v: [1]`, `a list`},
+		{`v: {a: 1}`, `a mapping`},
+	} {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(tt.yaml), &doc); err != nil {
+			t.Fatal(err)
+		}
+		v := doc.Content[0].Content[1]
+		if got := lineerr.Describe(v); got != tt.want {
+			t.Errorf("Describe(%s) = %q, want %q", tt.yaml, got, tt.want)
+		}
+	}
+}
