@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
 
@@ -14,7 +15,7 @@ import (
 // not looked at.
 func TestSyncFollowsTheConfiguredBranch(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.Branch = "release/config" })
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "on main"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "on main"))
 	e.src.gitCommit("main")
 
 	// The branch does not exist yet: an error naming it, nothing recorded.
@@ -27,7 +28,7 @@ func TestSyncFollowsTheConfiguredBranch(t *testing.T) {
 	}
 
 	e.src.git("checkout", "-q", "-b", "release/config")
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "on release"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "on release"))
 	c := e.src.gitCommit("release")
 	e.mustApply(c, "published acme/x v1")
 	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != "on release" {
@@ -35,7 +36,7 @@ func TestSyncFollowsTheConfiguredBranch(t *testing.T) {
 	}
 
 	e.src.git("checkout", "-q", "main")
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "main again"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "main again"))
 	e.src.gitCommit("main moves")
 	if res := e.sync(); res.Skipped != "up to date" || res.Commit != c {
 		t.Fatalf("Sync after a commit on main = %+v, want %s up to date", res, c)
@@ -46,17 +47,17 @@ func TestSyncFollowsTheConfiguredBranch(t *testing.T) {
 // commit too.
 func TestSyncFollowsARewrittenBranch(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	a := e.src.gitCommit("one")
 	e.mustApply(a, "published acme/x v1")
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	b := e.src.gitCommit("two")
 	e.mustApply(b, "published acme/x v2")
 
 	// b is dropped: main is rewritten from a (c is not a descendant of b).
 	e.src.git("reset", "-q", "--hard", a)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "three"))
-	e.src.write("flows/acme/y.md", flowFile("acme", "y", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "three"))
+	e.src.write("flows/acme/y.md", flowtest.Marked("acme", "y", "one"))
 	c := e.src.gitCommit("three, rewritten")
 	e.mustApply(c, "published acme/x v3", "published acme/y v1")
 
@@ -75,12 +76,12 @@ func TestSyncFollowsARewrittenBranch(t *testing.T) {
 // A clone kept from an earlier Repo follows the new one.
 func TestSyncFollowsAMovedRepo(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "old repo"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "old repo"))
 	e.mustApply(e.src.commit("old"), "published acme/x v1")
 
 	moved := newSrcRepo(t)
 	moved.write("access.yaml", accessFile(acmeKey))
-	moved.write("flows/acme/x.md", flowFile("acme", "x", "new repo"))
+	moved.write("flows/acme/x.md", flowtest.Marked("acme", "x", "new repo"))
 	c := moved.commit("new")
 	cfg := e.cfg
 	cfg.Repo = "file://" + moved.dir

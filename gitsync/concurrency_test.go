@@ -17,6 +17,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/registry"
 )
@@ -30,11 +31,11 @@ func genKey(n int) key {
 // only) globex/odd, each described "gen N", and access.yaml with genKey(n).
 func writeGeneration(src *srcRepo, n int) {
 	mark := "gen " + strconv.Itoa(n)
-	src.write("flows/acme/a.md", flowFile("acme", "a", mark))
-	src.write("flows/acme/b.md", flowFile("acme", "b", mark))
-	src.write("flows/globex/c.md", flowFile("globex", "c", mark))
+	src.write("flows/acme/a.md", flowtest.Marked("acme", "a", mark))
+	src.write("flows/acme/b.md", flowtest.Marked("acme", "b", mark))
+	src.write("flows/globex/c.md", flowtest.Marked("globex", "c", mark))
 	if n%2 == 1 {
-		src.write("flows/globex/odd.md", flowFile("globex", "odd", mark))
+		src.write("flows/globex/odd.md", flowtest.Marked("globex", "odd", mark))
 	} else {
 		src.remove("flows/globex/odd.md")
 	}
@@ -287,7 +288,7 @@ func TestTwoSyncersShareAStateDirectory(t *testing.T) {
 // A process holding the sync lock makes Sync skip its round.
 func TestSyncSkipsWhileTheLockIsHeld(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c := e.src.commit("one")
 	other := flock.New(e.cfg.Dir + ".lock")
 	if ok, err := other.TryLock(); !ok || err != nil {
@@ -310,7 +311,7 @@ func TestSyncSkipsWhileTheLockIsHeld(t *testing.T) {
 // idempotent, and a stopped Syncer can start again.
 func TestStartTriggerStop(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.Poll = time.Hour })
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c1 := e.src.commit("one")
 
 	commitIs := func(c string) func() bool {
@@ -323,7 +324,7 @@ func TestStartTriggerStop(t *testing.T) {
 	e.s.Start() // already started: nothing more
 	waitFor(t, 5*time.Second, "the first sync at Start", commitIs(c1))
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	c2 := e.src.commit("two")
 	began := time.Now()
 	e.s.Trigger()
@@ -344,7 +345,7 @@ func TestStartTriggerStop(t *testing.T) {
 	e.s.Stop() // again: nothing to do
 
 	// Stopped: a trigger does nothing.
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "three"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "three"))
 	c3 := e.src.commit("three")
 	e.s.Trigger()
 	time.Sleep(200 * time.Millisecond)
@@ -393,7 +394,7 @@ func TestStartObservesEveryRound(t *testing.T) {
 			rounds = append(rounds, round{res, err})
 		}
 	})
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c1 := e.src.commit("one")
 	e.s.Start()
 	waitFor(t, 5*time.Second, "three rounds", func() bool { return len(seen()) >= 3 })

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
 
@@ -25,8 +26,8 @@ func TestCommitFolder(t *testing.T) {
 		}
 	}
 	write("access.yaml", accessFile(acmeKey))
-	write("flows/acme/x.md", flowFile("acme", "x", "one"))
-	write("flows/acme/y.md", flowFile("acme", "y", "one"))
+	write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	write("flows/acme/y.md", flowtest.Marked("acme", "y", "one"))
 	write(".git/config", []byte("[core]\n")) // a folder that is itself a repo: its .git is not copied
 	if err := os.Symlink("x.md", filepath.Join(src, "flows", "acme", "link.md")); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestCommitFolder(t *testing.T) {
 	}
 
 	// A change and a deletion.
-	write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	if err := os.Remove(filepath.Join(src, "flows", "acme", "y.md")); err != nil {
 		t.Fatal(err)
 	}

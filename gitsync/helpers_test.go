@@ -235,24 +235,6 @@ func withEntry(t *object.Tree, e object.TreeEntry) []object.TreeEntry {
 	return append(out, e)
 }
 
-// flowFile is a valid flow file for tenant/name whose description is mark,
-// so that two marks give two artifacts. The front matter's lines: 3 flow,
-// 4 tenant, 5 description.
-func flowFile(tenant, name, mark string) []byte {
-	return fmt.Appendf(nil, `---
-flowmarkdown_version: "0.1"
-flow: %s
-tenant: %s
-description: "%s"
----
-
-## Step: answer
-`+"```ntd"+`
-{"mark": "%s", "name": "{{ $.name }}"}
-`+"```"+`
-`, name, tenant, mark, mark)
-}
-
 // badFlowFile is acme/bad with an error at line 6.
 const badFlowFile = `---
 flowmarkdown_version: "0.1"

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
 
@@ -59,12 +60,12 @@ func TestSyncOverSmartHTTP(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.Repo = srv.URL + "/config.git" })
 	push := e.bareRemote(root)
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c1 := e.src.commit("one")
 	push()
 	e.mustApply(c1, "published acme/x v1")
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	c2 := e.src.commit("two")
 	push()
 	e.mustApply(c2, "published acme/x v2")
@@ -102,7 +103,7 @@ func TestSyncOverSmartHTTPWithBasicAuth(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.Repo = withCreds })
 	push := e.bareRemote(root)
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c1 := e.src.commit("one")
 	push()
 	e.mustApply(c1, "published acme/x v1")
@@ -126,7 +127,7 @@ func TestSyncOverSmartHTTPWithBasicAuth(t *testing.T) {
 
 	// A second round reuses the clone (its origin has no credentials) and
 	// still authenticates.
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	c2 := e.src.commit("two")
 	push()
 	e.mustApply(c2, "published acme/x v2")

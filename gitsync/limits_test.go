@@ -13,13 +13,14 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
 
 // deployed makes env's first good commit (acme/x v1) and returns it.
 func (e *env) deployed() string {
 	e.t.Helper()
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c := e.src.commit("acme/x")
 	e.mustApply(c, "published acme/x v1")
 	return c
@@ -30,7 +31,7 @@ func (e *env) deployed() string {
 // tree holds).
 func (e *env) recovers() {
 	e.t.Helper()
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	e.mustApply(e.src.gitCommit("a good commit"))
 	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != "two" {
 		e.t.Fatalf("after the good commit: %+v", lf)
@@ -41,7 +42,7 @@ func (e *env) recovers() {
 // last step pads it).
 func paddedFlow(t testing.TB, tenant, name string, size int) []byte {
 	t.Helper()
-	src := flowFile(tenant, name, "padded")
+	src := flowtest.Marked(tenant, name, "padded")
 	src = append(src, "\nNotes.\n"...)
 	if len(src) > size {
 		t.Fatalf("a flow cannot be as small as %d bytes", size)
@@ -122,7 +123,7 @@ func TestLimitFileCount(t *testing.T) {
 	e.deployed() // flows/README.md, flows/acme, flows/acme/x.md: 3 entries
 
 	e.src.write("flows/acme/notes.txt", []byte("notes\n"))
-	e.src.write("flows/more/y.md", flowFile("acme", "y", "one"))
+	e.src.write("flows/more/y.md", flowtest.Marked("acme", "y", "one"))
 	e.mustApply(e.src.commit("6 entries"), "unchanged acme/x v1", "published acme/y v1")
 
 	e.src.write("flows/more/z.txt", []byte("one too many\n"))
@@ -218,7 +219,7 @@ func TestLimitHostileEntries(t *testing.T) {
 
 			// The entry holds a flow, so that it would be published if it
 			// were walked into or read.
-			evil := e.src.storeBlob(flowFile("acme", "evil", "escaped"))
+			evil := e.src.storeBlob(flowtest.Marked("acme", "evil", "escaped"))
 			target := evil
 			if tc.mode == filemode.Dir {
 				target = e.src.storeTree(withEntry(e.src.headTree(), treeEntry("evil.md", filemode.Regular, evil)))
@@ -262,7 +263,7 @@ func TestLimitDotGitEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner := e.src.storeTree(withEntry(emptyTree(), treeEntry("evil.md", filemode.Regular, e.src.storeBlob(flowFile("acme", "evil", "hidden")))))
+	inner := e.src.storeTree(withEntry(emptyTree(), treeEntry("evil.md", filemode.Regular, e.src.storeBlob(flowtest.Marked("acme", "evil", "hidden")))))
 	newFlows := e.src.storeTree(withEntry(flows, treeEntry(".git", filemode.Dir, inner)))
 	commit := e.src.commitTree(e.src.storeTree(withEntry(root, treeEntry("flows", filemode.Dir, newFlows))), "a .git folder")
 	res := e.sync()
@@ -281,17 +282,17 @@ func TestLimitDepth(t *testing.T) {
 	e := newEnv(t)
 	e.deployed()
 	deep := "flows" + strings.Repeat("/d", 63)
-	e.src.write(deep+"/y.md", flowFile("acme", "y", "deep"))
+	e.src.write(deep+"/y.md", flowtest.Marked("acme", "y", "deep"))
 	e.mustApply(e.src.commit("63 folders deep"), "unchanged acme/x v1", "published acme/y v1")
 
 	e.src.remove(deep + "/y.md")
-	e.src.write(deep+"/d/y.md", flowFile("acme", "y", "deeper"))
+	e.src.write(deep+"/d/y.md", flowtest.Marked("acme", "y", "deeper"))
 	e.src.commit("64 folders deep")
 	e.mustRefuse(deep + "/d: folders nested deeper than 64 levels")
 
 	// A tree 1,000 levels deep, made by hand (each level points at the
 	// one below): the walk stops at the limit.
-	h := e.src.storeTree(withEntry(emptyTree(), treeEntry("y.md", filemode.Regular, e.src.storeBlob(flowFile("acme", "y", "abyss")))))
+	h := e.src.storeTree(withEntry(emptyTree(), treeEntry("y.md", filemode.Regular, e.src.storeBlob(flowtest.Marked("acme", "y", "abyss")))))
 	for range 1000 {
 		h = e.src.storeTree(withEntry(emptyTree(), treeEntry("d", filemode.Dir, h)))
 	}

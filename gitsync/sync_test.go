@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
 
@@ -23,7 +24,7 @@ func TestSyncPublishesChangesAndWithdraws(t *testing.T) {
 		t.Fatalf("after an empty flows/: Status = %+v", st)
 	}
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c2 := e.src.commit("add acme/x")
 	e.mustApply(c2, "published acme/x v1")
 	lf, ok := e.reg.Live().Lookup("acme", "x")
@@ -39,7 +40,7 @@ func TestSyncPublishesChangesAndWithdraws(t *testing.T) {
 		t.Fatalf("second Sync of %s = %+v, want skipped as up to date", c2, res)
 	}
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	c3 := e.src.commit("change acme/x")
 	e.mustApply(c3, "published acme/x v2")
 	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Version != 2 || lf.Flow.Description() != "two" {
@@ -72,7 +73,7 @@ func TestSyncPublishesChangesAndWithdraws(t *testing.T) {
 	}
 
 	// Versions are never reused: the old artifact comes back as v3.
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	c6 := e.src.commit("restore acme/x")
 	e.mustApply(c6, "published acme/x v3")
 
@@ -87,16 +88,16 @@ func TestSyncPublishesChangesAndWithdraws(t *testing.T) {
 // applied and clears the error.
 func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
-	e.src.write("flows/acme/y.md", flowFile("acme", "y", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.src.write("flows/acme/y.md", flowtest.Marked("acme", "y", "one"))
 	good := e.src.commit("two flows")
 	e.mustApply(good, "published acme/x v1", "published acme/y v1")
 	live := liveFlows(e.reg.Live())
 	before := e.status()
 
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "two")) // a change
-	e.src.remove("flows/acme/y.md")                              // a withdrawal
-	e.src.write("flows/globex/z.md", flowFile("globex", "z", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two")) // a change
+	e.src.remove("flows/acme/y.md")                                     // a withdrawal
+	e.src.write("flows/globex/z.md", flowtest.Marked("globex", "z", "one"))
 	e.src.write("flows/acme/bad.md", []byte(badFlowFile))
 	bad := e.src.commit("changes and a broken flow")
 	res := e.mustRefuse(badFlowError)
@@ -129,7 +130,7 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 		t.Errorf("%d sync_failed events, want 1", n)
 	}
 
-	e.src.write("flows/acme/bad.md", flowFile("acme", "bad", "fixed"))
+	e.src.write("flows/acme/bad.md", flowtest.Marked("acme", "bad", "fixed"))
 	fixed := e.src.commit("fix acme/bad")
 	e.mustApply(fixed,
 		"published acme/bad v1",
@@ -148,11 +149,11 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 // Every error of every file is reported, each as FILE:LINE: message.
 func TestSyncReportsEveryError(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/ok.md", flowFile("acme", "ok", "one"))
+	e.src.write("flows/acme/ok.md", flowtest.Marked("acme", "ok", "one"))
 	e.mustApply(e.src.commit("one flow"))
 
 	e.src.write("flows/acme/bad.md", []byte(badFlowFile))
-	e.src.write("flows/acme/upper.md", flowFile("Acme", "upper", "x"))
+	e.src.write("flows/acme/upper.md", flowtest.Marked("Acme", "upper", "x"))
 	e.src.write("access.yaml", []byte("keys:\n  - id: acme-main\n    tenant: acme\n    sha256: abcde\n    flows: [\"*\"]\n"))
 	e.src.commit("three broken files")
 	e.mustRefuse(
@@ -166,11 +167,11 @@ func TestSyncReportsEveryError(t *testing.T) {
 // names both files.
 func TestSyncRefusesTwoFilesForOneFlow(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	good := e.src.commit("acme/x")
 	e.mustApply(good, "published acme/x v1")
 
-	e.src.write("flows/other/x.md", flowFile("acme", "x", "copy"))
+	e.src.write("flows/other/x.md", flowtest.Marked("acme", "x", "copy"))
 	e.src.commit("a second file for acme/x")
 	res := e.mustRefuse("flows/other/x.md:3: flow acme/x is also declared in flows/acme/x.md: one file per (tenant, flow)")
 	if !strings.Contains(res.Errors[0], "flows/acme/x.md") || !strings.Contains(res.Errors[0], "flows/other/x.md") {
@@ -185,7 +186,7 @@ func TestSyncAccessKeys(t *testing.T) {
 	one := key{"acme-one", "acme", "nxk_test_one_aaaaaaaaaaaaaaaaaaaa"}
 	two := key{"globex-two", "globex", "nxk_test_two_bbbbbbbbbbbbbbbbbbbb"}
 	e.src.write("access.yaml", accessFile(one))
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	e.mustApply(e.src.commit("key one"), "published acme/x v1")
 	keys := e.reg.Live().Access()
 	if k, ok := keys.Lookup(one.secret); !ok || k.ID != one.id || k.Tenant != "acme" {
@@ -243,7 +244,7 @@ func TestSyncAccessKeys(t *testing.T) {
 // flow by accident); so is one without flows/ nor access.yaml.
 func TestSyncRefusesMissingFlowsFolder(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	e.mustApply(e.src.commit("acme/x"), "published acme/x v1")
 
 	e.src.remove("flows")
@@ -284,8 +285,8 @@ func TestSyncRefusesTheFirstCommit(t *testing.T) {
 // FlowsDir names another folder; the repo's root cannot be it.
 func TestSyncFlowsDir(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.FlowsDir = "config/flows/" })
-	e.src.write("flows/acme/ignored.md", flowFile("acme", "ignored", "one"))
-	e.src.write("config/flows/acme/x.md", flowFile("acme", "x", "one"))
+	e.src.write("flows/acme/ignored.md", flowtest.Marked("acme", "ignored", "one"))
+	e.src.write("config/flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 	e.mustApply(e.src.commit("flows in config/flows"), "published acme/x v1")
 	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.SourcePath != "config/flows/acme/x.md" {
 		t.Errorf("Lookup(acme, x) = %+v", lf)
@@ -339,10 +340,10 @@ func canceled() context.Context {
 // is read; other files and non-flow Markdown are ignored.
 func TestSyncReadsMarkdownAtAnyDepth(t *testing.T) {
 	e := newEnv(t)
-	e.src.write("flows/a/b/c/deep.md", flowFile("acme", "deep", "one"))
-	e.src.write("flows/acme/LOUD.MD", flowFile("acme", "loud", "one"))
-	e.src.write("flows/acme/run.md", flowFile("acme", "run", "one"))
-	e.src.write("flows/acme/other.markdown", flowFile("acme", "other", "one"))
+	e.src.write("flows/a/b/c/deep.md", flowtest.Marked("acme", "deep", "one"))
+	e.src.write("flows/acme/LOUD.MD", flowtest.Marked("acme", "loud", "one"))
+	e.src.write("flows/acme/run.md", flowtest.Marked("acme", "run", "one"))
+	e.src.write("flows/acme/other.markdown", flowtest.Marked("acme", "other", "one"))
 	e.src.write("flows/acme/notes.txt", []byte("---\nnot: [valid\n"))
 	e.src.write("flows/acme/prose.md", []byte("# Notes\n\nNot a flow: no front matter.\n"))
 	e.src.write("flows/acme/draft.md", []byte("---\ntitle: a draft\n---\n\nFront matter without flowmarkdown_version.\n"))
@@ -369,7 +370,7 @@ func TestSyncKeepsABareFullClone(t *testing.T) {
 	e := newEnv(t)
 	var commits []string
 	for i := range 5 {
-		e.src.write("flows/acme/x.md", flowFile("acme", "x", "n"+strconv.Itoa(i)))
+		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "n"+strconv.Itoa(i)))
 		commits = append(commits, e.src.commit("commit "+strconv.Itoa(i)))
 	}
 	e.mustApply(commits[4])

@@ -3,7 +3,6 @@ package registry_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -83,33 +83,16 @@ func exec(t testing.TB, db *sql.DB, query string, args ...any) {
 	}
 }
 
-// flowSource is a valid flow file for tenant/name whose description and
-// answer carry mark, so that two marks give two different artifacts.
-func flowSource(tenant, name, mark string) []byte {
-	return fmt.Appendf(nil, `---
-flowmarkdown_version: "0.1"
-flow: %s
-tenant: %s
-description: "%s"
----
-
-## Step: answer
-`+"```ntd"+`
-{"mark": "%s", "name": "{{ $.name }}"}
-`+"```"+`
-`, name, tenant, mark, mark)
-}
-
-// compile compiles flowSource(tenant, name, mark) as flows/TENANT/NAME.md.
+// compile compiles flowtest.Marked(tenant, name, mark) as flows/TENANT/NAME.md.
 func compile(t testing.TB, tenant, name, mark string) *flow.Flow {
 	t.Helper()
 	return compileAt(t, "flows/"+tenant+"/"+name+".md", tenant, name, mark)
 }
 
-// compileAt compiles flowSource(tenant, name, mark) as path.
+// compileAt compiles flowtest.Marked(tenant, name, mark) as path.
 func compileAt(t testing.TB, path, tenant, name, mark string) *flow.Flow {
 	t.Helper()
-	f, err := flow.Compile(path, flowSource(tenant, name, mark))
+	f, err := flow.Compile(path, flowtest.Marked(tenant, name, mark))
 	if err != nil {
 		t.Fatalf("compiling %s: %v", path, err)
 	}

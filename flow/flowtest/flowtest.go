@@ -1,5 +1,5 @@
-// Package flowtest generates flow files for the benchmarks that need many
-// realistic ones (the compiler's, the sync's).
+// Package flowtest generates flow files for tests and benchmarks: small
+// ones told apart by a mark, and realistic ones by the thousand.
 package flowtest
 
 import "fmt"
@@ -63,4 +63,22 @@ response_header_content_type: application/problem+json
 {"title": "Order rejected", "detail": "{{ $.fault_error }}", "step": "{{ $.fault_step }}"}
 `+"```"+`
 `, i, i%17, i, note, 1+i%5, i, i%3)
+}
+
+// Marked returns a valid flow file for tenant/name whose description and
+// answer carry mark, so that two marks give two different artifacts. The
+// front matter's lines: 3 flow, 4 tenant, 5 description.
+func Marked(tenant, name, mark string) []byte {
+	return fmt.Appendf(nil, `---
+flowmarkdown_version: "0.1"
+flow: %s
+tenant: %s
+description: "%s"
+---
+
+## Step: answer
+`+"```ntd"+`
+{"mark": "%s", "name": "{{ $.name }}"}
+`+"```"+`
+`, name, tenant, mark, mark)
 }
