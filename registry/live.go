@@ -188,16 +188,15 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 	return set, nil
 }
 
-// handOver keeps f, just published by this process, for the next live set
-// to take as it is compiled.
-func (r *Registry) handOver(f *flow.Flow) {
-	sum := flow.Sum(f.Artifact())
+// handOver keeps f, just published by this process with the artifact
+// SHA-256 sum (hex), for the next live set to take as it is compiled.
+func (r *Registry) handOver(f *flow.Flow, sum string) {
 	r.compiledMu.Lock()
 	defer r.compiledMu.Unlock()
 	if r.compiled == nil {
 		r.compiled = map[string]*flow.Flow{}
 	}
-	r.compiled[hex.EncodeToString(sum[:])] = f
+	r.compiled[sum] = f
 }
 
 // takeCompiled returns the flows handed over since the last build, and

@@ -69,17 +69,18 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 		seen[k] = f.Path()
 	}
 	var changes []Change
+	var sums []string // of p.Flows' artifacts
 	now := r.now()
 	err := r.write(ctx, func(tx *sql.Tx) error {
-		changes = changes[:0]
+		changes, sums = changes[:0], sums[:0]
 		changed := false
 		for _, f := range p.Flows {
-			c, err := publishFlow(ctx, tx, f, p.Commit, now)
+			c, sum, err := publishFlow(ctx, tx, f, p.Commit, now)
 			if err != nil {
 				return fmt.Errorf("publishing %s/%s: %w", f.Tenant(), f.Name(), err)
 			}
 			changed = changed || c.Action == Published
-			changes = append(changes, c)
+			changes, sums = append(changes, c), append(sums, sum)
 		}
 		if p.Complete {
 			withdrawn, err := withdrawOthers(ctx, tx, seen)
@@ -131,7 +132,7 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 	// compiled, instead of compiling their artifacts again
 	for i, c := range changes[:len(p.Flows)] {
 		if c.Action == Published {
-			r.handOver(p.Flows[i])
+			r.handOver(p.Flows[i], sums[i])
 		}
 	}
 	sort.Slice(changes, func(i, j int) bool {
@@ -143,7 +144,9 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 	return changes, nil
 }
 
-func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, now time.Time) (Change, error) {
+// publishFlow publishes f unless its latest version holds the same
+// artifact; it also returns the artifact's SHA-256 (hex).
+func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, now time.Time) (Change, string, error) {
 	art := f.Artifact()
 	sum := flow.Sum(art)
 	hexSum := hex.EncodeToString(sum[:])
@@ -160,24 +163,24 @@ func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, n
 	// the flow again repairs a corrupt artifact with a new version
 	case err == nil && latestSum == hexSum && hex.EncodeToString(stored[:]) == hexSum:
 		c.Version, c.Action = latestVersion, Unchanged
-		return c, nil
+		return c, hexSum, nil
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return c, err
+		return c, hexSum, err
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) + 1 FROM flow_versions WHERE tenant = ? AND flow = ?`,
 		c.Tenant, c.Flow).Scan(&c.Version); err != nil {
-		return c, err
+		return c, hexSum, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO flow_versions (tenant, flow, version, artifact, sha256, source_path, commit_id, published_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, c.Tenant, c.Flow, c.Version, art, hexSum, f.Path(), commit, unixMilli(now)); err != nil {
-		return c, err
+		return c, hexSum, err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO latest (tenant, flow, version) VALUES (?, ?, ?)
 		ON CONFLICT (tenant, flow) DO UPDATE SET version = excluded.version`, c.Tenant, c.Flow, c.Version); err != nil {
-		return c, err
+		return c, hexSum, err
 	}
 	c.Action = Published
-	return c, nil
+	return c, hexSum, nil
 }
 
 func withdrawOthers(ctx context.Context, tx *sql.Tx, keep map[[2]string]string) ([]Change, error) {
