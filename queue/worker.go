@@ -201,14 +201,12 @@ func (w *Worker) Start() { w.life.Start(w.run) }
 // without Start.
 func (w *Worker) Stop() { w.life.Stop() }
 
-func (w *Worker) log() *slog.Logger { return w.logger }
-
 func (w *Worker) run(ctx context.Context) {
 	// the election: stand by until this process holds the queue's lock
 	for {
 		ok, err := w.lock.TryLock()
 		if err != nil {
-			w.log().Error("the worker lock could not be taken", "event", "worker_failed", "error", err.Error())
+			w.logger.Error("the worker lock could not be taken", "event", "worker_failed", "error", err.Error())
 		}
 		if ok {
 			break
@@ -223,9 +221,9 @@ func (w *Worker) run(ctx context.Context) {
 	defer w.lock.Unlock()
 	w.update(func(s *WorkerState) { s.Leading = true })
 	defer w.update(func(s *WorkerState) { s.Leading = false })
-	w.log().Info("worker started", "event", "worker_started")
+	w.logger.Info("worker started", "event", "worker_started")
 	if err := w.deliver(ctx); err != nil && ctx.Err() == nil {
-		w.log().Error("the worker stopped on an error", "event", "worker_failed", "error", err.Error())
+		w.logger.Error("the worker stopped on an error", "event", "worker_failed", "error", err.Error())
 	}
 }
 
@@ -295,7 +293,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			r := retries[0]
 			m, _, err := q.Read(r.Offset)
 			if err != nil || m.ID != r.ID {
-				w.log().Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
+				w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
 				retries = retries[1:]
 				if err := q.SaveRetries(retries); err != nil {
 					return err
@@ -363,7 +361,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				reader.reset()
 			case errors.Is(err, ErrNotDrained):
 			default:
-				w.log().Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
+				w.logger.Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
 				if size, err := q.Size(); err == nil && size < cursor {
 					// emptied, but the checkpoint was not written: start
 					// again at 0 and write it at the next idle moment
@@ -373,7 +371,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			}
 			applied, err := q.CompactDLQ()
 			if err != nil {
-				w.log().Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
+				w.logger.Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
 			}
 			for _, m := range applied {
 				w.logMarked(m)
@@ -404,9 +402,9 @@ func (w *Worker) logMarked(m Marked) {
 		if m.ReplayID != 0 {
 			attrs = append(attrs, "replay_msg_id", m.ReplayID)
 		}
-		w.log().Info("a dead letter was replayed as a new message", attrs...)
+		w.logger.Info("a dead letter was replayed as a new message", attrs...)
 	case MarkDiscarded:
-		w.log().Info("a dead letter was discarded", "event", "dlq_discarded", "msg_id", m.ID, at)
+		w.logger.Info("a dead letter was discarded", "event", "dlq_discarded", "msg_id", m.ID, at)
 	}
 }
 
@@ -480,7 +478,7 @@ func (w *Worker) handle(ctx context.Context, d Delivery) (v Verdict) {
 					break
 				}
 			}
-			w.log().Error("the handler panicked; the attempt counts as failed", "event", "handler_panic",
+			w.logger.Error("the handler panicked; the attempt counts as failed", "event", "handler_panic",
 				"msg_id", d.ID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "at", where)
 			v = Verdict{Kind: VerdictRetry, Policy: DefaultRetryPolicy, Error: fmt.Sprintf("internal error: panic at %s", where)}
 		}
