@@ -108,9 +108,53 @@ func BenchmarkEnqueue(b *testing.B) {
 	})
 	for _, conns := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			before, err := scrapeCommits(nx.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
 			compareTargets(b, nexusT, bareT, conns, drain)
+			after, err := scrapeCommits(nx.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := after.commits - before.commits
+			if n == 0 {
+				b.Fatal("nexus reported no group commit during its rounds")
+			}
+			perCommit, syncMS := (after.messages-before.messages)/n, 1000*(after.syncSeconds-before.syncSeconds)/n
+			b.ReportMetric(perCommit, "msgs/fdatasync")
+			fmt.Printf("  nexus group commits (warm-up included): %.1f messages per fdatasync, fdatasync %.3f ms on average\n", perCommit, syncMS)
 		})
 	}
+}
+
+// commits are the totals of nexus's group-commit histograms.
+type commits struct{ messages, commits, syncSeconds float64 }
+
+// scrapeCommits reads the group-commit totals from nexus's /metrics.
+func scrapeCommits(addr string) (commits, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return commits{}, err
+	}
+	defer resp.Body.Close()
+	var c commits
+	fields := map[string]*float64{
+		"nexus_queue_commit_messages_sum":        &c.messages,
+		"nexus_queue_commit_messages_count":      &c.commits,
+		"nexus_queue_fsync_duration_seconds_sum": &c.syncSeconds,
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if p := fields[name]; ok && p != nil {
+			if *p, err = strconv.ParseFloat(value, 64); err != nil {
+				return commits{}, fmt.Errorf("/metrics: %s: %w", name, err)
+			}
+		}
+	}
+	return c, sc.Err()
 }
 
 // compareTargets drives nexus and bare in alternating rounds and reports

@@ -18,6 +18,11 @@ type Metrics struct {
 	durations    *prometheus.HistogramVec
 	syncSuccess  prometheus.Gauge
 	syncFailures prometheus.Counter
+	// the queues' group commits: how many messages one fdatasync made
+	// durable, and how long it took (the disk's health, as etcd's
+	// wal_fsync_duration_seconds)
+	commitMessages prometheus.Histogram
+	fsyncDurations prometheus.Histogram
 
 	// the children of requests and durations, found once: a door × status
 	// pair is looked up per request, and the vectors hash their labels and
@@ -48,8 +53,16 @@ func NewMetrics() *Metrics {
 		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nexus_sync_failures_total", Help: "Syncs that failed: a refused commit or an unreachable repo.",
 		}),
+		commitMessages: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nexus_queue_commit_messages", Help: "Messages made durable by one fdatasync of a queue's log (a group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512
+		}),
+		fsyncDurations: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nexus_queue_fsync_duration_seconds", Help: "Duration of the fdatasync of a group commit to a queue's log.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.durations, m.syncSuccess, m.syncFailures,
+	m.reg.MustRegister(m.requests, m.durations, m.syncSuccess, m.syncFailures, m.commitMessages, m.fsyncDurations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,6 +80,13 @@ func (m *Metrics) SyncSucceeded(at time.Time) { m.syncSuccess.Set(float64(at.Uni
 
 // SyncFailed records a refused commit or an unreachable repo.
 func (m *Metrics) SyncFailed() { m.syncFailures.Inc() }
+
+// QueueCommitted records one group commit to a queue's log: the messages
+// it made durable and its fdatasync's duration (queue.Options.OnCommit).
+func (m *Metrics) QueueCommitted(messages int, sync time.Duration) {
+	m.commitMessages.Observe(float64(messages))
+	m.fsyncDurations.Observe(sync.Seconds())
+}
 
 func (m *Metrics) request(door string, status int) {
 	k := requestKey{door, status}

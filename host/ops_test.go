@@ -210,8 +210,16 @@ func TestMetrics(t *testing.T) {
 
 	fx.metrics.SyncFailed()
 	fx.metrics.SyncSucceeded(time.Unix(1786284131, 0))
+	fx.metrics.QueueCommitted(3, 400*time.Microsecond)
+	fx.metrics.QueueCommitted(40, 3*time.Millisecond)
 	text = fx.serve(newRequest(http.MethodGet, "/metrics", "")).Body.String()
-	for _, want := range []string{"nexus_sync_failures_total 1", "nexus_sync_last_success_timestamp_seconds 1.786284131e+09"} {
+	for _, want := range []string{
+		"nexus_sync_failures_total 1", "nexus_sync_last_success_timestamp_seconds 1.786284131e+09",
+		`nexus_queue_commit_messages_bucket{le="4"} 1`, `nexus_queue_commit_messages_bucket{le="64"} 2`,
+		"nexus_queue_commit_messages_sum 43", "nexus_queue_commit_messages_count 2",
+		`nexus_queue_fsync_duration_seconds_bucket{le="0.0005"} 1`, `nexus_queue_fsync_duration_seconds_bucket{le="0.0025"} 1`,
+		`nexus_queue_fsync_duration_seconds_bucket{le="0.005"} 2`, "nexus_queue_fsync_duration_seconds_count 2",
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics has no %q", want)
 		}

@@ -805,6 +805,9 @@ method: POST
 		{"nexus_requests_total", map[string]string{"door": "enqueue", "status": "202"}, func(v float64) bool { return v == 2 }},
 		{"nexus_execution_duration_seconds_count", map[string]string{"door": "enqueue"}, func(v float64) bool { return v == 3 }},
 		{"nexus_execution_duration_seconds_count", map[string]string{"door": "cron"}, func(v float64) bool { return v >= 1 }},
+		// two enqueues and at least one cron tick were appended
+		{"nexus_queue_commit_messages_sum", nil, func(v float64) bool { return v >= 3 }},
+		{"nexus_queue_fsync_duration_seconds_count", nil, func(v float64) bool { return v >= 1 }},
 	} {
 		if v, ok := metricValue(m.body, c.name, c.labels); !ok || !c.want(v) {
 			t.Errorf("%s%v = %v (found %v)", c.name, c.labels, v, ok)

@@ -239,11 +239,21 @@ func TestAppendTwoProcesses(t *testing.T) {
 }
 
 // TestAppendGroupCommit: 64 concurrent appends share few fdatasyncs when
-// each takes 5 ms.
+// each takes 5 ms, and OnCommit reports every message once.
 func TestAppendGroupCommit(t *testing.T) {
 	m, root := memQueueRoot(t)
 	m.syncDelay = 5 * time.Millisecond
-	q, _ := openQueue(t, root, Options{FS: m})
+	var commits []int // OnCommit's messages, one per call
+	var commitMu sync.Mutex
+	onCommit := func(messages int, sync time.Duration) {
+		if sync < m.syncDelay {
+			t.Errorf("OnCommit: the fdatasync took %v, less than the file system's %v", sync, m.syncDelay)
+		}
+		commitMu.Lock()
+		commits = append(commits, messages)
+		commitMu.Unlock()
+	}
+	q, _ := openQueue(t, root, Options{FS: m, OnCommit: onCommit})
 	before := m.Count(opSync)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -270,6 +280,13 @@ func TestAppendGroupCommit(t *testing.T) {
 		t.Errorf("64 concurrent appends took %d fdatasyncs, want at most 16", syncs)
 	}
 	checkLog(t, q, acked)
+	total := 0
+	for _, n := range commits {
+		total += n
+	}
+	if total != 64 || len(commits) > syncs {
+		t.Errorf("OnCommit saw %d messages in %d commits %v; want 64 in at most %d", total, len(commits), commits, syncs)
+	}
 }
 
 // TestAppendPoisoned: a failed fdatasync or write fails its append, every
@@ -337,11 +354,13 @@ func TestAppendPoisoned(t *testing.T) {
 }
 
 // TestAppendPoisonedWhileBatching: when a batch's fdatasync fails, none of
-// the appends waiting behind it is acknowledged.
+// the appends waiting behind it is acknowledged, and no commit is reported.
 func TestAppendPoisonedWhileBatching(t *testing.T) {
 	m, root := memQueueRoot(t)
 	m.syncDelay = 2 * time.Millisecond
-	q, _ := openQueue(t, root, Options{FS: m})
+	q, _ := openQueue(t, root, Options{FS: m, OnCommit: func(messages int, _ time.Duration) {
+		t.Errorf("OnCommit(%d) after a failed fdatasync", messages)
+	}})
 	m.Fail(opSync, segmentFile, 1, syscall.EIO, false)
 	var wg sync.WaitGroup
 	for i := range 32 {

@@ -32,6 +32,8 @@ type ManagerConfig struct {
 	// SweepEvery is how often the files of idle queues (no worker in any
 	// process, nothing pending) are deleted; 0 means one minute.
 	SweepEvery time.Duration
+	// OnCommit is passed to every queue's Options.OnCommit.
+	OnCommit func(messages int, sync time.Duration)
 }
 
 // Manager holds the queues this process has opened and their workers: a
@@ -83,7 +85,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	if len(m.queues) >= m.cfg.MaxWorkers {
 		return nil, nil, ErrBudget
 	}
-	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
 	if err != nil {
 		return nil, nil, err
 	}

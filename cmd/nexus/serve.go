@@ -206,7 +206,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		return doors.Publish(ctx, tenant, flow, payload, cid)
 	})})
 	queues := queue.NewManager(queue.ManagerConfig{
-		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger,
+		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger, OnCommit: metrics.QueueCommitted,
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
 	})
 	hostCfg := host.Config{
