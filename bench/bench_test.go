@@ -18,7 +18,10 @@ import (
 // The load benchmarks. Each starts nexus serve and the bare server, then
 // drives them in alternating rounds (nexus, bare, bare, nexus, …) with the
 // same connections, body and headers, and reports requests/s, p50 and p99
-// of both and their ratios. NEXUS_BENCH_ROUNDS (default 4) and
+// of both, their ratios, and the CPU time per request of each server and of
+// the client (this process: the machine's cores are shared, so a server
+// that makes the client work harder per request pays for it in its rate).
+// NEXUS_BENCH_ROUNDS (default 4) and
 // NEXUS_BENCH_ROUND (default 3s) set the rounds; NEXUS_BENCH_CLIENT picks
 // the generator's client (see clientKind); NEXUS_BENCH_PERF=FILE records
 // the nexus process with perf(1) during its first round (the binary serves
@@ -214,19 +217,24 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 	b.ReportMetric(float64(nx99)/float64(br99), "p99-ratio")
 	b.ReportMetric(cpuPerRequest(nx), "nexus-cpu-us/req")
 	b.ReportMetric(cpuPerRequest(br), "bare-cpu-us/req")
+	b.ReportMetric(perRequest(nx.client, nx.requests), "nexus-client-cpu-us/req")
+	b.ReportMetric(perRequest(br.client, br.requests), "bare-client-cpu-us/req")
 
 	fmt.Printf("\n%s: %d connections, %d rounds × %s per server, client %s\n", b.Name(), conns, n, d, clientKind())
-	fmt.Printf("  %-6s %10s %10s %10s %12s %10s  %s\n", "server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "requests", "req/s per round")
-	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %10d  %s\n", "nexus", nxRate, ms(nx50), ms(nx99), cpuPerRequest(nx), nx.requests, strings.Join(perRound[0], " "))
-	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %10d  %s\n", "bare", brRate, ms(br50), ms(br99), cpuPerRequest(br), br.requests, strings.Join(perRound[1], " "))
+	fmt.Printf("  %-6s %10s %10s %10s %12s %12s %10s  %s\n", "server", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "client µs/req", "requests", "req/s per round")
+	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "nexus", nxRate, ms(nx50), ms(nx99), cpuPerRequest(nx), perRequest(nx.client, nx.requests), nx.requests, strings.Join(perRound[0], " "))
+	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "bare", brRate, ms(br50), ms(br99), cpuPerRequest(br), perRequest(br.client, br.requests), br.requests, strings.Join(perRound[1], " "))
 	fmt.Printf("  nexus/bare: req/s %.2f×, p50 %.2f×, p99 %.2f×, CPU per request %.2f×\n", nxRate/brRate, float64(nx50)/float64(br50), float64(nx99)/float64(br99), cpuPerRequest(nx)/cpuPerRequest(br))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // cpuPerRequest is the server's CPU time per request, in µs.
-func cpuPerRequest(r loadResult) float64 {
-	return float64(r.cpu) / float64(time.Microsecond) / float64(r.requests)
+func cpuPerRequest(r loadResult) float64 { return perRequest(r.cpu, r.requests) }
+
+// perRequest is d per request, in µs.
+func perRequest(d time.Duration, requests int) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(requests)
 }
 
 // waitDrained waits until nexus's queues are empty and idle, as its

@@ -40,6 +40,7 @@ type loadResult struct {
 	requests int
 	elapsed  time.Duration
 	cpu      time.Duration   // the server's CPU time (user and system) meanwhile
+	client   time.Duration   // the client's (this process's) CPU time meanwhile
 	lat      []time.Duration // one per request, in no order
 	failures int
 	firstErr error
@@ -52,6 +53,7 @@ func (r *loadResult) merge(o loadResult) {
 	r.requests += o.requests
 	r.elapsed += o.elapsed
 	r.cpu += o.cpu
+	r.client += o.client
 	r.lat = append(r.lat, o.lat...)
 	r.failures += o.failures
 	if r.firstErr == nil {
@@ -282,6 +284,7 @@ func drive(ctx context.Context, t target, conns int, d time.Duration) (loadResul
 	}
 	parts := make([]part, conns)
 	cpu0, _ := processCPU(t.pid)
+	client0, _ := processCPU(os.Getpid())
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -319,6 +322,9 @@ func drive(ctx context.Context, t target, conns int, d time.Duration) (loadResul
 	res := loadResult{}
 	if cpu1, err := processCPU(t.pid); err == nil {
 		res.cpu = cpu1 - cpu0
+	}
+	if client1, err := processCPU(os.Getpid()); err == nil {
+		res.client = client1 - client0
 	}
 	end := deadline
 	for _, p := range parts {
