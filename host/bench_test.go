@@ -173,17 +173,7 @@ func BenchmarkDoorRun(b *testing.B) {
 		check(b)
 		b.ReportAllocs()
 		cpu := startCPU()
-		b.RunParallel(func(pb *testing.PB) {
-			req, w := newBenchRequest(path), &discardWriter{h: http.Header{}}
-			for pb.Next() {
-				w.reset()
-				h.ServeHTTP(w, req.next())
-				if w.status != http.StatusOK {
-					b.Errorf("status %d", w.status)
-					return
-				}
-			}
-		})
+		serveParallel(b, h, path, http.StatusOK)
 		cpu.report(b)
 	})
 }
@@ -197,18 +187,24 @@ func BenchmarkDoorEnqueue(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(32) // 32 × GOMAXPROCS callers, as many connections do
 	cpu := startCPU()
+	serveParallel(b, h, path, http.StatusAccepted)
+	cpu.report(b)
+}
+
+// serveParallel sends the benchmark's requests to path from b's parallel
+// callers, each expecting status.
+func serveParallel(b *testing.B, h http.Handler, path string, status int) {
 	b.RunParallel(func(pb *testing.PB) {
 		req, w := newBenchRequest(path), &discardWriter{h: http.Header{}}
 		for pb.Next() {
 			w.reset()
 			h.ServeHTTP(w, req.next())
-			if w.status != http.StatusAccepted {
-				b.Errorf("status %d", w.status)
+			if w.status != status {
+				b.Errorf("status %d, want %d", w.status, status)
 				return
 			}
 		}
 	})
-	cpu.report(b)
 }
 
 // cpuClock measures the process's CPU time (user and system, every
