@@ -154,14 +154,7 @@ func TestRestartBacklogDrainedFirst(t *testing.T) {
 	}
 	restarted := time.Now()
 	mustEnqueue(t, h2, "acme", "backlog", acmeKey, `{"id":"wake"}`)
-	eventually(t, 10*time.Second, "the backlog and the waking message delivered", func() bool {
-		for _, x := range be.on("/backlog") {
-			if x.body == `{"id":"wake"}` {
-				return true
-			}
-		}
-		return false
-	})
+	be.waitBody(t, "/backlog", `{"id":"wake"}`, 10*time.Second)
 	var after []string
 	for _, x := range be.on("/backlog") {
 		if x.at.After(restarted) {
@@ -354,14 +347,7 @@ func TestQueueTwoProcessesTakeOver(t *testing.T) {
 	}
 	// and takes new submissions
 	mustEnqueue(t, h2, "acme", "shared", acmeKey, `{"id":"m-after"}`)
-	eventually(t, 5*time.Second, "the submission after the takeover delivered", func() bool {
-		for _, x := range be.on("/shared") {
-			if x.body == `{"id":"m-after"}` {
-				return true
-			}
-		}
-		return false
-	})
+	be.waitBody(t, "/shared", `{"id":"m-after"}`, 5*time.Second)
 	t.Logf("takeover after %v; %d delivered by the killed process, %d by the survivor, %d duplicates", took.Round(time.Millisecond), byFirst, bySecond, dups)
 }
 

@@ -132,6 +132,23 @@ func (l *loopback) waitOn(t *testing.T, prefix string, n int, timeout time.Durat
 	return got
 }
 
+// waitBody waits until a request on prefix with exactly body arrived and
+// returns the first such request.
+func (l *loopback) waitBody(t *testing.T, prefix, body string, timeout time.Duration) hit {
+	t.Helper()
+	var got hit
+	eventually(t, timeout, fmt.Sprintf("%s delivered to %s", body, prefix), func() bool {
+		for _, x := range l.on(prefix) {
+			if x.body == body {
+				got = x
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
 // eventually polls cond every 10 ms until it holds, failing the test after
 // timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -438,16 +455,7 @@ func TestQueueEnqueueDoor(t *testing.T) {
 		if r.status != 202 || !uuidRE.MatchString(cid) {
 			t.Errorf("with a 129-character X-Correlation-ID: %d, X-Correlation-Id %q", r.status, cid)
 		}
-		var got hit
-		eventually(t, 5*time.Second, "A-4 delivered", func() bool {
-			for _, x := range be.on("/ingest") {
-				if x.body == `{"orderId":"A-4","total":1}` {
-					got = x
-					return true
-				}
-			}
-			return false
-		})
+		got := be.waitBody(t, "/ingest", `{"orderId":"A-4","total":1}`, 5*time.Second)
 		if got.header.Get("X-Correlation-Id") != cid {
 			t.Errorf("the run carries X-Correlation-Id %q, the 202 said %q", got.header.Get("X-Correlation-Id"), cid)
 		}
