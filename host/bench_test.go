@@ -18,13 +18,14 @@ import (
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
 // The doors' hot path in process, for profiles (go test -run '^$' -bench
 // BenchmarkDoor -cpuprofile cpu.out -memprofile mem.out ./host/): the real
-// gate, body reader, parser, engine, JSON log (to io.Discard), metrics and
+// gate, body reader, parser, engine, JSON log (jsonlog, to io.Discard), metrics and
 // journal writer over a real registry, for the flow of the load benchmark
 // in bench/. Only the connection is missing: the answer goes to a
 // ResponseWriter that keeps nothing.
@@ -71,7 +72,7 @@ func newBenchServer(b *testing.B, withQueues bool) http.Handler {
 	if _, err := reg.Load(ctx); err != nil {
 		b.Fatal(err)
 	}
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	logger := slog.New(jsonlog.New(io.Discard, nil))
 	journal := reg.NewJournalWriter(registry.JournalConfig{Logger: logger})
 	journal.Start()
 	b.Cleanup(journal.Stop)

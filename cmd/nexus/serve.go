@@ -23,6 +23,7 @@ import (
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 	"github.com/nexushq/nexus/scheduler"
@@ -147,7 +148,7 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, nil))
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return slog.New(jsonlog.New(w, nil))
 }
 
 // serve runs the host until ctx ends, then shuts it down in order: stop
