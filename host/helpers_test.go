@@ -16,12 +16,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
@@ -34,24 +34,6 @@ import (
 
 // t0 is the fake clock's starting time.
 var t0 = time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
-
-// clock is a fake clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // The keys of the fixture's access.yaml.
 const (
@@ -108,7 +90,7 @@ func (s *fakeSyncer) Trigger() { s.n.Add(1) }
 type fixture struct {
 	t       *testing.T
 	reg     *registry.Registry
-	clock   *clock
+	clock   *clocktest.Fake
 	metrics *host.Metrics
 	syncer  *fakeSyncer
 	handler http.Handler
@@ -130,7 +112,7 @@ func newFixture(t *testing.T, edit func(*host.Config)) *fixture {
 func newUnloadedFixture(t *testing.T, edit func(*host.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	fx := &fixture{t: t, clock: &clock{t: t0}, metrics: host.NewMetrics(), syncer: &fakeSyncer{}}
+	fx := &fixture{t: t, clock: clocktest.New(t0), metrics: host.NewMetrics(), syncer: &fakeSyncer{}}
 	reg, err := registry.Open(ctx, filepath.Join(t.TempDir(), "state", "registry.db"), registry.Options{Now: fx.clock.Now})
 	if err != nil {
 		t.Fatal(err)

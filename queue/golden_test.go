@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nexushq/nexus/clock/clocktest"
 )
 
 var update = flag.Bool("update", false, "rewrite queue/testdata/*.golden from the code's output")
@@ -41,7 +43,7 @@ var (
 // code, with a fixed clock, and returns the files' bytes by golden name.
 func fixtureFiles(t *testing.T) map[string][]byte {
 	root := t.TempDir()
-	c := &testClock{t: epoch}
+	c := clocktest.New(epoch)
 	q, _ := openQueue(t, root, Options{Now: c.Now})
 	if _, err := q.Append(fixtureMessage); err != nil {
 		t.Fatal(err)
@@ -59,7 +61,7 @@ func fixtureFiles(t *testing.T) map[string][]byte {
 	if err := q.MoveToDLQ(fixtureDeadLetter); err != nil {
 		t.Fatal(err)
 	}
-	c.Set(fixtureMarkedAt)
+	c.AdvanceTo(fixtureMarkedAt)
 	if err := q.Mark(fixtureDeadLetter.ID, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -20,24 +19,6 @@ const (
 
 // epoch is the fake clocks' starting time.
 var epoch = time.Date(2026, 8, 9, 14, 2, 11, 123456789, time.UTC)
-
-// testClock is a fake clock, safe for concurrent use.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // openQueue opens tenant/flow under root and closes it when the test ends.
 func openQueue(t testing.TB, root string, opts Options) (*Queue, []Damage) {

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/nexushq/nexus/clock/clocktest"
 )
 
 // Recovery tests write a log through the real code, damage a copy of its
@@ -26,7 +28,7 @@ type logFixture struct {
 func buildLog(t *testing.T, sizes ...int) logFixture {
 	t.Helper()
 	root := t.TempDir()
-	c := &testClock{t: epoch}
+	c := clocktest.New(epoch)
 	q, _ := openQueue(t, root, Options{Now: c.Now})
 	var l logFixture
 	for i, size := range sizes {

@@ -16,7 +16,7 @@ var _ engine.DedupStore = (*registry.DedupStore)(nil)
 func TestDedupConformance(t *testing.T) {
 	enginetest.DedupStoreConformance(t, func(t *testing.T) (engine.DedupStore, func(time.Duration)) {
 		r, c := newRegistry(t)
-		return r.Dedup(), c.Advance
+		return r.Dedup(), func(d time.Duration) { c.Advance(d) }
 	})
 }
 

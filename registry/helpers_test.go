@@ -6,11 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/registry"
@@ -19,25 +19,8 @@ import (
 // t0 is the fake clocks' starting time.
 var t0 = time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
 
-// clock is a fake clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newClock is a fake clock at t0.
+func newClock() *clocktest.Fake { return clocktest.New(t0) }
 
 // dbPath is a registry path in a fresh temporary folder (a subfolder, so
 // that Open has to create it).
@@ -57,7 +40,7 @@ func open(t testing.TB, path string, opts registry.Options) *registry.Registry {
 }
 
 // newRegistry opens a registry in a fresh folder with a fake clock.
-func newRegistry(t testing.TB) (*registry.Registry, *clock) {
+func newRegistry(t testing.TB) (*registry.Registry, *clocktest.Fake) {
 	t.Helper()
 	c := newClock()
 	return open(t, dbPath(t), registry.Options{Now: c.Now}), c
