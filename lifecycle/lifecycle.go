@@ -1,13 +1,15 @@
 // Package lifecycle owns the one Start/Stop of the host's background
 // components (the sync loop, the live-set watcher, the journal writer, the
-// dedup pruner, the cron scheduler, the queue workers): Start returns at
-// once, Stop is synchronous, both may be called twice, and Stop without
-// Start does nothing.
+// dedup pruner, the cron scheduler, the queue workers, the queues'
+// housekeeping): Start returns at once, Stop is synchronous, both may be
+// called twice, and Stop without Start does nothing. Every is the body of
+// the components that do one thing periodically.
 package lifecycle
 
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Loop runs at most one goroutine at a time. Its zero value is ready.
@@ -46,4 +48,24 @@ func (l *Loop) Stop() {
 	}
 	cancel()
 	<-done
+}
+
+// Every calls fn every interval until ctx ends, the first time one interval
+// after it is called; it returns when ctx ends (never during a call of fn,
+// and fn is not called once ctx has ended).
+// It is the body of a Loop that does one thing periodically.
+func Every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ctx.Err() != nil { // both were ready: the end wins
+				return
+			}
+			fn()
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // sweepIdle deletes the files of every queue under root that this process
@@ -119,26 +121,12 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 func (m *Manager) Start() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cancel != nil || m.closed {
+	if m.closed {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel, m.done = cancel, make(chan struct{})
 	every := m.cfg.SweepEvery
 	if every <= 0 {
 		every = time.Minute
 	}
-	go func(done chan struct{}) {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				m.sweepIdle()
-			}
-		}
-	}(m.done)
+	m.sweeper.Start(func(ctx context.Context) { lifecycle.Every(ctx, every, m.sweepIdle) })
 }

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nexushq/nexus/clock"
+	"github.com/nexushq/nexus/lifecycle"
 )
 
 // ErrBudget is returned when the residency budget is spent: no new worker
@@ -46,8 +46,8 @@ type Manager struct {
 	mu     sync.Mutex
 	queues map[[2]string]*managed
 	closed bool
-	cancel context.CancelFunc // the housekeeping loop (Start)
-	done   chan struct{}
+
+	sweeper lifecycle.Loop // the housekeeping of idle queues (Start)
 }
 
 type managed struct {
@@ -226,15 +226,10 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 // delivery in progress and writes its checkpoint) and closes the queues.
 func (m *Manager) Stop() {
 	m.mu.Lock()
-	cancel, done := m.cancel, m.done
-	m.cancel = nil
+	m.closed = true // before the sweeper stops: Start cannot start it again
 	m.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	m.sweeper.Stop()
 	m.mu.Lock()
-	m.closed = true
 	list := m.queues
 	m.queues = map[[2]string]*managed{}
 	m.mu.Unlock()

@@ -115,18 +115,11 @@ func (p *DedupPruner) Start() {
 		log = slog.Default()
 	}
 	p.life.Start(func(ctx context.Context) {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		lifecycle.Every(ctx, interval, func() {
 			if _, err := p.Registry.PruneDedup(ctx); err != nil && ctx.Err() == nil {
 				log.Error("expired dedup records could not be deleted", "event", "dedup_prune_failed", "error", err.Error())
 			}
-		}
+		})
 	})
 }
 

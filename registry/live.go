@@ -267,15 +267,8 @@ func (w *Watcher) Start() {
 		log = slog.Default()
 	}
 	w.life.Start(func(ctx context.Context) {
-		t := time.NewTicker(interval)
-		defer t.Stop()
 		failing := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		lifecycle.Every(ctx, interval, func() {
 			swapped, err := w.Registry.Refresh(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:
@@ -291,7 +284,7 @@ func (w *Watcher) Start() {
 			default:
 				failing = false
 			}
-		}
+		})
 	})
 }
 
