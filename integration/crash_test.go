@@ -333,22 +333,31 @@ func TestQueueTwoProcessesTakeOver(t *testing.T) {
 		}
 		return true
 	})
-	byFirst := len(h1.events("queue_processed"))
-	bySecond := len(waitEvents(t, h2, "queue_processed", 1, nil, 5*time.Second))
+	// the first process's deliveries, finished or in flight, are what the
+	// backend received on connections it accepted before the kill (a
+	// request sent just before it may be read just after; and the killed
+	// process's log may have lost its last lines: it is written every 2 ms)
+	byFirst := 0
+	for _, x := range be.on("/shared") {
+		if x.connAt.Before(killed) {
+			byFirst++
+		}
+	}
+	if byFirst >= n+1 {
+		t.Errorf("the first process delivered %d of %d before the kill", byFirst, n+1)
+	}
+	bySecond := len(waitEvents(t, h2, "queue_processed", max(1, n+1-byFirst), nil, 5*time.Second))
 	dups := 0
 	for _, c := range seen {
 		dups += c - 1
 	}
-	if byFirst+bySecond < n+1 || byFirst >= n+1 {
-		t.Errorf("delivered %d by the first process and %d by the second, of %d", byFirst, bySecond, n+1)
-	}
-	if dups > 1+byFirst {
-		t.Errorf("%d duplicates", dups)
+	if dups > byFirst {
+		t.Errorf("%d duplicates, more than the %d deliveries of the killed process", dups, byFirst)
 	}
 	// and takes new submissions
 	mustEnqueue(t, h2, "acme", "shared", acmeKey, `{"id":"m-after"}`)
 	be.waitBody(t, "/shared", `{"id":"m-after"}`, 5*time.Second)
-	t.Logf("takeover after %v; %d delivered by the killed process, %d by the survivor, %d duplicates", took.Round(time.Millisecond), byFirst, bySecond, dups)
+	t.Logf("takeover after %v; %d delivered (or in flight) by the killed process, %d by the survivor, %d duplicates", took.Round(time.Millisecond), byFirst, bySecond, dups)
 }
 
 // crashSink counts the payload ids it receives, by the process generation

@@ -3,11 +3,13 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,7 +123,7 @@ type backend struct {
 
 func newBackend(t *testing.T, handler http.HandlerFunc) *backend {
 	b := &backend{handler: handler}
-	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		b.mu.Lock()
 		b.requests = append(b.requests, recorded{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: string(body)})
@@ -135,8 +137,22 @@ func newBackend(t *testing.T, handler http.HandlerFunc) *backend {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		h(w, r)
 	}))
+	b.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connAcceptedKey{}, time.Now())
+	}
+	b.Start()
 	t.Cleanup(b.Close)
 	return b
+}
+
+// connAcceptedKey holds, in a backend request's context, when the backend
+// accepted the request's connection.
+type connAcceptedKey struct{}
+
+// connAccepted is when the backend accepted r's connection.
+func connAccepted(r *http.Request) time.Time {
+	at, _ := r.Context().Value(connAcceptedKey{}).(time.Time)
+	return at
 }
 
 // received returns the requests so far.

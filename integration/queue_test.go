@@ -50,13 +50,14 @@ func queueExample(t *testing.T, name, backendURL string, replacements ...string)
 	return s
 }
 
-// hit is one request a loopback backend received, with its arrival time.
+// hit is one request a loopback backend received, with its arrival time
+// and the time its connection was accepted.
 type hit struct {
-	at     time.Time
-	method string
-	path   string
-	header http.Header
-	body   string
+	at, connAt time.Time
+	method     string
+	path       string
+	header     http.Header
+	body       string
 }
 
 // loopback is a backend that records every request with its arrival time
@@ -77,7 +78,7 @@ func newLoopback(t *testing.T) *loopback {
 	l.status.Store(http.StatusOK)
 	l.backend = newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		h := hit{at: time.Now(), method: r.Method, path: r.URL.RequestURI(), header: r.Header.Clone(), body: string(body)}
+		h := hit{at: time.Now(), connAt: connAccepted(r), method: r.Method, path: r.URL.RequestURI(), header: r.Header.Clone(), body: string(body)}
 		l.mu.Lock()
 		l.hits = append(l.hits, h)
 		answer := l.answer
