@@ -538,9 +538,6 @@ method: POST
 		h.kill()
 		close(stop)
 		wg.Wait()
-		atKill, _ := sink.stats()
-		inFlight := atKill - atLoad // delivered since the queue was last idle: not known to be checkpointed
-		maxFlight = max(maxFlight, inFlight)
 
 		sink.mu.Lock()
 		sink.generation++
@@ -578,7 +575,17 @@ method: POST
 				after[d.id]++
 			}
 		}
+		// what the killed process delivered since the queue was last idle is
+		// not known to be checkpointed; counted now, not at the kill, since
+		// a request it sent just before dying can be read after
+		inFlight := 0
+		for _, d := range sink.deliveries[atLoad:] {
+			if d.generation == gen-1 {
+				inFlight++
+			}
+		}
 		sink.mu.Unlock()
+		maxFlight = max(maxFlight, inFlight)
 		cycleDups := 0
 		for id, n := range after {
 			if n > 1 {
