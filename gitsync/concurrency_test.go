@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -341,7 +343,7 @@ func TestStartTriggerStop(t *testing.T) {
 	}
 
 	e.s.Stop()
-	events := len(e.logs.events(t, "sync_applied"))
+	events := len(e.logs.Events(t, "sync_applied"))
 	e.s.Stop() // again: nothing to do
 
 	// Stopped: a trigger does nothing.
@@ -352,7 +354,7 @@ func TestStartTriggerStop(t *testing.T) {
 	if st := e.status(); st.Commit != c2 {
 		t.Fatalf("a stopped Syncer synced: commit %s", st.Commit)
 	}
-	if n := len(e.logs.events(t, "sync_applied")); n != events {
+	if n := len(e.logs.Events(t, "sync_applied")); n != events {
 		t.Fatalf("%d sync_applied events after Stop", n-events)
 	}
 
@@ -482,11 +484,11 @@ func TestStopEndsAFetchInProgress(t *testing.T) {
 		http.Error(w, "too late", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(srv.Close)
-	logs := &logBuffer{}
+	logs := &jsonlogtest.Buffer{}
 	reg := openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))
 	s, err := gitsync.New(gitsync.Config{
 		Repo: srv.URL + "/config.git", Dir: filepath.Join(t.TempDir(), "repo"), Registry: reg,
-		Logger: logs.logger(), Poll: time.Millisecond, MaxBackoff: time.Millisecond,
+		Logger: logs.Logger(slog.LevelDebug), Poll: time.Millisecond, MaxBackoff: time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -517,7 +519,7 @@ func TestStopEndsAFetchInProgress(t *testing.T) {
 	if requests.Load() != n || logs.String() != logged {
 		t.Errorf("the loop went on after Stop returned: %d more requests, log:\n%s", requests.Load()-n, logs.String()[len(logged):])
 	}
-	if ev := logs.events(t, "sync_unreachable"); len(ev) != 0 {
+	if ev := logs.Events(t, "sync_unreachable"); len(ev) != 0 {
 		t.Errorf("a canceled fetch was logged as unreachable: %v", ev)
 	}
 }

@@ -1,10 +1,7 @@
 package gitsync_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +22,7 @@ import (
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -270,53 +267,13 @@ func accessFile(keys ...key) []byte {
 
 var acmeKey = key{"acme-main", "acme", "nxk_test_acme_0123456789abcdef0123"}
 
-// logBuffer collects JSON log lines; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// events returns the log records whose event field is event.
-func (l *logBuffer) events(t testing.TB, event string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("a log line is not JSON: %v\n%s", err, sc.Bytes())
-		}
-		if rec["event"] == event {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 // env is one host: a registry and a Syncer following a source repo.
 type env struct {
 	t     testing.TB
 	src   *srcRepo
 	state string // the state directory
 	reg   *registry.Registry
-	logs  *logBuffer
+	logs  *jsonlogtest.Buffer
 	cfg   gitsync.Config
 	s     *gitsync.Syncer
 }
@@ -326,7 +283,7 @@ type env struct {
 // Config before New.
 func newEnv(t testing.TB, edit ...func(*gitsync.Config)) *env {
 	t.Helper()
-	e := &env{t: t, src: newSrcRepo(t), state: filepath.Join(t.TempDir(), "state"), logs: &logBuffer{}}
+	e := &env{t: t, src: newSrcRepo(t), state: filepath.Join(t.TempDir(), "state"), logs: &jsonlogtest.Buffer{}}
 	e.src.write("access.yaml", accessFile(acmeKey))
 	e.src.write("flows/README.md", []byte("# Flows\n\nEvery flow of the host.\n"))
 	e.reg = openRegistry(t, filepath.Join(e.state, "registry.db"))
@@ -334,7 +291,7 @@ func newEnv(t testing.TB, edit ...func(*gitsync.Config)) *env {
 		Repo:     e.src.dir,
 		Dir:      filepath.Join(e.state, "repo"),
 		Registry: e.reg,
-		Logger:   e.logs.logger(),
+		Logger:   e.logs.Logger(slog.LevelDebug),
 	}
 	for _, f := range edit {
 		f(&e.cfg)

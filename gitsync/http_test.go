@@ -2,6 +2,7 @@ package gitsync_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
 
 // smartHTTP serves the bare repositories under root over git's smart HTTP
@@ -204,10 +206,10 @@ func TestSyncUnreachable(t *testing.T) {
 func TestStartLogsUnreachable(t *testing.T) {
 	base := closedURL(t)
 	repo := strings.Replace(base, "http://", "http://deploy:pw-0a1b2c3d@", 1) + "/config.git"
-	logs := &logBuffer{}
+	logs := &jsonlogtest.Buffer{}
 	reg := openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))
 	s, err := gitsync.New(gitsync.Config{
-		Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: reg, Logger: logs.logger(),
+		Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: reg, Logger: logs.Logger(slog.LevelDebug),
 		Poll: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 	})
 	if err != nil {
@@ -215,12 +217,12 @@ func TestStartLogsUnreachable(t *testing.T) {
 	}
 	s.Start()
 	waitFor(t, 10*time.Second, "three sync_unreachable events", func() bool {
-		return len(logs.events(t, "sync_unreachable")) >= 3
+		return len(logs.Events(t, "sync_unreachable")) >= 3
 	})
 	s.Stop()
-	n := len(logs.events(t, "sync_unreachable"))
+	n := len(logs.Events(t, "sync_unreachable"))
 	time.Sleep(100 * time.Millisecond)
-	events := logs.events(t, "sync_unreachable")
+	events := logs.Events(t, "sync_unreachable")
 	if len(events) != n {
 		t.Errorf("%d sync_unreachable events after Stop returned", len(events)-n)
 	}

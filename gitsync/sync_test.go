@@ -77,7 +77,7 @@ func TestSyncPublishesChangesAndWithdraws(t *testing.T) {
 	c6 := e.src.commit("restore acme/x")
 	e.mustApply(c6, "published acme/x v3")
 
-	applied := e.logs.events(t, "sync_applied")
+	applied := e.logs.Events(t, "sync_applied")
 	if len(applied) != 6 || applied[5]["commit"] != c6 || applied[5]["published"] != 1.0 {
 		t.Errorf("sync_applied events: %v", applied)
 	}
@@ -111,7 +111,7 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 	if got := liveFlows(e.reg.Live()); !slices.Equal(got, live) {
 		t.Errorf("live set = %q, want %q", got, live)
 	}
-	failed := e.logs.events(t, "sync_failed")
+	failed := e.logs.Events(t, "sync_failed")
 	if len(failed) != 1 || failed[0]["commit"] != bad || failed[0]["first_error"] != badFlowError || failed[0]["errors"] != 1.0 {
 		t.Errorf("sync_failed events: %v", failed)
 	}
@@ -126,7 +126,7 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 	if again.LastError == nil || !again.LastError.At.Equal(st.LastError.At) || !slices.Equal(again.LastError.Errors, []string{badFlowError}) {
 		t.Errorf("LastError after the second Sync = %+v, was %+v: recorded twice", again.LastError, st.LastError)
 	}
-	if n := len(e.logs.events(t, "sync_failed")); n != 1 {
+	if n := len(e.logs.Events(t, "sync_failed")); n != 1 {
 		t.Errorf("%d sync_failed events, want 1", n)
 	}
 

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
 
 // The host end to end, over the built binary: the /run examples of
@@ -868,29 +870,10 @@ func TestGitHookWithLongPoll(t *testing.T) {
 	t.Logf("live %v after the hook", time.Since(start))
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process to write while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // launch starts nexus with exactly args, in dir, with the environment of
 // the test minus its NEXUS_ variables plus env, and waits until it listens.
 // Its stdout is returned; the process is killed when the test ends.
-func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hostProc, *lockedBuffer) {
+func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hostProc, *jsonlogtest.Buffer) {
 	t.Helper()
 	h := &hostProc{t: t, adminKey: adminKey, exited: make(chan struct{})}
 	h.cmd = exec.Command(nexusBin, args...)
@@ -901,7 +884,7 @@ func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hos
 		}
 	}
 	h.cmd.Env = append(h.cmd.Env, env...)
-	stdout := &lockedBuffer{}
+	stdout := &jsonlogtest.Buffer{}
 	h.cmd.Stdout = stdout
 	h.watch(args, nil, func() string { return "\nstdout:\n" + stdout.String() })
 	return h, stdout

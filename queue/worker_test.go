@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nexushq/nexus/clock/clocktest"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/queue"
 )
 
@@ -219,39 +219,6 @@ func stepFor(t testing.TB, clk *clocktest.Fake, d time.Duration) {
 	t.Helper()
 	end := clk.Now().Add(d)
 	stepUntil(t, clk, 100000, "past "+end.String(), func() bool { return !clk.Now().Before(end) })
-}
-
-// logBuf collects a worker's JSON log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// events returns the log records whose event is name.
-func (l *logBuf) events(t testing.TB, name string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if rec["event"] == name {
-			out = append(out, rec)
-		}
-	}
-	return out
 }
 
 // hookFS is the OS with hooks on segment.log: it lets a test act at a
@@ -725,11 +692,11 @@ func TestWorkerDropVerdict(t *testing.T) {
 func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
 	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
-	logs := &logBuf{}
+	logs := &jsonlogtest.Buffer{}
 	put(t, q, "ok")
 	put(t, q, "fail")
 	policy := queue.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
-	startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo),
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict {
 			attrs := []slog.Attr{slog.Int("version", 7), slog.String("step", string(d.Payload))}
 			if string(d.Payload) == "fail" {
@@ -741,7 +708,7 @@ func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
 	stepFor(t, clk, 10*time.Second)
 	check := func(event string, n int, want map[string]any) {
 		t.Helper()
-		evs := logs.events(t, event)
+		evs := logs.Events(t, event)
 		if len(evs) != n {
 			t.Fatalf("%d %s events, want %d: %v", len(evs), event, n, evs)
 		}
@@ -762,10 +729,10 @@ func TestWorkerHandlerPanic(t *testing.T) {
 	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)
-	logs := &logBuf{}
+	logs := &jsonlogtest.Buffer{}
 	put(t, q, "bomb")
 	put(t, q, "fine")
-	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo),
 		Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
 			if string(d.Payload) == "bomb" {
 				panic("boom")
@@ -788,7 +755,7 @@ func TestWorkerHandlerPanic(t *testing.T) {
 	if le := dl[0].LastError; !strings.HasPrefix(le, "internal error: panic at ") || !strings.Contains(le, "worker_test.go:") {
 		t.Errorf("last error %q does not name the panic's location in the handler", le)
 	}
-	if ev := logs.events(t, "handler_panic"); len(ev) != 3 || ev[0]["msg_id"] != float64(1) || ev[0]["panic"] != "boom" || ev[2]["attempt"] != float64(3) {
+	if ev := logs.Events(t, "handler_panic"); len(ev) != 3 || ev[0]["msg_id"] != float64(1) || ev[0]["panic"] != "boom" || ev[2]["attempt"] != float64(3) {
 		t.Errorf("handler_panic events = %v", ev)
 	}
 	// the worker survived: a message appended now is delivered

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -171,8 +173,8 @@ func TestJournalStopFlushes(t *testing.T) {
 // newest are written once the writer runs.
 func TestJournalDropsTheOldest(t *testing.T) {
 	r, _ := newRegistry(t)
-	var logs syncBuffer
-	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 4, FlushEvery: time.Hour, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 4, FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
 	w.Start()
 	w.Stop()
 

@@ -20,7 +20,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -755,8 +757,8 @@ func TestWatcherKeepsTheLastSet(t *testing.T) {
 	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
 	ls := load(t, r)
 
-	var logs syncBuffer
-	w := &registry.Watcher{Registry: r, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	var logs jsonlogtest.Buffer
+	w := &registry.Watcher{Registry: r, Interval: 10 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)}
 	w.Start()
 	defer w.Stop()
 	r.Close()
@@ -772,24 +774,6 @@ func TestWatcherKeepsTheLastSet(t *testing.T) {
 	if n := strings.Count(logs.String(), "live_set_refresh_failed"); n != 1 {
 		t.Errorf("the failure was logged %d times, want once while it lasts", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestSchedules(t *testing.T) {
