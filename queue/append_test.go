@@ -577,3 +577,46 @@ func TestAppendGathers(t *testing.T) {
 		t.Errorf("%d messages in the log, want 13", got)
 	}
 }
+
+// TestAppendGoesToTheFileAtThePath: the janitor of another process deleted
+// an idle queue's files (under the append lock) while this handle had them
+// open, and another handle created segment.log again and appended: this
+// handle's next append goes to the new file, the one every reader opens,
+// not to the deleted one, and takes the next id.
+func TestAppendGoesToTheFileAtThePath(t *testing.T) {
+	for _, name := range []string{"OS", "memFS"} {
+		t.Run(name, func(t *testing.T) {
+			root, opts := t.TempDir(), Options{}
+			if name == "memFS" {
+				var m *memFS
+				m, root = memQueueRoot(t)
+				opts.FS = m
+			}
+			fsys := opts.FS
+			if fsys == nil {
+				fsys = OS{}
+			}
+			q1, _ := openQueue(t, root, opts)
+			if _, err := q1.Append(newMessage(1, 40)); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsys.Remove(filepath.Join(root, testTenant, testFlow, segmentFile)); err != nil {
+				t.Fatal(err)
+			}
+			q2, _ := openQueue(t, root, opts) // creates segment.log again
+			second, err := q2.Append(newMessage(2, 40))
+			if err != nil {
+				t.Fatal(err)
+			}
+			third, err := q1.Append(newMessage(3, 40))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if third.ID != second.ID+1 {
+				t.Errorf("ids %d then %d: want the next id", second.ID, third.ID)
+			}
+			reader, _ := openQueue(t, root, opts)
+			checkMessages(t, readAll(t, reader), []Message{second, third})
+		})
+	}
+}

@@ -57,7 +57,7 @@ func (m *Manager) fs() FS {
 // deleteIdleQueue deletes an idle queue's files, holding its worker lock
 // (no worker anywhere) and its append lock (no append meanwhile). A handle
 // that was open elsewhere finds segment.log gone under the append lock and
-// recreates it (see reopenIfRemoved).
+// recreates it, or opens the one created since (see segmentAtPath).
 func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	dir, err := Dir(root, tenant, flow)
 	if err != nil {

@@ -464,7 +464,7 @@ func (i memInfo) Name() string       { return i.name }
 func (i memInfo) Size() int64        { return i.size }
 func (i memInfo) ModTime() time.Time { return time.Time{} }
 func (i memInfo) IsDir() bool        { return i.n.dir }
-func (i memInfo) Sys() any           { return nil }
+func (i memInfo) Sys() any           { return i.n } // the node: a file's identity
 func (i memInfo) Mode() fs.FileMode {
 	if i.n.dir {
 		return fs.ModeDir | 0o755

@@ -143,26 +143,55 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	return q, damage, nil
 }
 
-// reopenIfRemoved reopens segment.log when its path no longer exists: the
-// janitor deleted an idle queue's files (in this process or another) while
-// this handle was open. The caller holds the append lock.
-func (q *Queue) reopenIfRemoved() error {
-	_, err := q.fs.Stat(q.path(segmentFile))
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
+// segmentAtPath makes sure the segment.log this handle has open is the file
+// at its path, and returns that file's size. The janitor deletes an idle
+// queue's files (in this process or another) while other handles may be
+// open, and another process may create segment.log again afterwards: a
+// handle that went on writing to the file it had open would acknowledge
+// messages into a file no reader opens. So when the path is gone, or names
+// another file, the handle opens the file at the path (creating it if need
+// be). The caller holds the append lock.
+func (q *Queue) segmentAtPath() (int64, error) {
+	atPath, err := q.fs.Stat(q.path(segmentFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	open, err2 := q.seg.Stat()
+	if err2 != nil {
+		return 0, err2
+	}
+	if err == nil && sameFile(atPath, open) {
+		return open.Size(), nil
 	}
 	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := q.fs.SyncDir(q.dir); err != nil {
+	size, err := fileSize(seg)
+	if err == nil {
+		err = q.fs.SyncDir(q.dir)
+	}
+	if err != nil {
 		seg.Close()
-		return err
+		return 0, err
 	}
 	q.seg.Close()
 	q.seg = seg
 	q.durable.Store(0)
-	return nil
+	return size, nil
+}
+
+// sameFile reports whether two descriptions are of one file: os.SameFile
+// for the OS, and for another FS the identity its FileInfo.Sys gives.
+func sameFile(a, b fs.FileInfo) bool {
+	if os.SameFile(a, b) {
+		return true
+	}
+	sa, sb := a.Sys(), b.Sys()
+	if _, isOS := sa.(*syscall.Stat_t); isOS || sa == nil {
+		return false
+	}
+	return sa == sb
 }
 
 func (q *Queue) closeFiles() error {
@@ -441,10 +470,7 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 		return fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer unlock()
-	if err := q.reopenIfRemoved(); err != nil {
-		return err
-	}
-	tail, err := fileSize(q.seg)
+	tail, err := q.segmentAtPath()
 	if err != nil {
 		return err
 	}
@@ -520,10 +546,7 @@ func (q *Queue) readableEnd() (int64, error) {
 		return 0, fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer flockRetry(q.lock, syscall.LOCK_UN)
-	if err := q.reopenIfRemoved(); err != nil {
-		return 0, err
-	}
-	if size, err = fileSize(q.seg); err != nil {
+	if size, err = q.segmentAtPath(); err != nil {
 		return 0, err
 	}
 	q.durable.Store(size)
@@ -701,10 +724,7 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	defer unlock()
-	if err := q.reopenIfRemoved(); err != nil {
-		return err
-	}
-	size, err := fileSize(q.seg)
+	size, err := q.segmentAtPath()
 	if err != nil {
 		return err
 	}
