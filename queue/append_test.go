@@ -620,3 +620,26 @@ func TestAppendGoesToTheFileAtThePath(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedSyncDoesNotLendItsIDs: a batch whose fdatasync failed may leave
+// its frames in segment.log (the pages stay readable); another process's
+// next append does not take their ids.
+func TestFailedSyncDoesNotLendItsIDs(t *testing.T) {
+	m, root := settledMemQueue(t)
+	failing, _ := openQueue(t, root, Options{FS: m})
+	other, _ := openQueue(t, root, Options{FS: m}) // another process's handle
+	m.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	if _, err := failing.Append(newMessage(1, 50)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the append whose fdatasync failed: %v", err)
+	}
+	if _, err := other.Append(newMessage(2, 50)); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := openQueue(t, root, Options{FS: m})
+	seen := map[uint64]int{}
+	for _, msg := range readAll(t, fresh) {
+		if seen[msg.ID]++; seen[msg.ID] > 1 {
+			t.Errorf("id %d is in the log twice", msg.ID)
+		}
+	}
+}

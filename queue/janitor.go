@@ -100,6 +100,11 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if dl, _, err := q.DeadLetters(); err != nil || len(dl) > 0 {
 		return false, err
 	}
+	if size > 0 {
+		if err := q.keepCounter(size); err != nil {
+			return false, err
+		}
+	}
 	removed := false
 	for _, name := range []string{segmentFile, ckptFile, retryFile, dlqFile, ackedFile} {
 		err := fsys.Remove(q.path(name))
@@ -114,6 +119,31 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 		return true, fsys.SyncDir(dir)
 	}
 	return false, nil
+}
+
+// keepCounter makes the id counter durable, and past the highest id in
+// segment.log (size bytes), before the janitor deletes the log: appends
+// rewrite the counter without fsync because recovery can raise it from the
+// log, which is about to go. The caller holds the append lock.
+func (q *Queue) keepCounter(size int64) error {
+	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	maxID, _, _, err := scanIDs(seg, size)
+	if err != nil {
+		return err
+	}
+	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return err
+	}
+	defer q.seq.Close()
+	next, err := q.readSeq()
+	if err != nil {
+		return err
+	}
+	return q.writeSeq(max(next, maxID+1), true)
 }
 
 // Start begins the housekeeping of idle queues (every SweepEvery) and

@@ -1,11 +1,15 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,5 +162,158 @@ func TestManagerSweepsOnlyQueuesItHasNotOpened(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "acme", "busy", segmentFile)); err != nil {
 		t.Errorf("the open queue's log was deleted: %v", err)
+	}
+}
+
+// deliveries runs a worker on q, then calls meanwhile (when set: once the
+// worker is elected and had 100 ms to deliver what it read first), until
+// want ids were delivered (or 10 s passed), and returns the ids it
+// delivered, sorted.
+func deliveries(t *testing.T, q *Queue, want int, meanwhile func()) []uint64 {
+	t.Helper()
+	var mu sync.Mutex
+	var got []uint64
+	w := NewWorker(q, WorkerConfig{Poll: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Handler: HandlerFunc(func(ctx context.Context, d Delivery) Verdict {
+			mu.Lock()
+			got = append(got, d.ID)
+			mu.Unlock()
+			return Verdict{Kind: VerdictAck, Outcome: "succeeded"}
+		})})
+	w.Start()
+	if meanwhile != nil {
+		// elected, and given the time to deliver whatever it reads first
+		for deadline := time.Now().Add(10 * time.Second); !w.State().Leading && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		meanwhile()
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= want {
+			break
+		}
+	}
+	w.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(got)
+	return got
+}
+
+// TestWorkerElectedAfterDeletionReadsTheNewLog: a process's worker stood by
+// while another's processed m1..m3 and stopped; the janitor deleted the
+// queue's files and a third process appended m4 and m5 to a new
+// segment.log. Elected now, the worker delivers m4 and m5 from the new
+// file: not m1..m3 again from the deleted one, and without emptying the new
+// file before m4 and m5 are delivered.
+func TestWorkerElectedAfterDeletionReadsTheNewLog(t *testing.T) {
+	root := t.TempDir()
+	standby, _ := openQueue(t, root, Options{})
+	for i := 1; i <= 3; i++ {
+		if _, err := standby.Append(newMessage(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, _ := standby.Size()
+	if err := standby.SaveCheckpoint(size); err != nil { // the other process's worker processed them
+		t.Fatal(err)
+	}
+	if deleted, err := deleteIdleQueue(root, testTenant, testFlow, OS{}); !deleted || err != nil {
+		t.Fatalf("the janitor: deleted %v, %v", deleted, err)
+	}
+	third, _ := openQueue(t, root, Options{})
+	var acked []uint64
+	for i := 4; i <= 5; i++ {
+		m, err := third.Append(newMessage(i, 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, m.ID)
+	}
+	if got := deliveries(t, standby, len(acked), nil); !slices.Equal(got, acked) {
+		t.Errorf("delivered %v; want the acknowledged %v, once", got, acked)
+	}
+}
+
+// TestOpenRacingTheJanitor: the janitor deletes an idle queue's files
+// between Open's opening of segment.log and its recovery under the append
+// lock, and the queue's worker starts before anything is appended. The queue
+// recovers, delivers and appends from the file at the path, not from the
+// deleted one (whose messages were all processed).
+func TestOpenRacingTheJanitor(t *testing.T) {
+	m, root := settledMemQueue(t)
+	q0, _ := openQueue(t, root, Options{FS: m})
+	for i := 1; i <= 3; i++ {
+		if _, err := q0.Append(newMessage(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, _ := q0.Size()
+	if err := q0.SaveCheckpoint(size); err != nil {
+		t.Fatal(err)
+	}
+	q0.Close()
+	var fired atomic.Bool // the janitor opens the counter too: the hook must not run again then
+	m.before = func(op, name string) {
+		if op == opOpen && filepath.Base(name) == seqFile && fired.CompareAndSwap(false, true) { // after segment.log, before the recovery
+			if deleted, err := deleteIdleQueue(root, testTenant, testFlow, m); !deleted || err != nil {
+				t.Errorf("the janitor: deleted %v, %v", deleted, err)
+			}
+		}
+	}
+	q, _ := openQueue(t, root, Options{FS: m})
+	m.before = nil
+	var next Message
+	got := deliveries(t, q, 1, func() { // the worker starts before the first append
+		var err error
+		if next, err = q.Append(newMessage(4, 100)); err != nil {
+			t.Error(err)
+		}
+	})
+	if next.ID != 4 || next.Offset != 0 {
+		t.Errorf("the append after the deletion: id %d at offset %d, want id 4 at 0 in the new file", next.ID, next.Offset)
+	}
+	if !slices.Equal(got, []uint64{next.ID}) {
+		t.Errorf("delivered %v; want only %d", got, next.ID)
+	}
+}
+
+// TestJanitorKeepsTheCounter: appends rewrite the id counter without fsync
+// (recovery raises it from the log); the janitor deletes the log, so it
+// makes the counter durable first. After a power cut, ids go on.
+func TestJanitorKeepsTheCounter(t *testing.T) {
+	m, root := memQueueRoot(t)
+	q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := 1; i <= 3; i++ {
+		msg, err := q.Append(newMessage(i, 50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = msg.ID
+	}
+	size, _ := q.Size()
+	if err := q.SaveCheckpoint(size); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if deleted, err := deleteIdleQueue(root, testTenant, testFlow, m); !deleted || err != nil {
+		t.Fatalf("the janitor: deleted %v, %v", deleted, err)
+	}
+	m.Crash()
+	q2, _ := openQueue(t, root, Options{FS: m})
+	msg, err := q2.Append(newMessage(9, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.ID != last+1 {
+		t.Errorf("after the janitor and a power cut: id %d, want %d (ids up to %d were issued)", msg.ID, last+1, last)
 	}
 }

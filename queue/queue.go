@@ -181,6 +181,24 @@ func (q *Queue) segmentAtPath() (int64, error) {
 	return size, nil
 }
 
+// useSegmentAtPath makes this handle read and append the segment.log at the
+// path, under the append lock. A worker calls it once elected: the janitor
+// deletes files only when no worker holds the queue, so the file cannot be
+// replaced while it works, but it may have been while it stood by.
+func (q *Queue) useSegmentAtPath() error {
+	unlock, err := q.lockAppend()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	size, err := q.segmentAtPath()
+	if err != nil {
+		return err
+	}
+	q.durable.Store(size)
+	return nil
+}
+
 // sameFile reports whether two descriptions are of one file: os.SameFile
 // for the OS, and for another FS the identity its FileInfo.Sys gives.
 func sameFile(a, b fs.FileInfo) bool {
@@ -241,17 +259,12 @@ func (q *Queue) recover() ([]Damage, error) {
 		return nil, err
 	}
 	defer unlock()
-	size, err := fileSize(q.seg)
+	// the janitor may have deleted the file Open opened before this lock
+	size, err := q.segmentAtPath()
 	if err != nil {
 		return nil, err
 	}
-	var maxID uint64
-	end, damage, err := scan(q.seg, segmentFile, 0, size, func(rec []byte, off int64) error {
-		if len(rec) >= 9 && rec[0] == kindMessage {
-			maxID = max(maxID, binary.BigEndian.Uint64(rec[1:9]))
-		}
-		return nil
-	})
+	maxID, end, damage, err := scanIDs(q.seg, size)
 	if err != nil {
 		return damage, err
 	}
@@ -313,6 +326,18 @@ func decodeValue(magic [4]byte, b []byte) (uint64, bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(b[4:12]), true
+}
+
+// scanIDs scans the first size bytes of a segment.log: the highest message
+// id in it, the end of its last good frame, and the damage found.
+func scanIDs(seg File, size int64) (maxID uint64, end int64, damage []Damage, err error) {
+	end, damage, err = scan(seg, segmentFile, 0, size, func(rec []byte, _ int64) error {
+		if len(rec) >= 9 && rec[0] == kindMessage {
+			maxID = max(maxID, binary.BigEndian.Uint64(rec[1:9]))
+		}
+		return nil
+	})
+	return maxID, end, damage, err
 }
 
 // readSeq reads the next id; a missing or unreadable counter is 1 (recovery
@@ -490,6 +515,13 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	if cap(buf) <= maxKeptBatchBuf {
 		q.batchBuf = buf
 	}
+	// The counter moves first, rewritten in place without fsync (recovery
+	// takes the highest id of the log, durable before any is acknowledged):
+	// if the write or the fdatasync below fails, frames may stay in the log,
+	// but no process issues their ids again.
+	if err := q.writeSeq(next, false); err != nil {
+		return err
+	}
 	if _, err := q.seg.WriteAt(buf, tail); err != nil {
 		q.seg.Truncate(tail) // best effort: recovery finds a torn tail anyway
 		return fmt.Errorf("writing %s: %w", segmentFile, err)
@@ -502,9 +534,7 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 		q.onCommit(len(batch), time.Since(syncStart))
 	}
 	q.advanceDurable(tail + int64(len(buf)))
-	// The counter is rewritten in place without fsync: recovery takes the
-	// highest id of the log, which is durable now.
-	return q.writeSeq(next, false)
+	return nil
 }
 
 // maxKeptBatchBuf bounds the batch buffer a queue keeps between batches.

@@ -230,6 +230,9 @@ func (w *Worker) run(ctx context.Context) {
 // deliver is the worker's loop once elected.
 func (w *Worker) deliver(ctx context.Context) error {
 	q := w.q
+	if err := q.useSegmentAtPath(); err != nil {
+		return err
+	}
 	cursor, err := q.Checkpoint()
 	if err != nil {
 		return err
