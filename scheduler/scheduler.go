@@ -144,7 +144,13 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				entries[k] = e
 			}
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
-			e.next = sc.Next(now)
+			next := sc.Next(now)
+			if ok && !e.next.IsZero() && !e.next.After(now) && sc.Next(e.next.Add(-time.Nanosecond)).Equal(e.next) {
+				// due, and a time of the new schedule as well (changed just
+				// before it came, or changed in form only): it still ticks
+				next = e.next
+			}
+			e.next = next
 		}
 	}
 	for k, e := range entries {
@@ -186,6 +192,13 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	last := s.lastTick(e)
 	if !due.After(last) {
 		return // made by the process that held the lock before
+	}
+	if next := sc.Next(last); !last.IsZero() && next.After(due) {
+		// an @every schedule, whose times count from when a process
+		// started, goes on from the last tick (perhaps another process's)
+		// rather than ticking again before a whole period has passed
+		e.next = next
+		return
 	}
 	if err := s.saveLastTick(e, due); err != nil {
 		log.Error("the last tick could not be recorded; skipping the tick", "event", "cron_failed", "error", err.Error())
