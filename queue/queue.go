@@ -191,12 +191,20 @@ func (q *Queue) useSegmentAtPath() error {
 		return err
 	}
 	defer unlock()
+	_, err = q.durableEndAtPath()
+	return err
+}
+
+// durableEndAtPath is, under the append lock, the end of the segment.log at
+// the path, all of it durable (every appender syncs before it unlocks); the
+// handle takes that file and that end.
+func (q *Queue) durableEndAtPath() (int64, error) {
 	size, err := q.segmentAtPath()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	q.durable.Store(size)
-	return nil
+	return size, nil
 }
 
 // sameFile reports whether two descriptions are of one file: os.SameFile
@@ -576,11 +584,7 @@ func (q *Queue) readableEnd() (int64, error) {
 		return 0, fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer flockRetry(q.lock, syscall.LOCK_UN)
-	if size, err = q.segmentAtPath(); err != nil {
-		return 0, err
-	}
-	q.durable.Store(size)
-	return size, nil
+	return q.durableEndAtPath()
 }
 
 // Read returns the first message at or after offset, and the offset after
