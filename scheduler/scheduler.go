@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -89,6 +91,28 @@ type entry struct {
 	next         time.Time // the next tick, computed from the time the entry was (re)made
 	lock         *flock.Flock
 	held         bool
+	// fresh is true in the pass of the loop that made the entry. Its lock
+	// is first tried at the next pass (a poll or its first due time), not
+	// at once: nothing is due or pending yet, and processes started
+	// together then contend at the same point of their clocks, as they did
+	// when the lock was tried only at due times, rather than in whatever
+	// order their goroutines first run.
+	fresh bool
+	// pending is the most recent due time this process passed without
+	// getting the lock, because another process held it (or the lock
+	// failed), zero when none. The holder may have been late for it and
+	// gone before ticking it; if this process takes the lock at a poll, it
+	// ticks pending unless the .last record shows it was ticked.
+	//
+	// Only the most recent time is kept, not a backlog of every time
+	// passed: the holder has most likely ticked the earlier ones (the case
+	// is a holder a little late for its last time before it went), and if
+	// it was stuck through several, one late tick stands for them all, as
+	// when the holder itself is late (tick makes one tick and goes on from
+	// the present). Ticks missed while no process ran are still not
+	// replayed: a time becomes pending only at a process that was running
+	// at it, while another, running too, held the lock.
+	pending time.Time
 }
 
 func (s *Scheduler) run(ctx context.Context) {
@@ -108,6 +132,13 @@ func (s *Scheduler) run(ctx context.Context) {
 			if e.next.IsZero() {
 				continue // a schedule that never fires (30 February)
 			}
+			if !e.held && !e.fresh && e.next.After(now) {
+				// standing by: try at every pass (every poll at least), not
+				// only at due times, so that a due time the holder was late
+				// for when it went is not lost until the next one
+				s.takeOver(e, now)
+			}
+			e.fresh = false
 			if !e.next.After(now) {
 				s.tick(e, now)
 			}
@@ -140,7 +171,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				continue
 			}
 			if !ok {
-				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: flock.New(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock"))}
+				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: flock.New(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true}
 				entries[k] = e
 			}
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
@@ -151,6 +182,11 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				next = e.next
 			}
 			e.next = next
+			if !e.pending.IsZero() && !sc.Next(e.pending.Add(-time.Nanosecond)).Equal(e.pending) {
+				// a pending time is kept as a due one is: only if the new
+				// schedule has it too
+				e.pending = time.Time{}
+			}
 		}
 	}
 	for k, e := range entries {
@@ -163,8 +199,8 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 	}
 }
 
-// tick appends the flow's input to its queue if this process holds the
-// flow's lock and the tick was not already made by another process.
+// tick makes the entry's due tick if this process holds the flow's lock,
+// taking it if free, and the tick was not already made by another process.
 func (s *Scheduler) tick(e *entry, now time.Time) {
 	due := e.next
 	live := s.cfg.Live.Live()
@@ -176,19 +212,58 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	e.next = sc.Next(now)
 	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
 	if !e.held {
-		if err := os.MkdirAll(filepath.Dir(e.lock.Path()), 0o755); err != nil {
-			log.Error("the cron lock could not be made", "event", "cron_failed", "error", err.Error())
-			return
-		}
-		held, err := e.lock.TryLock()
+		held, err := s.tryLock(e)
 		if err != nil {
 			log.Error("the cron lock could not be taken", "event", "cron_failed", "error", err.Error())
 		}
 		if !held {
-			return // another process ticks this flow
+			// another process ticks this flow; if it goes before ticking
+			// due, this one ticks it when it takes over (takeOver). After
+			// an error due is pending as well: it was not ticked while
+			// this process ran.
+			e.pending = due
+			return
 		}
-		e.held = true
 	}
+	e.pending = time.Time{} // due is more recent
+	s.fire(e, sc, due, log)
+}
+
+// takeOver tries the lock of a flow that another process held at the last
+// try and, when it gets it, ticks the time pending, if any, that the other
+// process did not tick.
+func (s *Scheduler) takeOver(e *entry, now time.Time) {
+	// An error is not logged here, at every poll, but at the due times,
+	// where tick tries the lock too.
+	if held, _ := s.tryLock(e); !held {
+		return
+	}
+	due := e.pending
+	e.pending = time.Time{}
+	if due.IsZero() || due.After(now) {
+		return
+	}
+	live := s.cfg.Live.Live()
+	lf, ok := live.Lookup(e.tenant, e.flow)
+	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
+		return
+	}
+	s.fire(e, lf.Flow.Schedule(), due, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
+}
+
+// tryLock takes the flow's lock if no process holds it.
+func (s *Scheduler) tryLock(e *entry) (bool, error) {
+	if err := os.MkdirAll(filepath.Dir(e.lock.Path()), 0o755); err != nil {
+		return false, err
+	}
+	held, err := e.lock.TryLock()
+	e.held = held
+	return held, err
+}
+
+// fire appends the flow's input for the time due, held under the flow's
+// lock, unless the last-tick record shows it made already.
+func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
 	last := s.lastTick(e)
 	if !due.After(last) {
 		return // made by the process that held the lock before
@@ -234,12 +309,63 @@ func (s *Scheduler) lastTick(e *entry) time.Time {
 	return time.Unix(0, n)
 }
 
+// saveLastTick records t as the flow's last tick. The record must survive a
+// power cut: if it were lost or empty, a takeover after the restart would
+// tick t again.
 func (s *Scheduler) saveLastTick(e *entry, t time.Time) error {
-	tmp := s.lastPath(e) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(t.UnixNano(), 10)+"\n"), 0o644); err != nil {
+	return writeFileSynced(s.lastPath(e), []byte(strconv.FormatInt(t.UnixNano(), 10)+"\n"))
+}
+
+// writeFileSynced replaces name with data durably: a temporary file is
+// written and fsynced before it is renamed over name (a rename of unsynced
+// data may reach the disk first, leaving name empty after a crash), and
+// the folder is fsynced after, so the rename itself is on disk. On an
+// error the temporary file is removed and name is left as it was, or, if
+// the folder could not be synced, replaced but perhaps not durably.
+func writeFileSynced(name string, data []byte) (err error) {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, s.lastPath(e))
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, name); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(name))
+}
+
+// syncDir fsyncs a folder, making the entries renamed into it durable.
+// Some file systems cannot sync a folder and say EINVAL; there is nothing
+// more to do on those.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, syscall.EINVAL) {
+		return nil
+	}
+	return err
 }
 
 // appendInput is the JSON of a schedule_input document.
