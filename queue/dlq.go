@@ -190,10 +190,10 @@ func (q *Queue) CompactDLQ() ([]Marked, error) {
 		}
 		keep = appendFrame(keep, rec)
 	}
-	if err := writeAtomic(q.fs, q.path(dlqFile), keep); err != nil {
+	if err := WriteAtomic(q.fs, q.path(dlqFile), keep); err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(q.fs, q.path(ackedFile), nil); err != nil {
+	if err := WriteAtomic(q.fs, q.path(ackedFile), nil); err != nil {
 		return nil, err
 	}
 	applied := make([]Marked, 0, len(marked))

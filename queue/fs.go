@@ -95,10 +95,15 @@ func (f osFile) Sync() error {
 	}
 }
 
-// writeAtomic replaces name with data: a temporary file in the same folder
-// is written and synced, renamed over name, and the folder is synced. On
-// any error the temporary file is removed and name is left as it was.
-func writeAtomic(fsys FS, name string, data []byte) (err error) {
+// WriteAtomic replaces name with data durably: a temporary file in the
+// same folder is written and synced, renamed over name, and the folder is
+// synced. On any error the temporary file is removed and name is left as
+// it was. It is the one atomic write of the state directory: the queues'
+// files and the scheduler's records use it. A nil fsys is the OS.
+func WriteAtomic(fsys FS, name string, data []byte) (err error) {
+	if fsys == nil {
+		fsys = OS{}
+	}
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -729,7 +729,7 @@ func (q *Queue) Retries() ([]Retry, error) {
 
 // SaveRetries replaces the retry schedule.
 func (q *Queue) SaveRetries(rs []Retry) error {
-	return writeAtomic(q.fs, q.path(retryFile), encodeRetries(rs))
+	return WriteAtomic(q.fs, q.path(retryFile), encodeRetries(rs))
 }
 
 func encodeRetries(rs []Retry) []byte {

@@ -2,13 +2,11 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -313,59 +311,7 @@ func (s *Scheduler) lastTick(e *entry) time.Time {
 // power cut: if it were lost or empty, a takeover after the restart would
 // tick t again.
 func (s *Scheduler) saveLastTick(e *entry, t time.Time) error {
-	return writeFileSynced(s.lastPath(e), []byte(strconv.FormatInt(t.UnixNano(), 10)+"\n"))
-}
-
-// writeFileSynced replaces name with data durably: a temporary file is
-// written and fsynced before it is renamed over name (a rename of unsynced
-// data may reach the disk first, leaving name empty after a crash), and
-// the folder is fsynced after, so the rename itself is on disk. On an
-// error the temporary file is removed and name is left as it was, or, if
-// the folder could not be synced, replaced but perhaps not durably.
-func writeFileSynced(name string, data []byte) (err error) {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, name); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(name))
-}
-
-// syncDir fsyncs a folder, making the entries renamed into it durable.
-// Some file systems cannot sync a folder and say EINVAL; there is nothing
-// more to do on those.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, syscall.EINVAL) {
-		return nil
-	}
-	return err
+	return queue.WriteAtomic(nil, s.lastPath(e), []byte(strconv.FormatInt(t.UnixNano(), 10)+"\n"))
 }
 
 // appendInput is the JSON of a schedule_input document.
