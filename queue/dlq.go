@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -133,6 +134,38 @@ func (q *Queue) Mark(id uint64, action byte) error {
 // message the replay appended, which the worker's dlq_replayed line names.
 func (q *Queue) MarkReplayed(id, replayID uint64) error {
 	return q.addMark(mark{id: id, action: MarkReplayed, replayID: replayID})
+}
+
+// Replay appends the pending dead letter id's payload to the queue as a
+// new message (a new id, attempt 1, with source and correlationID) and
+// marks the entry replayed, naming the new message. The append comes
+// first: a crash between the two replays twice rather than losing the
+// message. Replays through one handle are serialized, so a repeated
+// request (a double click) replays once; an id that is not pending is
+// ErrNotPending, and nothing is written. Another process replaying or
+// discarding the same id at the same moment can still make the message
+// appear twice, which at-least-once delivery allows.
+func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error) {
+	q.replayMu.Lock()
+	defer q.replayMu.Unlock()
+	pending, _, err := q.DeadLetters()
+	if err != nil {
+		return Message{}, err
+	}
+	i := slices.IndexFunc(pending, func(d DeadLetter) bool { return d.ID == id })
+	if i < 0 {
+		return Message{}, ErrNotPending
+	}
+	m, err := q.Append(NewMessage{Source: source, CorrelationID: correlationID, Payload: pending[i].Payload})
+	if err != nil {
+		return Message{}, err
+	}
+	if err := q.MarkReplayed(id, m.ID); err != nil && !errors.Is(err, ErrNotPending) {
+		// appended but not marked: the entry stays pending and a second
+		// replay would deliver the payload twice; the caller says so
+		return m, fmt.Errorf("queue %s/%s: the dead letter %d was replayed as message %d but could not be marked: %w", q.Tenant, q.Flow, id, m.ID, err)
+	}
+	return m, nil
 }
 
 func (q *Queue) addMark(m mark) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -131,6 +132,63 @@ func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
 	return msg, nil
 }
 
+// Replay replays tenant/flow's pending dead letter id (see Queue.Replay)
+// through this process's queue and wakes its worker, starting it if need
+// be (ErrBudget when none can be started). An id that is not pending is
+// ErrNotPending, checked before any queue is opened or created.
+func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID string) (Message, error) {
+	q, w, err := m.pendingQueue(tenant, flow, id)
+	if err != nil {
+		return Message{}, err
+	}
+	msg, err := q.Replay(id, source, correlationID)
+	if errors.Is(err, ErrPoisoned) {
+		m.reopen(tenant, flow, q) // as Append does: the next replay can work
+	}
+	if msg.ID != 0 {
+		w.Wake()
+	}
+	return msg, err
+}
+
+// Discard marks tenant/flow's pending dead letter id discarded: it leaves
+// the listings at once and the disk at the queue's next drain. An id that
+// is not pending is ErrNotPending, checked before any queue is opened or
+// created.
+func (m *Manager) Discard(tenant, flow string, id uint64) error {
+	q, _, err := m.pendingQueue(tenant, flow, id)
+	if err != nil {
+		return err
+	}
+	return q.Mark(id, MarkDiscarded)
+}
+
+// DeadLetters lists tenant/flow's pending dead letters from its files (see
+// ReadDeadLetters): nothing is opened or created.
+func (m *Manager) DeadLetters(tenant, flow string) ([]DeadLetter, error) {
+	return ReadDeadLetters(m.cfg.Root, tenant, flow, m.cfg.FS)
+}
+
+// Counts counts tenant/flow's messages from its files (see ReadCounts):
+// nothing is opened or created.
+func (m *Manager) Counts(tenant, flow string) (Counts, error) {
+	return ReadCounts(m.cfg.Root, tenant, flow, m.cfg.FS)
+}
+
+// pendingQueue returns tenant/flow's queue, opened in this process, when
+// id is one of its pending dead letters: read from the files first, so
+// that a wrong name or id creates nothing.
+func (m *Manager) pendingQueue(tenant, flow string, id uint64) (*Queue, *Worker, error) {
+	pending, err := m.DeadLetters(tenant, flow)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.ContainsFunc(pending, func(d DeadLetter) bool { return d.ID == id }) {
+		return nil, nil, ErrNotPending
+	}
+	return m.Queue(tenant, flow)
+}
+
 // reopen replaces a poisoned queue: its worker is stopped, the queue closed
 // and opened again (which verifies its log), and a new worker started.
 func (m *Manager) reopen(tenant, flow string, old *Queue) {
@@ -157,6 +215,7 @@ type QueueInfo struct {
 	Depth        int64 // bytes of log not yet processed
 	State        WorkerState
 	DeadLetters  int
+	Open         bool // opened in this process, its worker started
 }
 
 // Queues describes the queues open in this process and, read from their
@@ -180,7 +239,7 @@ func (m *Manager) Queues() []QueueInfo {
 		}
 	}
 	for _, e := range list {
-		info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State()}
+		info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
 		if size, err := e.q.Size(); err == nil {
 			if ckpt, err := e.q.Checkpoint(); err == nil {
 				info.Depth = size - ckpt

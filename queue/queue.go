@@ -60,6 +60,7 @@ type Queue struct {
 	seq          File         // segment.log.seq, rewritten in place
 	lock         *os.File     // append.lock, flock(2)ed while appending
 	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
+	replayMu     sync.Mutex   // one Replay at a time through this handle
 	durable      atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -153,13 +154,7 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
-	var dead *queue.DeadLetter
-	for i := range pending {
-		if pending[i].ID == id {
-			dead = &pending[i]
-		}
-	}
-	if dead == nil {
+	if !slices.ContainsFunc(pending, func(d queue.DeadLetter) bool { return d.ID == id }) {
 		return notPending() // nothing is opened, created or written
 	}
 	q, _, err := queue.Open(root, tenant, flowName, queue.Options{})
@@ -168,17 +163,12 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 		return exitError
 	}
 	defer q.Close()
-	mark := func() error { return q.Mark(id, queue.MarkDiscarded) }
 	if sub == "replay" {
-		// appended first: a crash between the two replays twice, never loses
-		m, err := q.Append(queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: flow.NewUUID(), Payload: dead.Payload})
-		if err != nil {
-			fmt.Fprintf(stderr, "nexus dlq replay: %v\n", err)
-			return exitError
-		}
-		mark = func() error { return q.MarkReplayed(id, m.ID) }
+		_, err = q.Replay(id, engine.DoorEnqueue, flow.NewUUID())
+	} else {
+		err = q.Mark(id, queue.MarkDiscarded)
 	}
-	if err := mark(); errors.Is(err, queue.ErrNotPending) {
+	if errors.Is(err, queue.ErrNotPending) {
 		return notPending()
 	} else if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)

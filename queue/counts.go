@@ -1,0 +1,59 @@
+package queue
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Counts is what a queue's segment.log holds now. A drain empties the log,
+// so both drop to zero then: they are not the queue's history (the
+// journal is), only what the log still carries.
+type Counts struct {
+	Total     int64 // messages in the log
+	Processed int64 // of them, those before the checkpoint
+}
+
+// ReadCounts counts the messages of tenant/flow's log under root without
+// opening the queue: nothing is created or locked, and it works while
+// servers run (a frame still being written reads as the end). It reads the
+// whole log, so it is for the management UI and the CLI, not a hot path.
+// A queue that does not exist has none.
+func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
+	dir, err := Dir(root, tenant, flow)
+	if err != nil {
+		return Counts{}, err
+	}
+	if fsys == nil {
+		fsys = OS{}
+	}
+	f, err := fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Counts{}, nil
+	}
+	if err != nil {
+		return Counts{}, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return Counts{}, err
+	}
+	b, err := readFile(fsys, filepath.Join(dir, ckptFile))
+	if err != nil {
+		return Counts{}, err
+	}
+	ckpt, _ := decodeValue(ckptMagic, b)
+	var c Counts
+	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) > 0 && rec[0] == kindMessage {
+			c.Total++
+			if off < int64(ckpt) {
+				c.Processed++
+			}
+		}
+		return nil
+	})
+	return c, err
+}
