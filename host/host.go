@@ -51,8 +51,12 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBodyBytes is the message-size ceiling of flows that set none.
 	MaxBodyBytes int64
-	// AdminKey opens /status (and the management API); "" closes them (404).
+	// AdminKey opens /status, the management API (/api/…) and the UI
+	// (/ui/); "" closes them (404).
 	AdminKey string
+	// History reads the journal for the API and the UI; nil: they say the
+	// host keeps none.
+	History JournalReader
 	// Secrets, when any is set, make every door require a signature and the
 	// webhook require GitHub's X-Hub-Signature-256.
 	Secrets []string
@@ -98,13 +102,17 @@ func New(cfg Config) *Server {
 	r.POST("/flows/:tenant/:flow/enqueue", s.enqueue)
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
-	r.GET("/status", s.status)
 	metrics := cfg.Metrics.Handler()
 	r.GET("/metrics", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 		correlationID(w, req)
 		metrics.ServeHTTP(w, req)
 	})
 	r.POST("/hooks/git", s.hookGit)
+	if cfg.AdminKey != "" {
+		// without an admin key these paths do not exist (404 for any method)
+		r.GET("/status", s.status)
+		s.routeManagement(r)
+	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
 		writeError(w, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)

@@ -265,8 +265,6 @@ func TestEveryAnswerHasACorrelationID(t *testing.T) {
 		{"/status 401", newRequest(http.MethodGet, "/status", ""), 401},
 		{"/status 200", newRequest(http.MethodGet, "/status", "", "Authorization", "Bearer "+adminKey), 200},
 		{"/hooks/git", newRequest(http.MethodPost, "/hooks/git", ""), 202},
-		// BUG: /metrics answers without X-Correlation-ID; "Every answer
-		// echoes it" (server.md, Precise answers).
 		{"/metrics", newRequest(http.MethodGet, "/metrics", ""), 200},
 	}
 	for i, tc := range reqs {

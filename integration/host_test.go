@@ -955,9 +955,10 @@ func TestDevMode(t *testing.T) {
 	banner := stdout.String()
 	key := regexp.MustCompile(`example key \(tenant acme\):\s+(\S+)`).FindStringSubmatch(banner)
 	admin := regexp.MustCompile(`admin key \(for /status\):\s+(\S+)`).FindStringSubmatch(banner)
+	ui := regexp.MustCompile(`management UI:\s+http://localhost:(\d+)(/ui/) `).FindStringSubmatch(banner)
 	curl := regexp.MustCompile(`(?m)^\s*(curl (?:.*\\\n)*.*)$`).FindStringSubmatch(banner)
-	if key == nil || admin == nil || curl == nil {
-		t.Fatalf("banner without an example key, an admin key or a curl line:\n%s", banner)
+	if key == nil || admin == nil || curl == nil || ui == nil {
+		t.Fatalf("banner without an example key, an admin key, the UI's address or a curl line:\n%s", banner)
 	}
 	words, err := shellWords(curl[1])
 	if err != nil {
@@ -1020,6 +1021,13 @@ func TestDevMode(t *testing.T) {
 	h.adminKey = admin[1]
 	if r := h.do(http.MethodGet, "/status", admin[1], "", ""); r.status != 200 {
 		t.Errorf("/status with the printed admin key: %d %s", r.status, r.body)
+	}
+	// and the printed UI address, on the port listened on
+	if ui[1] != port {
+		t.Errorf("the banner's UI address names port %s, the host listens on %s", ui[1], port)
+	}
+	if r := h.do(http.MethodGet, ui[2], admin[1], "", ""); r.status != 200 || !strings.Contains(r.body, `data-flow="acme/hello"`) {
+		t.Errorf("%s with the printed admin key: %d %.300s", ui[2], r.status, r.body)
 	}
 	if _, err := os.Stat(filepath.Join(cwd, ".nexus-dev")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("with --db, the development mode wrote .nexus-dev into the working folder (%v)", err)

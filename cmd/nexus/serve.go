@@ -211,7 +211,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
 	})
 	hostCfg := host.Config{
-		Live: reg, Status: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
+		Live: reg, Status: reg, History: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
 		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret),
 	}
 	if syncer != nil {
@@ -324,6 +324,7 @@ func printDevBanner(w io.Writer, addr net.Addr, key string, cfg serveConfig) {
 	}
 	fmt.Fprintf(w, "\nNexus development mode: serving %s through the git repo %s\n", cfg.DevFlows, filepath.Join(filepath.Dir(cfg.DB), "dev-repo"))
 	fmt.Fprintf(w, "  admin key (for /status):  %s\n", cfg.AdminKey)
+	fmt.Fprintf(w, "  management UI:            http://localhost:%s/ui/ (log in with the admin key)\n", port)
 	if key != "" {
 		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it:\n\n", key)
 		fmt.Fprintf(w, "  curl -X POST http://localhost:%s/flows/acme/hello/run \\\n    -H \"Authorization: Bearer %s\" \\\n    -H 'Content-Type: application/json' -d '{\"name\":\"Ada\"}'\n\n", port, key)

@@ -1,0 +1,261 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/nexushq/nexus/naming"
+	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
+)
+
+// The management API (/api/…): the JSON of what the UI shows, behind the
+// admin key (Authorization: Bearer KEY, or the UI's session cookie). See
+// docs/management.md.
+
+// routeManagement adds the UI and the API to r. Only a host with an admin
+// key has them: without one, every method on their paths is an unknown
+// path (404), as on /status.
+func (s *Server) routeManagement(r *httprouter.Router) {
+	r.GET("/api/flows", s.api(s.apiFlows))
+	r.GET("/api/queues", s.api(s.apiQueues))
+	r.GET("/api/queues/:tenant/:flow/dlq", s.api(s.apiDeadLetters))
+	r.POST("/api/queues/:tenant/:flow/dlq/:id/:action", s.api(s.apiDLQAction))
+	r.GET("/api/journal", s.api(s.apiJournal))
+
+	r.GET("/ui", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+		correlationID(w, req)
+		http.Redirect(w, req, "/ui/", http.StatusMovedPermanently)
+	})
+	r.GET("/ui/login", s.uiLoginForm)
+	r.POST("/ui/login", s.uiLogin)
+	r.POST("/ui/logout", s.page(s.uiLogout))
+	r.GET("/ui/", s.page(s.uiFlows))
+	r.GET("/ui/queues", s.page(s.uiQueues))
+	r.GET("/ui/queues/:tenant/:flow", s.page(s.uiQueue))
+	r.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
+	r.GET("/ui/journal", s.page(s.uiJournal))
+}
+
+// api wraps an API handler with the admin key check: 401 without it, 403
+// for a POST made with the session cookie but without the UI's token.
+func (s *Server) api(h httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		correlationID(w, r)
+		auth, session := s.adminAuth(r)
+		switch {
+		case auth == authNone:
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, http.StatusUnauthorized, "missing or unknown admin key")
+		case r.Method == http.MethodPost && auth == authSession && !s.sameOrigin(r, session):
+			writeError(w, http.StatusForbidden, "a request made with the UI's session needs the UI's form token")
+		default:
+			h(w, r, ps)
+		}
+	}
+}
+
+// writeJSON writes v as the answer's JSON body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// internalError logs err and answers 500 without its text.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path, "error", err.Error())
+	writeError(w, http.StatusInternalServerError, "internal error")
+}
+
+func (s *Server) apiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	v, err := s.flowsView(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if !s.hasQueues(w, r) {
+		return
+	}
+	qs, err := s.queueEntries(nil)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Queues []queueEntry `json:"queues"`
+	}{qs})
+}
+
+func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
+	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+		return
+	}
+	dl, err := s.deadLetterEntries(tenant, flowName)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Tenant      string            `json:"tenant"`
+		Flow        string            `json:"flow"`
+		DeadLetters []deadLetterEntry `json:"dead_letters"`
+	}{tenant, flowName, dl})
+}
+
+func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	tenant, flowName, action := ps.ByName("tenant"), ps.ByName("flow"), ps.ByName("action")
+	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+		return
+	}
+	id, ok := dlqRequest(w, action, ps.ByName("id"))
+	if !ok {
+		return
+	}
+	newID, status, err := s.doDLQAction(action, tenant, flowName, id)
+	switch {
+	case status == http.StatusInternalServerError:
+		s.internalError(w, r, err)
+		return
+	case status == http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	}
+	if err != nil {
+		writeError(w, status, err.Error())
+		return
+	}
+	out := map[string]any{"tenant": tenant, "flow": flowName, "id": id}
+	if action == "replay" {
+		out["replayed"], out["message_id"] = true, newID
+	} else {
+		out["discarded"] = true
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// doDLQAction runs a replay or a discard and says which status answers
+// it: 404 for an id that is not pending, 409 for a replay into a flow that
+// is not live (its worker would drop the message), 503 (with Retry-After)
+// when no worker can be started.
+func (s *Server) doDLQAction(action, tenant, flowName string, id uint64) (uint64, int, error) {
+	if action == "replay" {
+		if !s.isLive(tenant, flowName) {
+			return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
+		}
+	}
+	newID, err := s.dlqAction(action, tenant, flowName, id)
+	switch {
+	case err == nil:
+		s.cfg.Logger.Info("a dead letter was handled through the management API", "event", "admin_action", "action", "dlq_"+action,
+			"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID)
+		return newID, http.StatusOK, nil
+	case errors.Is(err, queue.ErrNotPending):
+		return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
+	case errors.Is(err, queue.ErrBudget):
+		return 0, http.StatusServiceUnavailable, fmt.Errorf("no worker can be started for %s/%s: %v", tenant, flowName, err)
+	default:
+		return 0, http.StatusInternalServerError, err
+	}
+}
+
+// isLive reports whether tenant/flow is in the live set and runnable.
+func (s *Server) isLive(tenant, flowName string) bool {
+	live := s.cfg.Live.Live()
+	if live == nil {
+		return false
+	}
+	lf, ok := live.Lookup(tenant, flowName)
+	return ok && lf.Flow != nil
+}
+
+// dlqRequest checks a replay or discard's action and id, answering 400 or
+// 404 itself.
+func dlqRequest(w http.ResponseWriter, action, idText string) (uint64, bool) {
+	if action != "replay" && action != "discard" {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %q: replay or discard", action))
+		return 0, false
+	}
+	id, err := strconv.ParseUint(idText, 10, 64)
+	if err != nil || id == 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a message id (a whole number from the dead letters' list)", idText))
+		return 0, false
+	}
+	return id, true
+}
+
+// validQueueName applies the name rule to a queue's tenant and flow before
+// anything is read, answering 400 naming the pair and the fault.
+func validQueueName(w http.ResponseWriter, tenant, flowName string) bool {
+	if err := nameError(tenant, flowName); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+// nameError is the name rule's error for a queue's tenant or flow, nil
+// when both pass.
+func nameError(tenant, flowName string) error {
+	if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
+		return err
+	}
+	return naming.Check(flowName, naming.Flow(tenant))
+}
+
+// hasQueues answers 404 when this host runs no queues.
+func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Queues == nil {
+		writeError(w, http.StatusNotFound, "this host runs no queues: no such endpoint: "+r.Method+" "+r.URL.Path)
+		return false
+	}
+	return true
+}
+
+// journalQuery reads ?tenant=&flow=&limit= (limit 1 to 1000, default 100).
+func journalQuery(r *http.Request) (registry.JournalQuery, error) {
+	q := r.URL.Query()
+	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), Limit: 100}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			return jq, fmt.Errorf("limit %q is not a number from 1 to 1000", l)
+		}
+		jq.Limit = n
+	}
+	return jq, nil
+}
+
+func (s *Server) apiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	jq, err := journalQuery(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if s.cfg.History == nil {
+		writeError(w, http.StatusNotFound, "this host keeps no journal: no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	entries, err := s.journalEntries(r.Context(), jq)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Entries []journalEntry `json:"entries"`
+	}{entries})
+}

@@ -1,0 +1,102 @@
+package host
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The management UI's session: /ui/login checks the admin key once and
+// sets a cookie that any process sharing the key accepts (no server-side
+// state, so it works behind a load balancer), valid for sessionTTL. Its
+// value is "v1.EXPIRY.MAC", MAC an HMAC-SHA256 keyed with the admin key:
+// changing the key ends every session. The cookie is HttpOnly and
+// SameSite=Strict; the UI's forms also carry a token derived from it
+// (csrfToken), so a cross-site POST cannot act with it.
+
+const (
+	sessionCookie = "nexus_session"
+	sessionTTL    = 12 * time.Hour
+)
+
+func (s *Server) sessionMAC(msg string) string {
+	m := hmac.New(sha256.New, []byte(s.cfg.AdminKey))
+	m.Write([]byte(msg))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// newSession returns a session cookie's value, valid until now+sessionTTL.
+func (s *Server) newSession(now time.Time) string {
+	payload := "v1." + strconv.FormatInt(now.Add(sessionTTL).Unix(), 10)
+	return payload + "." + s.sessionMAC("nexus ui session|"+payload)
+}
+
+// validSession reports whether v is a session this admin key made and
+// that has not expired.
+func (s *Server) validSession(v string, now time.Time) bool {
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 || !strings.HasPrefix(v, "v1.") {
+		return false
+	}
+	payload, mac := v[:i], v[i+1:]
+	if !hmac.Equal([]byte(mac), []byte(s.sessionMAC("nexus ui session|"+payload))) {
+		return false
+	}
+	exp, err := strconv.ParseInt(payload[len("v1."):], 10, 64)
+	return err == nil && now.Unix() < exp
+}
+
+// csrfToken is the token the UI's forms carry for a session.
+func (s *Server) csrfToken(session string) string {
+	return s.sessionMAC("nexus ui csrf|" + session)
+}
+
+// adminAuth says how a request to /ui/ or /api/ proved the admin key.
+type adminAuth int
+
+const (
+	authNone    adminAuth = iota
+	authBearer            // Authorization: Bearer ADMIN_KEY
+	authSession           // the session cookie
+)
+
+func (s *Server) adminAuth(r *http.Request) (adminAuth, string) {
+	if key, ok := bearer(r); ok {
+		if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) == 1 {
+			return authBearer, ""
+		}
+		return authNone, ""
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil && s.validSession(c.Value, s.cfg.Now()) {
+		return authSession, c.Value
+	}
+	return authNone, ""
+}
+
+// sameOrigin reports whether a state-changing request made with the
+// session cookie came from the UI's own pages: its form token matches
+// the session, and the browser does not say it came from another site.
+func (s *Server) sameOrigin(r *http.Request, session string) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	token := r.PostFormValue("csrf")
+	return token != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(session)))
+}
+
+// setSession sets (or, with an empty value, clears) the session cookie.
+func setSession(w http.ResponseWriter, r *http.Request, value string, expires time.Time) {
+	c := &http.Cookie{Name: sessionCookie, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")}
+	if value == "" {
+		c.MaxAge = -1
+	} else {
+		c.Expires = expires
+	}
+	http.SetCookie(w, c)
+}

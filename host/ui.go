@@ -1,0 +1,287 @@
+package host
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/julienschmidt/httprouter"
+)
+
+// The management UI (/ui/): pages rendered on the server from the same
+// views as the API, with plain HTML forms for logging in and for the
+// dead letters' Replay and Discard buttons (no JavaScript). See
+// docs/management.md.
+
+//go:embed ui/*.html
+var uiFiles embed.FS
+
+var uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"short": func(sha optional) string { return string(sha[:min(len(sha), 12)]) },
+	"path":  url.PathEscape,
+}).ParseFS(uiFiles, "ui/*.html"))
+
+// uiPage is what every page template gets.
+type uiPage struct {
+	Title   string
+	Nav     string // the navigation entry to highlight
+	CSRF    string // the forms' token ("" when the request used the bearer key)
+	Notice  string // a success to report
+	Error   string // a failure to report
+	Data    any
+	LoginTo string // the login form's destination after login
+	Refresh string // a page to send the browser to at once
+}
+
+// render executes a page into a buffer first, so that a failing template
+// answers 500 rather than half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p uiPage) {
+	var b bytes.Buffer
+	if err := uiTemplates.ExecuteTemplate(&b, name, p); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// page wraps a UI handler with the admin key check: without the key or a
+// session, 401 with a page that sends the browser to the login form; 403
+// for a form posted with the session but without its token.
+func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Params, string)) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		correlationID(w, r)
+		auth, session := s.adminAuth(r)
+		switch {
+		case auth == authNone:
+			to := "/ui/"
+			if r.Method == http.MethodGet {
+				to = r.URL.RequestURI()
+			}
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			login := "/ui/login?next=" + url.QueryEscape(to)
+			s.render(w, r, http.StatusUnauthorized, "unauthorized", uiPage{Title: "Log in", LoginTo: login, Refresh: login})
+		case r.Method == http.MethodPost && auth == authSession && !s.sameOrigin(r, session):
+			s.render(w, r, http.StatusForbidden, "error", uiPage{Title: "Forbidden", Error: "This form was not sent from the UI's own page (its token is missing or stale): reload the page and try again."})
+		default:
+			csrf := ""
+			if auth == authSession {
+				csrf = s.csrfToken(session)
+			}
+			h(w, r, ps, csrf)
+		}
+	}
+}
+
+// localNext is where to go after logging in: a page of the UI, never
+// another site or another part of this one (a path that is not clean, such
+// as /ui/../status, is refused).
+func localNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || strings.ContainsAny(next, "\\\r\n") {
+		return "/ui/"
+	}
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && clean != "/" {
+		clean += "/"
+	}
+	if clean != u.Path || !strings.HasPrefix(clean, "/ui/") {
+		return "/ui/"
+	}
+	return u.RequestURI()
+}
+
+func (s *Server) uiLoginForm(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	correlationID(w, r)
+	s.render(w, r, http.StatusOK, "login", uiPage{Title: "Log in", LoginTo: localNext(r.URL.Query().Get("next"))})
+}
+
+// uiLogin checks the key field and sets the session cookie.
+func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	correlationID(w, r)
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	next := localNext(r.URL.Query().Get("next"))
+	key := r.PostFormValue("key")
+	if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
+		s.cfg.Logger.Warn("a UI login failed", "event", "ui_login_failed", "remote", r.RemoteAddr)
+		s.render(w, r, http.StatusUnauthorized, "login", uiPage{Title: "Log in", LoginTo: next, Error: "That is not the admin key."})
+		return
+	}
+	now := s.cfg.Now()
+	setSession(w, r, s.newSession(now), now.Add(sessionTTL))
+	s.cfg.Logger.Info("a UI session started", "event", "ui_login", "remote", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ string) {
+	setSession(w, r, "", s.cfg.Now())
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+func (s *Server) uiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
+	v, err := s.flowsView(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "flows", uiPage{Title: "Flows", Nav: "flows", CSRF: csrf, Data: v})
+}
+
+func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
+	p := uiPage{Title: "Queues", Nav: "queues", CSRF: csrf}
+	if s.cfg.Queues == nil {
+		p.Error = "This host runs no queues."
+		s.render(w, r, http.StatusOK, "queues", p)
+		return
+	}
+	qs, err := s.queueEntries(nil)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	p.Data = qs
+	s.render(w, r, http.StatusOK, "queues", p)
+}
+
+// queuePage is the Queue page's data.
+type queuePage struct {
+	Tenant, Flow string
+	Queue        *queueEntry // nil when the queue has no files
+	DeadLetters  []deadLetterEntry
+}
+
+// uiQueue is the Queue page: a queue's counts and its pending dead
+// letters with Replay and Discard buttons.
+func (s *Server) uiQueue(w http.ResponseWriter, r *http.Request, ps httprouter.Params, csrf string) {
+	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
+	p := uiPage{Title: "Queue " + tenant + "/" + flowName, Nav: "queues", CSRF: csrf}
+	// the notice of a button's redirect: numbers only, so that a link
+	// cannot make the page say anything else
+	q := r.URL.Query()
+	id, idErr := strconv.ParseUint(q.Get("replayed"), 10, 64)
+	as, asErr := strconv.ParseUint(q.Get("as"), 10, 64)
+	if idErr == nil && asErr == nil {
+		p.Notice = fmt.Sprintf("Dead letter %d was replayed as message %d.", id, as)
+	} else if id, err := strconv.ParseUint(q.Get("discarded"), 10, 64); err == nil {
+		p.Notice = fmt.Sprintf("Dead letter %d was discarded; its body leaves the disk at the queue's next drain.", id)
+	}
+	s.renderQueue(w, r, http.StatusOK, tenant, flowName, p)
+}
+
+func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int, tenant, flowName string, p uiPage) {
+	if s.cfg.Queues == nil {
+		p.Error = "This host runs no queues."
+		s.render(w, r, http.StatusNotFound, "error", p)
+		return
+	}
+	if err := nameError(tenant, flowName); err != nil {
+		p.Error = err.Error()
+		s.render(w, r, http.StatusBadRequest, "error", p)
+		return
+	}
+	data := queuePage{Tenant: tenant, Flow: flowName}
+	qs, err := s.queueEntries(func(t, f string) bool { return t == tenant && f == flowName })
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if len(qs) > 0 {
+		data.Queue = &qs[0]
+	}
+	if data.DeadLetters, err = s.deadLetterEntries(tenant, flowName); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	p.Data = data
+	s.render(w, r, status, "queue", p)
+}
+
+// uiDLQAction is a Replay or Discard button: on success it sends the
+// browser back to the Queue page (which then reports it), else it shows
+// the page again with the error.
+func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprouter.Params, csrf string) {
+	tenant, flowName, action := ps.ByName("tenant"), ps.ByName("flow"), ps.ByName("action")
+	p := uiPage{Title: "Queue " + tenant + "/" + flowName, Nav: "queues", CSRF: csrf}
+	if err := nameError(tenant, flowName); err != nil {
+		p.Error = err.Error()
+		s.render(w, r, http.StatusBadRequest, "error", p)
+		return
+	}
+	if action != "replay" && action != "discard" {
+		p.Error = fmt.Sprintf("There is no %q action: the buttons are Replay and Discard.", action)
+		s.render(w, r, http.StatusNotFound, "error", p)
+		return
+	}
+	id, err := strconv.ParseUint(ps.ByName("id"), 10, 64)
+	if err != nil || id == 0 {
+		p.Error = fmt.Sprintf("%q is not a dead letter's id (a whole number from the list).", ps.ByName("id"))
+		s.render(w, r, http.StatusBadRequest, "error", p)
+		return
+	}
+	if s.cfg.Queues == nil {
+		p.Error = "This host runs no queues."
+		s.render(w, r, http.StatusNotFound, "error", p)
+		return
+	}
+	newID, status, err := s.doDLQAction(action, tenant, flowName, id)
+	switch {
+	case status == http.StatusInternalServerError:
+		s.internalError(w, r, err)
+		return
+	case err != nil:
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		p.Error = err.Error()
+		s.renderQueue(w, r, status, tenant, flowName, p)
+		return
+	}
+	back := "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
+	if action == "replay" {
+		back += fmt.Sprintf("?replayed=%d&as=%d", id, newID)
+	} else {
+		back += fmt.Sprintf("?discarded=%d", id)
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// journalPage is the Journal page's data.
+type journalPage struct {
+	Tenant, Flow string
+	Limit        int
+	Entries      []journalEntry
+}
+
+func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
+	p := uiPage{Title: "Journal", Nav: "journal", CSRF: csrf}
+	jq, err := journalQuery(r)
+	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, Limit: jq.Limit}
+	p.Data = &data
+	if err != nil {
+		p.Error = "The " + err.Error() + "."
+		s.render(w, r, http.StatusBadRequest, "journal", p)
+		return
+	}
+	if s.cfg.History == nil {
+		p.Error = "This host keeps no journal."
+		s.render(w, r, http.StatusOK, "journal", p)
+		return
+	}
+	if data.Entries, err = s.journalEntries(r.Context(), jq); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "journal", p)
+}

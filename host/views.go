@@ -1,0 +1,244 @@
+package host
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+// The management API and the UI show the same data: these views are built
+// once per request from the live set, the queue files and the journal, and
+// either encoded as JSON (/api/…) or rendered as HTML (/ui/…).
+
+// JournalReader reads the journal, newest first (a *registry.Registry).
+type JournalReader interface {
+	Journal(ctx context.Context, q registry.JournalQuery) ([]registry.Entry, error)
+}
+
+// flowsView is the live set: GET /api/flows and the UI's Flows page.
+type flowsView struct {
+	Commit    optional    `json:"commit"`
+	SyncedAt  optional    `json:"synced_at"`
+	LastError *syncError  `json:"last_error"`
+	Flows     []flowEntry `json:"flows"`
+}
+
+type syncError struct {
+	Commit optional `json:"commit"`
+	Errors []string `json:"errors"`
+}
+
+type flowEntry struct {
+	Tenant      string         `json:"tenant"`
+	Flow        string         `json:"flow"`
+	Version     int            `json:"version"`
+	Commit      optional       `json:"commit"` // null for a flow published by nexus deploy
+	PublishedAt string         `json:"published_at"`
+	Path        string         `json:"path"`
+	SHA256      string         `json:"sha256"`
+	Description string         `json:"description"`
+	Schedule    *scheduleEntry `json:"schedule"`
+	Corrupt     string         `json:"corrupt,omitempty"`
+}
+
+type scheduleEntry struct {
+	Spec string `json:"spec"`
+	Zone string `json:"zone"`
+	Next string `json:"next"`
+}
+
+// optional is a string the API writes as null when it is empty (as
+// /status does).
+type optional string
+
+// MarshalJSON writes o, or null when it is empty.
+func (o optional) MarshalJSON() ([]byte, error) {
+	if o == "" {
+		return []byte("null"), nil
+	}
+	return json.Marshal(string(o))
+}
+
+// uiTime formats a time as the CLI prints it: RFC 3339 UTC, whole seconds;
+// "" for the zero time.
+func uiTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Truncate(time.Second).Format(time.RFC3339)
+}
+
+func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
+	v := flowsView{Flows: []flowEntry{}}
+	if s.cfg.Status != nil {
+		st, err := s.cfg.Status.Status(ctx)
+		if err != nil {
+			return v, err
+		}
+		v.Commit, v.SyncedAt = optional(st.Commit), optional(uiTime(st.SyncedAt))
+		if le := st.LastError; le != nil {
+			v.LastError = &syncError{Commit: optional(le.Commit), Errors: append([]string{}, le.Errors...)}
+		}
+	}
+	live := s.cfg.Live.Live()
+	if live == nil {
+		return v, nil
+	}
+	v.Commit = optional(live.Commit()) // the commit this process serves
+	now := s.cfg.Now()
+	for _, lf := range live.Flows() {
+		e := flowEntry{Tenant: lf.Tenant, Flow: lf.Name, Version: lf.Version, Commit: optional(lf.Commit),
+			PublishedAt: uiTime(lf.PublishedAt), Path: lf.SourcePath, SHA256: lf.SHA256}
+		if lf.Corrupt != nil {
+			e.Corrupt = lf.Corrupt.Error()
+		}
+		if f := lf.Flow; f != nil {
+			e.Description = f.Description()
+			if sc := f.Schedule(); sc != nil {
+				e.Schedule = &scheduleEntry{Spec: sc.Spec(), Zone: sc.Location().String(), Next: uiTime(sc.Next(now))}
+			}
+		}
+		v.Flows = append(v.Flows, e)
+	}
+	return v, nil
+}
+
+// queueEntry is one queue: GET /api/queues and the UI's Queues page.
+// Total and Processed count what segment.log holds now (a drain empties
+// it); Pending is the difference.
+type queueEntry struct {
+	Tenant      string `json:"tenant"`
+	Flow        string `json:"flow"`
+	Total       int64  `json:"total"`
+	Processed   int64  `json:"processed"`
+	Pending     int64  `json:"pending"`
+	Retrying    int    `json:"retrying"`
+	DeadLetters int    `json:"dead_letters"`
+	InFlight    int    `json:"in_flight"`
+	// Worker says where the queue's worker runs: "leading" (in this
+	// process, delivering), "standby" (started here, another process
+	// leads) or "idle" (not started in this process).
+	Worker string `json:"worker"`
+}
+
+// queueEntries describes the queues on disk or open here, sorted; when
+// match is set, only those it accepts (the logs of the others are not read
+// for their counts).
+func (s *Server) queueEntries(match func(tenant, flow string) bool) ([]queueEntry, error) {
+	infos := s.cfg.Queues.Queues()
+	out := make([]queueEntry, 0, len(infos))
+	for _, info := range infos {
+		if match != nil && !match(info.Tenant, info.Flow) {
+			continue
+		}
+		c, err := s.cfg.Queues.Counts(info.Tenant, info.Flow)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, err)
+		}
+		e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
+			Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters,
+			InFlight: info.State.InFlight, Worker: "idle"}
+		if info.State.Leading {
+			e.Worker = "leading"
+		} else if info.Open {
+			e.Worker = "standby"
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// deadLetterEntry is one pending dead letter: GET
+// /api/queues/{tenant}/{flow}/dlq and the UI's Queue page. The payload is
+// text when it is UTF-8 (JSON, XML), else base64 in PayloadBase64 (and
+// Payload is absent).
+type deadLetterEntry struct {
+	ID            uint64  `json:"id"`
+	EnqueuedAt    string  `json:"enqueued_at"`
+	FailedAt      string  `json:"failed_at"`
+	Attempts      int     `json:"attempts"`
+	LastError     string  `json:"last_error"`
+	Payload       *string `json:"payload,omitempty"`
+	PayloadBase64 string  `json:"payload_base64,omitempty"`
+}
+
+func (s *Server) deadLetterEntries(tenant, flowName string) ([]deadLetterEntry, error) {
+	dl, err := s.cfg.Queues.DeadLetters(tenant, flowName)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]deadLetterEntry, 0, len(dl))
+	for _, d := range dl {
+		e := deadLetterEntry{ID: d.ID, EnqueuedAt: uiTime(d.EnqueuedAt), FailedAt: uiTime(d.FailedAt),
+			Attempts: d.Attempts, LastError: d.LastError}
+		if utf8.Valid(d.Payload) {
+			text := string(d.Payload)
+			e.Payload = &text
+		} else {
+			e.PayloadBase64 = base64.StdEncoding.EncodeToString(d.Payload)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// journalEntry is one execution: GET /api/journal and the UI's Journal page.
+type journalEntry struct {
+	At            string `json:"at"`
+	Door          string `json:"door"`
+	Tenant        string `json:"tenant"`
+	Flow          string `json:"flow"`
+	Version       int    `json:"version"`
+	CorrelationID string `json:"correlation_id"`
+	MsgID         int64  `json:"msg_id"`
+	Attempt       int    `json:"attempt"`
+	Outcome       string `json:"outcome"`
+	Status        int    `json:"status"`
+	DurationMS    int64  `json:"duration_ms"`
+	Error         string `json:"error"`
+}
+
+func (s *Server) journalEntries(ctx context.Context, q registry.JournalQuery) ([]journalEntry, error) {
+	if s.cfg.History == nil {
+		return nil, errors.New("this host keeps no journal")
+	}
+	entries, err := s.cfg.History.Journal(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]journalEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, journalEntry{At: uiTime(e.At), Door: e.Door, Tenant: e.Tenant, Flow: e.Flow, Version: e.Version,
+			CorrelationID: e.CorrelationID, MsgID: e.MsgID, Attempt: e.Attempt, Outcome: e.Outcome, Status: e.Status,
+			DurationMS: e.Duration.Milliseconds(), Error: e.Error})
+	}
+	return out, nil
+}
+
+// dlqAction replays or discards a pending dead letter (the UI's buttons
+// and POST /api/queues/{tenant}/{flow}/dlq/{id}/{action}). It returns the
+// id of the message a replay appended.
+func (s *Server) dlqAction(action, tenant, flowName string, id uint64) (uint64, error) {
+	switch action {
+	case "replay":
+		msg, err := s.cfg.Queues.Replay(tenant, flowName, id, engine.DoorEnqueue, flow.NewUUID())
+		return msg.ID, err
+	case "discard":
+		return 0, s.cfg.Queues.Discard(tenant, flowName, id)
+	}
+	return 0, fmt.Errorf("unknown action %q (replay or discard)", action)
+}
+
+// errNotPending names the dead letter that is not pending, in the CLI's
+// words.
+func errNotPending(tenant, flowName string, id uint64) error {
+	return fmt.Errorf("no pending dead letter id=%d tenant=%s flow=%s", id, tenant, flowName)
+}
