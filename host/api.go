@@ -127,15 +127,12 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 	if !ok {
 		return
 	}
-	newID, status, err := s.doDLQAction(action, tenant, flowName, id)
+	newID, status, err := s.doDLQAction(w, action, tenant, flowName, id)
 	switch {
 	case status == http.StatusInternalServerError:
 		s.internalError(w, r, err)
 		return
-	case status == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "1")
-	}
-	if err != nil {
+	case err != nil:
 		writeError(w, status, err.Error())
 		return
 	}
@@ -150,9 +147,10 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 
 // doDLQAction runs a replay or a discard and says which status answers
 // it: 404 for an id that is not pending, 409 for a replay into a flow that
-// is not live (its worker would drop the message), 503 (with Retry-After)
-// when no worker can be started.
-func (s *Server) doDLQAction(action, tenant, flowName string, id uint64) (uint64, int, error) {
+// is not live (its worker would drop the message), 503 when no worker can
+// be started (it sets Retry-After on w), 500 for any other error (to log,
+// not to show).
+func (s *Server) doDLQAction(w http.ResponseWriter, action, tenant, flowName string, id uint64) (uint64, int, error) {
 	if action == "replay" {
 		if !s.isLive(tenant, flowName) {
 			return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
@@ -167,6 +165,7 @@ func (s *Server) doDLQAction(action, tenant, flowName string, id uint64) (uint64
 	case errors.Is(err, queue.ErrNotPending):
 		return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
 	case errors.Is(err, queue.ErrBudget):
+		w.Header().Set("Retry-After", "1")
 		return 0, http.StatusServiceUnavailable, fmt.Errorf("no worker can be started for %s/%s: %v", tenant, flowName, err)
 	default:
 		return 0, http.StatusInternalServerError, err

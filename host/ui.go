@@ -235,15 +235,12 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		s.render(w, r, http.StatusNotFound, "error", p)
 		return
 	}
-	newID, status, err := s.doDLQAction(action, tenant, flowName, id)
+	newID, status, err := s.doDLQAction(w, action, tenant, flowName, id)
 	switch {
 	case status == http.StatusInternalServerError:
 		s.internalError(w, r, err)
 		return
 	case err != nil:
-		if status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", "1")
-		}
 		p.Error = err.Error()
 		s.renderQueue(w, r, status, tenant, flowName, p)
 		return
