@@ -25,6 +25,7 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 	r.GET("/api/flows", s.api(s.apiFlows))
 	r.GET("/api/queues", s.api(s.apiQueues))
 	r.GET("/api/queues/:tenant/:flow/dlq", s.api(s.apiDeadLetters))
+	r.GET("/api/queues/:tenant/:flow/dlq/:id/payload", s.api(s.payload))
 	r.POST("/api/queues/:tenant/:flow/dlq/:id/:action", s.api(s.apiDLQAction))
 	r.GET("/api/journal", s.api(s.apiJournal))
 
@@ -38,6 +39,9 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 	r.GET("/ui/", s.page(s.uiFlows))
 	r.GET("/ui/queues", s.page(s.uiQueues))
 	r.GET("/ui/queues/:tenant/:flow", s.page(s.uiQueue))
+	r.GET("/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ string) {
+		s.payload(w, r, ps)
+	}))
 	r.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
 	r.GET("/ui/journal", s.page(s.uiJournal))
 }
@@ -47,6 +51,9 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 func (s *Server) api(h httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		correlationID(w, r)
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		}
 		auth, session := s.adminAuth(r)
 		switch {
 		case auth == authNone:
@@ -67,7 +74,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store") // dead letters' payloads may be personal data
+	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
@@ -91,7 +101,7 @@ func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if !s.hasQueues(w, r) {
 		return
 	}
-	qs, err := s.queueEntries(nil)
+	qs, err := s.queueEntries()
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -106,16 +116,70 @@ func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httpr
 	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
 		return
 	}
-	dl, err := s.deadLetterEntries(tenant, flowName)
+	after, limit, err := pageQuery(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := s.deadLetterPage(tenant, flowName, after, limit)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Tenant      string            `json:"tenant"`
-		Flow        string            `json:"flow"`
-		DeadLetters []deadLetterEntry `json:"dead_letters"`
-	}{tenant, flowName, dl})
+	writeJSON(w, http.StatusOK, v)
+}
+
+// pageQuery reads a dead-letter listing's ?after=ID&limit=N.
+func pageQuery(r *http.Request) (after uint64, limit int, err error) {
+	q := r.URL.Query()
+	limit = defaultPageSize
+	if a := q.Get("after"); a != "" {
+		if after, err = strconv.ParseUint(a, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("after %q is not a message id", a)
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxPageSize {
+			return 0, 0, fmt.Errorf("limit %q is not a number from 1 to %d", l, maxPageSize)
+		}
+	}
+	return after, limit, nil
+}
+
+// payload answers a pending dead letter's whole payload as a download
+// (GET /api/…/dlq/{id}/payload and /ui/…/dlq/{id}/payload): the bytes as
+// stored, never rendered by the browser.
+func (s *Server) payload(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
+	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+		return
+	}
+	id, err := strconv.ParseUint(ps.ByName("id"), 10, 64)
+	if err != nil || id == 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a message id (a whole number from the dead letters' list)", ps.ByName("id")))
+		return
+	}
+	q, err := s.cfg.Queues.Peek(tenant, flowName)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	d, err := q.DeadLetter(id)
+	switch {
+	case errors.Is(err, queue.ErrNotPending):
+		writeError(w, http.StatusNotFound, errNotPending(tenant, flowName, id).Error())
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s-%d.payload"`, tenant, flowName, id))
+	h.Set("Content-Length", strconv.Itoa(len(d.Payload)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.Write(d.Payload)
 }
 
 func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
@@ -127,12 +191,8 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 	if !ok {
 		return
 	}
-	newID, status, err := s.doDLQAction(w, action, tenant, flowName, id)
-	switch {
-	case status == http.StatusInternalServerError:
-		s.internalError(w, r, err)
-		return
-	case err != nil:
+	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
+	if err != nil {
 		writeError(w, status, err.Error())
 		return
 	}
@@ -146,30 +206,36 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 }
 
 // doDLQAction runs a replay or a discard and says which status answers
-// it: 404 for an id that is not pending, 409 for a replay into a flow that
-// is not live (its worker would drop the message), 503 when no worker can
-// be started (it sets Retry-After on w), 500 for any other error (to log,
-// not to show).
-func (s *Server) doDLQAction(w http.ResponseWriter, action, tenant, flowName string, id uint64) (uint64, int, error) {
-	if action == "replay" {
-		if !s.isLive(tenant, flowName) {
-			return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
-		}
+// it, with the text to show: 404 for an id that is not pending, 409 for a
+// replay into a flow that is not live (its worker would drop the message),
+// 503 when no worker can be started (it sets Retry-After on w), 500 for a
+// failure, logged here and shown as "internal error" unless the operator
+// must know (a replay appended but not marked). Each action is logged as
+// admin_action with how the request proved the admin key and where it came
+// from.
+func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, tenant, flowName string, id uint64) (uint64, int, error) {
+	if action == "replay" && !s.isLive(tenant, flowName) {
+		return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
 	}
 	newID, err := s.dlqAction(action, tenant, flowName, id)
+	auth, _ := s.adminAuth(r)
 	switch {
 	case err == nil:
 		s.cfg.Logger.Info("a dead letter was handled through the management API", "event", "admin_action", "action", "dlq_"+action,
-			"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID)
+			"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr)
 		return newID, http.StatusOK, nil
 	case errors.Is(err, queue.ErrNotPending):
 		return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
 		return 0, http.StatusServiceUnavailable, fmt.Errorf("no worker can be started for %s/%s: %v", tenant, flowName, err)
-	default:
-		return 0, http.StatusInternalServerError, err
 	}
+	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
+		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "error", err.Error())
+	if errors.Is(err, queue.ErrNotMarked) {
+		return newID, http.StatusInternalServerError, fmt.Errorf("dead letter %d was replayed as message %d but could not be marked replayed, so it is still listed: discard it rather than replaying it again", id, newID)
+	}
+	return 0, http.StatusInternalServerError, errors.New("internal error")
 }
 
 // isLive reports whether tenant/flow is in the live set and runnable.

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
@@ -19,6 +20,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -688,16 +690,50 @@ func TestAPIDeadLetters(t *testing.T) {
 	})
 	before := dirs(t, fx.root)
 
-	wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq"), `{"tenant":"acme","flow":"echo","dead_letters":[
-		{"id":1,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:03:41Z","attempts":3,"last_error":"step call: 502 from upstream","payload":"{\"n\":1}"},
-		{"id":2,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:04:11Z","attempts":1,"last_error":"the stored message is not a JSON document","payload_base64":"//4gYmluYXJ5IAA="},
-		{"id":4,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:05:11Z","attempts":5,"last_error":"quote \" and <tag>","payload":"{\"n\":\"é\"}"},
-		{"id":5,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:06:11Z","attempts":1,"last_error":"empty","payload":""}
+	wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[
+		{"id":1,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:03:41Z","attempts":3,"last_error":"step call: 502 from upstream","payload":"{\"n\":1}","payload_bytes":7,"truncated":false},
+		{"id":2,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:04:11Z","attempts":1,"last_error":"the stored message is not a JSON document","payload_base64":"//4gYmluYXJ5IAA=","payload_bytes":11,"truncated":false},
+		{"id":4,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:05:11Z","attempts":5,"last_error":"quote \" and <tag>","payload":"{\"n\":\"é\"}","payload_bytes":10,"truncated":false},
+		{"id":5,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:06:11Z","attempts":1,"last_error":"empty","payload":"","payload_bytes":0,"truncated":false}
 	]}`)
 
+	t.Run("pages", func(t *testing.T) {
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":2,"dead_letters":[
+			{"id":1,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:03:41Z","attempts":3,"last_error":"step call: 502 from upstream","payload":"{\"n\":1}","payload_bytes":7,"truncated":false},
+			{"id":2,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:04:11Z","attempts":1,"last_error":"the stored message is not a JSON document","payload_base64":"//4gYmluYXJ5IAA=","payload_bytes":11,"truncated":false}
+		]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=2&limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[
+			{"id":4,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:05:11Z","attempts":5,"last_error":"quote \" and <tag>","payload":"{\"n\":\"é\"}","payload_bytes":10,"truncated":false},
+			{"id":5,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:06:11Z","attempts":1,"last_error":"empty","payload":"","payload_bytes":0,"truncated":false}
+		]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=5"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[]}`)
+		for _, q := range []string{"limit=0", "limit=501", "limit=x", "after=-1", "after=x"} {
+			if w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?"+q); w.Code != http.StatusBadRequest {
+				t.Errorf("?%s: %d %s, want 400", q, w.Code, w.Body)
+			}
+		}
+	})
+
+	t.Run("the whole payload", func(t *testing.T) {
+		w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq/2/payload")
+		if w.Code != http.StatusOK || w.Body.String() != "\xff\xfe binary \x00" {
+			t.Errorf("payload of 2: %d %q", w.Code, w.Body)
+		}
+		for h, want := range map[string]string{"Content-Type": "application/octet-stream", "Content-Disposition": `attachment; filename="acme-echo-2.payload"`,
+			"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"} {
+			if got := w.Header().Get(h); got != want {
+				t.Errorf("%s = %q, want %q", h, got, want)
+			}
+		}
+		wantRefusal(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq/3/payload"), http.StatusNotFound, "no pending dead letter id=3 tenant=acme flow=echo")
+		if w := fx.serve(newRequest(http.MethodGet, "/api/queues/acme/echo/dlq/2/payload", "")); w.Code != http.StatusUnauthorized {
+			t.Errorf("without the key: %d", w.Code)
+		}
+	})
+
 	t.Run("a queue without files", func(t *testing.T) {
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/hello/dlq"), `{"tenant":"acme","flow":"hello","dead_letters":[]}`)
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/nobody/nothing/dlq"), `{"tenant":"nobody","flow":"nothing","dead_letters":[]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/hello/dlq"), `{"tenant":"acme","flow":"hello","total":0,"next_after":null,"dead_letters":[]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/nobody/nothing/dlq"), `{"tenant":"nobody","flow":"nothing","total":0,"next_after":null,"dead_letters":[]}`)
 	})
 
 	for _, tc := range []struct{ name, tenant, flow, want string }{
@@ -915,7 +951,7 @@ func TestAPIReplayAndDiscard(t *testing.T) {
 		t.Errorf("journal entries of acme/echo: %+v, want the replayed message's only", got)
 	}
 	if evs := fx.logs.Events(t, "admin_action"); len(evs) != 1 || evs[0]["action"] != "dlq_replay" || evs[0]["tenant"] != "acme" ||
-		evs[0]["flow"] != "echo" || evs[0]["msg_id"] != 2.0 || evs[0]["replay_msg_id"] != 4.0 {
+		evs[0]["flow"] != "echo" || evs[0]["msg_id"] != 2.0 || evs[0]["replay_msg_id"] != 4.0 || evs[0]["auth"] != "bearer" || evs[0]["remote"] == "" {
 		t.Errorf("admin_action log lines: %v", evs)
 	}
 
@@ -1042,12 +1078,10 @@ func TestAPIReplayWithoutAWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := fx.counts(t, "acme", "echo")
-	for _, action := range []string{"replay", "discard"} {
-		w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/"+action)
-		wantRefusalPrefix(t, w, http.StatusServiceUnavailable, "no worker can be started for acme/echo: ")
-		if got := w.Header().Get("Retry-After"); got != "1" {
-			t.Errorf("%s: Retry-After = %q, want 1", action, got)
-		}
+	w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/replay")
+	wantRefusalPrefix(t, w, http.StatusServiceUnavailable, "no worker can be started for acme/echo: ")
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("replay: Retry-After = %q, want 1", got)
 	}
 	if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{1}) {
 		t.Errorf("pending: %v, want [1]", got)
@@ -1055,4 +1089,57 @@ func TestAPIReplayWithoutAWorker(t *testing.T) {
 	if got := fx.counts(t, "acme", "echo"); got != before {
 		t.Errorf("the log changed: %+v, then %+v", before, got)
 	}
+	// a discard needs no worker: it works with the budget spent, and
+	// starts none
+	w = fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/discard")
+	if w.Code != http.StatusOK {
+		t.Errorf("discard with the budget spent: %d %s", w.Code, w.Body)
+	}
+	if got := fx.pendingIDs(t, "acme", "echo"); len(got) != 0 {
+		t.Errorf("pending after the discard: %v", got)
+	}
+	if info, ok := fx.queues.Info("acme", "echo"); !ok || info.Open {
+		t.Errorf("after the discard the queue is %+v (%v): want it on disk, no worker started", info, ok)
+	}
+}
+
+// A payload over the preview's 4 KiB is cut in the listing (on a
+// character's boundary for text) and whole in its download.
+func TestAPIDeadLetterPreview(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	long := `{"text":"` + strings.Repeat("é", 3000) + `"}` // 6011 bytes, é is 2 bytes
+	seedDeadLetters(t, fx.root, "acme", "echo", long, "\xff"+strings.Repeat("b", 5000))
+	var doc struct {
+		DeadLetters []struct {
+			ID            uint64  `json:"id"`
+			Payload       *string `json:"payload"`
+			PayloadBase64 string  `json:"payload_base64"`
+			PayloadBytes  int     `json:"payload_bytes"`
+			Truncated     bool    `json:"truncated"`
+		} `json:"dead_letters"`
+	}
+	w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq")
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || len(doc.DeadLetters) != 2 {
+		t.Fatalf("%d %.300s: %v", w.Code, w.Body, err)
+	}
+	text := doc.DeadLetters[0]
+	if text.Payload == nil || !text.Truncated || text.PayloadBytes != len(long) || !strings.HasPrefix(long, *text.Payload) ||
+		len(*text.Payload) != 4095 || !utf8.ValidString(*text.Payload) {
+		t.Errorf("the long text: truncated %v, %d bytes of %d, valid UTF-8 %v", text.Truncated, len(deref(text.Payload)), text.PayloadBytes, utf8.ValidString(deref(text.Payload)))
+	}
+	bin := doc.DeadLetters[1]
+	raw, err := base64.StdEncoding.DecodeString(bin.PayloadBase64)
+	if err != nil || !bin.Truncated || bin.PayloadBytes != 5001 || len(raw) != 4096 || bin.Payload != nil {
+		t.Errorf("the long binary: truncated %v, %d bytes of %d (%v)", bin.Truncated, len(raw), bin.PayloadBytes, err)
+	}
+	if w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq/1/payload"); w.Body.String() != long {
+		t.Errorf("the download of 1 is %d bytes, want the %d of the payload", w.Body.Len(), len(long))
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -65,6 +65,17 @@ const (
 	authSession           // the session cookie
 )
 
+// String names the way, for logs.
+func (a adminAuth) String() string {
+	switch a {
+	case authBearer:
+		return "bearer"
+	case authSession:
+		return "session"
+	}
+	return "none"
+}
+
 func (s *Server) adminAuth(r *http.Request) (adminAuth, string) {
 	if key, ok := bearer(r); ok {
 		if subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) == 1 {

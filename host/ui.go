@@ -26,6 +26,7 @@ var uiFiles embed.FS
 var uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"short": func(sha optional) string { return string(sha[:min(len(sha), 12)]) },
 	"path":  url.PathEscape,
+	"last":  func(v []deadLetterEntry) int { return len(v) - 1 },
 }).ParseFS(uiFiles, "ui/*.html"))
 
 // uiPage is what every page template gets.
@@ -45,17 +46,32 @@ type uiPage struct {
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p uiPage) {
 	var b bytes.Buffer
 	if err := uiTemplates.ExecuteTemplate(&b, name, p); err != nil {
-		s.internalError(w, r, err)
+		s.internalError(w, r, err) // the error page itself may be what fails
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	w.WriteHeader(status)
 	w.Write(b.Bytes())
 }
+
+// pageError logs err and answers 500 with the UI's error page, which
+// names the request's correlation ID (the log's key to the details), not
+// the error.
+func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
+	cid := w.Header().Get("X-Correlation-Id")
+	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path, "correlation_id", cid, "error", err.Error())
+	s.render(w, r, http.StatusInternalServerError, "error", uiPage{Title: "Internal error",
+		Error: "Something failed in the host; its log has the details under correlation ID " + cid + "."})
+}
+
+// maxFormBytes bounds the body of a UI or API POST: a form of a token and
+// a key, read before the token is checked.
+const maxFormBytes = 64 << 10
 
 // page wraps a UI handler with the admin key check: without the key or a
 // session, 401 with a page that sends the browser to the login form; 403
@@ -63,6 +79,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Params, string)) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		correlationID(w, r)
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		}
 		auth, session := s.adminAuth(r)
 		switch {
 		case auth == authNone:
@@ -111,7 +130,7 @@ func (s *Server) uiLoginForm(w http.ResponseWriter, r *http.Request, _ httproute
 // uiLogin checks the key field and sets the session cookie.
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	next := localNext(r.URL.Query().Get("next"))
 	key := r.PostFormValue("key")
 	if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
@@ -133,7 +152,7 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, _ httprouter.P
 func (s *Server) uiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	v, err := s.flowsView(r.Context())
 	if err != nil {
-		s.internalError(w, r, err)
+		s.pageError(w, r, err)
 		return
 	}
 	s.render(w, r, http.StatusOK, "flows", uiPage{Title: "Flows", Nav: "flows", CSRF: csrf, Data: v})
@@ -146,9 +165,9 @@ func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		s.render(w, r, http.StatusOK, "queues", p)
 		return
 	}
-	qs, err := s.queueEntries(nil)
+	qs, err := s.queueEntries()
 	if err != nil {
-		s.internalError(w, r, err)
+		s.pageError(w, r, err)
 		return
 	}
 	p.Data = qs
@@ -159,7 +178,8 @@ func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.P
 type queuePage struct {
 	Tenant, Flow string
 	Queue        *queueEntry // nil when the queue has no files
-	DeadLetters  []deadLetterEntry
+	Page         deadLetterPage
+	After        uint64 // the page starts after this id (0: the first page)
 }
 
 // uiQueue is the Queue page: a queue's counts and its pending dead
@@ -191,17 +211,22 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		s.render(w, r, http.StatusBadRequest, "error", p)
 		return
 	}
-	data := queuePage{Tenant: tenant, Flow: flowName}
-	qs, err := s.queueEntries(func(t, f string) bool { return t == tenant && f == flowName })
+	after, limit, err := pageQuery(r)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		p.Error = "The " + err.Error() + "."
+		after, limit = 0, defaultPageSize
 	}
-	if len(qs) > 0 {
-		data.Queue = &qs[0]
+	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
+	if info, ok := s.cfg.Queues.Info(tenant, flowName); ok {
+		e, err := s.queueEntry(info)
+		if err != nil {
+			s.pageError(w, r, err)
+			return
+		}
+		data.Queue = &e
 	}
-	if data.DeadLetters, err = s.deadLetterEntries(tenant, flowName); err != nil {
-		s.internalError(w, r, err)
+	if data.Page, err = s.deadLetterPage(tenant, flowName, after, limit); err != nil {
+		s.pageError(w, r, err)
 		return
 	}
 	p.Data = data
@@ -235,12 +260,8 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		s.render(w, r, http.StatusNotFound, "error", p)
 		return
 	}
-	newID, status, err := s.doDLQAction(w, action, tenant, flowName, id)
-	switch {
-	case status == http.StatusInternalServerError:
-		s.internalError(w, r, err)
-		return
-	case err != nil:
+	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
+	if err != nil {
 		p.Error = err.Error()
 		s.renderQueue(w, r, status, tenant, flowName, p)
 		return
@@ -277,7 +298,7 @@ func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.
 		return
 	}
 	if data.Entries, err = s.journalEntries(r.Context(), jq); err != nil {
-		s.internalError(w, r, err)
+		s.pageError(w, r, err)
 		return
 	}
 	s.render(w, r, http.StatusOK, "journal", p)

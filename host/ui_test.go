@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"net/http"
 	"net/http/httptest"
@@ -1003,5 +1004,69 @@ func TestManagementCorrelationID(t *testing.T) {
 				t.Errorf("X-Correlation-Id = %q, want %q", got, id)
 			}
 		})
+	}
+}
+
+// The Queue page shows the dead letters 50 at a time with a link to the
+// next page, and links a cut payload's download, which the session opens.
+func TestUIQueuePages(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	payloads := make([]string, 120)
+	for i := range payloads {
+		payloads[i] = fmt.Sprintf(`{"n":%d}`, i+1)
+	}
+	payloads[0] = `{"big":"` + strings.Repeat("x", 5000) + `"}`
+	seedDeadLetters(t, fx.root, "acme", "echo", payloads...)
+	c := fx.login(t)
+	rows := regexp.MustCompile(`<tr data-id="(\d+)">`)
+	ids := func(body string) (first, last string, n int) {
+		m := rows.FindAllStringSubmatch(body, -1)
+		if len(m) == 0 {
+			return "", "", 0
+		}
+		return m[0][1], m[len(m)-1][1], len(m)
+	}
+	body := wantPage(t, fx.get("/ui/queues/acme/echo", c), http.StatusOK)
+	if first, last, n := ids(body); first != "1" || last != "50" || n != 50 {
+		t.Errorf("first page: ids %s to %s, %d rows", first, last, n)
+	}
+	if !strings.Contains(body, `<a href="/ui/queues/acme/echo?after=50" rel="next">Next page</a>`) || !strings.Contains(body, "120 pending") {
+		t.Errorf("first page without its count or its next link:\n%.2000s", body)
+	}
+	if !strings.Contains(body, fmt.Sprintf(`<a href="/ui/queues/acme/echo/dlq/1/payload" download>the whole payload (%d bytes)</a>`, len(payloads[0]))) {
+		t.Errorf("the cut payload has no download link")
+	}
+	body = wantPage(t, fx.get("/ui/queues/acme/echo?after=100", c), http.StatusOK)
+	if first, last, n := ids(body); first != "101" || last != "120" || n != 20 {
+		t.Errorf("last page: ids %s to %s, %d rows", first, last, n)
+	}
+	if strings.Contains(body, "Next page") || !strings.Contains(body, `<a href="/ui/queues/acme/echo">First page</a>`) {
+		t.Errorf("last page: a next link, or no first-page link")
+	}
+	w := fx.get("/ui/queues/acme/echo/dlq/1/payload", c)
+	if w.Code != http.StatusOK || w.Body.String() != payloads[0] || w.Header().Get("Content-Disposition") != `attachment; filename="acme-echo-1.payload"` {
+		t.Errorf("download with the session: %d, %d bytes, %q", w.Code, w.Body.Len(), w.Header().Get("Content-Disposition"))
+	}
+	if w := fx.get("/ui/queues/acme/echo/dlq/1/payload", nil); w.Code != http.StatusUnauthorized {
+		t.Errorf("download without a session: %d", w.Code)
+	}
+}
+
+// A POST with the session is read only up to 64 KiB: a larger form is
+// refused (its token is not read) and nothing is done.
+func TestUIFormSizeBound(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`)
+	c := fx.login(t)
+	token := csrfOf(t, wantPage(t, fx.get("/ui/queues/acme/echo", c), http.StatusOK))
+	w := fx.post("/ui/queues/acme/echo/dlq/1/discard", c, url.Values{"pad": {strings.Repeat("x", 70<<10)}, "csrf": {token}})
+	if w.Code != http.StatusForbidden {
+		t.Errorf("a 70 KiB form: %d, want 403", w.Code)
+	}
+	if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{1}) {
+		t.Errorf("pending after the refused form: %v", got)
+	}
+	if w := fx.post("/ui/queues/acme/echo/dlq/1/discard", c, url.Values{"csrf": {token}}); w.Code != http.StatusSeeOther {
+		t.Errorf("the same form, small: %d", w.Code)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -129,37 +130,53 @@ type queueEntry struct {
 	Worker string `json:"worker"`
 }
 
-// queueEntries describes the queues on disk or open here, sorted; when
-// match is set, only those it accepts (the logs of the others are not read
-// for their counts).
-func (s *Server) queueEntries(match func(tenant, flow string) bool) ([]queueEntry, error) {
+// queueEntries describes the queues on disk or open here, sorted.
+func (s *Server) queueEntries() ([]queueEntry, error) {
 	infos := s.cfg.Queues.Queues()
 	out := make([]queueEntry, 0, len(infos))
 	for _, info := range infos {
-		if match != nil && !match(info.Tenant, info.Flow) {
-			continue
-		}
-		c, err := s.cfg.Queues.Counts(info.Tenant, info.Flow)
+		e, err := s.queueEntry(info)
 		if err != nil {
-			return nil, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, err)
-		}
-		e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
-			Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters,
-			InFlight: info.State.InFlight, Worker: "idle"}
-		if info.State.Leading {
-			e.Worker = "leading"
-		} else if info.Open {
-			e.Worker = "standby"
+			return nil, err
 		}
 		out = append(out, e)
 	}
 	return out, nil
 }
 
+// queueEntry completes a queue's description with its counts, read from
+// its log.
+func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
+	c, err := s.cfg.Queues.Counts(info.Tenant, info.Flow)
+	if err != nil {
+		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, err)
+	}
+	e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
+		Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters,
+		InFlight: info.State.InFlight, Worker: "idle"}
+	if info.State.Leading {
+		e.Worker = "leading"
+	} else if info.Open {
+		e.Worker = "standby"
+	}
+	return e, nil
+}
+
+// The bounds of a dead-letter listing: a page holds at most maxPageSize
+// entries (defaultPageSize unless asked), each payload cut to
+// payloadPreview bytes; the whole payload is its own download
+// (…/dlq/{id}/payload). A page of a dlq.log of any size stays small.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+	payloadPreview  = 4 << 10
+)
+
 // deadLetterEntry is one pending dead letter: GET
 // /api/queues/{tenant}/{flow}/dlq and the UI's Queue page. The payload is
 // text when it is UTF-8 (JSON, XML), else base64 in PayloadBase64 (and
-// Payload is absent).
+// Payload is absent); either holds at most its first payloadPreview bytes
+// (Truncated), PayloadBytes being the whole length.
 type deadLetterEntry struct {
 	ID            uint64  `json:"id"`
 	EnqueuedAt    string  `json:"enqueued_at"`
@@ -168,26 +185,57 @@ type deadLetterEntry struct {
 	LastError     string  `json:"last_error"`
 	Payload       *string `json:"payload,omitempty"`
 	PayloadBase64 string  `json:"payload_base64,omitempty"`
+	PayloadBytes  int     `json:"payload_bytes"`
+	Truncated     bool    `json:"truncated"`
 }
 
-func (s *Server) deadLetterEntries(tenant, flowName string) ([]deadLetterEntry, error) {
-	dl, err := s.cfg.Queues.DeadLetters(tenant, flowName)
+// deadLetterPage is a page of a queue's pending dead letters, by id.
+type deadLetterPage struct {
+	Tenant      string            `json:"tenant"`
+	Flow        string            `json:"flow"`
+	Total       int               `json:"total"`
+	DeadLetters []deadLetterEntry `json:"dead_letters"`
+	// NextAfter is the after= of the next page; nil on the last.
+	NextAfter *uint64 `json:"next_after"`
+}
+
+func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int) (deadLetterPage, error) {
+	v := deadLetterPage{Tenant: tenant, Flow: flowName, DeadLetters: []deadLetterEntry{}}
+	q, err := s.cfg.Queues.Peek(tenant, flowName)
 	if err != nil {
-		return nil, err
+		return v, err
 	}
-	out := make([]deadLetterEntry, 0, len(dl))
-	for _, d := range dl {
+	page, err := q.DeadLetterPage(after, limit, payloadPreview)
+	if err != nil {
+		return v, err
+	}
+	v.Total = page.Total
+	for _, d := range page.Entries {
 		e := deadLetterEntry{ID: d.ID, EnqueuedAt: uiTime(d.EnqueuedAt), FailedAt: uiTime(d.FailedAt),
-			Attempts: d.Attempts, LastError: d.LastError}
-		if utf8.Valid(d.Payload) {
-			text := string(d.Payload)
+			Attempts: d.Attempts, LastError: d.LastError, PayloadBytes: d.PayloadSize, Truncated: len(d.Payload) < d.PayloadSize}
+		if text, ok := utf8Prefix(d.Payload, e.Truncated); ok {
 			e.Payload = &text
 		} else {
 			e.PayloadBase64 = base64.StdEncoding.EncodeToString(d.Payload)
 		}
-		out = append(out, e)
+		v.DeadLetters = append(v.DeadLetters, e)
 	}
-	return out, nil
+	if page.More && len(page.Entries) > 0 {
+		last := page.Entries[len(page.Entries)-1].ID
+		v.NextAfter = &last
+	}
+	return v, nil
+}
+
+// utf8Prefix returns b as text when it is UTF-8; a cut payload may end in
+// the middle of a character, which is dropped.
+func utf8Prefix(b []byte, cut bool) (string, bool) {
+	if cut {
+		for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+			b = b[:len(b)-1]
+		}
+	}
+	return string(b), utf8.Valid(b)
 }
 
 // journalEntry is one execution: GET /api/journal and the UI's Journal page.

@@ -954,7 +954,7 @@ func TestDevMode(t *testing.T) {
 	}
 	banner := stdout.String()
 	key := regexp.MustCompile(`example key \(tenant acme\):\s+(\S+)`).FindStringSubmatch(banner)
-	admin := regexp.MustCompile(`admin key \(for /status\):\s+(\S+)`).FindStringSubmatch(banner)
+	admin := regexp.MustCompile(`admin key \(/status, UI\):\s+(\S+)`).FindStringSubmatch(banner)
 	ui := regexp.MustCompile(`management UI:\s+http://localhost:(\d+)(/ui/) `).FindStringSubmatch(banner)
 	curl := regexp.MustCompile(`(?m)^\s*(curl (?:.*\\\n)*.*)$`).FindStringSubmatch(banner)
 	if key == nil || admin == nil || curl == nil || ui == nil {

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -51,6 +53,10 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 		return err
 	}
 	if err := f.Sync(); err != nil {
+		// frames that are not durable must not count: cut them (best
+		// effort), so that the record reads as it was, as after a failed
+		// write
+		f.Truncate(end)
 		return fmt.Errorf("queue %s/%s: syncing %s: %w", q.Tenant, q.Flow, name, err)
 	}
 	if size == 0 {
@@ -99,33 +105,155 @@ func (q *Queue) marks() (map[uint64]mark, error) {
 	return out, nil
 }
 
-// DeadLetters returns the pending dead letters (not marked), by id.
-func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
-	recs, damage, err := q.readRecords(dlqFile)
-	if err != nil {
-		return nil, damage, err
-	}
+// errStop ends a scan early; it is never returned.
+var errStop = errors.New("stop")
+
+// eachPending calls fn with each verified dead-letter record of dlq.log
+// whose entry is pending (not marked), in file order: one record is in
+// memory at a time, so a large dlq.log costs reading, not memory. fn may
+// return errStop to end the scan.
+func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 	marked, err := q.marks()
 	if err != nil {
-		return nil, damage, err
+		return nil, err
 	}
-	var out []DeadLetter
-	for _, rec := range recs {
-		d, err := decodeDeadLetter(rec)
-		if err != nil {
-			continue
+	f, err := q.fs.OpenFile(q.path(dlqFile), os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return nil, err
+	}
+	_, damage, err := scan(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
+		if len(rec) < 33 || rec[0] != kindDeadLetter {
+			return nil
 		}
-		if _, done := marked[d.ID]; !done {
+		if _, done := marked[binary.BigEndian.Uint64(rec[1:9])]; done {
+			return nil
+		}
+		return fn(rec)
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return damage, err
+}
+
+// DeadLetters returns the pending dead letters (not marked), by id, with
+// their whole payloads. DeadLetterPage reads a bounded part.
+func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
+	var out []DeadLetter
+	damage, err := q.eachPending(func(rec []byte) error {
+		if d, err := decodeDeadLetter(rec); err == nil {
 			out = append(out, d)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, damage, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, damage, nil
 }
 
+// DeadLetterCount counts the pending dead letters without keeping them.
+func (q *Queue) DeadLetterCount() (int, error) {
+	n := 0
+	_, err := q.eachPending(func([]byte) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// DeadLetter returns the pending dead letter id with its whole payload;
+// ErrNotPending when id is not pending.
+func (q *Queue) DeadLetter(id uint64) (DeadLetter, error) {
+	var d DeadLetter
+	found := false
+	_, err := q.eachPending(func(rec []byte) error {
+		if binary.BigEndian.Uint64(rec[1:9]) != id {
+			return nil
+		}
+		var err error
+		if d, err = decodeDeadLetter(rec); err == nil {
+			found = true
+			return errStop
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotPending
+	}
+	return d, err
+}
+
+// DeadLetterPage is a page of the pending dead letters, by id.
+type DeadLetterPage struct {
+	Entries []PageEntry
+	Total   int  // the pending dead letters in all
+	More    bool // some come after the page's last entry
+}
+
+// PageEntry is a dead letter of a page, its payload cut to the page's
+// limit.
+type PageEntry struct {
+	DeadLetter
+	PayloadSize int // the whole payload's length
+}
+
+// DeadLetterPage returns at most limit pending dead letters with an id
+// above after, by id, each payload cut to maxPayload bytes. It keeps at
+// most limit payloads in memory, whatever the size of dlq.log.
+func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterPage, error) {
+	var page DeadLetterPage
+	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
+	var ids []uint64
+	if _, err := q.eachPending(func(rec []byte) error {
+		page.Total++
+		if id := binary.BigEndian.Uint64(rec[1:9]); id > after {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return page, err
+	}
+	slices.Sort(ids)
+	if len(ids) > limit {
+		page.More, ids = true, ids[:limit]
+	}
+	if len(ids) == 0 {
+		return page, nil
+	}
+	_, err := q.eachPending(func(rec []byte) error {
+		if _, want := slices.BinarySearch(ids, binary.BigEndian.Uint64(rec[1:9])); !want {
+			return nil
+		}
+		d, err := decodeDeadLetter(rec)
+		if err != nil {
+			return nil
+		}
+		e := PageEntry{DeadLetter: d, PayloadSize: len(d.Payload)}
+		if len(d.Payload) > maxPayload {
+			e.Payload = bytes.Clone(d.Payload[:maxPayload])
+		}
+		page.Entries = append(page.Entries, e)
+		return nil
+	})
+	sort.Slice(page.Entries, func(i, j int) bool { return page.Entries[i].ID < page.Entries[j].ID })
+	return page, err
+}
+
 // Mark records that the pending dead letter id was replayed or discarded
 // (MarkReplayed, MarkDiscarded): it no longer appears among the pending
 // ones. An id that is not pending is ErrNotPending, and nothing is written.
+// The check and the write hold the append lock, so a replay (which holds
+// it too) and a mark of one id, in any processes, never both happen.
 func (q *Queue) Mark(id uint64, action byte) error {
 	return q.addMark(mark{id: id, action: action})
 }
@@ -136,34 +264,36 @@ func (q *Queue) MarkReplayed(id, replayID uint64) error {
 	return q.addMark(mark{id: id, action: MarkReplayed, replayID: replayID})
 }
 
+// ErrNotMarked is wrapped by Replay when the message was appended but the
+// entry could not be marked: the entry still looks pending, and replaying
+// it again would deliver the payload twice.
+var ErrNotMarked = errors.New("replayed but not marked")
+
 // Replay appends the pending dead letter id's payload to the queue as a
 // new message (a new id, attempt 1, with source and correlationID) and
-// marks the entry replayed, naming the new message. The append comes
-// first: a crash between the two replays twice rather than losing the
-// message. Replays through one handle are serialized, so a repeated
-// request (a double click) replays once; an id that is not pending is
-// ErrNotPending, and nothing is written. Another process replaying or
-// discarding the same id at the same moment can still make the message
-// appear twice, which at-least-once delivery allows.
+// marks the entry replayed, naming the new message. The check, the append
+// and the mark hold the append lock together: among all processes, one
+// replay or discard of an id wins, and the others find it not pending
+// (ErrNotPending, nothing written). The append comes before the mark, so
+// a crash between them replays twice rather than losing the message; an
+// error writing the mark after the append wraps ErrNotMarked and returns
+// the appended message.
 func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error) {
-	q.replayMu.Lock()
-	defer q.replayMu.Unlock()
-	pending, _, err := q.DeadLetters()
+	unlock, err := q.lockAppend()
 	if err != nil {
 		return Message{}, err
 	}
-	i := slices.IndexFunc(pending, func(d DeadLetter) bool { return d.ID == id })
-	if i < 0 {
-		return Message{}, ErrNotPending
-	}
-	m, err := q.Append(NewMessage{Source: source, CorrelationID: correlationID, Payload: pending[i].Payload})
+	defer unlock()
+	d, err := q.DeadLetter(id)
 	if err != nil {
 		return Message{}, err
 	}
-	if err := q.MarkReplayed(id, m.ID); err != nil && !errors.Is(err, ErrNotPending) {
-		// appended but not marked: the entry stays pending and a second
-		// replay would deliver the payload twice; the caller says so
-		return m, fmt.Errorf("queue %s/%s: the dead letter %d was replayed as message %d but could not be marked: %w", q.Tenant, q.Flow, id, m.ID, err)
+	m, err := q.appendLocked(NewMessage{Source: source, CorrelationID: correlationID, Payload: d.Payload})
+	if err != nil {
+		return Message{}, err
+	}
+	if err := q.writeMark(mark{id: id, action: MarkReplayed, replayID: m.ID}); err != nil {
+		return m, fmt.Errorf("queue %s/%s: the dead letter %d was replayed as message %d: %w: %w", q.Tenant, q.Flow, id, m.ID, ErrNotMarked, err)
 	}
 	return m, nil
 }
@@ -174,17 +304,15 @@ func (q *Queue) addMark(m mark) error {
 		return err
 	}
 	defer unlock()
-	pending, _, err := q.DeadLetters()
-	if err != nil {
+	if _, err := q.DeadLetter(m.id); err != nil {
 		return err
 	}
-	found := false
-	for _, d := range pending {
-		found = found || d.ID == m.id
-	}
-	if !found {
-		return ErrNotPending
-	}
+	return q.writeMark(m)
+}
+
+// writeMark appends a mark to dlq.log.acked, durably. The caller holds the
+// append lock and has checked the id is pending.
+func (q *Queue) writeMark(m mark) error {
 	m.at = q.now()
 	return q.appendDurable(ackedFile, appendFrame(nil, appendMarkRecord(nil, m)))
 }
@@ -237,11 +365,12 @@ func (q *Queue) CompactDLQ() ([]Marked, error) {
 	return applied, nil
 }
 
-// ReadDeadLetters returns the pending dead letters of tenant/flow under
-// root without opening the queue (nothing is created or locked): what
-// nexus dlq list shows, also while servers run. A queue that does not
-// exist has none.
-func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, error) {
+// Peek returns a handle on the files of tenant/flow's queue under root
+// that opens nothing: it only reads (DeadLetters, DeadLetterCount,
+// DeadLetter, DeadLetterPage, Retries), which works while servers run and
+// creates nothing; a queue that does not exist reads as empty. It fails
+// only for a name the rule refuses. A nil fsys is the OS.
+func Peek(root, tenant, flow string, fsys FS) (*Queue, error) {
 	dir, err := Dir(root, tenant, flow)
 	if err != nil {
 		return nil, err
@@ -249,7 +378,17 @@ func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, error) {
 	if fsys == nil {
 		fsys = OS{}
 	}
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys}
+	return &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys}, nil
+}
+
+// ReadDeadLetters returns the pending dead letters of tenant/flow under
+// root without opening the queue (see Peek): what nexus dlq list shows,
+// also while servers run. A queue that does not exist has none.
+func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, error) {
+	q, err := Peek(root, tenant, flow, fsys)
+	if err != nil {
+		return nil, err
+	}
 	dl, _, err := q.DeadLetters()
 	return dl, err
 }

@@ -97,7 +97,7 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if rs, err := q.Retries(); err != nil || len(rs) > 0 {
 		return false, err
 	}
-	if dl, _, err := q.DeadLetters(); err != nil || len(dl) > 0 {
+	if n, err := q.DeadLetterCount(); err != nil || n > 0 {
 		return false, err
 	}
 	if size > 0 {

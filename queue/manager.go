@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -137,7 +136,10 @@ func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
 // be (ErrBudget when none can be started). An id that is not pending is
 // ErrNotPending, checked before any queue is opened or created.
 func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID string) (Message, error) {
-	q, w, err := m.pendingQueue(tenant, flow, id)
+	if err := m.checkPending(tenant, flow, id); err != nil {
+		return Message{}, err
+	}
+	q, w, err := m.Queue(tenant, flow)
 	if err != nil {
 		return Message{}, err
 	}
@@ -152,21 +154,37 @@ func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID s
 }
 
 // Discard marks tenant/flow's pending dead letter id discarded: it leaves
-// the listings at once and the disk at the queue's next drain. An id that
-// is not pending is ErrNotPending, checked before any queue is opened or
-// created.
+// the listings at once and the disk at the queue's next drain. It starts
+// no worker (a worker of a flow no longer live would drop the queue's
+// waiting messages) and needs none of the budget: it marks through the
+// queue this process has open, or else through a handle of its own, as
+// nexus dlq discard does. An id that is not pending is ErrNotPending,
+// checked before anything is opened or created.
 func (m *Manager) Discard(tenant, flow string, id uint64) error {
-	q, _, err := m.pendingQueue(tenant, flow, id)
+	if err := m.checkPending(tenant, flow, id); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	e, open := m.queues[[2]string{tenant, flow}]
+	m.mu.Unlock()
+	if open {
+		return e.q.Mark(id, MarkDiscarded)
+	}
+	q, _, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
 	if err != nil {
 		return err
 	}
-	return q.Mark(id, MarkDiscarded)
+	err = q.Mark(id, MarkDiscarded)
+	if cerr := q.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-// DeadLetters lists tenant/flow's pending dead letters from its files (see
-// ReadDeadLetters): nothing is opened or created.
-func (m *Manager) DeadLetters(tenant, flow string) ([]DeadLetter, error) {
-	return ReadDeadLetters(m.cfg.Root, tenant, flow, m.cfg.FS)
+// Peek is Peek(root, tenant, flow, fs) for this manager's queues: their
+// files, read without opening or creating anything.
+func (m *Manager) Peek(tenant, flow string) (*Queue, error) {
+	return Peek(m.cfg.Root, tenant, flow, m.cfg.FS)
 }
 
 // Counts counts tenant/flow's messages from its files (see ReadCounts):
@@ -175,18 +193,16 @@ func (m *Manager) Counts(tenant, flow string) (Counts, error) {
 	return ReadCounts(m.cfg.Root, tenant, flow, m.cfg.FS)
 }
 
-// pendingQueue returns tenant/flow's queue, opened in this process, when
-// id is one of its pending dead letters: read from the files first, so
-// that a wrong name or id creates nothing.
-func (m *Manager) pendingQueue(tenant, flow string, id uint64) (*Queue, *Worker, error) {
-	pending, err := m.DeadLetters(tenant, flow)
+// checkPending is ErrNotPending unless id is a pending dead letter of
+// tenant/flow, read from the files (so that a wrong name or id creates
+// nothing).
+func (m *Manager) checkPending(tenant, flow string, id uint64) error {
+	q, err := m.Peek(tenant, flow)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	if !slices.ContainsFunc(pending, func(d DeadLetter) bool { return d.ID == id }) {
-		return nil, nil, ErrNotPending
-	}
-	return m.Queue(tenant, flow)
+	_, err = q.DeadLetter(id)
+	return err
 }
 
 // reopen replaces a poisoned queue: its worker is stopped, the queue closed
@@ -239,16 +255,7 @@ func (m *Manager) Queues() []QueueInfo {
 		}
 	}
 	for _, e := range list {
-		info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
-		if size, err := e.q.Size(); err == nil {
-			if ckpt, err := e.q.Checkpoint(); err == nil {
-				info.Depth = size - ckpt
-			}
-		}
-		if dl, _, err := e.q.DeadLetters(); err == nil {
-			info.DeadLetters = len(dl)
-		}
-		out = append(out, info)
+		out = append(out, openInfo(e))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Tenant != out[j].Tenant {
@@ -257,6 +264,39 @@ func (m *Manager) Queues() []QueueInfo {
 		return out[i].Flow < out[j].Flow
 	})
 	return out
+}
+
+// Info describes tenant/flow's queue as Queues does, reading only its
+// files; false when it is neither open here nor on disk.
+func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
+	m.mu.Lock()
+	e, open := m.queues[[2]string{tenant, flow}]
+	m.mu.Unlock()
+	if open {
+		return openInfo(e), true
+	}
+	dir, err := Dir(m.cfg.Root, tenant, flow)
+	if err != nil {
+		return QueueInfo{}, false
+	}
+	if st, err := m.fs().Stat(dir); err != nil || !st.IsDir() {
+		return QueueInfo{}, false
+	}
+	return m.onDisk(tenant, flow), true
+}
+
+// openInfo describes a queue this process has open.
+func openInfo(e *managed) QueueInfo {
+	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
+	if size, err := e.q.Size(); err == nil {
+		if ckpt, err := e.q.Checkpoint(); err == nil {
+			info.Depth = size - ckpt
+		}
+	}
+	if n, err := e.q.DeadLetterCount(); err == nil {
+		info.DeadLetters = n
+	}
+	return info
 }
 
 // onDisk describes a queue this process has not opened, from its files.
@@ -275,8 +315,8 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}
-	if dl, _, err := q.DeadLetters(); err == nil {
-		info.DeadLetters = len(dl)
+	if n, err := q.DeadLetterCount(); err == nil {
+		info.DeadLetters = n
 	}
 	return info
 }

@@ -60,7 +60,6 @@ type Queue struct {
 	seq          File         // segment.log.seq, rewritten in place
 	lock         *os.File     // append.lock, flock(2)ed while appending
 	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
-	replayMu     sync.Mutex   // one Replay at a time through this handle
 	durable      atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader
@@ -405,8 +404,8 @@ type appendReq struct {
 // batch it may gather (see gather). A failed write or fdatasync poisons
 // the queue (ErrPoisoned) until it is reopened.
 func (q *Queue) Append(m NewMessage) (Message, error) {
-	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
-		return Message{}, fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
+	if err := q.checkSize(m); err != nil {
+		return Message{}, err
 	}
 	req := &appendReq{m: m, at: q.now(), wake: make(chan bool, 1)}
 	q.mu.Lock()
@@ -458,6 +457,14 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	return req.res, req.err
 }
 
+// checkSize refuses a message too large for a frame.
+func (q *Queue) checkSize(m NewMessage) error {
+	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
+		return fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
+	}
+	return nil
+}
+
 // gather is the leader's wait before it takes its batch, with q.mu held
 // (released while waiting): when fewer appends are pending than the
 // previous batch held, it waits up to gatherWait for as many. Under load
@@ -504,6 +511,12 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 		return fmt.Errorf("taking the append lock: %w", err)
 	}
 	defer unlock()
+	return q.writeFrames(batch)
+}
+
+// writeFrames writes a batch's frames at the tail and makes them durable;
+// the caller holds the append lock.
+func (q *Queue) writeFrames(batch []*appendReq) error {
 	tail, err := q.segmentAtPath()
 	if err != nil {
 		return err
@@ -544,6 +557,33 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	}
 	q.advanceDurable(tail + int64(len(buf)))
 	return nil
+}
+
+// appendLocked appends one message, durably, for a caller that holds the
+// append lock (Replay), outside the group commit: the commit's leader
+// waits for the lock meanwhile. A failed write poisons the queue as a
+// failed batch does.
+func (q *Queue) appendLocked(m NewMessage) (Message, error) {
+	if err := q.checkSize(m); err != nil {
+		return Message{}, err
+	}
+	q.mu.Lock()
+	poisoned := q.poisoned
+	q.mu.Unlock()
+	if poisoned != nil {
+		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
+	}
+	req := &appendReq{m: m, at: q.now()}
+	if err := q.writeFrames([]*appendReq{req}); err != nil {
+		err = fmt.Errorf("%w: %w", err, ErrPoisoned)
+		q.mu.Lock()
+		if q.poisoned == nil {
+			q.poisoned = err
+		}
+		q.mu.Unlock()
+		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+	}
+	return req.res, nil
 }
 
 // maxKeptBatchBuf bounds the batch buffer a queue keeps between batches.

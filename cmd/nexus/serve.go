@@ -323,7 +323,7 @@ func printDevBanner(w io.Writer, addr net.Addr, key string, cfg serveConfig) {
 		port = fmt.Sprint(ta.Port)
 	}
 	fmt.Fprintf(w, "\nNexus development mode: serving %s through the git repo %s\n", cfg.DevFlows, filepath.Join(filepath.Dir(cfg.DB), "dev-repo"))
-	fmt.Fprintf(w, "  admin key (for /status):  %s\n", cfg.AdminKey)
+	fmt.Fprintf(w, "  admin key (/status, UI):  %s\n", cfg.AdminKey)
 	fmt.Fprintf(w, "  management UI:            http://localhost:%s/ui/ (log in with the admin key)\n", port)
 	if key != "" {
 		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it:\n\n", key)
