@@ -50,11 +50,7 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 // for a POST made with the session cookie but without the UI's token.
 func (s *Server) api(h httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		correlationID(w, r)
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		}
-		auth, session := s.adminAuth(r)
+		auth, session := s.authorize(w, r)
 		switch {
 		case auth == authNone:
 			w.Header().Set("WWW-Authenticate", "Bearer")

@@ -233,6 +233,25 @@ func seedDeadLetters(t *testing.T, root, tenant, flowName string, payloads ...st
 	})
 }
 
+// seedTwoQueues fills acme/echo with 4 messages, the first two processed
+// and dead-lettered, the third waiting for its second attempt; and
+// globex/shipment with one message, processed.
+func seedTwoQueues(t *testing.T, fx *adminFixture) {
+	t.Helper()
+	seedQueue(t, fx.root, "acme", "echo", fx.clock.Now, func(q *queue.Queue) {
+		msgs := appendMessages(t, q, `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`)
+		processed(t, q, msgs, 2)
+		deadLetter(t, q, msgs[0], t0, 3, "x")
+		deadLetter(t, q, msgs[1], t0, 3, "y")
+		if err := q.SaveRetries([]queue.Retry{{ID: msgs[2].ID, Offset: msgs[2].Offset, Attempt: 2, Due: t0.Add(time.Hour)}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	seedQueue(t, fx.root, "globex", "shipment", fx.clock.Now, func(q *queue.Queue) {
+		processed(t, q, appendMessages(t, q, `{}`), 1)
+	})
+}
+
 // dirs lists the folders under root, relative to it and sorted; nil when
 // root does not exist.
 func dirs(t *testing.T, root string) []string {
@@ -616,21 +635,7 @@ func TestAPIQueues(t *testing.T) {
 	})
 
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	// acme/echo: 4 messages, the first two processed and dead-lettered, the
-	// third waiting for its second attempt
-	seedQueue(t, fx.root, "acme", "echo", fx.clock.Now, func(q *queue.Queue) {
-		msgs := appendMessages(t, q, `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`)
-		processed(t, q, msgs, 2)
-		deadLetter(t, q, msgs[0], t0, 3, "x")
-		deadLetter(t, q, msgs[1], t0, 3, "y")
-		if err := q.SaveRetries([]queue.Retry{{ID: msgs[2].ID, Offset: msgs[2].Offset, Attempt: 2, Due: t0.Add(time.Hour)}}); err != nil {
-			t.Fatal(err)
-		}
-	})
-	// globex/shipment: one message, processed
-	seedQueue(t, fx.root, "globex", "shipment", fx.clock.Now, func(q *queue.Queue) {
-		processed(t, q, appendMessages(t, q, `{}`), 1)
-	})
+	seedTwoQueues(t, fx)
 	// acme/order-intake: 3 messages, the checkpoint after the first
 	seedQueue(t, fx.root, "acme", "order-intake", fx.clock.Now, func(q *queue.Queue) {
 		processed(t, q, appendMessages(t, q, `{"a":1}`, `{"a":2}`, `{"a":3}`), 1)

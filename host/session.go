@@ -89,6 +89,21 @@ func (s *Server) adminAuth(r *http.Request) (adminAuth, string) {
 	return authNone, ""
 }
 
+// maxFormBytes bounds the body of a UI or API POST: a form of a token and
+// a key, read before the token is checked.
+const maxFormBytes = 64 << 10
+
+// authorize begins every request to /ui/ and /api/ (but the login form):
+// the correlation ID, the bound on a POST's body, and how the request
+// proved the admin key, with the session's value when by the cookie.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) (adminAuth, string) {
+	correlationID(w, r)
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	}
+	return s.adminAuth(r)
+}
+
 // sameOrigin reports whether a state-changing request made with the
 // session cookie came from the UI's own pages: its form token matches
 // the session, and the browser does not say it came from another site.

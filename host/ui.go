@@ -69,20 +69,12 @@ func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
 		Error: "Something failed in the host; its log has the details under correlation ID " + cid + "."})
 }
 
-// maxFormBytes bounds the body of a UI or API POST: a form of a token and
-// a key, read before the token is checked.
-const maxFormBytes = 64 << 10
-
 // page wraps a UI handler with the admin key check: without the key or a
 // session, 401 with a page that sends the browser to the login form; 403
 // for a form posted with the session but without its token.
 func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Params, string)) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		correlationID(w, r)
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		}
-		auth, session := s.adminAuth(r)
+		auth, session := s.authorize(w, r)
 		switch {
 		case auth == authNone:
 			to := "/ui/"

@@ -652,18 +652,7 @@ func TestUIQueuesPage(t *testing.T) {
 	})
 
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	seedQueue(t, fx.root, "acme", "echo", fx.clock.Now, func(q *queue.Queue) {
-		msgs := appendMessages(t, q, `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`)
-		processed(t, q, msgs, 2)
-		deadLetter(t, q, msgs[0], t0, 3, "x")
-		deadLetter(t, q, msgs[1], t0, 3, "y")
-		if err := q.SaveRetries([]queue.Retry{{ID: msgs[2].ID, Offset: msgs[2].Offset, Attempt: 2, Due: t0.Add(time.Hour)}}); err != nil {
-			t.Fatal(err)
-		}
-	})
-	seedQueue(t, fx.root, "globex", "shipment", fx.clock.Now, func(q *queue.Queue) {
-		processed(t, q, appendMessages(t, q, `{}`), 1)
-	})
+	seedTwoQueues(t, fx)
 	if _, _, err := fx.queues.Queue("acme", "hello"); err != nil {
 		t.Fatal(err)
 	}
