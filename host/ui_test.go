@@ -740,7 +740,7 @@ func TestUIQueuePage(t *testing.T) {
 		t.Errorf("the dead letters' rows (-want +got):\n%s", d)
 	}
 	for _, want := range []string{
-		"<td>2026-08-09T14:03:11Z</td>", // failed_at of 1
+		`<td class="t">2026-08-09T14:03:11Z</td>`, // failed_at of 1
 		"<td>step call: 502 from upstream</td>",
 		"<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>",
 		`<pre>{&#34;x&#34;:&#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;}</pre>`,
@@ -866,7 +866,7 @@ func TestUIJournalPage(t *testing.T) {
 	}
 	entries, _ := testJournal()
 	writeJournal(t, fx.reg, entries...)
-	corrs := regexp.MustCompile(`<td><code>([^<]*)</code></td>`)
+	corrs := regexp.MustCompile(`<td class="t"><code>([^<]*)</code></td>`)
 	rows := func(body string) []string {
 		var out []string
 		for _, m := range corrs.FindAllStringSubmatch(body, -1) {
@@ -893,7 +893,7 @@ func TestUIJournalPage(t *testing.T) {
 	body = wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=acme&limit=7"), http.StatusOK)
 	for _, want := range []string{
 		`<input name="tenant" value="acme"`, `<input name="limit" value="7"`,
-		"<td>2026-08-09T14:02:13Z</td><td>enqueue</td><td>acme/hello</td>",
+		`<td class="t">2026-08-09T14:02:13Z</td><td>enqueue</td><td class="t">acme/hello</td>`,
 		"<td>step call: 502 &lt;from&gt; upstream</td>",
 		`<td class="n">2250</td>`,
 	} {
