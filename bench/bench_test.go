@@ -23,7 +23,9 @@ import (
 // that makes the client work harder per request pays for it in its rate).
 // NEXUS_BENCH_ROUNDS (default 4) and
 // NEXUS_BENCH_ROUND (default 3s) set the rounds; NEXUS_BENCH_CLIENT picks
-// the generator's client (see clientKind); NEXUS_BENCH_PERF=FILE records
+// the generator's client (see clientKind); NEXUS_BENCH_NEXUS_ENV=KEY=VALUE
+// adds a variable to nexus's environment only (GOGC=100, to compare with
+// the collector's target serve sets); NEXUS_BENCH_PERF=FILE records
 // the nexus process with perf(1) during its first round (the binary serves
 // no pprof).
 //
@@ -225,6 +227,9 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "nexus", nxRate, ms(nx50), ms(nx99), cpuPerRequest(nx), perRequest(nx.client, nx.requests), nx.requests, strings.Join(perRound[0], " "))
 	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "bare", brRate, ms(br50), ms(br99), cpuPerRequest(br), perRequest(br.client, br.requests), br.requests, strings.Join(perRound[1], " "))
 	fmt.Printf("  nexus/bare: req/s %.2f×, p50 %.2f×, p99 %.2f×, CPU per request %.2f×\n", nxRate/brRate, float64(nx50)/float64(br50), float64(nx99)/float64(br99), cpuPerRequest(nx)/cpuPerRequest(br))
+	nxRSS, brRSS := peakRSS(nexus.pid), peakRSS(bare.pid)
+	b.ReportMetric(nxRSS, "nexus-peak-rss-MiB")
+	fmt.Printf("  peak resident memory so far: nexus %.0f MiB, bare %.0f MiB\n", nxRSS, brRSS)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -370,3 +370,22 @@ func processCPU(pid int) (time.Duration, error) {
 	const ticks = 100 // USER_HZ, 100 on Linux
 	return time.Duration(utime+stime) * time.Second / ticks, nil
 }
+
+// peakRSS is pid's peak resident memory (VmHWM in /proc/PID/status), in
+// MiB; 0 where there is none.
+func peakRSS(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				return 0
+			}
+			return kb / 1024
+		}
+	}
+	return 0
+}

@@ -150,6 +150,9 @@ func startNexus(tb testing.TB, dir string) *server {
 	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "state", "registry.db"),
 		"--repo", repo, "--poll", "1h", "--admin-key", "bench-admin-key")
 	s.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
+	if kv := os.Getenv("NEXUS_BENCH_NEXUS_ENV"); kv != "" {
+		s.cmd.Env = append(s.cmd.Env, kv) // one more variable for nexus alone, such as GOGC=100
+	}
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, logFile
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatal(err)
