@@ -879,8 +879,8 @@ func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hos
 	h.cmd = exec.Command(nexusBin, args...)
 	h.cmd.Dir = dir
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NEXUS_") {
-			h.cmd.Env = append(h.cmd.Env, kv)
+		if !strings.HasPrefix(kv, "NEXUS_") && !strings.HasPrefix(kv, "GOGC=") {
+			h.cmd.Env = append(h.cmd.Env, kv) // the test's env decides these
 		}
 	}
 	h.cmd.Env = append(h.cmd.Env, env...)
@@ -1085,6 +1085,34 @@ func TestServeConfigFromTheEnvironment(t *testing.T) {
 			t.Errorf("201 bytes: %d %s", r.status, r.body)
 		}
 	})
+}
+
+// nexus serve sets the collector's target to 200 unless GOGC is set; the
+// runtime's own gauge on /metrics says which is in force.
+func TestServeGCPercent(t *testing.T) {
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"by default", nil, "go_gc_gogc_percent 200\n"},
+		{"GOGC wins", []string{"GOGC=100"}, "go_gc_gogc_percent 100\n"},
+		{"GOGC=50 wins", []string{"GOGC=50"}, "go_gc_gogc_percent 50\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := launch(t, t.TempDir(), []string{"serve", "--listen", "127.0.0.1:0", "--repo", repo.dir,
+				"--db", filepath.Join(t.TempDir(), "state", "registry.db")}, tc.env, "")
+			r := h.do(http.MethodGet, "/metrics", "", "", "")
+			if r.status != 200 || !strings.Contains(r.body, tc.want) {
+				i := strings.Index(r.body, "go_gc_gogc_percent ")
+				t.Errorf("/metrics: %d, want %q, have %.40q", r.status, tc.want, r.body[max(i, 0):])
+			}
+		})
+	}
 }
 
 func TestServeBadValues(t *testing.T) {
