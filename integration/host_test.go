@@ -1115,6 +1115,30 @@ func TestServeGCPercent(t *testing.T) {
 	}
 }
 
+// A short admin key is served, with a warning at the start; a long one,
+// such as nexus key generate prints, without.
+func TestServeWarnsOfAShortAdminKey(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"admin-test-key", 1},
+		{"nxk_9db1714c5dab63aa3821642078dd84ff94a5662286504f45002269bb4a2e0c1e", 0},
+	} {
+		h := startHost(t, hostOptions{admin: tc.key})
+		evs := h.events("weak_admin_key")
+		if len(evs) != tc.want {
+			t.Errorf("--admin-key of %d characters: %d weak_admin_key lines, want %d: %v", len(tc.key), len(evs), tc.want, evs)
+		}
+		if tc.want > 0 && len(evs) > 0 && !strings.Contains(fmt.Sprint(evs[0]["msg"]), "14 characters long") {
+			t.Errorf("the warning does not say how long the key is: %v", evs[0])
+		}
+		if r := h.do(http.MethodGet, "/status", tc.key, "", ""); r.status != 200 {
+			t.Errorf("/status with the key: %d", r.status)
+		}
+	}
+}
+
 func TestServeBadValues(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "state", "registry.db")
 	base := []string{"serve", "--listen", "127.0.0.1:0", "--db", db}

@@ -79,7 +79,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.FlowsDir, "flows-dir", cfg.FlowsDir, "the `folder` of the repo holding the flows (env NEXUS_FLOWS_DIR)")
 	fs.DurationVar(&cfg.Poll, "poll", cfg.Poll, "the `interval` between fetches of the repo (env NEXUS_POLL)")
 	fs.StringVar(&cfg.Secret, "secret", cfg.Secret, "signing `secrets`, comma-separated while rotating; every door then requires a signature (env NEXUS_SECRET)")
-	fs.StringVar(&cfg.AdminKey, "admin-key", cfg.AdminKey, "the admin `key` of /status and the management API; none closes them (env NEXUS_ADMIN_KEY)")
+	fs.StringVar(&cfg.AdminKey, "admin-key", cfg.AdminKey, "the admin `key` of /status, the management API and the UI; none closes them (env NEXUS_ADMIN_KEY)")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size `ceiling` of flows that set none (env NEXUS_MAX_BODY_BYTES)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
@@ -152,9 +152,6 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 	return slog.New(jsonlog.New(w, nil))
 }
 
-// serve runs the host until ctx ends, then shuts it down in order: stop
-// taking requests and finish those in flight, stop the background work,
-// write what is buffered, close the registry.
 // serveGCPercent is the garbage collector's target that nexus serve sets
 // when the GOGC environment variable does not say otherwise. A host's
 // live heap is small (the live set, buffers) and each request allocates a
@@ -164,6 +161,12 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 // docs/performance.md). GOMEMLIMIT, when set, still bounds the heap.
 const serveGCPercent = 200
 
+// minAdminKey is the length under which serve warns about the admin key.
+const minAdminKey = 24
+
+// serve runs the host until ctx ends, then shuts it down in order: stop
+// taking requests and finish those in flight, stop the background work,
+// write what is buffered, close the registry.
 func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.Writer) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(serveGCPercent)
@@ -182,6 +185,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		}
 	}
 
+	if n := len(cfg.AdminKey); n > 0 && n < minAdminKey {
+		// the admin key opens the UI from the network, and nothing slows
+		// down guessing it: a short one is worth a warning at every start
+		logger.Warn(fmt.Sprintf("the admin key is %d characters long; use one of %d or more, such as one nexus key generate prints", n, minAdminKey),
+			"event", "weak_admin_key")
+	}
 	reg, err := registry.Open(ctx, cfg.DB, registry.Options{})
 	if err != nil {
 		return err
