@@ -20,11 +20,12 @@ type Loop struct {
 }
 
 // Start runs run in a goroutine, with a context that ends at Stop, and
-// returns at once. It does nothing while a goroutine started by it runs.
+// returns at once. It does nothing while a goroutine started by it runs
+// or is being stopped, nor after run returned on its own (until Stop).
 func (l *Loop) Start(run func(ctx context.Context)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cancel != nil {
+	if l.done != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -36,18 +37,22 @@ func (l *Loop) Start(run func(ctx context.Context)) {
 	}()
 }
 
-// Stop cancels the goroutine's context and waits until run returns. The
-// Loop can be started again afterwards.
+// Stop cancels the goroutine's context and waits until run returns; two
+// Stops at once both wait. The Loop can be started again afterwards.
 func (l *Loop) Stop() {
 	l.mu.Lock()
 	cancel, done := l.cancel, l.done
-	l.cancel = nil
 	l.mu.Unlock()
-	if cancel == nil {
+	if done == nil {
 		return
 	}
 	cancel()
 	<-done
+	l.mu.Lock()
+	if l.done == done {
+		l.cancel, l.done = nil, nil
+	}
+	l.mu.Unlock()
 }
 
 // Every calls fn every interval until ctx ends, the first time one interval

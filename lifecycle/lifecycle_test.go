@@ -43,6 +43,54 @@ func TestLoop(t *testing.T) {
 	}
 }
 
+// Two Stops at once both wait for the goroutine; a Start while a Stop
+// waits does nothing, so one goroutine of a Loop runs at most.
+func TestLoopConcurrentStops(t *testing.T) {
+	var l lifecycle.Loop
+	var running, most atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	run := func(ctx context.Context) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		<-release // the run outlasts its cancellation
+		running.Add(-1)
+	}
+	l.Start(run)
+	<-started
+	firstStop := make(chan struct{})
+	go func() { l.Stop(); close(firstStop) }()
+	secondStop := make(chan struct{})
+	go func() {
+		time.Sleep(10 * time.Millisecond) // the first Stop is waiting
+		l.Start(run)                      // during the Stop: nothing
+		l.Stop()
+		close(secondStop)
+	}()
+	select {
+	case <-secondStop:
+		t.Fatal("a second Stop returned while the goroutine still ran")
+	case <-firstStop:
+		t.Fatal("Stop returned while the goroutine still ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-firstStop
+	<-secondStop
+	if n := running.Load(); n != 0 || most.Load() != 1 {
+		t.Errorf("after both Stops: %d running, at most %d at once; want 0 and 1", n, most.Load())
+	}
+	l.Start(run) // stopped: it starts again
+	<-started
+	if n := running.Load(); n != 1 {
+		t.Errorf("a Start after the Stops: %d running", n)
+	}
+	l.Stop()
+}
+
 // TestEvery: fn runs again and again, one call at a time, and Every
 // returns once the context ends, not during a call.
 func TestEvery(t *testing.T) {
