@@ -83,16 +83,7 @@ func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string) erro
 
 // PruneDedup deletes expired dedup records and returns how many.
 func (r *Registry) PruneDedup(ctx context.Context) (int64, error) {
-	var n int64
-	err := r.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE expires <= ?`, unixMilli(r.now()))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	return r.deleteInBatches(ctx, `DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup WHERE expires <= ? LIMIT ?)`, unixMilli(r.now()))
 }
 
 // DedupPruner deletes expired dedup records in the background.

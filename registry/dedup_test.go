@@ -107,6 +107,34 @@ func TestPruneDedup(t *testing.T) {
 	}
 }
 
+// The prune deletes records by their own expiry: a key that expired for
+// one tenant or flow stays for another that holds it longer.
+func TestPruneDedupSameKeyElsewhere(t *testing.T) {
+	ctx := context.Background()
+	r, c := newRegistry(t)
+	d := r.Dedup()
+	for _, k := range []struct {
+		tenant, flow string
+		ttl          time.Duration
+	}{{"acme", "f", time.Minute}, {"globex", "f", time.Hour}, {"acme", "g", time.Hour}} {
+		if _, claimed, err := d.Claim(ctx, k.tenant, k.flow, "order-1", false, time.Minute); err != nil || !claimed {
+			t.Fatalf("Claim(%s/%s) = %v, %v", k.tenant, k.flow, claimed, err)
+		}
+		if err := d.Commit(ctx, k.tenant, k.flow, "order-1", []byte(k.tenant+k.flow), false, k.ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Advance(2 * time.Minute)
+	if n, err := r.PruneDedup(ctx); err != nil || n != 1 {
+		t.Fatalf("PruneDedup = %d, %v; want 1 (acme/f's)", n, err)
+	}
+	for _, k := range [][2]string{{"globex", "f"}, {"acme", "g"}} {
+		if _, claimed, err := d.Claim(ctx, k[0], k[1], "order-1", false, time.Minute); err != nil || claimed {
+			t.Errorf("%s/%s's record after the prune: claimed anew %v, %v; want it kept", k[0], k[1], claimed, err)
+		}
+	}
+}
+
 func TestDedupPruner(t *testing.T) {
 	ctx := context.Background()
 	r, c := newRegistry(t)

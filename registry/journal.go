@@ -308,14 +308,33 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 
 // PruneJournal deletes entries older than before and returns how many.
 func (r *Registry) PruneJournal(ctx context.Context, before time.Time) (int64, error) {
-	var n int64
-	err := r.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM journal WHERE at < ?`, before.UnixMicro())
-		if err != nil {
+	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE at < ? LIMIT ?)`, before.UnixMicro())
+}
+
+// pruneBatch is how many rows one pruning transaction deletes: a catch-up
+// prune of millions of rows (after downtime, or a shorter retention) must
+// not hold the database's write lock for seconds, which every door's
+// dedup claim, every publication and other processes wait for.
+const pruneBatch = 5000
+
+// deleteInBatches runs a DELETE of at most pruneBatch rows (its last
+// parameter) in transactions of their own until one deletes fewer, and
+// returns how many rows it deleted in all.
+func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...any) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := r.write(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, query, append(args, pruneBatch)...)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
 			return err
+		})
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, err
 		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	}
 }

@@ -245,6 +245,32 @@ func TestPruneJournal(t *testing.T) {
 	}
 }
 
+// A prune of more rows than one batch deletes them all, batch after
+// batch, and nothing newer.
+func TestPruneJournalInBatches(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	const old = 12345 // two batches and a part
+	for i := range old {
+		w.Append(entry(i, "acme", "f", t0.Add(-2*time.Hour)))
+	}
+	recent := []registry.Entry{entry(old, "acme", "f", t0.Add(-time.Minute)), entry(old+1, "acme", "g", t0)}
+	for _, e := range recent {
+		w.Append(e)
+	}
+	w.Stop()
+	n, err := r.PruneJournal(context.Background(), t0.Add(-time.Hour))
+	if err != nil || n != old {
+		t.Fatalf("PruneJournal = %d, %v; want %d", n, err, old)
+	}
+	want := slices.Clone(recent)
+	slices.Reverse(want)
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{Limit: 100})); diff != "" {
+		t.Errorf("journal after pruning (-want +got):\n%s", diff)
+	}
+}
+
 // TestJournalRetention: a writer with a Retention prunes old entries by
 // itself, by the registry's clock.
 func TestJournalRetention(t *testing.T) {
