@@ -33,9 +33,13 @@ import (
 
 // Limits that refuse a commit whole.
 const (
-	DefaultMaxFileBytes = 1 << 20 // a file under the flows folder, and access.yaml
-	DefaultMaxFiles     = 10000   // entries under the flows folder
-	maxDepth            = 64      // nested folders under the flows folder
+	DefaultMaxFileBytes  = 1 << 20  // a file under the flows folder, and access.yaml
+	DefaultMaxFiles      = 10000    // entries under the flows folder
+	DefaultMaxTotalBytes = 64 << 20 // all the Markdown read from one commit
+	// DefaultFetchTimeout bounds one fetch: a server or proxy that takes the
+	// connection and never answers must not hold the sync lock for ever.
+	DefaultFetchTimeout = 2 * time.Minute
+	maxDepth            = 64 // nested folders under the flows folder
 )
 
 // Config configures a Syncer. Repo, Dir and Registry are required.
@@ -62,10 +66,16 @@ type Config struct {
 	Registry *registry.Registry
 	// Logger receives sync_applied, sync_failed and sync_unreachable events.
 	Logger *slog.Logger
-	// MaxFileBytes and MaxFiles are the operational limits; 0 means the
-	// defaults.
-	MaxFileBytes int64
-	MaxFiles     int
+	// MaxFileBytes, MaxFiles and MaxTotalBytes are the operational limits;
+	// 0 means the defaults. MaxTotalBytes bounds the Markdown one commit
+	// makes the host read (files compress well in git: a small push can
+	// hold gigabytes).
+	MaxFileBytes  int64
+	MaxFiles      int
+	MaxTotalBytes int64
+	// FetchTimeout bounds one fetch; default DefaultFetchTimeout. A fetch
+	// that times out is an unreachable repo (retried with backoff).
+	FetchTimeout time.Duration
 	// Observe, when set, is told the outcome of every round the loop runs
 	// (for metrics).
 	Observe func(Result, error)
@@ -113,6 +123,18 @@ func New(cfg Config) (*Syncer, error) {
 	}
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = DefaultMaxFiles
+	}
+	if cfg.MaxTotalBytes <= 0 {
+		cfg.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = DefaultFetchTimeout
+	}
+	if strings.Contains(cfg.Repo, "://") {
+		if _, err := url.Parse(cfg.Repo); err != nil {
+			// not the URL itself: it may hold a password
+			return nil, errors.New("gitsync: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o755); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
@@ -248,25 +270,50 @@ func (s *Syncer) open() (*git.Repository, error) {
 	return repo, nil
 }
 
-// remoteURL is the repo URL without credentials (they go in auth).
+// remoteURL is the repo URL without credentials (they go in auth), as the
+// clone's configuration, errors and logs hold it: an http(s) URL loses its
+// user information, an ssh URL its password.
 func (s *Syncer) remoteURL() string {
 	u, err := url.Parse(s.cfg.Repo)
-	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
-		if err == nil && u.Scheme == "" || err != nil {
-			if abs, aerr := filepath.Abs(s.cfg.Repo); aerr == nil && !strings.Contains(s.cfg.Repo, ":") {
-				return abs // a local path
-			}
+	if err == nil && u.Scheme == "" || err != nil {
+		if abs, aerr := filepath.Abs(s.cfg.Repo); aerr == nil && !strings.Contains(s.cfg.Repo, ":") {
+			return abs // a local path
 		}
-		return s.cfg.Repo
 	}
-	u.User = nil
+	if err != nil || u.User == nil {
+		return Redact(s.cfg.Repo)
+	}
+	if u.Scheme == "http" || u.Scheme == "https" {
+		u.User = nil
+		return u.String()
+	}
+	return Redact(s.cfg.Repo)
+}
+
+// Redact returns repo as logs and errors may show it: a URL keeps its user
+// name but not its password; one that does not parse (New refuses it) is
+// reduced to its scheme. A local path or user@host:path is returned as is.
+func Redact(repo string) string {
+	scheme, _, isURL := strings.Cut(repo, "://")
+	if !isURL {
+		return repo
+	}
+	u, err := url.Parse(repo)
+	if err != nil {
+		return scheme + "://(a URL that does not parse)"
+	}
+	if u.User != nil {
+		if _, hasPassword := u.User.Password(); hasPassword {
+			u.User = url.User(u.User.Username())
+		}
+	}
 	return u.String()
 }
 
 func (s *Syncer) auth() (transport.AuthMethod, error) {
 	ep, err := transport.NewEndpoint(s.cfg.Repo)
 	if err != nil {
-		return nil, fmt.Errorf("repo %q: %w", s.cfg.Repo, err)
+		return nil, fmt.Errorf("repo %s: %w", Redact(s.cfg.Repo), err)
 	}
 	switch ep.Protocol {
 	case "http", "https":
@@ -302,6 +349,8 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	}
 	remoteRef := plumbing.NewRemoteReferenceName("origin", s.cfg.Branch)
 	spec := config.RefSpec("+" + plumbing.NewBranchReferenceName(s.cfg.Branch).String() + ":" + remoteRef.String())
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
 	err = repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
@@ -309,6 +358,9 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		Tags:       git.NoTags,
 		Force:      true,
 	})
+	if ctx.Err() != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && err != nil {
+		err = fmt.Errorf("no answer within %v: %w", s.cfg.FetchTimeout, err)
+	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return nil, fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)
 	}
@@ -357,6 +409,7 @@ type walker struct {
 	s        *Syncer
 	repo     *git.Repository
 	files    int
+	bytes    int64 // the Markdown read so far
 	sources  []flow.Source
 	problems []string
 }
@@ -417,6 +470,25 @@ func (w *walker) blob(e *object.TreeEntry, p string) []byte {
 	return data
 }
 
+// markdown reads a Markdown file of the flows folder, counting it
+// against the commit's MaxTotalBytes: past it the commit is refused
+// before more is read.
+func (w *walker) markdown(e *object.TreeEntry, p string) []byte {
+	if w.bytes > w.s.cfg.MaxTotalBytes {
+		return nil // refused already
+	}
+	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
+	if err != nil {
+		w.problem("%s: reading it: %v", p, err)
+		return nil
+	}
+	if w.bytes += size; w.bytes > w.s.cfg.MaxTotalBytes {
+		w.problem("%s/: more than %d bytes of Markdown in all (the limit of one commit)", w.s.cfg.FlowsDir, w.s.cfg.MaxTotalBytes)
+		return nil
+	}
+	return w.blob(e, p)
+}
+
 // walk collects the Markdown files under dir, refusing what the flows
 // folder must not hold.
 func (w *walker) walk(t *object.Tree, dir string, depth int) {
@@ -459,7 +531,7 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 				w.checkSize(e, p) // not read, but a commit with a huge file is refused all the same
 				continue
 			}
-			if data := w.blob(e, p); data != nil {
+			if data := w.markdown(e, p); data != nil {
 				w.sources = append(w.sources, flow.Source{Path: p, Data: data})
 			}
 		default:

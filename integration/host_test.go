@@ -1139,6 +1139,50 @@ func TestServeWarnsOfAShortAdminKey(t *testing.T) {
 	}
 }
 
+// The password of an https repo URL (basic auth) is in no log line.
+func TestServeLogsNoRepoPassword(t *testing.T) {
+	h := startHost(t, hostOptions{repo: "https://deploy:ghp_SECRETTOKEN123@127.0.0.1:1/config.git"})
+	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
+	started := h.events("started")
+	if len(started) != 1 || started[0]["repo"] != "https://deploy@127.0.0.1:1/config.git" {
+		t.Errorf("the started line's repo: %v", started)
+	}
+	for _, line := range h.logLines() {
+		if strings.Contains(line, "ghp_SECRETTOKEN123") {
+			t.Errorf("a log line holds the password:\n%s", line)
+		}
+	}
+}
+
+// While the branch's head is a refused commit, the sync's last success
+// stays where it was (an alert on its age fires), and the refusal counts
+// once.
+func TestSyncMetricsOnARefusedHead(t *testing.T) {
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	h := startHost(t, hostOptions{repo: repo.dir})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	repo.commit(map[string]string{"flows/acme/hello.md": "---\nflowmarkdown_version: \"0.1\"\nflow: hello\ntenant: acme\nqueue_max_attempts: 0\n---\n"})
+	waitEvents(t, h, "sync_failed", 1, nil, 10*time.Second)
+	scrape := func() (success, failures string) {
+		r := h.do(http.MethodGet, "/metrics", "", "", "")
+		s := regexp.MustCompile(`(?m)^nexus_sync_last_success_timestamp_seconds (\S+)$`).FindStringSubmatch(r.body)
+		f := regexp.MustCompile(`(?m)^nexus_sync_failures_total (\S+)$`).FindStringSubmatch(r.body)
+		if s == nil || f == nil {
+			t.Fatalf("no sync metrics in /metrics:\n%s", r.body)
+		}
+		return s[1], f[1]
+	}
+	s1, f1 := scrape()
+	time.Sleep(time.Second) // five polls of 200 ms on the refused head
+	s2, f2 := scrape()
+	if s1 != s2 || f1 != "1" || f2 != "1" {
+		t.Errorf("on a refused head: last success %s then %s, failures %s then %s; want it unmoved and one failure", s1, s2, f1, f2)
+	}
+}
+
 func TestServeBadValues(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "state", "registry.db")
 	base := []string{"serve", "--listen", "127.0.0.1:0", "--db", db}

@@ -213,7 +213,13 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 				switch {
 				case err != nil || len(res.Errors) > 0:
 					metrics.SyncFailed()
-				case res.Skipped != "another process is syncing":
+				case res.Skipped == "another process is syncing":
+				case res.Skipped == "already refused":
+					// the branch's head is a refused commit, counted once
+					// when it was refused: the live set is not on the head,
+					// so the last success stays where it was (and goes
+					// stale, which is what an alert watches)
+				default:
 					metrics.SyncSucceeded(time.Now())
 				}
 			},
@@ -266,7 +272,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	queues.Start()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", cfg.Repo, "flows", len(reg.Live().Flows()))
+	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
 	if cfg.Dev {
 		printDevBanner(stdout, ln.Addr(), devKey, cfg)
 	}

@@ -1,0 +1,125 @@
+package gitsync_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/nexushq/nexus/flow/flowtest"
+	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
+)
+
+// A server (or proxy) that takes the connection and never answers costs
+// one FetchTimeout: the round fails as unreachable and releases the sync
+// lock, so another process can sync.
+func TestFetchTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+
+	e := newEnv(t, func(c *gitsync.Config) { c.Repo = srv.URL + "/config.git"; c.FetchTimeout = 300 * time.Millisecond })
+	start := time.Now()
+	_, err := e.s.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Errorf("Sync against a silent server: %v, want the fetch's timeout", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Sync returned after %v", d)
+	}
+	// the lock is free again: a second process gets to fetch (and time out)
+	s2, err := gitsync.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s2.Sync(context.Background()); res.Skipped != "" || err == nil {
+		t.Errorf("a second process after the timeout: %+v %v, want its own fetch", res, err)
+	}
+}
+
+// A password never reaches an error or the log: not from a URL that
+// parses, and a URL that does not parse (an unescaped '#' or '%') is
+// refused by New without being quoted.
+func TestRepoPasswordsStaySecret(t *testing.T) {
+	for _, repo := range []string{
+		"https://deploy:s3cr3tPW@127.0.0.1:1/config.git",
+		"ssh://deploy:s3cr3tPW@127.0.0.1:1/config.git",
+	} {
+		logs := &jsonlogtest.Buffer{}
+		reg := openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))
+		s, err := gitsync.New(gitsync.Config{Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: reg,
+			Logger: logs.Logger(slog.LevelDebug), Poll: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, SSHKeyFile: "/nonexistent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Sync(context.Background()); err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: Sync error %v: want an error without the password", repo, err)
+		}
+		s.Start()
+		waitFor(t, 5*time.Second, "a sync_unreachable event", func() bool { return len(logs.Events(t, "sync_unreachable")) > 0 })
+		s.Stop()
+		if strings.Contains(logs.String(), "s3cr3t") {
+			t.Errorf("%s: the log holds the password:\n%s", repo, logs.String())
+		}
+		if got := gitsync.Redact(repo); strings.Contains(got, "s3cr3t") || !strings.Contains(got, "deploy@127.0.0.1:1") {
+			t.Errorf("Redact(%s) = %s", repo, got)
+		}
+	}
+	for _, repo := range []string{"https://deploy:s3cr#tPW@127.0.0.1:1/config.git", "https://deploy:s3cr%tPW@127.0.0.1:1/config.git"} {
+		_, err := gitsync.New(gitsync.Config{Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))})
+		if err == nil || strings.Contains(err.Error(), "s3cr") || !strings.Contains(err.Error(), "percent-encoded") {
+			t.Errorf("New(%s): %v, want a refusal that does not quote the URL", repo, err)
+		}
+		if got := gitsync.Redact(repo); got != "https://(a URL that does not parse)" {
+			t.Errorf("Redact(%s) = %s", repo, got)
+		}
+	}
+	for _, repo := range []string{"/srv/config", "git@github.com:acme/config.git", "https://github.com/acme/config.git"} {
+		if got := gitsync.Redact(repo); got != repo {
+			t.Errorf("Redact(%s) = %s, want it unchanged", repo, got)
+		}
+	}
+}
+
+// The Markdown one commit makes the host read is bounded in all, not only
+// per file: git compresses such files to almost nothing, so a small push
+// could otherwise hold gigabytes. Past the bound the commit is refused
+// before the rest is read, and the live set stays.
+func TestMaxTotalBytes(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.MaxTotalBytes = 4 << 20 })
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	e.mustApply(e.src.commit("0"))
+
+	big := bytes.Repeat([]byte("lorem ipsum dolor sit amet\n"), (1<<20-100)/27)
+	var entries []object.TreeEntry
+	for i := range 6 {
+		entries = append(entries, treeEntry(fmt.Sprintf("notes-%d.md", i), filemode.Regular, e.src.storeBlob(append([]byte(fmt.Sprint(i)), big...))))
+	}
+	notes := e.src.storeTree(entries)
+	flows, err := e.src.headTree().Tree("flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, e.src.storeTree(withEntry(flows, treeEntry("notes", filemode.Dir, notes))))))
+	e.src.commitTree(root, "6 notes of 1 MiB")
+	e.mustRefuse(fmt.Sprintf("flows/: more than %d bytes of Markdown in all (the limit of one commit)", 4<<20))
+	if got := liveFlows(e.reg.Live()); len(got) != 1 || !strings.HasPrefix(got[0], "acme/x") {
+		t.Errorf("live set after the refusal: %q", got)
+	}
+}
