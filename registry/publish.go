@@ -152,16 +152,18 @@ func publishFlow(ctx context.Context, tx *sql.Tx, f *flow.Flow, commit string, n
 	hexSum := hex.EncodeToString(sum[:])
 	c := Change{Tenant: f.Tenant(), Flow: f.Name()}
 	var latestVersion int
-	var latestSum string
+	var latestSum, latestPath string
 	var latestArt []byte
-	err := tx.QueryRowContext(ctx, `SELECT l.version, v.sha256, v.artifact FROM latest l
+	err := tx.QueryRowContext(ctx, `SELECT l.version, v.sha256, v.artifact, v.source_path FROM latest l
 		JOIN flow_versions v ON v.tenant = l.tenant AND v.flow = l.flow AND v.version = l.version
-		WHERE l.tenant = ? AND l.flow = ?`, c.Tenant, c.Flow).Scan(&latestVersion, &latestSum, &latestArt)
+		WHERE l.tenant = ? AND l.flow = ?`, c.Tenant, c.Flow).Scan(&latestVersion, &latestSum, &latestArt, &latestPath)
 	stored := sha256.Sum256(latestArt)
 	switch {
-	// unchanged only when the stored bytes are still intact: publishing
-	// the flow again repairs a corrupt artifact with a new version
-	case err == nil && latestSum == hexSum && hex.EncodeToString(stored[:]) == hexSum:
+	// unchanged only when the stored bytes are still intact (publishing
+	// the flow again repairs a corrupt artifact with a new version) and
+	// the file has not moved (the version names its file, in the UI and
+	// in errors)
+	case err == nil && latestSum == hexSum && hex.EncodeToString(stored[:]) == hexSum && latestPath == f.Path():
 		c.Version, c.Action = latestVersion, Unchanged
 		return c, hexSum, nil
 	case err != nil && !errors.Is(err, sql.ErrNoRows):

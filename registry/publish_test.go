@@ -549,3 +549,20 @@ func TestStatus(t *testing.T) {
 		t.Errorf("Status through a second handle (-first +second):\n%s", diff)
 	}
 }
+
+// A flow whose file moved, unchanged otherwise, is a new version naming
+// its new file, in this process's live set and in another's.
+func TestPublishMovedFile(t *testing.T) {
+	r, _ := newRegistry(t)
+	publish(t, r, registry.Publication{Flows: []*flow.Flow{compileAt(t, "flows/old.md", "acme", "x", "m")}, Complete: true, Commit: "c1"})
+	load(t, r)
+	changes := publish(t, r, registry.Publication{Flows: []*flow.Flow{compileAt(t, "flows/acme/x.md", "acme", "x", "m")}, Complete: true, Commit: "c2"})
+	if diff := cmp.Diff([]registry.Change{{Tenant: "acme", Flow: "x", Version: 2, Action: registry.Published}}, changes); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+	lf, _ := load(t, r).Lookup("acme", "x")
+	other, _ := load(t, open(t, r.Path(), registry.Options{})).Lookup("acme", "x")
+	if lf.SourcePath != "flows/acme/x.md" || lf.Flow.Path() != "flows/acme/x.md" || other.Flow.Path() != "flows/acme/x.md" {
+		t.Errorf("after the move: SourcePath %q, Flow.Path %q, another process's Flow.Path %q", lf.SourcePath, lf.Flow.Path(), other.Flow.Path())
+	}
+}
