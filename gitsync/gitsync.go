@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/gofrs/flock"
 
 	"github.com/nexushq/nexus/access"
@@ -351,13 +353,27 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	spec := config.RefSpec("+" + plumbing.NewBranchReferenceName(s.cfg.Branch).String() + ":" + remoteRef.String())
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	err = repo.FetchContext(ctx, &git.FetchOptions{
+	opts := &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
 		Auth:       auth,
 		Tags:       git.NoTags,
 		Force:      true,
-	})
+	}
+	err = repo.FetchContext(ctx, opts)
+	if errors.Is(err, dotgit.ErrEmptyRefFile) {
+		// go-git rewrites a ref file in place, so a crash can leave it
+		// empty, and every fetch then fails; the clone's refs are only a
+		// cache of the remote's branch, so the empty ones go and the
+		// fetch writes them anew
+		removed, rerr := s.removeEmptyRefs()
+		s.cfg.Logger.Warn("the clone had empty ref files; fetching them anew", "event", "sync_repaired",
+			"removed", strings.Join(removed, ","), "error", err.Error())
+		if rerr != nil {
+			return nil, fmt.Errorf("removing the clone's empty refs: %w", rerr)
+		}
+		err = repo.FetchContext(ctx, opts)
+	}
 	if ctx.Err() != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && err != nil {
 		err = fmt.Errorf("no answer within %v: %w", s.cfg.FetchTimeout, err)
 	}
@@ -468,6 +484,25 @@ func (w *walker) blob(e *object.TreeEntry, p string) []byte {
 		return nil
 	}
 	return data
+}
+
+// removeEmptyRefs removes the empty files under the clone's refs/ and
+// returns their names.
+func (s *Syncer) removeEmptyRefs() ([]string, error) {
+	var removed []string
+	root := filepath.Join(s.cfg.Dir, "refs")
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if info, err := d.Info(); err != nil || info.Size() > 0 {
+			return err
+		}
+		rel, _ := filepath.Rel(s.cfg.Dir, p)
+		removed = append(removed, filepath.ToSlash(rel))
+		return os.Remove(p)
+	})
+	return removed, err
 }
 
 // markdown reads a Markdown file of the flows folder, counting it

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,5 +122,26 @@ func TestMaxTotalBytes(t *testing.T) {
 	e.mustRefuse(fmt.Sprintf("flows/: more than %d bytes of Markdown in all (the limit of one commit)", 4<<20))
 	if got := liveFlows(e.reg.Live()); len(got) != 1 || !strings.HasPrefix(got[0], "acme/x") {
 		t.Errorf("live set after the refusal: %q", got)
+	}
+}
+
+// A crash while go-git rewrites the clone's ref of the branch (in place)
+// can leave it empty: the next round removes it and fetches it anew.
+func TestEmptyRefInTheClone(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	e.mustApply(e.src.commit("0"))
+	ref := filepath.Join(e.cfg.Dir, "refs", "remotes", "origin", "main")
+	if err := os.WriteFile(ref, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "1"))
+	c := e.src.commit("1")
+	res, err := e.s.Sync(context.Background())
+	if err != nil || res.Commit != c || !res.Applied() {
+		t.Fatalf("Sync after the ref was emptied: %+v, %v; want %s applied", res, err, c[:8])
+	}
+	if evs := e.logs.Events(t, "sync_repaired"); len(evs) != 1 {
+		t.Errorf("sync_repaired events: %v", evs)
 	}
 }
