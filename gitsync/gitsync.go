@@ -418,7 +418,39 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) ([]*flow.F
 	for _, e := range errs {
 		problems = append(problems, e.Error())
 	}
+	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
 	return flows, keys, problems
+}
+
+// lostFlows refuses the silent withdrawal of a live flow whose file is
+// still there but no longer reads as a flow file: a line above its front
+// matter or a misspelt flowmarkdown_version makes it other Markdown, which
+// the compiler skips, and the commit would withdraw the flow. Deleting or
+// moving the file withdraws a flow; breaking it does not.
+func (s *Syncer) lostFlows(sources []flow.Source, flows []*flow.Flow, errs flow.ErrorList) []string {
+	live := s.cfg.Registry.Live()
+	if live == nil {
+		return nil
+	}
+	present := make(map[string]bool, len(sources))
+	for _, src := range sources {
+		present[src.Path] = true
+	}
+	for _, e := range errs {
+		delete(present, e.File) // refused already, for its own errors
+	}
+	kept := make(map[[2]string]bool, len(flows))
+	for _, f := range flows {
+		kept[[2]string{f.Tenant(), f.Name()}] = true
+	}
+	var out []string
+	for _, lf := range live.Flows() {
+		if present[lf.SourcePath] && !kept[[2]string{lf.Tenant, lf.Name}] {
+			out = append(out, fmt.Sprintf("%s: no longer a flow file (its front matter does not open the file or lacks flowmarkdown_version), "+
+				"but it holds the live flow %s/%s: fix the front matter, or delete or move the file to withdraw the flow", lf.SourcePath, lf.Tenant, lf.Name))
+		}
+	}
+	return out
 }
 
 type walker struct {

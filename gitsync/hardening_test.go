@@ -145,3 +145,36 @@ func TestEmptyRefInTheClone(t *testing.T) {
 		t.Errorf("sync_repaired events: %v", evs)
 	}
 }
+
+// A live flow's file that no longer reads as a flow file (a line above its
+// front matter, a misspelt flowmarkdown_version) refuses the commit rather
+// than withdrawing the flow; deleting the file, or moving the flow to
+// another file, still works.
+func TestBrokenFrontMatterKeepsTheFlow(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	e.src.write("flows/acme/y.md", flowtest.Marked("acme", "y", "0"))
+	e.mustApply(e.src.commit("0"))
+	const lost = "no longer a flow file (its front matter does not open the file or lacks flowmarkdown_version), " +
+		"but it holds the live flow acme/x: fix the front matter, or delete or move the file to withdraw the flow"
+	for name, data := range map[string][]byte{
+		"a line above the front matter": append([]byte("Notes for on-call.\n"), flowtest.Marked("acme", "x", "1")...),
+		"a misspelt version key":        bytes.Replace(flowtest.Marked("acme", "x", "1"), []byte("flowmarkdown_version"), []byte("flowmarkdown_verison"), 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e.src.write("flows/acme/x.md", data)
+			e.src.commit(name)
+			e.mustRefuse("flows/acme/x.md: " + lost)
+			if got := liveFlows(e.reg.Live()); len(got) != 2 {
+				t.Errorf("live set after the refusal: %q", got)
+			}
+		})
+	}
+	// the flow moved to another file, the old one kept as notes: applied
+	e.src.write("flows/acme/x.md", []byte("# Notes\n\nacme/x lives in x2.md now.\n"))
+	e.src.write("flows/acme/x2.md", flowtest.Marked("acme", "x", "2"))
+	e.mustApply(e.src.commit("moved"), "published acme/x v2", "unchanged acme/y v1")
+	// a flow's file deleted: withdrawn, as before
+	e.src.remove("flows/acme/y.md")
+	e.mustApply(e.src.commit("y deleted"), "unchanged acme/x v2", "withdrawn acme/y v1")
+}
