@@ -89,8 +89,9 @@ type Syncer struct {
 	lock    *flock.Flock
 	trigger chan struct{}
 
-	mu   sync.Mutex // one Sync at a time in this process
-	life lifecycle.Loop
+	mu        sync.Mutex // one Sync at a time in this process
+	evaluated bool       // a round of this Syncer compiled a head (under mu)
+	life      lifecycle.Loop
 }
 
 // New checks cfg and returns a Syncer. It does not touch the network.
@@ -194,6 +195,11 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("reading the sync state: %w", err)
 	}
 	switch {
+	case !s.evaluated:
+		// the first round of this process compiles the head whatever the
+		// registry says: a commit is only "up to date" or "already
+		// refused" for the settings and the compiler that judged it, and
+		// a restart is how both change (--flows-dir, a new nexus)
 	case st.Commit == res.Commit:
 		res.Skipped = "up to date"
 		if st.LastError != nil {
@@ -210,6 +216,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	}
 
 	flows, keys, problems := s.compile(repo, commit)
+	s.evaluated = true
 	if len(problems) > 0 {
 		res.Errors = problems
 		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems); err != nil {

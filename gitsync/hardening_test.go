@@ -178,3 +178,47 @@ func TestBrokenFrontMatterKeepsTheFlow(t *testing.T) {
 	e.src.remove("flows/acme/y.md")
 	e.mustApply(e.src.commit("y deleted"), "unchanged acme/x v2", "withdrawn acme/y v1")
 }
+
+// A restart judges the branch's head again: a commit refused under one
+// --flows-dir applies once the folder is fixed, and a new --flows-dir on
+// an unchanged head takes effect, without a new push.
+func TestRestartJudgesTheHeadAgain(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.FlowsDir = "flow" }) // a typo
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.src.write("flows-v2/acme/y.md", flowtest.Marked("acme", "y", "two"))
+	c := e.src.commit("one")
+	if res := e.sync(); res.Applied() || len(res.Errors) == 0 {
+		t.Fatalf("with --flows-dir flow: %+v, want the commit refused", res)
+	}
+
+	restart := func(flowsDir string) gitsync.Result {
+		t.Helper()
+		cfg := e.cfg
+		cfg.FlowsDir = flowsDir
+		s, err := gitsync.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Sync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := s.Sync(context.Background()) // then judged: skipped
+		if err != nil || again.Skipped != "up to date" {
+			t.Errorf("the second round after the restart: %+v, %v; want up to date", again, err)
+		}
+		return res
+	}
+	if res := restart("flows"); !res.Applied() || res.Commit != c {
+		t.Errorf("after fixing --flows-dir: %+v; want %s applied", res, c[:8])
+	}
+	if got := liveFlows(e.reg.Live()); len(got) != 1 || !strings.HasPrefix(got[0], "acme/x") {
+		t.Errorf("live set: %q", got)
+	}
+	if res := restart("flows-v2"); !res.Applied() {
+		t.Errorf("after switching --flows-dir on an unchanged head: %+v", res)
+	}
+	if got := liveFlows(e.reg.Live()); len(got) != 1 || !strings.HasPrefix(got[0], "acme/y") {
+		t.Errorf("live set after the switch: %q, want acme/y only", got)
+	}
+}
