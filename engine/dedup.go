@@ -14,17 +14,23 @@ import (
 // signatures use standard-library types only, so the registry implements it
 // without importing this package. Answers are opaque bytes to the store.
 type DedupStore interface {
-	// Claim takes key for one execution. It returns claimed when the caller
-	// now holds the key: no record, an expired one, a claim whose lease ran
-	// out (its holder died), or, when rerunFailed, a record committed as a
-	// failure. It returns the recorded answer when one is to be replayed.
-	// It returns neither while another execution holds the key.
-	Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claimed bool, err error)
-	// Commit records the answer of the execution holding key, remembered
-	// for ttl; failed marks an execution that did not succeed.
-	Commit(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error
-	// Release gives key up without recording an answer.
-	Release(ctx context.Context, tenant, flow, key string) error
+	// Claim takes key for one execution. It returns a claim (non-zero) when
+	// the caller now holds the key: no record, an expired one, a claim whose
+	// lease ran out (its holder died or overran), or, when rerunFailed, a
+	// record committed as a failure. It returns the recorded answer when
+	// one is to be replayed. It returns neither while another execution
+	// holds the key.
+	Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claim int64, err error)
+	// Commit records the answer of the execution holding key by claim,
+	// remembered for ttl; failed marks an execution that did not succeed.
+	// It does nothing once claim no longer holds the key (its lease ran out
+	// and another execution claimed it): an execution that overran its
+	// lease cannot overwrite its successor's claim.
+	Commit(ctx context.Context, tenant, flow, key string, claim int64, answer []byte, failed bool, ttl time.Duration) error
+	// Release gives key up without recording an answer, when claim still
+	// holds it (so an execution that overran its lease cannot free the key
+	// under its successor).
+	Release(ctx context.Context, tenant, flow, key string, claim int64) error
 }
 
 // record is a recorded answer as the engine stores it.
@@ -57,8 +63,11 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	if e.dedup == nil {
 		return unavailable("no dedup store is configured", nil)
 	}
+	var claim int64
 	for {
-		answer, claimed, err := e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
+		var err error
+		var answer []byte
+		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}
@@ -75,7 +84,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 			h.Set(HeaderCorrelationID, req.CorrelationID)
 			return Result{Status: rec.Status, Header: h, Body: rec.Body, Outcome: rec.Outcome, Replay: true}
 		}
-		if claimed {
+		if claim != 0 {
 			break
 		}
 		select {
@@ -90,14 +99,14 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// ceiling was reached.
 	wctx := context.WithoutCancel(ctx)
 	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
-		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key); err != nil {
+		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}
 		return res
 	}
 	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
 	failed := res.Outcome == Failed || res.Outcome == FaultHandled
-	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, rec, failed, d.TTL); err != nil {
+	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
 		return unavailable("recording the answer", err)
 	}
 	return res

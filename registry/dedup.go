@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nexushq/nexus/lifecycle"
@@ -19,28 +21,35 @@ type DedupStore struct{ r *Registry }
 func (r *Registry) Dedup() *DedupStore { return &DedupStore{r: r} }
 
 // Claim takes key for one execution; see engine.DedupStore.
-func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claimed bool, err error) {
+//
+// The claimed column holds the claim: 0 for a committed answer, else the
+// claim's random token, which Commit and Release must name.
+func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claim int64, err error) {
 	now := d.r.now()
 	err = d.r.write(ctx, func(tx *sql.Tx) error {
 		var (
-			isClaim, failed int
-			ans             []byte
-			expires         int64
+			held    int64
+			failed  int
+			ans     []byte
+			expires int64
 		)
 		err := tx.QueryRowContext(ctx, `SELECT claimed, answer, failed, expires FROM dedup WHERE tenant = ? AND flow = ? AND key = ?`,
-			tenant, flow, key).Scan(&isClaim, &ans, &failed, &expires)
+			tenant, flow, key).Scan(&held, &ans, &failed, &expires)
 		switch {
 		case errors.Is(err, sql.ErrNoRows),
 			err == nil && expires <= unixMilli(now),
-			err == nil && isClaim == 0 && failed == 1 && rerunFailed:
-			claimed = true
-			_, err = tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, 1, NULL, 0, ?)
-				ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = 1, answer = NULL, failed = 0, expires = excluded.expires`,
-				tenant, flow, key, unixMilli(now.Add(lease)))
+			err == nil && held == 0 && failed == 1 && rerunFailed:
+			claim = rand.Int64N(math.MaxInt64) + 1
+			_, err = tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, ?, NULL, 0, ?)
+				ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = excluded.claimed, answer = NULL, failed = 0, expires = excluded.expires`,
+				tenant, flow, key, claim, unixMilli(now.Add(lease)))
+			if err != nil {
+				claim = 0
+			}
 			return err
 		case err != nil:
 			return err
-		case isClaim == 1:
+		case held != 0:
 			return nil
 		}
 		answer = ans
@@ -50,14 +59,14 @@ func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunF
 		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
-	return answer, claimed, nil
+	return answer, claim, nil
 }
 
-// Commit records the answer of the execution holding key; see
-// engine.DedupStore.
-func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
+// Commit records the answer of the execution holding key by claim (an
+// UPDATE of its own row only); see engine.DedupStore.
+func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, claim int64, answer []byte, failed bool, ttl time.Duration) error {
 	f := 0
 	if failed {
 		f = 1
@@ -65,18 +74,24 @@ func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, answe
 	if answer == nil {
 		answer = []byte{}
 	}
+	if claim == 0 {
+		return nil // no claim: nothing it may record
+	}
 	return d.r.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, 0, ?, ?, ?)
-			ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = 0, answer = excluded.answer, failed = excluded.failed, expires = excluded.expires`,
-			tenant, flow, key, answer, f, unixMilli(d.r.now().Add(ttl)))
+		_, err := tx.ExecContext(ctx, `UPDATE dedup SET claimed = 0, answer = ?, failed = ?, expires = ?
+			WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`,
+			answer, f, unixMilli(d.r.now().Add(ttl)), tenant, flow, key, claim)
 		return err
 	})
 }
 
 // Release gives key up without recording an answer; see engine.DedupStore.
-func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string) error {
+func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string, claim int64) error {
+	if claim == 0 {
+		return nil // 0 is a committed answer's, never released
+	}
 	return d.r.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE tenant = ? AND flow = ? AND key = ? AND claimed = 1`, tenant, flow, key)
+		_, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`, tenant, flow, key, claim)
 		return err
 	})
 }

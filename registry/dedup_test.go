@@ -28,16 +28,17 @@ func TestDedupSharedByHandles(t *testing.T) {
 	path := dbPath(t)
 	d1 := open(t, path, registry.Options{Now: c.Now}).Dedup()
 	d2 := open(t, path, registry.Options{Now: c.Now}).Dedup()
-	if _, claimed, err := d1.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || !claimed {
-		t.Fatalf("Claim through the first handle = %v, %v", claimed, err)
+	claim, err := claimOf(d1.Claim(ctx, "acme", "f", "k", false, time.Minute))
+	if err != nil || claim == 0 {
+		t.Fatalf("Claim through the first handle = %v, %v", claim, err)
 	}
-	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed || answer != nil {
+	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed != 0 || answer != nil {
 		t.Fatalf("Claim through the second handle = %q, %v, %v; want busy", answer, claimed, err)
 	}
-	if err := d1.Commit(ctx, "acme", "f", "k", []byte("answer"), false, time.Hour); err != nil {
+	if err := d1.Commit(ctx, "acme", "f", "k", claim, []byte("answer"), false, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed || string(answer) != "answer" {
+	if answer, claimed, err := d2.Claim(ctx, "acme", "f", "k", false, time.Minute); err != nil || claimed != 0 || string(answer) != "answer" {
 		t.Fatalf("Claim through the second handle after Commit = %q, %v, %v; want the answer", answer, claimed, err)
 	}
 }
@@ -48,16 +49,18 @@ func TestPruneDedup(t *testing.T) {
 	ctx := context.Background()
 	r, c := newRegistry(t)
 	d := r.Dedup()
-	claim := func(key string, lease time.Duration) {
+	claim := func(key string, lease time.Duration) int64 {
 		t.Helper()
-		if _, claimed, err := d.Claim(ctx, "acme", "f", key, false, lease); err != nil || !claimed {
+		_, claimed, err := d.Claim(ctx, "acme", "f", key, false, lease)
+		if err != nil || claimed == 0 {
 			t.Fatalf("Claim(%s) = %v, %v", key, claimed, err)
 		}
+		return claimed
 	}
 	commit := func(key string, ttl time.Duration) {
 		t.Helper()
-		claim(key, time.Minute)
-		if err := d.Commit(ctx, "acme", "f", key, []byte(key), false, ttl); err != nil {
+		c := claim(key, time.Minute)
+		if err := d.Commit(ctx, "acme", "f", key, c, []byte(key), false, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,10 +99,10 @@ func TestPruneDedup(t *testing.T) {
 		t.Errorf("records left (-want +got):\n%s", diff)
 	}
 	// What is left still works as before.
-	if answer, claimed, err := d.Claim(ctx, "acme", "f", "ttl-1h", false, time.Minute); err != nil || claimed || string(answer) != "ttl-1h" {
+	if answer, claimed, err := d.Claim(ctx, "acme", "f", "ttl-1h", false, time.Minute); err != nil || claimed != 0 || string(answer) != "ttl-1h" {
 		t.Errorf("Claim(ttl-1h) after pruning = %q, %v, %v; want its answer", answer, claimed, err)
 	}
-	if answer, claimed, err := d.Claim(ctx, "acme", "f", "lease-2h", false, time.Minute); err != nil || claimed || answer != nil {
+	if answer, claimed, err := d.Claim(ctx, "acme", "f", "lease-2h", false, time.Minute); err != nil || claimed != 0 || answer != nil {
 		t.Errorf("Claim(lease-2h) after pruning = %q, %v, %v; want busy", answer, claimed, err)
 	}
 	if n, err := r.PruneDedup(ctx); err != nil || n != 0 {
@@ -117,10 +120,11 @@ func TestPruneDedupSameKeyElsewhere(t *testing.T) {
 		tenant, flow string
 		ttl          time.Duration
 	}{{"acme", "f", time.Minute}, {"globex", "f", time.Hour}, {"acme", "g", time.Hour}} {
-		if _, claimed, err := d.Claim(ctx, k.tenant, k.flow, "order-1", false, time.Minute); err != nil || !claimed {
+		_, claimed, err := d.Claim(ctx, k.tenant, k.flow, "order-1", false, time.Minute)
+		if err != nil || claimed == 0 {
 			t.Fatalf("Claim(%s/%s) = %v, %v", k.tenant, k.flow, claimed, err)
 		}
-		if err := d.Commit(ctx, k.tenant, k.flow, "order-1", []byte(k.tenant+k.flow), false, k.ttl); err != nil {
+		if err := d.Commit(ctx, k.tenant, k.flow, "order-1", claimed, []byte(k.tenant+k.flow), false, k.ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +133,7 @@ func TestPruneDedupSameKeyElsewhere(t *testing.T) {
 		t.Fatalf("PruneDedup = %d, %v; want 1 (acme/f's)", n, err)
 	}
 	for _, k := range [][2]string{{"globex", "f"}, {"acme", "g"}} {
-		if _, claimed, err := d.Claim(ctx, k[0], k[1], "order-1", false, time.Minute); err != nil || claimed {
+		if _, claimed, err := d.Claim(ctx, k[0], k[1], "order-1", false, time.Minute); err != nil || claimed != 0 {
 			t.Errorf("%s/%s's record after the prune: claimed anew %v, %v; want it kept", k[0], k[1], claimed, err)
 		}
 	}
@@ -139,12 +143,15 @@ func TestDedupPruner(t *testing.T) {
 	ctx := context.Background()
 	r, c := newRegistry(t)
 	d := r.Dedup()
+	claims := map[string]int64{}
 	for _, k := range []string{"a", "b"} {
-		if _, claimed, err := d.Claim(ctx, "acme", "f", k, false, time.Minute); err != nil || !claimed {
+		_, claimed, err := d.Claim(ctx, "acme", "f", k, false, time.Minute)
+		if err != nil || claimed == 0 {
 			t.Fatalf("Claim(%s) = %v, %v", k, claimed, err)
 		}
+		claims[k] = claimed
 	}
-	if err := d.Commit(ctx, "acme", "f", "b", []byte("b"), false, time.Hour); err != nil {
+	if err := d.Commit(ctx, "acme", "f", "b", claims["b"], []byte("b"), false, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(2 * time.Minute) // a's lease is up, b's answer is not
@@ -176,3 +183,6 @@ func TestDedupPruner(t *testing.T) {
 	p.Stop()
 	p.Stop()
 }
+
+// claimOf keeps Claim's claim and error.
+func claimOf(_ []byte, claim int64, err error) (int64, error) { return claim, err }

@@ -512,10 +512,11 @@ func TestTwoHandles(t *testing.T) {
 			d := r.Dedup()
 			for n := 0; done.Load() < 2; n++ {
 				key := fmt.Sprintf("key-%d-%d", i, n)
-				if _, claimed, err := d.Claim(ctx, tenant, "a", key, false, time.Minute); err != nil || !claimed {
+				_, claimed, err := d.Claim(ctx, tenant, "a", key, false, time.Minute)
+				if err != nil || claimed == 0 {
 					fail(i, "Claim", fmt.Errorf("claimed %v, %v", claimed, err))
 				}
-				if err := d.Commit(ctx, tenant, "a", key, []byte("{}"), false, time.Hour); err != nil {
+				if err := d.Commit(ctx, tenant, "a", key, claimed, []byte("{}"), false, time.Hour); err != nil {
 					fail(i, "Commit", err)
 				}
 				w.Append(registry.Entry{At: time.Now(), Door: "run", Tenant: tenant, Flow: "a", Outcome: "succeeded", Status: 200})

@@ -21,17 +21,34 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 	)
 	ctx := context.Background()
 
+	// held is the last claim each store handed out for each key, which
+	// commit and release name.
+	var heldMu sync.Mutex
+	held := map[engine.DedupStore]map[string]int64{}
+	holding := func(s engine.DedupStore, tenant, flow, key string) int64 {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		return held[s][tenant+"/"+flow+"/"+key]
+	}
 	// claim calls Claim and fails the test on an error.
 	claim := func(t *testing.T, s engine.DedupStore, tenant, flow, key string, rerunFailed bool) ([]byte, bool) {
 		t.Helper()
-		answer, claimed, err := s.Claim(ctx, tenant, flow, key, rerunFailed, lease)
+		answer, c, err := s.Claim(ctx, tenant, flow, key, rerunFailed, lease)
 		if err != nil {
 			t.Fatalf("Claim(%s, %s, %s): %v", tenant, flow, key, err)
 		}
-		if claimed && answer != nil {
+		if c != 0 && answer != nil {
 			t.Fatalf("Claim(%s, %s, %s) claimed the key and returned the answer %q", tenant, flow, key, answer)
 		}
-		return answer, claimed
+		if c != 0 {
+			heldMu.Lock()
+			if held[s] == nil {
+				held[s] = map[string]int64{}
+			}
+			held[s][tenant+"/"+flow+"/"+key] = c
+			heldMu.Unlock()
+		}
+		return answer, c != 0
 	}
 	// want checks what Claim returns: "claimed", "busy", or "answer:BYTES".
 	want := func(t *testing.T, s engine.DedupStore, tenant, flow, key string, rerunFailed bool, want string) {
@@ -50,13 +67,13 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 	}
 	commit := func(t *testing.T, s engine.DedupStore, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) {
 		t.Helper()
-		if err := s.Commit(ctx, tenant, flow, key, answer, failed, ttl); err != nil {
+		if err := s.Commit(ctx, tenant, flow, key, holding(s, tenant, flow, key), answer, failed, ttl); err != nil {
 			t.Fatalf("Commit(%s, %s, %s): %v", tenant, flow, key, err)
 		}
 	}
 	release := func(t *testing.T, s engine.DedupStore, tenant, flow, key string) {
 		t.Helper()
-		if err := s.Release(ctx, tenant, flow, key); err != nil {
+		if err := s.Release(ctx, tenant, flow, key, holding(s, tenant, flow, key)); err != nil {
 			t.Fatalf("Release(%s, %s, %s): %v", tenant, flow, key, err)
 		}
 	}
@@ -106,6 +123,35 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 			release(t, s, "acme", "f", "k")
 			want(t, s, "acme", "f", "k", false, "claimed")
 			want(t, s, "acme", "f", "k", false, "busy")
+		}},
+		{"AnOverrunClaimCannotReleaseOrCommit", func(t *testing.T, s engine.DedupStore, advance func(time.Duration)) {
+			// A claims and overruns its lease; B claims the key; A's release
+			// and commit, which name A's claim, leave B's claim alone
+			_, a, err := s.Claim(ctx, "acme", "f", "k", false, lease)
+			if err != nil || a == 0 {
+				t.Fatalf("A's Claim = %d, %v", a, err)
+			}
+			advance(lease + time.Second)
+			_, b, err := s.Claim(ctx, "acme", "f", "k", false, lease)
+			if err != nil || b == 0 || b == a {
+				t.Fatalf("B's Claim = %d, %v (A's was %d)", b, err, a)
+			}
+			if err := s.Release(ctx, "acme", "f", "k", a); err != nil {
+				t.Fatal(err)
+			}
+			want(t, s, "acme", "f", "k", false, "busy") // still B's
+			if err := s.Commit(ctx, "acme", "f", "k", a, []byte("A"), false, ttl); err != nil {
+				t.Fatal(err)
+			}
+			want(t, s, "acme", "f", "k", false, "busy") // A's answer was not recorded
+			if err := s.Commit(ctx, "acme", "f", "k", b, []byte("B"), false, ttl); err != nil {
+				t.Fatal(err)
+			}
+			want(t, s, "acme", "f", "k", false, "answer:B")
+			if err := s.Release(ctx, "acme", "f", "k", b); err != nil {
+				t.Fatal(err)
+			}
+			want(t, s, "acme", "f", "k", false, "answer:B") // a committed answer is not released
 		}},
 		{"ReleaseOfAnUnknownKey", func(t *testing.T, s engine.DedupStore, _ func(time.Duration)) {
 			release(t, s, "acme", "f", "never-claimed")
@@ -179,13 +225,13 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 			for range n {
 				wg.Go(func() {
 					<-start
-					answer, ok, err := s.Claim(ctx, "acme", "f", "k", false, lease)
+					answer, c, err := s.Claim(ctx, "acme", "f", "k", false, lease)
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
 					case err != nil:
 						errors = append(errors, err.Error())
-					case ok:
+					case c != 0:
 						claimed++
 					case answer != nil:
 						answers = append(answers, string(answer))
@@ -211,12 +257,12 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 				for range per {
 					wg.Go(func() {
 						key := fmt.Sprintf("k%d", k)
-						_, ok, err := s.Claim(ctx, "acme", "f", key, false, lease)
+						_, c, err := s.Claim(ctx, "acme", "f", key, false, lease)
 						if err != nil {
 							t.Errorf("Claim(%s): %v", key, err)
 							return
 						}
-						if ok {
+						if c != 0 {
 							mu.Lock()
 							counts[key]++
 							mu.Unlock()

@@ -4,7 +4,6 @@ package enginetest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -24,13 +23,14 @@ type Dedup struct {
 	mu      sync.Mutex
 	err     error
 	records map[string]*dedupRecord
+	claims  int64 // the last claim handed out
 }
 
 type dedupRecord struct {
 	answer  []byte
 	failed  bool
 	expires time.Time // of the record, or of the claim's lease
-	claimed bool
+	claim   int64     // the claim holding the key; 0 for a committed answer
 }
 
 // Fail makes every later call return err (nil restores the store).
@@ -50,11 +50,11 @@ func (d *Dedup) now() time.Time {
 func dedupID(tenant, flow, key string) string { return tenant + "\x00" + flow + "\x00" + key }
 
 // Claim implements engine.DedupStore.
-func (d *Dedup) Claim(_ context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) ([]byte, bool, error) {
+func (d *Dedup) Claim(_ context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) ([]byte, int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.err != nil {
-		return nil, false, d.err
+		return nil, 0, d.err
 	}
 	if d.records == nil {
 		d.records = map[string]*dedupRecord{}
@@ -63,38 +63,39 @@ func (d *Dedup) Claim(_ context.Context, tenant, flow, key string, rerunFailed b
 	now := d.now()
 	r, ok := d.records[id]
 	switch {
-	case !ok || !now.Before(r.expires) || !r.claimed && r.failed && rerunFailed:
-		d.records[id] = &dedupRecord{claimed: true, expires: now.Add(lease)}
-		return nil, true, nil
-	case r.claimed:
-		return nil, false, nil
+	case !ok || !now.Before(r.expires) || r.claim == 0 && r.failed && rerunFailed:
+		d.claims++
+		d.records[id] = &dedupRecord{claim: d.claims, expires: now.Add(lease)}
+		return nil, d.claims, nil
+	case r.claim != 0:
+		return nil, 0, nil
 	}
-	return r.answer, false, nil
+	return r.answer, 0, nil
 }
 
 // Commit implements engine.DedupStore.
-func (d *Dedup) Commit(_ context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err != nil {
-		return d.err
-	}
-	if d.records == nil {
-		return errors.New("commit without a claim")
-	}
-	d.records[dedupID(tenant, flow, key)] = &dedupRecord{answer: answer, failed: failed, expires: d.now().Add(ttl)}
-	return nil
-}
-
-// Release implements engine.DedupStore.
-func (d *Dedup) Release(_ context.Context, tenant, flow, key string) error {
+func (d *Dedup) Commit(_ context.Context, tenant, flow, key string, claim int64, answer []byte, failed bool, ttl time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.err != nil {
 		return d.err
 	}
 	id := dedupID(tenant, flow, key)
-	if r, ok := d.records[id]; ok && r.claimed {
+	if r, ok := d.records[id]; ok && claim != 0 && r.claim == claim {
+		d.records[id] = &dedupRecord{answer: answer, failed: failed, expires: d.now().Add(ttl)}
+	}
+	return nil
+}
+
+// Release implements engine.DedupStore.
+func (d *Dedup) Release(_ context.Context, tenant, flow, key string, claim int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return d.err
+	}
+	id := dedupID(tenant, flow, key)
+	if r, ok := d.records[id]; ok && claim != 0 && r.claim == claim {
 		delete(d.records, id) // a committed answer is not released
 	}
 	return nil
