@@ -67,7 +67,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
+		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout())
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}

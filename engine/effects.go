@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -110,7 +111,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if errors.Is(context.Cause(callCtx), errReadTimeout) {
 			return nil, fail("no answer from %s within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
 		}
-		return nil, fail("%v", err)
+		return nil, fail("%s", transportError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
@@ -205,4 +206,21 @@ func (x *execution) publish(ctx context.Context, s *flow.Step, doc any) *Error {
 		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + err.Error()}
 	}
 	return nil
+}
+
+// transportError is a failed call's error as the flow (and, through a
+// fault handler's $.fault_error, its caller) may read it: Go's own text,
+// "Post "URL": cause", but the URL without its query, fragment or user
+// information, where API keys and passwords live.
+func transportError(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err.Error()
+	}
+	u, perr := url.Parse(ue.URL)
+	if perr != nil {
+		return fmt.Sprintf("%s: %v", ue.Op, ue.Err)
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.User = "", false, "", nil
+	return fmt.Sprintf("%s %q: %v", ue.Op, u.String(), ue.Err)
 }

@@ -118,9 +118,11 @@ type Request struct {
 	CorrelationID string // ctx.correlation_id
 	Door          string // ctx.door: DoorRun, DoorEnqueue or DoorCron
 	Attempt       int    // ctx.attempt, 1-based; 0 is taken as 1
-	// SkipDedup is set for a retry of a queued message: its first attempt
-	// already passed the dedup check.
-	SkipDedup bool
+	// Retry is set for a later attempt of a queued message: it passed the
+	// dedup check at its first attempt, so a failure recorded for its key
+	// runs again whatever dedup_on_failure says (a recorded success is
+	// still replayed), and its own answer is recorded as any other's.
+	Retry bool
 	// NoBody is set when nobody reads the answer (a queued delivery): a
 	// successful execution's Result then has no Body or Header, unless
 	// the flow deduplicates (the answer is recorded for replay).
@@ -200,7 +202,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
 	defer cancel()
-	if d := req.Flow.Dedup(); d != nil && !req.SkipDedup {
+	if d := req.Flow.Dedup(); d != nil {
 		return e.runDeduplicated(ctx, req, d)
 	}
 	return e.execute(ctx, req)
@@ -400,7 +402,7 @@ func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *step
 			ok, err := r.Expr.EvalBool(env)
 			if err != nil {
 				// a rule that cannot be evaluated fails as semantic, with the
-				// evaluation error as its message
+				// evaluation error as its message (flow-file.md)
 				return nil, &stepError{err: &Error{Kind: KindSemantic, Step: s.Name(),
 					Msg: "validation failed (Semantic): " + err.Error(), Rule: err.Error()}}
 			}

@@ -1654,19 +1654,46 @@ func TestDedupStoreFailsOnCommit(t *testing.T) {
 	}
 }
 
-func TestDedupSkip(t *testing.T) {
-	b := newBackend(t, answer(200, "application/json", `{"n":1}`))
-	f := compile(t, flowSource("dedup-skip", "dedup_key: \"{{ $.orderId }}\"\n", dedupFlow), "BACKEND", b.URL)
-	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
-	okView := view{Status: 201, Header: jsonHdr("c-1", "X-Order", "seen"), Body: `{"orderId":"A-1","backend":{"n":1}}`, Outcome: engine.Succeeded}
-	checkView(t, run(t, e, f, `{"orderId":"A-1"}`), okView)
-	checkView(t, run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.SkipDedup = true }), okView)
-	replay := okView
-	replay.Header = withHeader(okView.Header, "X-Nexus-Idempotent-Replay", "true")
-	replay.Replay = true
-	checkView(t, run(t, e, f, `{"orderId":"A-1"}`), replay)
-	if n := b.calls.Load(); n != 2 {
-		t.Errorf("backend called %d times, want 2", n)
+// A later attempt of a queued message (Retry) runs again when its key
+// holds a recorded failure, under rerun and under absorb alike, and
+// records its own answer: a duplicate of the delivered key then gets the
+// success replayed, and the backend is called once per attempt that ran.
+// A recorded success is replayed to a retry too.
+func TestDedupRetry(t *testing.T) {
+	for _, policy := range []string{"", "dedup_on_failure: absorb\n"} {
+		t.Run("policy "+strings.TrimSpace(policy), func(t *testing.T) {
+			var n atomic.Int32
+			b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				if n.Add(1) == 1 {
+					answer(503, "text/plain", "down")(w, r)
+					return
+				}
+				answer(200, "application/json", `{"n":1}`)(w, r)
+			})
+			f := compile(t, flowSource("dedup-retry", "dedup_key: \"{{ $.orderId }}\"\n"+policy, dedupFlow), "BACKEND", b.URL)
+			e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+			queued := func(attempt int) func(r *engine.Request) {
+				return func(r *engine.Request) {
+					r.Door, r.NoBody, r.Attempt, r.Retry = engine.DoorEnqueue, true, attempt, attempt > 1
+				}
+			}
+			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(1)); r.Outcome != engine.Failed {
+				t.Fatalf("attempt 1: %v, want failed (the backend answers 503)", r.Outcome)
+			}
+			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(2)); r.Outcome != engine.Succeeded || r.Replay {
+				t.Fatalf("attempt 2: %v (replay %v), want it run and succeeded", r.Outcome, r.Replay)
+			}
+			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(3)); !r.Replay || r.Outcome != engine.Succeeded {
+				t.Errorf("a retry after the success: %v (replay %v), want the success replayed", r.Outcome, r.Replay)
+			}
+			dup := run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+			if !dup.Replay || dup.Status != 201 {
+				t.Errorf("a duplicate on /run: status %d, replay %v; want the recorded 201", dup.Status, dup.Replay)
+			}
+			if got := b.calls.Load(); got != 2 {
+				t.Errorf("backend called %d times, want 2 (one per attempt that ran)", got)
+			}
+		})
 	}
 }
 
@@ -1760,5 +1787,27 @@ func TestDedupAbsorbExample(t *testing.T) {
 	checkView(t, run(t, e, f, `{"orderId":"A-1","total":3}`), replay)
 	if n := b.calls.Load(); n != 2 {
 		t.Errorf("backend called %d times, want 2", n)
+	}
+}
+
+// A failed call's text, which a fault handler may show its caller as
+// $.fault_error, names the endpoint without its query (where an API key
+// lives): Go's "Post "URL": cause", the URL cut.
+func TestTransportErrorHidesTheQuery(t *testing.T) {
+	src := flowSource("leak", "", `
+## Step: forward
+effects: [http_egress]
+endpoint: http://127.0.0.1:1/ingest?api_key=s3cr3t-partner-key
+method: POST
+
+## Fault: problem-detail
+response_header_content_type: application/problem+json
+~~~ntd
+{"detail": "{{ $.fault_error }}"}
+~~~
+`)
+	r := run(t, engine.New(engine.Config{}), compile(t, src), `{"orderId":"A-1"}`)
+	if strings.Contains(string(r.Body), "s3cr3t") || !strings.Contains(string(r.Body), `effect handler failed: Post \"http://127.0.0.1:1/ingest\": dial tcp`) {
+		t.Errorf("the fault handler's answer: %d %s", r.Status, r.Body)
 	}
 }

@@ -23,7 +23,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 		return nil, false
 	}
-	size := r.ContentLength
+	// the buffer grows as bytes arrive: an announced length is not
+	// reserved before the bytes come (a caller could announce the limit
+	// and send one byte on many connections)
+	size := min(r.ContentLength, 64<<10)
 	if size < 0 || size > limit {
 		size = 512
 	}

@@ -41,7 +41,11 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
 			"correlation_id", a.correlationID, "error", err.Error())
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %v", tenant, flowName, err))
+		reason := "its log could not be written (the host's log has the details)" // not the error: it names files
+		if errors.Is(err, queue.ErrBudget) {
+			reason = err.Error()
+		}
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %s", tenant, flowName, reason))
 		return
 	}
 	s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
@@ -84,16 +88,21 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	start := s.cfg.Now()
 	res := s.cfg.Engine.Run(ctx, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
-		Door: door, Attempt: d.Attempt, SkipDedup: d.Attempt > 1, NoBody: true,
+		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, NoBody: true,
 	})
 	elapsed := s.cfg.Now().Sub(start)
 	s.cfg.Metrics.execution(door, elapsed)
 	s.journal(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
 	attrs := executionAttrs(lf, res, elapsed, make([]slog.Attr, 0, 5))
 
-	switch res.Outcome {
-	case engine.Succeeded, engine.Filtered, engine.FaultHandled:
+	switch {
+	case res.Outcome == engine.Succeeded, res.Outcome == engine.Filtered, res.Outcome == engine.FaultHandled:
 		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
+	case res.Replay:
+		// a duplicate's recorded answer (a failure absorbed by
+		// dedup_on_failure: absorb): the message has its answer, as a
+		// duplicate on /run does; nothing to retry
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: append(attrs, slog.Bool("replay", true))}
 	}
 	text := "internal error"
 	if res.Err != nil {
@@ -124,6 +133,12 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	}
 	if err := s.cfg.Queues.Has(tenant, flowName); err != nil {
 		return fmt.Errorf("queue %s/%s: %w", tenant, flowName, err)
+	}
+	// the target's worker reads the message as a door reads a body (its
+	// nesting limit included): what it could not read is refused here,
+	// before anything is written, rather than dead-lettered there
+	if _, err := flow.ParseJSON(payload, 0); err != nil {
+		return fmt.Errorf("the message for %s/%s is not a document its worker can read: %w", tenant, flowName, err)
 	}
 	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})
 	if err != nil {

@@ -55,7 +55,10 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
-	res := s.cfg.Engine.Run(r.Context(), engine.Request{
+	// The execution outlives a caller who hangs up (its ceiling still
+	// bounds it): effects are not cut off half-way, and the answer a
+	// deduplicating flow records is the flow's, not a cancellation's.
+	res := s.cfg.Engine.Run(context.WithoutCancel(r.Context()), engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: a.correlationID, Door: engine.DoorRun, Attempt: 1,
 	})
 	writeResult(w, res)

@@ -1,0 +1,164 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
+)
+
+// A queued duplicate of a key whose first delivery failed, under
+// dedup_on_failure: absorb, receives the recorded answer: acknowledged,
+// not retried, the backend not called again. The failing message's own
+// retry runs again.
+func TestHandleAbsorbedDuplicate(t *testing.T) {
+	var calls atomic.Int32
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(be.Close)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
+		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	delivery := func(id uint64, attempt int) queue.Delivery {
+		return queue.Delivery{Message: queue.Message{ID: id, Source: engine.DoorEnqueue, CorrelationID: fmt.Sprint("m", id),
+			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: attempt}
+	}
+	if v := srv.Handle(context.Background(), delivery(1, 1)); v.Kind != queue.VerdictRetry {
+		t.Fatalf("message 1, attempt 1: %+v, want a retry (the backend answers 503)", v)
+	}
+	v := srv.Handle(context.Background(), delivery(2, 1))
+	if v.Kind != queue.VerdictAck || calls.Load() != 1 {
+		t.Errorf("message 2 with the same key: %+v after %d backend calls; want it acknowledged with the recorded answer, 1 call", v, calls.Load())
+	}
+	if v := srv.Handle(context.Background(), delivery(1, 2)); v.Kind != queue.VerdictRetry || calls.Load() != 2 {
+		t.Errorf("message 1, attempt 2: %+v after %d backend calls; want it run again (2 calls) and retried", v, calls.Load())
+	}
+}
+
+// A /run whose caller hangs up goes on to its end (within its ceiling):
+// the call out completes, and a deduplicating flow records the flow's
+// answer, which the caller's retry then receives.
+func TestRunOutlivesItsCaller(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"accepted":true}`))
+	}))
+	t.Cleanup(be.Close)
+	t.Cleanup(func() { close(release) })
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/forward.md"] = flowFile("acme", "forward", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\n",
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := httptest.NewServer(fx.handler)
+	t.Cleanup(srv.Close)
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/flows/acme/forward/run", strings.NewReader(`{"orderId":"A-1"}`))
+		req.Header.Set("Authorization", "Bearer "+keyAcmeAll)
+		req.Header.Set("Content-Type", "application/json")
+		return http.DefaultClient.Do(req)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel() // the caller hangs up while the flow calls out
+	}()
+	if _, err := post(ctx); err == nil {
+		t.Fatal("the first request was not cut off")
+	}
+	time.Sleep(200 * time.Millisecond) // the server notices the hang-up (the request's context ends)
+	release <- struct{}{}              // then the backend answers
+	var resp *http.Response
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var err error
+		resp, err = post(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break // 503: the first execution is still recording its answer
+		}
+		resp.Body.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Nexus-Idempotent-Replay") != "true" || calls.Load() != 1 {
+		t.Errorf("the caller's retry: %d %s (replay %q) after %d backend calls; want the first execution's 200 replayed, 1 call",
+			resp.StatusCode, body, resp.Header.Get("X-Nexus-Idempotent-Replay"), calls.Load())
+	}
+}
+
+// A Content-Length is not reserved before the bytes arrive: callers that
+// announce the ceiling and send one byte cost the host what they send.
+func TestAnnouncedLengthIsNotReserved(t *testing.T) {
+	const limit = 16 << 20
+	fx := newFixture(t, func(c *host.Config) { c.MaxBodyBytes = limit })
+	srv := httptest.NewServer(fx.handler)
+	t.Cleanup(srv.Close)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const conns = 10
+	for range conns {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /flows/acme/echo/run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", keyAcmeAll, limit)
+	}
+	time.Sleep(300 * time.Millisecond) // the handlers are reading
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 32<<20 {
+		t.Errorf("%d connections that sent 1 byte each hold %d MiB", conns, grew>>20)
+	}
+}
+
+// queue_publish refuses, before anything is written, a message its
+// target's worker could not read (nested deeper than a door accepts),
+// rather than leaving it for the worker to dead-letter.
+func TestPublishRefusesWhatItsTargetCannotRead(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	cfg := fx.cfg
+	cfg.Metrics = host.NewMetrics() // a server of its own over the same state
+	srv := host.New(cfg)
+	deep := strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 100)
+	err := srv.Publish(context.Background(), "acme", "echo", []byte(deep), "cid-1")
+	if err == nil || !strings.Contains(err.Error(), "the message for acme/echo is not a document its worker can read") {
+		t.Errorf("Publish of a document nested 100 deep: %v", err)
+	}
+	if c := fx.counts(t, "acme", "echo"); c.Total != 0 {
+		t.Errorf("the refused message was written: %+v", c)
+	}
+	if err := srv.Publish(context.Background(), "acme", "echo", []byte(`{"a":{"b":1}}`), "cid-2"); err != nil {
+		t.Errorf("Publish of a plain document: %v", err)
+	}
+}
