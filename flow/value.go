@@ -258,7 +258,13 @@ func objectFromMap(m map[string]any) *Object {
 	return NewObject(keys, vals)
 }
 
-// appendFloat formats like encoding/json: no exponent between 1e-6 and 1e21.
+// appendFloat formats like encoding/json (no exponent between 1e-6 and
+// 1e21), except for a float64 between 2^53 and 2^63 whose whole-number
+// form does not hold its exact value: that form would read back as an int
+// of the digits written (1.20000000001e18 would come back 128 less), and a
+// document would change between the door that stores it and the worker
+// that reads it; such a float takes the exponent form, which reads back as
+// itself.
 func appendFloat(dst []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(dst, "null"...)
@@ -268,7 +274,14 @@ func appendFloat(dst []byte, f float64) []byte {
 	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
 	}
+	start := len(dst)
 	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'f' && abs >= 1<<53 && abs < 1<<63 {
+		if n, err := strconv.ParseInt(string(dst[start:]), 10, 64); err != nil || n != int64(f) {
+			format = 'e'
+			dst = strconv.AppendFloat(dst[:start], f, format, -1, 64)
+		}
+	}
 	if format == 'e' {
 		// clean up e-09 to e-9, as encoding/json does
 		n := len(dst)

@@ -227,6 +227,32 @@ func TestAppendJSONFloatsLikeEncodingJSON(t *testing.T) {
 	}
 }
 
+// A float64 between 2^53 and 2^63 whose whole-number form does not hold
+// its value is written with an exponent, so that it reads back as itself
+// (the whole-number form would read back as an int of other digits); one
+// whose whole-number form is exact is written as encoding/json writes it.
+func TestAppendJSONLargeFloatsReadBackAsThemselves(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"1200000000010E6", "1.20000000001e+18"},
+		{"-1200000000010E6", "-1.20000000001e+18"},
+		{"9007199254740994.0", "9007199254740994"},
+		{"4.611686018427388e18", "4.611686018427388e+18"}, // 2^62: its shortest digits, 4611686018427388000, are not it
+	} {
+		v, err := ParseJSON([]byte(tc.in), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := AppendJSON(nil, v)
+		again, err := ParseJSON(out, 0)
+		if string(out) != tc.want || err != nil || !Equal(v, again) {
+			t.Errorf("%s: written %s (want %s), read back %v equal %v", tc.in, out, tc.want, again, Equal(v, again))
+		}
+	}
+}
+
 // TestAppendJSONStringsLikeEncodingJSON holds appendString to its comment:
 // strings are escaped as encoding/json escapes them.
 func TestAppendJSONStringsLikeEncodingJSON(t *testing.T) {
