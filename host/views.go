@@ -288,5 +288,5 @@ func (s *Server) dlqAction(action, tenant, flowName string, id uint64) (uint64, 
 // errNotPending names the dead letter that is not pending, in the CLI's
 // words.
 func errNotPending(tenant, flowName string, id uint64) error {
-	return fmt.Errorf("no pending dead letter id=%d tenant=%s flow=%s", id, tenant, flowName)
+	return &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id}
 }

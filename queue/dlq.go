@@ -17,6 +17,20 @@ import (
 // ErrNotPending is returned when an id is not a pending dead letter.
 var ErrNotPending = errors.New("no pending dead letter")
 
+// NotPendingError names a dead letter that is not pending, in the words
+// nexus dlq and the management API both use; it is ErrNotPending.
+type NotPendingError struct {
+	Tenant, Flow string
+	ID           uint64
+}
+
+func (e *NotPendingError) Error() string {
+	return fmt.Sprintf("no pending dead letter id=%d tenant=%s flow=%s", e.ID, e.Tenant, e.Flow)
+}
+
+// Is makes errors.Is(err, ErrNotPending) true.
+func (e *NotPendingError) Is(target error) bool { return target == ErrNotPending }
+
 // MoveToDLQ appends a dead letter to dlq.log and makes it durable.
 func (q *Queue) MoveToDLQ(d DeadLetter) error {
 	unlock, err := q.lockAppend()

@@ -250,3 +250,15 @@ func TestReadDeadLetters(t *testing.T) {
 		t.Errorf("ReadDeadLetters: %v, %v; want dead letter 2", got, err)
 	}
 }
+
+// The words of a dead letter that is not pending are nexus dlq's, and the
+// error is ErrNotPending.
+func TestNotPendingError(t *testing.T) {
+	var err error = &NotPendingError{Tenant: "acme", Flow: "forward-order", ID: 7}
+	if got := err.Error(); got != "no pending dead letter id=7 tenant=acme flow=forward-order" {
+		t.Errorf("Error() = %q", got)
+	}
+	if !errors.Is(err, ErrNotPending) || !errors.Is(fmt.Errorf("replay: %w", err), ErrNotPending) {
+		t.Error("a NotPendingError is not ErrNotPending")
+	}
+}

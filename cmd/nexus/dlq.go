@@ -146,7 +146,7 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 
 func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
 	notPending := func() int {
-		fmt.Fprintf(stderr, "no pending dead letter id=%d tenant=%s flow=%s\n", id, tenant, flowName)
+		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
 	}
 	pending, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
