@@ -284,15 +284,12 @@ func (s *Syncer) open() (*git.Repository, error) {
 // user information, an ssh URL its password.
 func (s *Syncer) remoteURL() string {
 	u, err := url.Parse(s.cfg.Repo)
-	if err == nil && u.Scheme == "" || err != nil {
+	if err != nil || u.Scheme == "" {
 		if abs, aerr := filepath.Abs(s.cfg.Repo); aerr == nil && !strings.Contains(s.cfg.Repo, ":") {
 			return abs // a local path
 		}
 	}
-	if err != nil || u.User == nil {
-		return Redact(s.cfg.Repo)
-	}
-	if u.Scheme == "http" || u.Scheme == "https" {
+	if err == nil && u.User != nil && (u.Scheme == "http" || u.Scheme == "https") {
 		u.User = nil
 		return u.String()
 	}
