@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/queue"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %s", tenant, flowName, reason))
 		return
 	}
-	s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
+	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
 		slog.String("tenant", tenant), slog.String("flow", flowName), slog.String("correlation_id", a.correlationID),
 		slog.Uint64("msg_id", msg.ID), slog.Int64("offset", msg.Offset))
 	h := w.Header()

@@ -9,6 +9,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -112,7 +113,7 @@ func (s *Server) record(lf *registry.LiveFlow, correlationID string, res engine.
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.String("error", res.Err.Error()))
 	}
-	s.cfg.Logger.LogAttrs(context.Background(), level, "execution completed", attrs...)
+	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, level, "execution completed", attrs...)
 	s.journal(engine.DoorRun, lf, correlationID, 0, 1, res, start, elapsed)
 }
 

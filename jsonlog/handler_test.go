@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -50,13 +51,17 @@ type stringer struct{}
 
 func (stringer) LogValue() slog.Value { return slog.StringValue("resolved") }
 
-func TestHandlerWritesWhatSlogWrites(t *testing.T) {
+// handlerCase is records to write through a handler shaped by derive.
+type handlerCase struct {
+	name    string
+	derive  func(slog.Handler) slog.Handler
+	records []slog.Record
+}
+
+// handlerCases are the lines every test compares with slog.JSONHandler's.
+func handlerCases() []handlerCase {
 	strange := "quote\" backslash\\ newline\n cr\r tab\t nul\x00 bell\x07 <tag>&amp; é ✓ \u2028\u2029 bad\xff\xfe end"
-	for _, tc := range []struct {
-		name    string
-		derive  func(slog.Handler) slog.Handler
-		records []slog.Record
-	}{
+	return []handlerCase{
 		{"a queued message", nil, []slog.Record{record(slog.LevelInfo, "message processed",
 			slog.String("tenant", "acme"), slog.String("flow", "order-intake"), slog.Uint64("msg_id", 1<<40),
 			slog.String("correlation_id", "0b7c2f0e-3b1a-4c7d-9a1e-2f3b4c5d6e7f"), slog.Int("attempt", 1),
@@ -92,13 +97,81 @@ func TestHandlerWritesWhatSlogWrites(t *testing.T) {
 		{"WithGroup", func(h slog.Handler) slog.Handler {
 			return h.WithAttrs([]slog.Attr{slog.String("top", "t")}).WithGroup("").WithGroup("req").WithAttrs([]slog.Attr{slog.Int("n", 1)})
 		}, []slog.Record{record(slog.LevelInfo, "m", slog.String("k", "v")), record(slog.LevelInfo, "none")}},
-	} {
+	}
+}
+
+func TestHandlerWritesWhatSlogWrites(t *testing.T) {
+	for _, tc := range handlerCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			got, want := both(t, tc.derive, tc.records...)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("lines differ from slog.JSONHandler's (-slog +jsonlog):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLogAttrsWritesWhatSlogWrites: jsonlog.LogAttrs writes through a
+// Handler (and through any other handler) the line Logger.LogAttrs writes
+// through slog.JSONHandler, except for the time, which each takes from the
+// clock: it is compared as a well-formed time of the test's duration.
+func TestLogAttrsWritesWhatSlogWrites(t *testing.T) {
+	timeField := regexp.MustCompile(`^\{"time":"([^"]+)",`)
+	for _, tc := range handlerCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			var g, o, w bytes.Buffer
+			loggers := []*slog.Logger{slog.New(jsonlog.New(&g, nil)), slog.New(slog.NewTextHandler(&o, nil)), slog.New(slog.NewJSONHandler(&w, nil))}
+			for i, l := range loggers {
+				if tc.derive != nil {
+					loggers[i] = slog.New(tc.derive(l.Handler()))
+				}
+			}
+			for _, r := range tc.records {
+				var attrs []slog.Attr
+				r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
+				jsonlog.LogAttrs(context.Background(), loggers[0], r.Level, r.Message, attrs...)
+				jsonlog.LogAttrs(context.Background(), loggers[1], r.Level, r.Message, attrs...)
+				loggers[2].LogAttrs(context.Background(), r.Level, r.Message, attrs...)
+			}
+			end := time.Now()
+			lines := func(s string) []string { return strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n") }
+			got, want := lines(g.String()), lines(w.String())
+			for i := range got {
+				m := timeField.FindStringSubmatch(got[i])
+				if m == nil {
+					t.Fatalf("line %d has no time first: %s", i+1, got[i])
+				}
+				at, err := time.Parse(time.RFC3339Nano, m[1])
+				if err != nil || at.Before(start.Truncate(time.Millisecond)) || at.After(end) {
+					t.Errorf("line %d: time %s, want one between %s and %s", i+1, m[1], start, end)
+				}
+				got[i] = timeField.ReplaceAllString(got[i], "{")
+				if i < len(want) {
+					want[i] = timeField.ReplaceAllString(want[i], "{")
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("lines differ from slog.JSONHandler's (-slog +jsonlog.LogAttrs):\n%s", diff)
+			}
+			if n := strings.Count(o.String(), "\n"); n != len(want) {
+				t.Errorf("through a TextHandler: %d lines, want %d:\n%s", n, len(want), o.String())
+			}
+		})
+	}
+}
+
+// TestLogAttrsLevel: below the handler's level LogAttrs writes nothing.
+func TestLogAttrsLevel(t *testing.T) {
+	var b bytes.Buffer
+	l := slog.New(jsonlog.New(&b, slog.LevelWarn))
+	jsonlog.LogAttrs(context.Background(), l, slog.LevelInfo, "quiet", slog.String("k", "v"))
+	if b.Len() != 0 {
+		t.Fatalf("an info line at level warn was written: %s", b.String())
+	}
+	jsonlog.LogAttrs(context.Background(), l, slog.LevelWarn, "loud", slog.String("k", "v"))
+	if !strings.Contains(b.String(), `"level":"WARN","msg":"loud","k":"v"}`) {
+		t.Fatalf("the warning was not written as expected: %s", b.String())
 	}
 }
 
@@ -191,4 +264,16 @@ func BenchmarkHandler(b *testing.B) {
 			}
 		})
 	}
+	b.Run("jsonlog.LogAttrs", func(b *testing.B) {
+		l := slog.New(jsonlog.New(io.Discard, nil))
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			jsonlog.LogAttrs(ctx, l, slog.LevelInfo, "message processed",
+				slog.String("tenant", "acme"), slog.String("flow", "order-intake"), slog.Uint64("msg_id", 123456),
+				slog.String("correlation_id", "0b7c2f0e-3b1a-4c7d-9a1e-2f3b4c5d6e7f"), slog.Int("attempt", 1),
+				slog.String("event", "queue_processed"), slog.String("outcome", "succeeded"),
+				slog.Int("version", 3), slog.Int("status", 200), slog.Float64("duration_ms", 0.042))
+		}
+	})
 }

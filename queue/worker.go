@@ -17,6 +17,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/nexushq/nexus/clock"
+	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/lifecycle"
 )
 
@@ -421,7 +422,7 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		all := make([]slog.Attr, 0, 4+len(attrs)+len(v.Attrs))
 		all = append(all, slog.Uint64("msg_id", m.ID), slog.String("correlation_id", m.CorrelationID),
 			slog.Int("attempt", attempt), slog.String("event", event))
-		w.logger.LogAttrs(context.Background(), level, msg, append(append(all, attrs...), v.Attrs...)...)
+		jsonlog.LogAttrs(context.Background(), w.logger, level, msg, append(append(all, attrs...), v.Attrs...)...)
 	}
 	now := w.cfg.Clock.Now()
 	count := func(what string) { w.update(func(s *WorkerState) { s.Delivered[what]++ }) }
