@@ -17,7 +17,11 @@
 //	dlq.log              dead-lettered messages, one frame each
 //	dlq.log.acked        marks of dead letters replayed or discarded, one frame each
 //	append.lock          flock(2) held while appending or draining (all processes)
+//	worker.lock          flock(2) held by the one process whose worker delivers the queue
 //	*.tmp                a replacement being written (see below)
+//
+// No folder or file of a queue may be a symbolic link: a queue refuses to
+// open (ErrLink), and writes nothing, when one is (see ErrLink).
 //
 // # Frames
 //

@@ -20,6 +20,8 @@ type FS interface {
 	RemoveAll(path string) error
 	MkdirAll(path string, perm fs.FileMode) error
 	Stat(name string) (fs.FileInfo, error)
+	// Lstat describes a file without following a symbolic link.
+	Lstat(name string) (fs.FileInfo, error)
 	ReadDir(name string) ([]fs.DirEntry, error)
 	// SyncDir makes the entries of a folder (created, renamed, removed
 	// files) durable.
@@ -40,13 +42,31 @@ type File interface {
 // OS is the real file system.
 type OS struct{}
 
-// OpenFile opens a file of the OS.
+// OpenFile opens a file of the OS. It never follows a symbolic link: a
+// link where a queue's file should be is refused (ErrLink).
 func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag, perm)
+	f, err := openNoFollow(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}
 	return osFile{f}, nil
+}
+
+// ErrLink is wrapped by the error of a queue whose folder or file is a
+// symbolic link. The state directory holds no links: one planted there
+// (to another tenant's queue, outside the state directory, or to nothing)
+// would make a queue read or write a file it does not own, so the queue
+// refuses to open and nothing is written through the link. The folder the
+// state directory itself is in (--db's folder and above) may be a link.
+var ErrLink = errors.New("the state directory must hold no symbolic links")
+
+// openNoFollow opens name with O_NOFOLLOW, naming a link in its error.
+func openNoFollow(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(name, flag|syscall.O_NOFOLLOW, perm)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: %w", name, ErrLink)
+	}
+	return f, err
 }
 
 // Rename renames a file.
@@ -63,6 +83,9 @@ func (OS) MkdirAll(path string, perm fs.FileMode) error { return os.MkdirAll(pat
 
 // Stat describes a file.
 func (OS) Stat(name string) (fs.FileInfo, error) { return os.Stat(name) }
+
+// Lstat describes a file, not following a symbolic link.
+func (OS) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
 
 // ReadDir lists a folder.
 func (OS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }

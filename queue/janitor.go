@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/nexushq/nexus/lifecycle"
 )
 
@@ -63,13 +61,13 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	wl := flock.New(filepath.Join(dir, "worker.lock"))
+	wl := newWorkerLock(dir)
 	held, err := wl.TryLock()
 	if err != nil || !held {
 		return false, err
 	}
 	defer wl.Unlock()
-	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	lf, err := openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return false, err
 	}

@@ -316,6 +316,9 @@ func (m *memFS) Stat(name string) (fs.FileInfo, error) {
 	return memInfo{name: filepath.Base(name), n: n, size: int64(len(n.data))}, nil
 }
 
+// Lstat is Stat: memFS has no symbolic links.
+func (m *memFS) Lstat(name string) (fs.FileInfo, error) { return m.Stat(name) }
+
 func (m *memFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	err := m.begin(opReadDir, name)
 	defer m.mu.Unlock()
