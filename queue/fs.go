@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gofrs/flock"
 )
 
 // FS is the file-system seam of the queue: the few operations it uses.
@@ -59,6 +61,46 @@ func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 // refuses to open and nothing is written through the link. The folder the
 // state directory itself is in (--db's folder and above) may be a link.
 var ErrLink = errors.New("the state directory must hold no symbolic links")
+
+// MakeDir makes the folder root/names[0]/names[1]/… of the state directory
+// one level at a time, refusing a level that is a symbolic link (ErrLink)
+// or not a folder: MkdirAll would follow a link and create folders inside
+// its target. root itself is made with MkdirAll and may be or lie under a
+// link. A nil fsys is the OS.
+func MakeDir(fsys FS, root string, names ...string) error {
+	if fsys == nil {
+		fsys = OS{}
+	}
+	if err := fsys.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	dir := root
+	for _, name := range names {
+		dir = filepath.Join(dir, name)
+		info, err := fsys.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err = fsys.MkdirAll(dir, 0o755); err == nil {
+				info, err = fsys.Lstat(dir)
+			}
+		}
+		switch {
+		case err != nil:
+			return err
+		case info.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("%s is a symbolic link: %w", dir, ErrLink)
+		case !info.IsDir():
+			return fmt.Errorf("%s is not a folder", dir)
+		}
+	}
+	return nil
+}
+
+// NewFileLock returns a flock(2) lock on the file at path (created when
+// missing) that refuses to open a symbolic link: the state directory's
+// lock files (a queue's worker.lock, the scheduler's locks).
+func NewFileLock(path string) *flock.Flock {
+	return flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
+}
 
 // openNoFollow opens name with O_NOFOLLOW, naming a link in its error.
 func openNoFollow(name string, flag int, perm fs.FileMode) (*os.File, error) {

@@ -61,7 +61,7 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	wl := newWorkerLock(dir)
+	wl := NewFileLock(filepath.Join(dir, workerLockFile))
 	held, err := wl.TryLock()
 	if err != nil || !held {
 		return false, err

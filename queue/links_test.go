@@ -206,11 +206,11 @@ func TestWorkerLockRefusesLink(t *testing.T) {
 	root := t.TempDir()
 	lt := newLinkTargets(t, root)
 	q, _ := openQueue(t, root, Options{})
-	link := filepath.Join(root, testTenant, testFlow, "worker.lock")
+	link := filepath.Join(root, testTenant, testFlow, workerLockFile)
 	if err := os.Symlink(lt.dangling, link); err != nil {
 		t.Fatal(err)
 	}
-	l := newWorkerLock(q.dir)
+	l := NewFileLock(filepath.Join(q.dir, workerLockFile))
 	if ok, err := l.TryLock(); ok || err == nil {
 		l.Unlock()
 		t.Fatalf("the worker lock was taken through a link: %v %v", ok, err)

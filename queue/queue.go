@@ -26,6 +26,9 @@ const (
 	dlqFile     = "dlq.log"
 	ackedFile   = "dlq.log.acked"
 	lockFile    = "append.lock"
+	// workerLockFile is flock(2)ed by the process whose worker delivers
+	// the queue
+	workerLockFile = "worker.lock"
 )
 
 // Options configure Open. Zero fields take the defaults.
@@ -113,7 +116,7 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		opts.GatherWait = DefaultGatherWait
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, onCommit: opts.OnCommit}
-	if err := makeDir(q.fs, root, tenant, flow); err != nil {
+	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
 	if q.lock, err = openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
@@ -141,35 +144,6 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		return nil, nil, fmt.Errorf("queue %s/%s: recovering %s: %w", tenant, flow, segmentFile, err)
 	}
 	return q, damage, nil
-}
-
-// makeDir makes the folder of tenant/flow under root, one level at a time,
-// refusing a level that is a symbolic link or not a folder (ErrLink):
-// MkdirAll would create the folders inside a link's target. root itself
-// is made with MkdirAll and may be or lie under a link.
-func makeDir(fsys FS, root, tenant, flow string) error {
-	if err := fsys.MkdirAll(root, 0o755); err != nil {
-		return err
-	}
-	dir := root
-	for _, name := range []string{tenant, flow} {
-		dir = filepath.Join(dir, name)
-		info, err := fsys.Lstat(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			if err = fsys.MkdirAll(dir, 0o755); err == nil {
-				info, err = fsys.Lstat(dir)
-			}
-		}
-		switch {
-		case err != nil:
-			return err
-		case info.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%s is a symbolic link: %w", dir, ErrLink)
-		case !info.IsDir():
-			return fmt.Errorf("%s is not a folder", dir)
-		}
-	}
-	return nil
 }
 
 // segmentAtPath makes sure the segment.log this handle has open is the file

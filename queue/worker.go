@@ -7,13 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -144,13 +142,6 @@ type WorkerState struct {
 	Delivered      map[string]int64 // by outcome, plus "dead_lettered", "dropped"
 }
 
-// newWorkerLock is the flock(2) of a queue's worker.lock (held by the
-// process whose worker delivers the queue), opened without following a
-// symbolic link.
-func newWorkerLock(dir string) *flock.Flock {
-	return flock.New(filepath.Join(dir, "worker.lock"), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
-}
-
 // NewWorker returns a worker for q; Start runs it.
 func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	if cfg.Clock == nil {
@@ -171,7 +162,7 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	return &Worker{
 		q: q, cfg: cfg, wake: make(chan struct{}, 1),
 		logger: cfg.Logger.With("tenant", q.Tenant, "flow", q.Flow),
-		lock:   newWorkerLock(q.dir),
+		lock:   NewFileLock(filepath.Join(q.dir, workerLockFile)),
 		state:  WorkerState{Delivered: map[string]int64{}},
 	}
 }

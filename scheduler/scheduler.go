@@ -169,7 +169,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				continue
 			}
 			if !ok {
-				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: flock.New(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true}
+				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: queue.NewFileLock(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true}
 				entries[k] = e
 			}
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
@@ -251,7 +251,7 @@ func (s *Scheduler) takeOver(e *entry, now time.Time) {
 
 // tryLock takes the flow's lock if no process holds it.
 func (s *Scheduler) tryLock(e *entry) (bool, error) {
-	if err := os.MkdirAll(filepath.Dir(e.lock.Path()), 0o755); err != nil {
+	if err := queue.MakeDir(nil, s.cfg.Dir, e.tenant); err != nil {
 		return false, err
 	}
 	held, err := e.lock.TryLock()
