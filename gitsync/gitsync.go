@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5"
@@ -142,9 +143,15 @@ func New(cfg Config) (*Syncer, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o755); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
+	// the clone and its lock are the state directory's, which holds no
+	// symbolic links (see queue.ErrLink): one planted there would make the
+	// sync write wherever it points
+	if info, err := os.Lstat(cfg.Dir); err == nil && info.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("gitsync: %s is a symbolic link: the state directory must hold no symbolic links", cfg.Dir)
+	}
 	return &Syncer{
 		cfg:     cfg,
-		lock:    flock.New(cfg.Dir + ".lock"),
+		lock:    flock.New(cfg.Dir+".lock", flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW)),
 		trigger: make(chan struct{}, 1),
 	}, nil
 }
