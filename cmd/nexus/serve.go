@@ -161,6 +161,10 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 // docs/performance.md). GOMEMLIMIT, when set, still bounds the heap.
 const serveGCPercent = 200
 
+// checkStateDir refuses a state directory on a network file system
+// (queue.CheckLocal); a variable so that a test can stand for NFS.
+var checkStateDir = queue.CheckLocal
+
 // minAdminKey is the length under which serve warns about the admin key.
 const minAdminKey = 24
 
@@ -190,6 +194,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		// down guessing it: a short one is worth a warning at every start
 		logger.Warn(fmt.Sprintf("the admin key is %d characters long; use one of %d or more, such as one nexus key generate prints", n, minAdminKey),
 			"event", "weak_admin_key")
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return fmt.Errorf("the state directory: %w", err)
+	}
+	if err := checkStateDir(stateDir); err != nil {
+		return err
 	}
 	reg, err := registry.Open(ctx, cfg.DB, registry.Options{})
 	if err != nil {
