@@ -305,6 +305,8 @@ func TestSecretComparisonsAreConstantTime(t *testing.T) {
 	checked := map[string][]string{
 		"signature.go":        {"verifySignature", "verifyHubSignature"},
 		"ops.go":              {"admin"},
+		"session.go":          {"validSession", "adminAuth", "sameOrigin"},
+		"ui.go":               {"uiLogin"},
 		"../access/access.go": {"Lookup"},
 	}
 	fset := token.NewFileSet()
