@@ -1596,3 +1596,58 @@ func propertyRun(t *testing.T, seed uint64) {
 		t.Logf("seed %d: trace %v", seed, trace)
 	}
 }
+
+// A wall clock set back by an hour while retries wait (an NTP step, an
+// operator's mistake) neither fires them at once (no retry storm) nor
+// loses one: across a restart, each is delivered when the clock reaches
+// its absolute due time again, an hour later than it would have been.
+func TestRetriesSurviveBackwardClockJump(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	decide := func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if d.Attempt == 1 {
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 2, MaxDelay: time.Hour}, Error: "503"}
+		}
+		return ack(ctx, d)
+	}
+	const n = 20
+	want := make([]string, n)
+	for i := range n {
+		want[i] = fmt.Sprintf("m%d", i+1)
+		put(t, q, want[i])
+	}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w1", decide)})
+	clk.WaitCalls(t, 1) // the first attempts made, the retries due at +1m
+	clk.Advance(30 * time.Second)
+	clk.Advance(-time.Hour) // the jump: the clock reads wt0-59m30s
+	w.Stop()
+	q.Close()
+
+	q2 := openQ(t, root, clk, nil)
+	calls := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w2", decide)})
+	clk.WaitCalls(t, calls+1)
+	if got := rec.all()[n:]; len(got) != 0 {
+		t.Fatalf("delivered at once after the clock went back: %v", got)
+	}
+	// the new worker's waits (its Poll, then up to the due time); the old
+	// worker's abandoned wait is not stepped to
+	for clk.Now().Before(wt0.Add(time.Minute)) {
+		if at := clk.Step(t); at.Before(wt0.Add(time.Minute)) && len(rec.all()) > n {
+			t.Fatalf("retries delivered at %v, before their due time: %v", at.Sub(wt0), rec.all()[n:])
+		}
+	}
+	var retried []string
+	for _, d := range rec.all()[n:] {
+		if d.Attempt != 2 || d.At != time.Minute {
+			t.Errorf("retry %v, want attempt 2 at 1m0s (its absolute due time)", d)
+		}
+		retried = append(retried, d.Payload)
+	}
+	slices.Sort(retried)
+	slices.Sort(want)
+	if !slices.Equal(want, retried) {
+		t.Errorf("retried %v, want every message once: %v", retried, want)
+	}
+}
