@@ -193,6 +193,9 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	commit, err := s.fetch(ctx, repo)
+	if damage := (*cloneDamage)(nil); errors.As(err, &damage) {
+		repo, commit, err = s.reclone(ctx, damage)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -222,7 +225,19 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return res, nil
 	}
 
-	flows, keys, problems := s.compile(repo, commit)
+	flows, keys, problems, damage := s.compile(repo, commit)
+	if damage != nil {
+		// an object the commit names cannot be read from the clone: that
+		// is the clone's fault (a crash or a power cut while go-git wrote
+		// it), never the commit's
+		if repo, commit, err = s.reclone(ctx, damage); err != nil {
+			return res, err
+		}
+		res.Commit = commit.Hash.String()
+		if flows, keys, problems, damage = s.compile(repo, commit); damage != nil {
+			return res, fmt.Errorf("the clone lacks objects of commit %s even when cloned anew: %w", short(res.Commit), damage)
+		}
+	}
 	s.evaluated = true
 	if len(problems) > 0 {
 		res.Errors = problems
@@ -254,6 +269,28 @@ func short(commit string) string {
 		return commit[:12]
 	}
 	return commit
+}
+
+// reclone removes a damaged clone and fetches the branch into a new one,
+// logging sync_repaired with the damage found. The clone is only a cache
+// of the remote (the registry holds what is live), so a crash or a power
+// cut while go-git wrote it (a pack renamed into place but not synced, a
+// ref naming a commit whose objects were lost) costs one full fetch, not
+// a refused commit or a sync that fails for ever.
+func (s *Syncer) reclone(ctx context.Context, damage error) (*git.Repository, *object.Commit, error) {
+	s.cfg.Logger.Warn("the clone is damaged; cloning the repo anew", "event", "sync_repaired", "error", damage.Error())
+	if err := os.RemoveAll(s.cfg.Dir); err != nil {
+		return nil, nil, fmt.Errorf("removing the damaged clone %s: %w", s.cfg.Dir, err)
+	}
+	repo, err := s.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	commit, err := s.fetch(ctx, repo)
+	if err != nil {
+		return nil, nil, err
+	}
+	return repo, commit, nil
 }
 
 // open opens the bare clone, creating it on first use, with its origin
@@ -397,31 +434,47 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	}
 	commit, err := repo.CommitObject(ref.Hash())
 	if err != nil {
-		return nil, fmt.Errorf("reading commit %s: %w", ref.Hash(), err)
+		// fetched, yet not readable: the clone is damaged
+		return nil, &cloneDamage{fmt.Errorf("reading commit %s: %w", ref.Hash(), err)}
 	}
 	return commit, nil
 }
 
+// cloneDamage is an object the clone should hold and cannot read: a pack
+// lost or torn by a crash or a power cut while go-git wrote it.
+type cloneDamage struct{ err error }
+
+func (d *cloneDamage) Error() string { return d.err.Error() }
+func (d *cloneDamage) Unwrap() error { return d.err }
+
 // compile reads the flows folder and access.yaml of a commit from git
-// objects and compiles them; problems refuse the commit.
-func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) ([]*flow.Flow, *access.Set, []string) {
+// objects and compiles them; problems refuse the commit. An object that
+// cannot be read is not a problem of the commit but damage to the clone:
+// it is returned as damage, and the commit is judged again once the clone
+// is whole.
+func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*flow.Flow, keys *access.Set, problems []string, damage error) {
 	root, err := commit.Tree()
 	if err != nil {
-		return nil, nil, []string{fmt.Sprintf("reading the tree of %s: %v", commit.Hash, err)}
+		return nil, nil, nil, fmt.Errorf("reading the tree of %s: %w", commit.Hash, err)
 	}
 	w := &walker{s: s, repo: repo}
 	accessData := w.file(root, "access.yaml", true)
 	dir, err := root.Tree(s.cfg.FlowsDir)
-	if err != nil {
+	switch {
+	case errors.Is(err, object.ErrDirectoryNotFound):
 		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir)", s.cfg.FlowsDir)
-	} else {
+	case err != nil:
+		w.readFailed(s.cfg.FlowsDir+"/", err)
+	default:
 		w.walk(dir, s.cfg.FlowsDir, 1)
 	}
-	if len(w.problems) > 0 {
-		return nil, nil, w.problems
+	if w.damage != nil {
+		return nil, nil, nil, w.damage
 	}
-	var problems []string
-	keys, err := access.Parse("access.yaml", accessData)
+	if len(w.problems) > 0 {
+		return nil, nil, w.problems, nil
+	}
+	keys, err = access.Parse("access.yaml", accessData)
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
@@ -430,7 +483,7 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) ([]*flow.F
 		problems = append(problems, e.Error())
 	}
 	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
-	return flows, keys, problems
+	return flows, keys, problems, nil
 }
 
 // lostFlows refuses the silent withdrawal of a live flow whose file is
@@ -471,10 +524,20 @@ type walker struct {
 	bytes    int64 // the Markdown read so far
 	sources  []flow.Source
 	problems []string
+	damage   error // the first object of the commit the clone could not read
 }
 
 func (w *walker) problem(format string, args ...any) {
 	w.problems = append(w.problems, fmt.Sprintf(format, args...))
+}
+
+// readFailed records an object of the commit that could not be read: the
+// clone is damaged (the remote had the object, or the commit would not
+// have reached the clone).
+func (w *walker) readFailed(p string, err error) {
+	if w.damage == nil {
+		w.damage = fmt.Errorf("%s: reading it: %w", p, err)
+	}
 }
 
 // file reads a regular file of a tree (entry name), within the size limit.
@@ -497,7 +560,7 @@ func (w *walker) file(t *object.Tree, name string, required bool) []byte {
 func (w *walker) checkSize(e *object.TreeEntry, p string) {
 	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
 	if err != nil {
-		w.problem("%s: reading it: %v", p, err)
+		w.readFailed(p, err)
 		return
 	}
 	if size > w.s.cfg.MaxFileBytes {
@@ -508,7 +571,7 @@ func (w *walker) checkSize(e *object.TreeEntry, p string) {
 func (w *walker) blob(e *object.TreeEntry, p string) []byte {
 	b, err := w.repo.BlobObject(e.Hash)
 	if err != nil {
-		w.problem("%s: reading it: %v", p, err)
+		w.readFailed(p, err)
 		return nil
 	}
 	if b.Size > w.s.cfg.MaxFileBytes {
@@ -517,13 +580,13 @@ func (w *walker) blob(e *object.TreeEntry, p string) []byte {
 	}
 	r, err := b.Reader()
 	if err != nil {
-		w.problem("%s: reading it: %v", p, err)
+		w.readFailed(p, err)
 		return nil
 	}
 	defer r.Close()
 	data, err := io.ReadAll(io.LimitReader(r, w.s.cfg.MaxFileBytes+1))
 	if err != nil {
-		w.problem("%s: reading it: %v", p, err)
+		w.readFailed(p, err)
 		return nil
 	}
 	return data
@@ -557,7 +620,7 @@ func (w *walker) markdown(e *object.TreeEntry, p string) []byte {
 	}
 	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
 	if err != nil {
-		w.problem("%s: reading it: %v", p, err)
+		w.readFailed(p, err)
 		return nil
 	}
 	if w.bytes += size; w.bytes > w.s.cfg.MaxTotalBytes {
@@ -596,7 +659,7 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 		case filemode.Dir:
 			sub, err := w.repo.TreeObject(e.Hash)
 			if err != nil {
-				w.problem("%s: reading the folder: %v", p, err)
+				w.readFailed(p+"/", err)
 				continue
 			}
 			w.walk(sub, p, depth+1)
