@@ -88,7 +88,7 @@ func (s *fakeSyncer) Trigger() { s.n.Add(1) }
 // fixture is a Server over a real registry holding testFlows and
 // testAccessYAML.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	reg     *registry.Registry
 	clock   *clocktest.Fake
 	metrics *host.Metrics
@@ -100,7 +100,7 @@ const fixtureCommit = "0123456789abcdef0123456789abcdef01234567"
 
 // newFixture publishes the test flows and keys into a fresh registry, loads
 // the live set and builds a Server; edit adjusts its Config.
-func newFixture(t *testing.T, edit func(*host.Config)) *fixture {
+func newFixture(t testing.TB, edit func(*host.Config)) *fixture {
 	t.Helper()
 	fx := newUnloadedFixture(t, edit)
 	fx.publish(testFlows(), testAccessYAML(), fixtureCommit)
@@ -109,7 +109,7 @@ func newFixture(t *testing.T, edit func(*host.Config)) *fixture {
 
 // newUnloadedFixture is a Server over an empty registry whose live set is
 // not loaded yet.
-func newUnloadedFixture(t *testing.T, edit func(*host.Config)) *fixture {
+func newUnloadedFixture(t testing.TB, edit func(*host.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	fx := &fixture{t: t, clock: clocktest.New(t0), metrics: host.NewMetrics(), syncer: &fakeSyncer{}}
