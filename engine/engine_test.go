@@ -512,10 +512,10 @@ effects: [http_egress]
 endpoint: BACKEND/notify
 `)
 	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`)
-	// BUG: the ceiling reached inside the fault sequence is a failed
-	// handler, and "when a fault handler itself fails, last_error is the
-	// main sequence's error"; the engine reports the ceiling as Err and
-	// drops the main sequence's error.
+	// the ceiling reached inside the fault sequence is a failed handler,
+	// and "when a fault handler itself fails, last_error is the main
+	// sequence's error": Err stays the main sequence's, the ceiling is the
+	// handler's error (the engine once reported the ceiling as Err)
 	checkView(t, res, view{Status: 500, Header: jsonHdr("c-1"),
 		Body:    `{"ok":false,"error":"duration ceiling of 100 ms reached","step":"notify"}`,
 		Outcome: engine.Failed,
@@ -1444,9 +1444,9 @@ read_timeout_ms: 100
 	}
 	want := view{Status: 502, Header: jsonHdr("c-1"), Body: `{"ok":false,"error":"flow execution failed"}`, Outcome: engine.Failed,
 		Err: "step 'forward': effect handler failed: …", ErrKind: engine.KindEffect}
-	// BUG: the call's deadline is connect_timeout_ms + read_timeout_ms
-	// (5000 + 100 ms), so a backend that takes 2 s to answer is waited for
-	// and the step succeeds: read_timeout_ms: 100 is not honoured.
+	// read_timeout_ms bounds the wait for the answer by itself: the
+	// call's deadline was once connect_timeout_ms + read_timeout_ms (5000
+	// + 100 ms), and a backend taking 2 s to answer made the step succeed
 	if diff := cmp.Diff(want, v); diff != "" {
 		t.Errorf("result mismatch (-want +got):\n%s", diff)
 	}
@@ -1627,10 +1627,9 @@ queue: order-fulfilment
 		Outcome: engine.Failed, Err: "internal error", ErrKind: engine.KindInternal}, v); diff != "" {
 		t.Errorf("first delivery (-want +got):\n%s", diff)
 	}
-	// BUG: the panic unwinds past the engine's release of the dedup key, so
-	// the key stays claimed until its lease (timeout_ms) runs out: the next
-	// delivery waits for a first delivery that has already ended, and
-	// answers 503 instead of running again.
+	// the panic does not unwind past the release of the dedup key: the
+	// next delivery runs again at once, rather than waiting for the lease
+	// of a first delivery that has ended and answering 503
 	second := run(t, e, f, `{"orderId":"A-1"}`)
 	checkView(t, second, view{Status: 200, Header: jsonHdr("c-1"), Body: `{"orderId":"A-1"}`, Outcome: engine.Succeeded})
 	if n := pub.calls.Load(); n != 2 {

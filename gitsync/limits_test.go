@@ -91,11 +91,9 @@ func TestLimitFileSizeOfOtherFiles(t *testing.T) {
 	e.deployed()
 	e.src.write("flows/acme/logo.png", bytes.Repeat([]byte{0x89}, 8192))
 	e.src.commit("a large picture")
-	// BUG: gitsync reads only *.md blobs and never looks at the size of the
-	// others, so an 8192-byte flows/acme/logo.png under a 4096-byte cap is
-	// applied instead of refused (DefaultMaxFileBytes: "a file under the
-	// flows folder"; RELIABILITY.md E.22: a 2 MiB blob against a 1 MiB cap
-	// rejects the commit whole).
+	// a file that is not read is still held to the cap
+	// (DefaultMaxFileBytes: "a file under the flows folder"; RELIABILITY.md
+	// E.22: a 2 MiB blob against a 1 MiB cap rejects the commit whole)
 	e.mustRefuse("flows/acme/logo.png: 8192 bytes, over the limit of 4096")
 }
 
@@ -267,10 +265,9 @@ func TestLimitDotGitEntry(t *testing.T) {
 	newFlows := e.src.storeTree(withEntry(flows, treeEntry(".git", filemode.Dir, inner)))
 	commit := e.src.commitTree(e.src.storeTree(withEntry(root, treeEntry("flows", filemode.Dir, newFlows))), "a .git folder")
 	res := e.sync()
-	// BUG: an entry named .git under flows/ is walked like any folder: the
-	// commit is applied and acme/evil is published from flows/.git/evil.md,
-	// where RELIABILITY.md E.22 lists .git among the hostile entries whose
-	// commit is rejected whole.
+	// an entry named .git under flows/ is refused, not walked like any
+	// folder (RELIABILITY.md E.22 lists .git among the hostile entries
+	// whose commit is rejected whole)
 	if res.Applied() || len(res.Errors) == 0 || !strings.Contains(res.Errors[0], "flows/.git") {
 		t.Errorf("Sync of %s = %+v, want it refused naming flows/.git", commit, res)
 	}

@@ -244,9 +244,9 @@ func TestRouterAnswers(t *testing.T) {
 		{"unknown path", http.MethodGet, "/nope", http.StatusNotFound},
 		{"encoded slash in a name", http.MethodPost, "/flows/a%2Fb/echo/run", http.StatusNotFound},
 		{"trailing slash", http.MethodPost, "/flows/acme/echo/run/", http.StatusNotFound},
-		// BUG: httprouter answers OPTIONS itself (HandleOPTIONS is on), 200
-		// with an Allow header and no X-Correlation-ID; "Every answer echoes
-		// it, the router's own 404 and 405 included" (server.md).
+		// the router's own OPTIONS answer echoes it too ("Every answer
+		// echoes it, the router's own 404 and 405 included", server.md);
+		// httprouter's once did not
 		{"OPTIONS on the run route", http.MethodOptions, "/flows/acme/echo/run", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
