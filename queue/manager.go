@@ -47,7 +47,8 @@ type Manager struct {
 	queues map[[2]string]*managed
 	closed bool
 
-	sweeper lifecycle.Loop // the housekeeping of idle queues (Start)
+	sweeper  lifecycle.Loop // the housekeeping of idle queues (Start)
+	retiring sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
 }
 
 type managed struct {
@@ -205,24 +206,43 @@ func (m *Manager) checkPending(tenant, flow string, id uint64) error {
 	return err
 }
 
-// reopen replaces a poisoned queue: its worker is stopped, the queue closed
-// and opened again (which verifies its log), and a new worker started.
+// reopen replaces a poisoned queue: it leaves the open queues at once, so
+// that the next submission opens the queue again (which verifies its log)
+// with a new worker, and in the background its worker is stopped and the
+// old handle closed. The worker may be in the middle of a delivery, which
+// Stop waits for (up to StopGrace): the submission whose write failed
+// answers without waiting for it. The new worker stands by on the worker
+// lock until the old one has let it go, and is woken then.
 func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	e, ok := m.queues[k]
 	if !ok || e.q != old {
-		m.mu.Unlock()
 		return
 	}
 	delete(m.queues, k)
-	m.mu.Unlock()
-	e.w.Stop()
-	e.q.Close()
-	if _, _, err := m.Queue(tenant, flow); err != nil {
-		m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
-			"tenant", tenant, "flow", flow, "error", err.Error())
-	}
+	m.retiring.Add(1)
+	go func() {
+		defer m.retiring.Done()
+		e.w.Stop()
+		e.q.Close()
+		m.mu.Lock()
+		closed := m.closed
+		m.mu.Unlock()
+		if closed {
+			return
+		}
+		// the queue opened again (by a submission meanwhile, or here): its
+		// worker, standing by on the lock the old one held, tries it now
+		_, w, err := m.Queue(tenant, flow)
+		if err != nil {
+			m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
+				"tenant", tenant, "flow", flow, "error", err.Error())
+			return
+		}
+		w.Wake()
+	}()
 }
 
 // QueueInfo describes one open queue.
@@ -328,6 +348,7 @@ func (m *Manager) Stop() {
 	m.closed = true // before the sweeper stops: Start cannot start it again
 	m.mu.Unlock()
 	m.sweeper.Stop()
+	m.retiring.Wait() // the poisoned queues being closed (reopen)
 	m.mu.Lock()
 	list := m.queues
 	m.queues = map[[2]string]*managed{}

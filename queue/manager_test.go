@@ -364,10 +364,69 @@ func TestManagerReopensPoisonedQueue(t *testing.T) {
 	if q3, _, _ := m.Queue("acme", "orders"); q3 == q1 {
 		t.Fatal("the poisoned queue was never reopened")
 	}
-	if w1.State().Leading {
-		t.Error("the poisoned queue's worker still leads")
-	}
+	eventually(t, "the poisoned queue's worker stops leading", func() bool { return !w1.State().Leading })
 	eventually(t, "next is delivered", func() bool {
+		return slices.ContainsFunc(rec.all(), func(d delivery) bool { return d.ID == msg.ID && d.Payload == "next" })
+	})
+}
+
+// A failed append answers at once, while the queue's worker is in the
+// middle of a delivery (which its Stop waits for, up to StopGrace: an hour
+// here); the next submission is taken by the reopened queue, whose worker
+// takes over once the old one has finished.
+func TestManagerFailedAppendDoesNotWaitForTheDelivery(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	release := make(chan struct{})
+	hooks := &hookFS{}
+	root := filepath.Join(t.TempDir(), "queues")
+	m := queue.NewManager(queue.ManagerConfig{Root: root, FS: hooks, Clock: clk, Logger: quietLog(), Poll: time.Hour, Now: clk.Now,
+		StopGrace: time.Hour, Handler: rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+			if string(d.Payload) == "slow" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return ack(ctx, d)
+		})})
+	t.Cleanup(m.Stop)
+	t.Cleanup(func() { close(release) })
+	if _, err := m.Append("acme", "orders", enqueue("slow")); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 1) // the slow delivery is in flight
+	var once sync.Once
+	hooks.mu.Lock()
+	hooks.failSync = func(string) (err error) {
+		once.Do(func() { err = syscall.EIO })
+		return err
+	}
+	hooks.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Append("acme", "orders", enqueue("lost?"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, queue.ErrPoisoned) {
+			t.Errorf("Append with a failing fdatasync: %v, want ErrPoisoned", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the failed Append did not answer while the worker's delivery was in flight")
+	}
+	msg, err := m.Append("acme", "orders", enqueue("next"))
+	if err != nil {
+		t.Fatalf("the Append after the failed one: %v", err)
+	}
+	if d := rec.all(); len(d) != 1 {
+		t.Errorf("deliveries while the slow one is in flight: %v", d)
+	}
+	release <- struct{}{}
+	// the new worker stood by on the worker lock; it is woken when the old
+	// one has stopped (no poll: the fake clock does not move)
+	eventually(t, "next is delivered by the reopened queue's worker", func() bool {
 		return slices.ContainsFunc(rec.all(), func(d delivery) bool { return d.ID == msg.ID && d.Payload == "next" })
 	})
 }
