@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/engine"
@@ -71,4 +75,58 @@ func TestLimitersOnlyForAuthenticatedKeys(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Errorf("%d limiters after one real key and 100 bogus ones, want 1", n)
 	}
+}
+
+// TestLimiterStaleTimestamps replays RELIABILITY.md's sequence against one
+// key's bucket: rate 1000/s and burst 100, a request every 0.5 ms for 10 s,
+// 1 % of them stamped 1–10 ms in the past (a request whose clock was read
+// before another's). At most burst + rate·T = 10,100 pass. The same
+// sequence given to a bare x/time/rate limiter lets more through (stale
+// stamps mint tokens), which shows the sequence does test the clamp.
+func TestLimiterStaleTimestamps(t *testing.T) {
+	const (
+		ratePerSec = 1000
+		burst      = 100
+		span       = 10 * time.Second
+		step       = 500 * time.Microsecond
+		bound      = burst + ratePerSec*10
+	)
+	start := time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
+	rng := mrand.New(mrand.NewPCG(71360, 65508))
+	var stamps []time.Time
+	for at := time.Duration(0); at < span; at += step {
+		ts := start.Add(at)
+		if rng.IntN(100) == 0 {
+			ts = ts.Add(-time.Duration(1+rng.IntN(10)) * time.Millisecond)
+		}
+		stamps = append(stamps, ts)
+	}
+
+	var i int
+	s := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return stamps[i] }})
+	key := &access.Key{Hash: access.HashKey("k"), Rate: ratePerSec, Burst: burst}
+	allowed := 0
+	for i = range stamps {
+		if _, ok := s.allow(key); ok {
+			allowed++
+		}
+	}
+	if allowed > bound {
+		t.Errorf("%d of %d requests allowed in %v, more than burst + rate·T = %d", allowed, len(stamps), span, bound)
+	}
+	if allowed < bound-burst {
+		t.Errorf("%d allowed, want about rate·T = %d: the bucket refuses what it should take", allowed, bound-burst)
+	}
+
+	bare := rate.NewLimiter(ratePerSec, burst)
+	bareAllowed := 0
+	for _, ts := range stamps {
+		if bare.AllowN(ts, 1) {
+			bareAllowed++
+		}
+	}
+	if bareAllowed <= bound {
+		t.Logf("a bare x/time/rate limiter allowed %d (within the bound): the sequence no longer shows stale stamps minting tokens", bareAllowed)
+	}
+	t.Logf("allowed %d (bound %d); a bare x/time/rate limiter allowed %d", allowed, bound, bareAllowed)
 }
