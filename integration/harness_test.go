@@ -365,3 +365,15 @@ func (h *hostProc) waitCommit(commit string, timeout time.Duration) {
 	}
 	h.t.Fatalf("commit %s not live within %s; /status: %s", commit, timeout, last)
 }
+
+// missingTool ends a test that cannot run on this machine (a tool it needs
+// is missing or not allowed): skipped, saying why, when CI is not set;
+// failed when it is, for CI must run every test (.ci/run installs what the
+// tests need). test names the test for the message.
+func missingTool(t *testing.T, test, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s, and CI is set: %s must run in CI (install what it needs, as .ci/run does)", why, test)
+	}
+	t.Skipf("%s: skipping %s; with CI set it fails instead", why, test)
+}

@@ -495,8 +495,8 @@ func chromiumPath() (string, bool) {
 	return p, err == nil
 }
 
-// noChromium is why TestUIBrowser is skipped outside CI.
-const noChromium = "Chromium is not installed (no /usr/bin/chromium, no chromium on PATH): skipping the browser test; install it (apt-get install chromium) to run it, and with CI set this test fails instead"
+// noChromium is why the browser test cannot run (see missingTool).
+const noChromium = "Chromium is not installed (no /usr/bin/chromium, no chromium on PATH; apt-get install chromium)"
 
 // browser drives one Chromium tab for a test.
 type browser struct {
@@ -624,10 +624,7 @@ func newBrowser(t *testing.T, base string, deadline time.Duration) (*browser, co
 	t.Helper()
 	path, ok := chromiumPath()
 	if !ok {
-		if os.Getenv("CI") != "" {
-			t.Fatal("Chromium is not installed (no /usr/bin/chromium, no chromium on PATH) and CI is set: the browser test must run in CI; install it (apt-get install chromium, as .ci/run does)")
-		}
-		t.Skip(noChromium)
+		missingTool(t, "the browser test", noChromium)
 	}
 	b := &browser{t: t, base: base}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -669,8 +666,8 @@ func newBrowser(t *testing.T, base string, deadline time.Duration) (*browser, co
 
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
-	if _, ok := chromiumPath(); !ok && os.Getenv("CI") == "" {
-		t.Skip(noChromium)
+	if _, ok := chromiumPath(); !ok {
+		missingTool(t, "the browser test", noChromium)
 	}
 	be := uiBackend(t)
 	h, _ := queueHost(t, uiFlows(t, be.URL), hostOptions{}, "forward-order", "forward-copy")
