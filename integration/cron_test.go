@@ -217,19 +217,27 @@ func TestCronFailingTickDeadLetters(t *testing.T) {
 	}
 }
 
-func TestCronTwoProcessesOneTick(t *testing.T) {
-	t.Parallel()
-	be := newLoopback(t)
+// twoCronProcesses starts two hosts on one state directory serving a flow
+// that ticks every second to a loopback backend, and waits until both have
+// the schedule and the first tick has arrived.
+func twoCronProcesses(t *testing.T) (be *loopback, h1, h2 *hostProc) {
+	t.Helper()
+	be = newLoopback(t)
 	h1, repo := queueHost(t, map[string]string{
 		"flows/acme/heartbeat.md": cronFlowFor("heartbeat", "@every 1s", be.URL, ""),
 	}, hostOptions{})
-	h2 := startHost(t, hostOptions{repo: repo.dir, db: h1.db})
+	h2 = startHost(t, hostOptions{repo: repo.dir, db: h1.db})
 	h2.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
-	// both have loaded the schedule
 	eventually(t, 5*time.Second, "the schedule live in both processes", func() bool {
 		return len(statusSchedules(t, h1)) == 1 && len(statusSchedules(t, h2)) == 1
 	})
 	be.waitOn(t, "/tick", 1, 4*time.Second)
+	return be, h1, h2
+}
+
+func TestCronTwoProcessesOneTick(t *testing.T) {
+	t.Parallel()
+	be, h1, h2 := twoCronProcesses(t)
 
 	from := time.Now()
 	time.Sleep(5 * time.Second)

@@ -15,16 +15,7 @@ import (
 // as TestCronTwoProcessesOneTick shows).
 func TestCronStoppedHolderNotReplaced(t *testing.T) {
 	t.Parallel()
-	be := newLoopback(t)
-	h1, repo := queueHost(t, map[string]string{
-		"flows/acme/heartbeat.md": cronFlowFor("heartbeat", "@every 1s", be.URL, ""),
-	}, hostOptions{})
-	h2 := startHost(t, hostOptions{repo: repo.dir, db: h1.db})
-	h2.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
-	eventually(t, 5*time.Second, "the schedule live in both processes", func() bool {
-		return len(statusSchedules(t, h1)) == 1 && len(statusSchedules(t, h2)) == 1
-	})
-	be.waitOn(t, "/tick", 1, 4*time.Second)
+	be, h1, h2 := twoCronProcesses(t)
 	holder, other := h1, h2
 	if len(h2.events("cron_tick")) > 0 {
 		holder, other = h2, h1
