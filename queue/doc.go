@@ -92,7 +92,11 @@
 //     the queue goes idle, without fsync (a process that dies leaves it in
 //     the page cache), and fsynced when the worker stops and by a drain. A
 //     power cut can only take it back to an older value, or to 0 when it
-//     does not verify: messages are delivered again, never skipped.
+//     does not verify: messages are delivered again, never skipped. A
+//     drain sets it to 0 before it empties the log, and the janitor
+//     deletes it before the log, so that it never points into messages
+//     appended after the log was emptied; one past the end of the log
+//     reads as 0.
 //
 // # Recovery
 //

@@ -103,20 +103,30 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 			return false, err
 		}
 	}
+	// The checkpoint goes first, durably: left alone beside an emptied
+	// log, it would tell a process taking the queue over, after others
+	// appended to the log created again, to skip their messages. Gone
+	// first, a stop here only means the processed log is delivered again.
 	removed := false
-	for _, name := range []string{segmentFile, ckptFile, retryFile, dlqFile, ackedFile} {
-		err := fsys.Remove(q.path(name))
-		switch {
-		case err == nil:
+	for _, names := range [][]string{{ckptFile}, {segmentFile, retryFile, dlqFile, ackedFile}} {
+		removedNow := false
+		for _, name := range names {
+			err := fsys.Remove(q.path(name))
+			switch {
+			case err == nil:
+				removedNow = true
+			case !errors.Is(err, fs.ErrNotExist):
+				return removed || removedNow, err
+			}
+		}
+		if removedNow {
 			removed = true
-		case !errors.Is(err, fs.ErrNotExist):
-			return removed, err
+			if err := fsys.SyncDir(dir); err != nil {
+				return true, err
+			}
 		}
 	}
-	if removed {
-		return true, fsys.SyncDir(dir)
-	}
-	return false, nil
+	return removed, nil
 }
 
 // keepCounter makes the id counter durable, and past the highest id in

@@ -288,15 +288,15 @@ func (q *Queue) recover() ([]Damage, error) {
 		}
 	}
 	q.durable.Store(end)
-	// a checkpoint past the recovered end (frames processed before their
-	// sync, then lost, or a drain cut short) comes back to it, so that
-	// new frames written there are not skipped
+	// a checkpoint past the recovered end was left by a drain cut short
+	// (as drains once ended) or by the loss of a processed frame: what the
+	// log holds now came after it, so it goes back to 0 (see Checkpoint)
 	b, err := readFile(q.fs, q.path(ckptFile))
 	if err != nil {
 		return damage, err
 	}
 	if ckpt, ok := decodeValue(ckptMagic, b); ok && int64(ckpt) > end {
-		if err := q.SaveCheckpoint(end); err != nil {
+		if err := q.SaveCheckpoint(0); err != nil {
 			return damage, err
 		}
 	}
@@ -668,9 +668,11 @@ func (q *Queue) Read(offset int64) (Message, int64, error) {
 // Size is the current length of segment.log in bytes.
 func (q *Queue) Size() (int64, error) { return fileSize(q.seg) }
 
-// Checkpoint returns the offset up to which everything is processed,
-// clamped to the log's length (a checkpoint past the end, left by a crash
-// during a drain, means everything).
+// Checkpoint returns the offset up to which everything is processed. A
+// checkpoint past the end of the log is 0: the log was emptied after it
+// was written (a drain cut short, as drains once ended, or files deleted
+// by the janitor), and what it holds now, appended since by any process,
+// is all to deliver; reading it as the end skipped those messages.
 func (q *Queue) Checkpoint() (int64, error) {
 	b, err := readFile(q.fs, q.path(ckptFile))
 	if err != nil {
@@ -681,7 +683,10 @@ func (q *Queue) Checkpoint() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return min(int64(v), size), nil
+	if int64(v) > size {
+		return 0, nil
+	}
+	return int64(v), nil
 }
 
 // SaveCheckpoint records, durably, that everything before offset is
@@ -825,9 +830,15 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	// the counter durable first (ids keep counting across the drain), then
-	// the log emptied, then the checkpoint: a crash between the last two
-	// leaves a checkpoint past the end, which Open brings back
+	// the checkpoint back to 0, then the log emptied. A crash between the
+	// last two leaves the whole log to deliver again (at least once); the
+	// other order left a checkpoint past the end, and a process taking the
+	// queue over after others had appended to the emptied log skipped
+	// their messages
 	if err := q.writeSeq(next, true); err != nil {
+		return err
+	}
+	if err := q.SaveCheckpoint(0); err != nil {
 		return err
 	}
 	if err := q.seg.Truncate(0); err != nil {
@@ -837,7 +848,7 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	q.durable.Store(0)
-	return q.SaveCheckpoint(0)
+	return nil
 }
 
 // NextID is the id the next message will get.
