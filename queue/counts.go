@@ -44,12 +44,15 @@ func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
 	if err != nil {
 		return Counts{}, err
 	}
-	ckpt, _ := decodeValue(ckptMagic, b)
+	ckpt, err := resolveCheckpoint(b, f, size)
+	if err != nil {
+		return Counts{}, err
+	}
 	var c Counts
 	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
 		if len(rec) > 0 && rec[0] == kindMessage {
 			c.Total++
-			if off < int64(ckpt) {
+			if off < ckpt {
 				c.Processed++
 			}
 		}

@@ -76,7 +76,12 @@
 //
 // segment.log.seq and segment.log.ckpt hold one value each: magic (4 bytes:
 // "NXS1" or "NXC1"), the value (8 bytes, uint64), CRC-32C of the first 12
-// bytes (4 bytes). segment.log.retry is magic "NXR1", a count n (4 bytes),
+// bytes (4 bytes). While a drain or the janitor empties the log,
+// segment.log.ckpt holds a drain marker of the same shape, magic "NXD1",
+// whose value is the next message id when it began: the messages of the
+// log being emptied have smaller ids, those appended since larger ones, so
+// a drain stopped at any point reads as the offset of the first message
+// appended since (or the end), never inside them. segment.log.retry is magic "NXR1", a count n (4 bytes),
 // n entries of id (8), offset (8), attempt (4) and due time (8, Unix
 // nanoseconds), then the CRC-32C of everything before it (4 bytes).
 //
@@ -93,10 +98,8 @@
 //     the page cache), and fsynced when the worker stops and by a drain. A
 //     power cut can only take it back to an older value, or to 0 when it
 //     does not verify: messages are delivered again, never skipped. A
-//     drain sets it to 0 before it empties the log, and the janitor
-//     deletes it before the log, so that it never points into messages
-//     appended after the log was emptied; one past the end of the log
-//     reads as 0.
+//     checkpoint past the end of the log (left by an older version's
+//     drain) reads as 0.
 //
 // # Recovery
 //

@@ -77,6 +77,11 @@ func fixtureFiles(t *testing.T) map[string][]byte {
 	for golden, name := range files {
 		out[golden] = fileBytes(t, OS{}, root, name)
 	}
+	// the drain marker, as a drain writes it before it empties the log
+	if err := q.markDrain(2); err != nil {
+		t.Fatal(err)
+	}
+	out["drain_marker"] = fileBytes(t, OS{}, root, ckptFile)
 	return out
 }
 

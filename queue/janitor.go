@@ -99,16 +99,20 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 		return false, err
 	}
 	if size > 0 {
-		if err := q.keepCounter(size); err != nil {
+		// the counter durable and past the log's ids, then the drain
+		// marked in the checkpoint (as Drain does): a janitor that dies
+		// before the checkpoint is gone leaves one that tells the deleted
+		// log's messages from those appended since to a log created again
+		next, err := q.keepCounter(size)
+		if err != nil {
+			return false, err
+		}
+		if err := q.markDrain(next); err != nil {
 			return false, err
 		}
 	}
-	// The checkpoint goes first, durably: left alone beside an emptied
-	// log, it would tell a process taking the queue over, after others
-	// appended to the log created again, to skip their messages. Gone
-	// first, a stop here only means the processed log is delivered again.
 	removed := false
-	for _, names := range [][]string{{ckptFile}, {segmentFile, retryFile, dlqFile, ackedFile}} {
+	for _, names := range [][]string{{segmentFile, retryFile, dlqFile, ackedFile}, {ckptFile}} {
 		removedNow := false
 		for _, name := range names {
 			err := fsys.Remove(q.path(name))
@@ -132,26 +136,28 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 // keepCounter makes the id counter durable, and past the highest id in
 // segment.log (size bytes), before the janitor deletes the log: appends
 // rewrite the counter without fsync because recovery can raise it from the
-// log, which is about to go. The caller holds the append lock.
-func (q *Queue) keepCounter(size int64) error {
+// log, which is about to go. It returns the counter. The caller holds the
+// append lock.
+func (q *Queue) keepCounter(size int64) (uint64, error) {
 	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer seg.Close()
 	maxID, _, _, err := scanIDs(seg, size)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
-		return err
+		return 0, err
 	}
 	defer q.seq.Close()
 	next, err := q.readSeq()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return q.writeSeq(max(next, maxID+1), true)
+	next = max(next, maxID+1)
+	return next, q.writeSeq(next, true)
 }
 
 // Start begins the housekeeping of idle queues (every SweepEvery) and

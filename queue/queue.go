@@ -288,15 +288,18 @@ func (q *Queue) recover() ([]Damage, error) {
 		}
 	}
 	q.durable.Store(end)
-	// a checkpoint past the recovered end was left by a drain cut short
-	// (as drains once ended) or by the loss of a processed frame: what the
-	// log holds now came after it, so it goes back to 0 (see Checkpoint)
+	// a drain stopped midway, or a checkpoint past the recovered end,
+	// resolves to a plain checkpoint (see resolveCheckpoint)
 	b, err := readFile(q.fs, q.path(ckptFile))
 	if err != nil {
 		return damage, err
 	}
-	if ckpt, ok := decodeValue(ckptMagic, b); ok && int64(ckpt) > end {
-		if err := q.SaveCheckpoint(0); err != nil {
+	if v, ok := decodeValue(ckptMagic, b); !ok && len(b) > 0 || ok && int64(v) > end {
+		ckpt, err := resolveCheckpoint(b, q.seg, end)
+		if err != nil {
+			return damage, err
+		}
+		if err := q.SaveCheckpoint(ckpt); err != nil {
 			return damage, err
 		}
 	}
@@ -323,7 +326,12 @@ func fileSize(f File) (int64, error) {
 var (
 	seqMagic  = [4]byte{'N', 'X', 'S', '1'}
 	ckptMagic = [4]byte{'N', 'X', 'C', '1'}
-	retMagic  = [4]byte{'N', 'X', 'R', '1'}
+	// drainMagic marks segment.log.ckpt while a drain or the janitor
+	// empties the log: its value is the next message id when it began.
+	// Every message of the log being emptied has a smaller id, every
+	// message appended after it a larger one (see resolveCheckpoint).
+	drainMagic = [4]byte{'N', 'X', 'D', '1'}
+	retMagic   = [4]byte{'N', 'X', 'R', '1'}
 )
 
 // encodeValue is the format of .seq and .ckpt: magic, value, CRC.
@@ -668,25 +676,18 @@ func (q *Queue) Read(offset int64) (Message, int64, error) {
 // Size is the current length of segment.log in bytes.
 func (q *Queue) Size() (int64, error) { return fileSize(q.seg) }
 
-// Checkpoint returns the offset up to which everything is processed. A
-// checkpoint past the end of the log is 0: the log was emptied after it
-// was written (a drain cut short, as drains once ended, or files deleted
-// by the janitor), and what it holds now, appended since by any process,
-// is all to deliver; reading it as the end skipped those messages.
+// Checkpoint returns the offset up to which everything is processed (see
+// resolveCheckpoint for a drain stopped midway).
 func (q *Queue) Checkpoint() (int64, error) {
 	b, err := readFile(q.fs, q.path(ckptFile))
 	if err != nil {
 		return 0, err
 	}
-	v, _ := decodeValue(ckptMagic, b)
 	size, err := fileSize(q.seg)
 	if err != nil {
 		return 0, err
 	}
-	if int64(v) > size {
-		return 0, nil
-	}
-	return int64(v), nil
+	return resolveCheckpoint(b, q.seg, size)
 }
 
 // SaveCheckpoint records, durably, that everything before offset is
@@ -830,15 +831,16 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	// the counter durable first (ids keep counting across the drain), then
-	// the checkpoint back to 0, then the log emptied. A crash between the
-	// last two leaves the whole log to deliver again (at least once); the
-	// other order left a checkpoint past the end, and a process taking the
-	// queue over after others had appended to the emptied log skipped
-	// their messages
+	// the drain marked in the checkpoint, the log emptied, and the
+	// checkpoint back to 0. A process that dies anywhere in between leaves
+	// a checkpoint that still tells the emptied log's messages (ids below
+	// next) from those appended since: none is delivered again, none
+	// skipped (a checkpoint left past the end of the emptied log once made
+	// a process taking the queue over skip what others appended to it)
 	if err := q.writeSeq(next, true); err != nil {
 		return err
 	}
-	if err := q.SaveCheckpoint(0); err != nil {
+	if err := q.markDrain(next); err != nil {
 		return err
 	}
 	if err := q.seg.Truncate(0); err != nil {
@@ -848,8 +850,67 @@ func (q *Queue) Drain() error {
 		return err
 	}
 	q.durable.Store(0)
+	return q.SaveCheckpoint(0)
+}
+
+// markDrain records, durably, that the log of messages with ids below next
+// is processed and being emptied.
+func (q *Queue) markDrain(next uint64) error {
+	f, err := q.openCheckpoint()
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(encodeValue(drainMagic, next), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("marking the drain in %s: %w", ckptFile, err)
+	}
 	return nil
 }
+
+// resolveCheckpoint reads the checkpoint file's bytes b against the log seg
+// of size bytes. A checkpoint past the end is 0 (the log was emptied after
+// it was written, by a version that did not mark its drains). A drain
+// marker, left by a drain or the janitor stopped midway, is the offset of
+// the first message with an id at or past its value: the frames before it
+// are the processed log the drain was emptying, the ones from it on were
+// appended since (by any process), whether the log was emptied or not.
+// Anything else is 0.
+func resolveCheckpoint(b []byte, seg File, size int64) (int64, error) {
+	if v, ok := decodeValue(ckptMagic, b); ok {
+		if int64(v) > size {
+			return 0, nil
+		}
+		return int64(v), nil
+	}
+	next, ok := decodeValue(drainMagic, b)
+	if !ok {
+		return 0, nil
+	}
+	at := int64(-1)
+	end, _, err := scan(seg, segmentFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) >= 9 && rec[0] == kindMessage && binary.BigEndian.Uint64(rec[1:9]) >= next {
+			at = off
+			return errStopScan
+		}
+		return nil
+	})
+	switch {
+	case at >= 0:
+		return at, nil
+	case err != nil:
+		return 0, err
+	}
+	return end, nil
+}
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop the scan")
 
 // NextID is the id the next message will get.
 func (q *Queue) NextID() (uint64, error) { return q.readSeq() }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -330,9 +331,6 @@ func TestDrainCrash(t *testing.T) {
 		}
 		if c, s := checkpoint(t, q), size(t, q); c < s {
 			redelivered = append(redelivered, k)
-			if c != 0 || s != msgs[2].Offset+frameLen(msgs[2]) {
-				t.Errorf("crash at operation %d of a drain: checkpoint %d in a log of %d bytes, want the whole log of 3 messages from 0", k, c, s)
-			}
 		}
 		next, err := q.Append(newMessage(9, 40))
 		if err != nil {
@@ -342,13 +340,12 @@ func TestDrainCrash(t *testing.T) {
 			t.Errorf("crash at operation %d of a drain: id %d reissued", k, next.ID)
 		}
 	}
-	// Drain resets the checkpoint (durably) before it empties the log: a
-	// crash in between delivers the processed messages again, whole (at
-	// least once), and never leaves a checkpoint past the end.
-	if len(redelivered) == 0 || len(redelivered) > 4 {
-		t.Errorf("a crash at operations %v of a drain delivers the processed messages again; want the few between the checkpoint's reset and the log's truncation", redelivered)
+	if len(redelivered) > 0 {
+		// Drain marks itself in the checkpoint (durably) before it
+		// empties the log, so a crash at any point leaves a checkpoint
+		// that still covers the processed messages (resolveCheckpoint).
+		t.Errorf("a crash at operations %v of a drain delivers the processed messages again", redelivered)
 	}
-	t.Logf("a crash at operations %v delivers the 3 processed messages again", redelivered)
 }
 
 // TestTakeoverAfterHousekeepingCutShort: the leader's drain, or the
@@ -356,9 +353,9 @@ func TestDrainCrash(t *testing.T) {
 // operations in turn (as when the process dies there). Another process's
 // handle, opened before, then appends messages, more bytes of them than
 // the log held, and takes the queue over: every one of them is at or
-// after its checkpoint, so it is delivered. (A drain that emptied the log
-// before resetting the checkpoint left a checkpoint inside the new
-// messages, and the takeover skipped them.)
+// after its checkpoint, so it is delivered, and none of the processed ones
+// is, unless the cut tore the checkpoint's own write. (A drain that emptied the log before resetting the checkpoint left a
+// checkpoint inside the new messages, and the takeover skipped them.)
 func TestTakeoverAfterHousekeepingCutShort(t *testing.T) {
 	for _, step := range []string{"drain", "janitor"} {
 		t.Run(step, func(t *testing.T) {
@@ -395,14 +392,26 @@ func TestTakeoverAfterHousekeepingCutShort(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var got []Message
+				var got []uint64
 				for _, msg := range readAll(t, standby) {
-					if msg.Offset >= c && msg.ID >= want[0].ID {
-						got = append(got, msg)
+					if msg.Offset >= c {
+						got = append(got, msg.ID)
 					}
 				}
-				if len(got) != len(want) {
-					t.Errorf("cut at operation %d of the %s: the takeover's checkpoint %d leaves %d of the %d messages appended since to deliver", k, step, c, len(got), len(want))
+				wantIDs := make([]uint64, len(want))
+				for i, msg := range want {
+					wantIDs[i] = msg.ID
+				}
+				// none skipped; the processed ones delivered again only when
+				// the cut tore the checkpoint's own write (which reads as 0)
+				torn := false
+				if b, err := readFile(m, filepath.Join(root, testTenant, testFlow, ckptFile)); err == nil && len(b) > 0 {
+					_, plain := decodeValue(ckptMagic, b)
+					_, marker := decodeValue(drainMagic, b)
+					torn = !plain && !marker
+				}
+				if !slices.Equal(got, wantIDs) && !(torn && slices.Equal(got[max(len(got)-len(wantIDs), 0):], wantIDs)) {
+					t.Errorf("cut at operation %d of the %s: from the takeover's checkpoint %d the ids %v are to deliver, want the %v appended since (none skipped, none processed again)", k, step, c, got, wantIDs)
 				}
 			}
 		})
