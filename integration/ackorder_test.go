@@ -755,6 +755,20 @@ type frameWrite struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// callsOn is the calls of the trace whose first argument is a descriptor
+// of the file at path, in trace order.
+func (tr *straceLog) callsOn(path string) []*traceCall {
+	var out []*traceCall
+	for _, c := range tr.calls {
+		if len(c.args) > 0 {
+			if fd, _ := fdPath(c.args[0]); fd == path {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // segmentFrames reads the pwrite64 calls to the segment.log at path: the
 // message frames they wrote, by message id, in trace order (only frames
 // whose CRC verifies, in the bytes the call returned it wrote); and the
@@ -762,13 +776,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func segmentFrames(tr *straceLog, path string) (map[uint64][]frameWrite, []*traceCall, error) {
 	frames := map[uint64][]frameWrite{}
 	var syncs []*traceCall
-	for _, c := range tr.calls {
-		if len(c.args) == 0 {
-			continue
-		}
-		if fd, _ := fdPath(c.args[0]); fd != path {
-			continue
-		}
+	for _, c := range tr.callsOn(path) {
 		switch c.name {
 		case "fdatasync":
 			if c.succeeded() {

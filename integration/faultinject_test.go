@@ -604,13 +604,7 @@ func (b *logBatch) describe(answers []faultAnswer) string {
 // trace.
 func logBatches(tr *straceLog, path string) ([]*logBatch, error) {
 	var out []*logBatch
-	for _, c := range tr.calls {
-		if len(c.args) == 0 {
-			continue
-		}
-		if fd, _ := fdPath(c.args[0]); fd != path {
-			continue
-		}
+	for _, c := range tr.callsOn(path) {
 		switch c.name {
 		case "pwrite64":
 			if len(c.args) != 4 {
