@@ -237,8 +237,13 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		// worker, standing by on the lock the old one held, tries it now
 		_, w, err := m.Queue(tenant, flow)
 		if err != nil {
-			m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
-				"tenant", tenant, "flow", flow, "error", err.Error())
+			m.mu.Lock()
+			closed := m.closed // shut down meanwhile: nothing to reopen
+			m.mu.Unlock()
+			if !closed {
+				m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
+					"tenant", tenant, "flow", flow, "error", err.Error())
+			}
 			return
 		}
 		w.Wake()
