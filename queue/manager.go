@@ -227,12 +227,6 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		defer m.retiring.Done()
 		e.w.Stop()
 		e.q.Close()
-		m.mu.Lock()
-		closed := m.closed
-		m.mu.Unlock()
-		if closed {
-			return
-		}
 		// the queue opened again (by a submission meanwhile, or here): its
 		// worker, standing by on the lock the old one held, tries it now
 		_, w, err := m.Queue(tenant, flow)
