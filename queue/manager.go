@@ -218,11 +218,11 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.queues[k]
-	if !ok || e.q != old {
-		return
+	if !ok || e.q != old || m.closed {
+		return // reopened already, or Stop closes it
 	}
 	delete(m.queues, k)
-	m.retiring.Add(1)
+	m.retiring.Add(1) // under m.mu, before Stop sets closed and waits
 	go func() {
 		defer m.retiring.Done()
 		e.w.Stop()
