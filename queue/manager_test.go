@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -335,13 +333,7 @@ func TestManagerReopensPoisonedQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	hooks.mu.Lock()
-	hooks.failSync = func(string) (err error) {
-		once.Do(func() { err = syscall.EIO })
-		return err
-	}
-	hooks.mu.Unlock()
+	hooks.failNextSync()
 	if _, err := m.Append("acme", "orders", enqueue("lost?")); err == nil {
 		t.Fatal("Append with a failing fdatasync succeeded")
 	}
@@ -396,13 +388,7 @@ func TestManagerFailedAppendDoesNotWaitForTheDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.wait(t, 1) // the slow delivery is in flight
-	var once sync.Once
-	hooks.mu.Lock()
-	hooks.failSync = func(string) (err error) {
-		once.Do(func() { err = syscall.EIO })
-		return err
-	}
-	hooks.mu.Unlock()
+	hooks.failNextSync()
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.Append("acme", "orders", enqueue("lost?"))

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -783,13 +782,7 @@ func TestManagerReplayAfterFailedSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.WaitCalls(t, 1)
-	var once sync.Once
-	hooks.mu.Lock()
-	hooks.failSync = func(string) (err error) {
-		once.Do(func() { err = syscall.EIO })
-		return err
-	}
-	hooks.mu.Unlock()
+	hooks.failNextSync()
 	if _, err := m.Replay(wTenant, wFlow, 7, "replay", "cid-1"); !errors.Is(err, queue.ErrPoisoned) {
 		t.Fatalf("Replay with a failing fdatasync = %v, want ErrPoisoned", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,6 +232,17 @@ type hookFS struct {
 	onStat     func(path string)             // before segment.log is stat'ed
 	failSync   func(path string) error       // a non-nil error fails segment.log's Sync
 	onOpen     func(path string, flag int)   // before any file of the queue is opened
+}
+
+// failNextSync makes the next Sync of segment.log fail with EIO, once.
+func (h *hookFS) failNextSync() {
+	var once sync.Once
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failSync = func(string) (err error) {
+		once.Do(func() { err = syscall.EIO })
+		return err
+	}
 }
 
 func (h *hookFS) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
