@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -326,10 +327,13 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 		return info
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
-	if st, err := q.fs.Stat(q.path(segmentFile)); err == nil {
-		b, _ := readFile(q.fs, q.path(ckptFile))
-		ckpt, _ := decodeValue(ckptMagic, b)
-		info.Depth = max(st.Size()-int64(ckpt), 0)
+	if seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0); err == nil {
+		if size, err := fileSize(seg); err == nil {
+			b, _ := readFile(q.fs, q.path(ckptFile))
+			ckpt, _ := resolveCheckpoint(b, seg, size)
+			info.Depth = size - ckpt
+		}
+		seg.Close()
 	}
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)

@@ -294,11 +294,11 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return damage, err
 	}
-	if v, ok := decodeValue(ckptMagic, b); !ok && len(b) > 0 || ok && int64(v) > end {
-		ckpt, err := resolveCheckpoint(b, q.seg, end)
-		if err != nil {
-			return damage, err
-		}
+	ckpt, err := resolveCheckpoint(b, q.seg, end)
+	if err != nil {
+		return damage, err
+	}
+	if v, ok := decodeValue(ckptMagic, b); len(b) > 0 && (!ok || int64(v) != ckpt) {
 		if err := q.SaveCheckpoint(ckpt); err != nil {
 			return damage, err
 		}
@@ -693,11 +693,17 @@ func (q *Queue) Checkpoint() (int64, error) {
 // SaveCheckpoint records, durably, that everything before offset is
 // processed: the value is rewritten in place and fsynced.
 func (q *Queue) SaveCheckpoint(offset int64) error {
+	return q.saveCheckpointRecord(ckptMagic, uint64(offset))
+}
+
+// saveCheckpointRecord rewrites segment.log.ckpt durably with one value:
+// a checkpoint (ckptMagic) or a drain marker (drainMagic).
+func (q *Queue) saveCheckpointRecord(magic [4]byte, v uint64) error {
 	f, err := q.openCheckpoint()
 	if err != nil {
 		return err
 	}
-	err = writeCheckpoint(f, offset, true)
+	err = writeCheckpointRecord(f, magic, v, true)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("writing %s: %w", ckptFile, cerr)
 	}
@@ -730,7 +736,11 @@ func (q *Queue) openCheckpoint() (File, error) {
 // lost or torn by a power cut reads as an older value or as 0: messages
 // are delivered again, never skipped.
 func writeCheckpoint(f File, offset int64, durable bool) error {
-	if _, err := f.WriteAt(encodeValue(ckptMagic, uint64(offset)), 0); err != nil {
+	return writeCheckpointRecord(f, ckptMagic, uint64(offset), durable)
+}
+
+func writeCheckpointRecord(f File, magic [4]byte, v uint64, durable bool) error {
+	if _, err := f.WriteAt(encodeValue(magic, v), 0); err != nil {
 		return fmt.Errorf("writing %s: %w", ckptFile, err)
 	}
 	if durable {
@@ -856,21 +866,7 @@ func (q *Queue) Drain() error {
 // markDrain records, durably, that the log of messages with ids below next
 // is processed and being emptied.
 func (q *Queue) markDrain(next uint64) error {
-	f, err := q.openCheckpoint()
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(encodeValue(drainMagic, next), 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("marking the drain in %s: %w", ckptFile, err)
-	}
-	return nil
+	return q.saveCheckpointRecord(drainMagic, next)
 }
 
 // resolveCheckpoint reads the checkpoint file's bytes b against the log seg

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -528,5 +529,47 @@ func TestOpenRefusesBadNames(t *testing.T) {
 		if _, err := Dir(root, tc.tenant, tc.flow); err == nil {
 			t.Errorf("Dir(%q, %q) succeeded", tc.tenant, tc.flow)
 		}
+	}
+}
+
+// TestDrainMarkerReadEverywhere: a drain stopped after its marker, with a
+// message appended since, reads the same to every reader of the
+// checkpoint: the worker's Checkpoint, a reopening's recovery, the
+// management counts and the listing of a queue this process has not
+// opened. The processed messages are behind it, the new one in front.
+func TestDrainMarkerReadEverywhere(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	appendN(t, q, 0, 3)
+	processed := size(t, q)
+	if err := q.SaveCheckpoint(processed); err != nil {
+		t.Fatal(err)
+	}
+	next, err := q.NextID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.markDrain(next); err != nil { // the drain stops here
+		t.Fatal(err)
+	}
+	if _, err := q.Append(newMessage(9, 40)); err != nil {
+		t.Fatal(err)
+	}
+	depth := size(t, q) - processed
+	if c := checkpoint(t, q); c != processed {
+		t.Errorf("Checkpoint() = %d, want %d (the first message appended since the marker)", c, processed)
+	}
+	counts, err := ReadCounts(root, testTenant, testFlow, nil)
+	if err != nil || counts.Total != 4 || counts.Processed != 3 {
+		t.Errorf("ReadCounts = %+v, %v; want 4 in all, 3 processed", counts, err)
+	}
+	q.Close()
+	m := NewManager(ManagerConfig{Root: root})
+	if info, ok := m.Info(testTenant, testFlow); !ok || info.Depth != depth {
+		t.Errorf("Info of the queue on disk: %+v, %v; want depth %d", info, ok, depth)
+	}
+	openQueue(t, root, Options{}) // recovery rewrites the marker
+	if b := fileBytes(t, OS{}, root, ckptFile); !bytes.Equal(b, encodeValue(ckptMagic, uint64(processed))) {
+		t.Errorf("after reopening, segment.log.ckpt holds % x, want the plain checkpoint %d", b, processed)
 	}
 }
