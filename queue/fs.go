@@ -87,7 +87,7 @@ func MakeDir(fsys FS, root string, names ...string) error {
 		case err != nil:
 			return err
 		case info.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%s is a symbolic link: %w", dir, ErrLink)
+			return linkError(dir)
 		case !info.IsDir():
 			return fmt.Errorf("%s is not a folder", dir)
 		}
@@ -106,10 +106,14 @@ func NewFileLock(path string) *flock.Flock {
 func openNoFollow(name string, flag int, perm fs.FileMode) (*os.File, error) {
 	f, err := os.OpenFile(name, flag|syscall.O_NOFOLLOW, perm)
 	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%s is a symbolic link: %w", name, ErrLink)
+		return nil, linkError(name)
 	}
 	return f, err
 }
+
+// linkError names a symbolic link found where the state directory's
+// folder or file should be.
+func linkError(path string) error { return fmt.Errorf("%s is a symbolic link: %w", path, ErrLink) }
 
 // Rename renames a file.
 func (OS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
