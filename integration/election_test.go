@@ -416,13 +416,13 @@ func (l *steadyLoad) stop() {
 
 // TestElectionQueueKillLeader runs three processes on one state directory
 // with one queue flow, a client submitting a message every 20 ms to each
-// live process in turn, and kills the queue's leader with SIGKILL 20 times
-// (5 with -short), each a random 100–500 ms after its first delivery. A
+// live process in turn, and kills the queue's leader with SIGKILL 100 times
+// (10 with -short), each a random 100–500 ms after its first delivery. A
 // new process starts at each kill and takes submissions once a standby
 // has logged worker_started (a worker starts with its process's first
 // submission, so until then it cannot contend). A cycle takes under half a
-// second on an idle machine (8 s in all), up to about 1.5 s on a loaded
-// one. Each delivery goes through the HTTP_PROXY of the process that made
+// second on an idle machine (about 35 s in all), up to about 1.5 s on a
+// loaded one. Each delivery goes through the HTTP_PROXY of the process that made
 // it, a loopback of its own, so the backend knows who delivered what.
 //
 // The standbys try the lock at every Poll and at each submission they
@@ -438,9 +438,9 @@ func (l *steadyLoad) stop() {
 // which two processes delivered do not overlap.
 func TestElectionQueueKillLeader(t *testing.T) {
 	t.Parallel()
-	cycles := 20
+	cycles := 100
 	if testing.Short() {
-		cycles = 5
+		cycles = 10
 	}
 	began := time.Now()
 	c := newElectionCluster(t, map[string]string{"flows/acme/elected.md": electedFlow}, true, "elected")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -106,16 +107,25 @@ func TestAppendConcurrent(t *testing.T) {
 	checkLog(t, q, acked)
 }
 
-// helperRootEnv names the root that TestHelperProcessAppend appends to.
-const helperRootEnv = "NEXUS_QUEUE_HELPER_ROOT"
+// The helper process's settings: the root it appends to, and the index of
+// its first message (see appendFrom).
+const (
+	helperRootEnv = "NEXUS_QUEUE_HELPER_ROOT"
+	helperFromEnv = "NEXUS_QUEUE_HELPER_FROM"
+)
 
-// TestHelperProcessAppend is the second process of
-// TestAppendTwoProcesses: it prints "ready", appends 500 messages from 4
+// TestHelperProcessAppend is one of the other processes of
+// TestAppendThreeProcesses: it prints "ready", waits for a line on its
+// standard input, appends appendsPerProcess messages from appenders
 // goroutines and prints "acked id offset index" for each.
 func TestHelperProcessAppend(t *testing.T) {
 	root := os.Getenv(helperRootEnv)
 	if root == "" {
-		t.Skip("the second process of TestAppendTwoProcesses")
+		t.Skip("another process of TestAppendThreeProcesses")
+	}
+	from, err := strconv.Atoi(os.Getenv(helperFromEnv))
+	if err != nil {
+		t.Fatal(err)
 	}
 	q, _, err := Open(root, testTenant, testFlow, Options{})
 	if err != nil {
@@ -126,7 +136,10 @@ func TestHelperProcessAppend(t *testing.T) {
 	var mu sync.Mutex
 	fmt.Fprintln(out, "ready")
 	out.Flush()
-	appendFrom(q, 10000, func(m Message, err error) {
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	appendFrom(q, from, func(m Message, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -138,62 +151,96 @@ func TestHelperProcessAppend(t *testing.T) {
 	out.Flush()
 }
 
-// appendFrom appends messages from+0 … from+499 from 4 goroutines.
+// Each process of TestAppendThreeProcesses appends from appenders
+// goroutines at once, appendsPerProcess messages in all.
+const (
+	appenders         = 32
+	appendsPerProcess = appenders * 16
+)
+
+// appendFrom appends messages from+0 … from+appendsPerProcess-1 from
+// appenders goroutines.
 func appendFrom(q *Queue, from int, done func(Message, error)) {
 	var wg sync.WaitGroup
-	for g := range 4 {
+	per := appendsPerProcess / appenders
+	for g := range appenders {
 		wg.Go(func() {
-			for i := range 125 {
-				done(q.Append(newMessage(from+g*125+i, 60)))
+			for i := range per {
+				done(q.Append(newMessage(from+g*per+i, 60)))
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// TestAppendTwoProcesses: this process and another append 500 messages
-// each to the same queue at the same time (RELIABILITY F.27).
-func TestAppendTwoProcesses(t *testing.T) {
-	root := t.TempDir()
-	q, _ := openQueue(t, root, Options{})
+// appendProcess is another process of TestAppendThreeProcesses.
+type appendProcess struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	ready   chan struct{}
+	scanned chan struct{} // closed when its output ends
+	lines   []string
+	acked   []Message
+}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessAppend$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperRootEnv+"="+root)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+// startAppendProcess starts a process that appends to root's queue from
+// message index from on, once go is called.
+func startAppendProcess(t *testing.T, root string, from int) *appendProcess {
+	p := &appendProcess{ready: make(chan struct{}), scanned: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperProcessAppend$", "-test.count=1")
+	p.cmd.Env = append(os.Environ(), helperRootEnv+"="+root, helperFromEnv+"="+strconv.Itoa(from))
+	p.cmd.Stderr = os.Stderr
+	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	var theirs []Message
-	var lines []string
-	scanned := make(chan struct{})
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
 	go func() {
-		defer close(scanned)
+		defer close(p.scanned)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
-			lines = append(lines, line)
+			p.lines = append(p.lines, line)
 			var m Message
 			var idx int
 			if line == "ready" {
-				close(ready)
+				close(p.ready)
 			} else if _, err := fmt.Sscanf(line, "acked %d %d %d", &m.ID, &m.Offset, &idx); err == nil {
 				nm := newMessage(idx, 60)
 				m.Source, m.CorrelationID, m.Payload = nm.Source, nm.CorrelationID, nm.Payload
-				theirs = append(theirs, m)
+				p.acked = append(p.acked, m)
 			}
 		}
 	}()
 	select {
-	case <-ready:
-	case <-scanned:
-		t.Fatalf("the second process did not start: %v", lines)
+	case <-p.ready:
+	case <-p.scanned:
+		t.Fatalf("the process appending from %d did not start: %v", from, p.lines)
 	case <-time.After(time.Minute):
-		t.Fatal("the second process did not get ready")
+		t.Fatalf("the process appending from %d did not get ready", from)
+	}
+	return p
+}
+
+// TestAppendThreeProcesses: this process and two others append 512
+// messages each, from 32 goroutines each, to the same queue at the same
+// time (RELIABILITY F.27): every acknowledged message is in the log as
+// acknowledged, the frames are back to back with ids 1…1,536, and
+// reopening finds no damage.
+func TestAppendThreeProcesses(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	others := []*appendProcess{startAppendProcess(t, root, 10000), startAppendProcess(t, root, 20000)}
+	for _, p := range others {
+		if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	var mu sync.Mutex
@@ -207,31 +254,35 @@ func TestAppendTwoProcesses(t *testing.T) {
 		ours = append(ours, m)
 		mu.Unlock()
 	})
-	<-scanned
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the second process: %v\n%s", err, strings.Join(lines, "\n"))
+	all := ours
+	for _, p := range others {
+		<-p.scanned
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("the process appending from %s: %v\n%s", p.cmd.Env[len(p.cmd.Env)-1], err, strings.Join(p.lines, "\n"))
+		}
+		all = append(all, p.acked...)
 	}
-	if len(ours) != 500 || len(theirs) != 500 {
-		t.Fatalf("acknowledged %d here and %d there, want 500 each", len(ours), len(theirs))
+	if len(ours) != appendsPerProcess || len(others[0].acked) != appendsPerProcess || len(others[1].acked) != appendsPerProcess {
+		t.Fatalf("acknowledged %d, %d and %d, want %d each", len(ours), len(others[0].acked), len(others[1].acked), appendsPerProcess)
 	}
 
-	// the other process's messages carry its clock: take EnqueuedAt from the log
+	// the other processes' messages carry their clocks: take EnqueuedAt from the log
 	got := readAll(t, q)
 	byID := map[uint64]Message{}
 	for _, m := range got {
 		byID[m.ID] = m
 	}
-	for i, m := range theirs {
-		theirs[i].EnqueuedAt = byID[m.ID].EnqueuedAt
+	for i, m := range all {
+		all[i].EnqueuedAt = byID[m.ID].EnqueuedAt
 	}
-	switches := 0 // from one process's frames to the other's
+	switches := 0 // from one process's frames to another's
 	for i := 1; i < len(got); i++ {
-		if (sentIndex(t, got[i]) >= 10000) != (sentIndex(t, got[i-1]) >= 10000) {
+		if sentIndex(t, got[i])/10000 != sentIndex(t, got[i-1])/10000 {
 			switches++
 		}
 	}
-	t.Logf("the two processes' frames alternate %d times in the log", switches)
-	checkLog(t, q, append(ours, theirs...))
+	t.Logf("the three processes' frames alternate %d times in the log", switches)
+	checkLog(t, q, all)
 	q.Close()
 	if _, damage := openQueue(t, root, Options{}); len(damage) != 0 {
 		t.Errorf("reopening found %v", damage)
@@ -374,13 +425,13 @@ func TestAppendPoisonedWhileBatching(t *testing.T) {
 }
 
 // TestAppendCrash cuts the power at a random operation of a stream of
-// concurrent appends, 200 times (RELIABILITY A.2): every acknowledged
+// concurrent appends, 2,000 times (RELIABILITY A.2): every acknowledged
 // message is read back after the reboot, nothing else is delivered but
 // whole frames that were sent, and no id is reissued.
 func TestAppendCrash(t *testing.T) {
-	seeds := 200
+	seeds := 2000
 	if testing.Short() {
-		seeds = 40
+		seeds = 400
 	}
 	for seed := range seeds {
 		m, root := settledMemQueue(t)

@@ -420,9 +420,10 @@ func TestTakeoverAfterHousekeepingCutShort(t *testing.T) {
 }
 
 // TestDrainConcurrentAppends drains the log whenever everything is
-// processed, while 8 goroutines append (RELIABILITY A.8): every
-// acknowledged message is processed or still in the log, and no id is
-// issued twice. The race depends on timing: 5 rounds.
+// processed, while 64 goroutines append 32 messages each (RELIABILITY
+// A.8): every acknowledged message is processed or still in the log, and
+// no id is issued twice. The race depends on timing: 5 rounds, 10,240
+// messages in all.
 func TestDrainConcurrentAppends(t *testing.T) {
 	for round := 1; round <= 5; round++ {
 		lost, reissued, acked := drainWhileAppending(t)
@@ -440,10 +441,10 @@ func drainWhileAppending(t *testing.T) (lost, reissued, acked int) {
 	ids := map[uint64]int{} // acknowledged ids, with how many messages got each
 	var sent []string       // correlation IDs of the acknowledged messages
 	var wg sync.WaitGroup
-	for g := range 8 {
+	for g := range 64 {
 		wg.Go(func() {
-			for i := range 100 {
-				m, err := q.Append(newMessage(g*100+i, 40))
+			for i := range 32 {
+				m, err := q.Append(newMessage(g*32+i, 40))
 				if err != nil {
 					t.Error(err)
 					return
