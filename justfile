@@ -26,6 +26,11 @@ bench-run:
 bench-enqueue:
     go test -run '^$' -bench BenchmarkEnqueue -benchtime 1x ./bench/
 
+# The reliability plan's nightly tier, for hours (docs/reliability.md): the queue and end-to-end tests at their nightly counts, then each fuzz target for 30 minutes.
+soak:
+    NEXUS_SOAK=1 go test -count=1 -timeout 24h ./queue/ ./integration/
+    just fuzz 30m
+
 # Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
 fuzz time="60s":
     #!/usr/bin/env bash

@@ -429,10 +429,7 @@ func (s *crashSink) missing(acked map[string]uint64) []string {
 }
 
 func TestCrashKillNineUnderLoad(t *testing.T) {
-	cycles, clients := 50, 32
-	if testing.Short() {
-		cycles = 5
-	}
+	cycles, clients := figure(50, 5, 1000), 32
 	sink := newCrashSink(t)
 	sinkFlow := `---
 flowmarkdown_version: "0.1"

@@ -151,10 +151,7 @@ type deployView struct {
 // asks for one kill in each place.
 func TestDeployKillNineLeavesOneCommit(t *testing.T) {
 	t.Parallel()
-	cycles, atLeast := 100, 3
-	if testing.Short() {
-		cycles, atLeast = 40, 1
-	}
+	cycles, atLeast := figure(100, 40, 1000), figure(3, 1, 30)
 	seed := uint64(time.Now().UnixNano())
 	rnd := rand.New(rand.NewPCG(seed, 0x6465706c6f79))
 	t.Logf("seed %d", seed)

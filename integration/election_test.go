@@ -438,10 +438,7 @@ func (l *steadyLoad) stop() {
 // which two processes delivered do not overlap.
 func TestElectionQueueKillLeader(t *testing.T) {
 	t.Parallel()
-	cycles := 100
-	if testing.Short() {
-		cycles = 10
-	}
+	cycles := figure(100, 10, 1000)
 	began := time.Now()
 	c := newElectionCluster(t, map[string]string{"flows/acme/elected.md": electedFlow}, true, "elected")
 	for range 3 {
@@ -653,10 +650,7 @@ func TestElectionQueueKillLeader(t *testing.T) {
 // of each kill; every tick logged reaches the backend.
 func TestElectionCronKillTicker(t *testing.T) {
 	t.Parallel()
-	kills := 5
-	if testing.Short() {
-		kills = 2
-	}
+	kills := figure(5, 2, 50)
 	began := time.Now()
 	be := newLoopback(t)
 	const flowName = "heartbeat"

@@ -377,3 +377,16 @@ func missingTool(t *testing.T, test, why string) {
 	}
 	t.Skipf("%s: skipping %s; with CI set it fails instead", why, test)
 }
+
+// figure is a test's count: ci in the suite, short with -short, and soak
+// when NEXUS_SOAK is set (`just soak`: the reliability plan's nightly tier,
+// docs/reliability.md).
+func figure(ci, short, soak int) int {
+	switch {
+	case os.Getenv("NEXUS_SOAK") != "":
+		return soak
+	case testing.Short():
+		return short
+	}
+	return ci
+}

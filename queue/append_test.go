@@ -63,10 +63,7 @@ func checkLog(t *testing.T, q *Queue, acked []Message) {
 // TestAppendConcurrent: 64 goroutines append 200 messages each.
 func TestAppendConcurrent(t *testing.T) {
 	const callers = 64
-	per := 200
-	if testing.Short() {
-		per = 20
-	}
+	per := figure(200, 20, 2000)
 	root := t.TempDir()
 	q, _ := openQueue(t, root, Options{})
 	var mu sync.Mutex
@@ -429,10 +426,7 @@ func TestAppendPoisonedWhileBatching(t *testing.T) {
 // message is read back after the reboot, nothing else is delivered but
 // whole frames that were sent, and no id is reissued.
 func TestAppendCrash(t *testing.T) {
-	seeds := 2000
-	if testing.Short() {
-		seeds = 400
-	}
+	seeds := figure(2000, 400, 100000)
 	for seed := range seeds {
 		m, root := settledMemQueue(t)
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))

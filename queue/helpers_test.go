@@ -140,3 +140,16 @@ func fileBytes(t testing.TB, fsys FS, root, name string) []byte {
 	}
 	return b
 }
+
+// figure is a test's count: ci in the suite, short with -short, and soak
+// when NEXUS_SOAK is set (`just soak`: the reliability plan's nightly tier,
+// docs/reliability.md).
+func figure(ci, short, soak int) int {
+	switch {
+	case os.Getenv("NEXUS_SOAK") != "":
+		return soak
+	case testing.Short():
+		return short
+	}
+	return ci
+}

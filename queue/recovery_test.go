@@ -193,10 +193,7 @@ func TestRecoverZeroedTail(t *testing.T) {
 // 1,000 times (RELIABILITY A.6): the frame is quarantined and named, never
 // delivered, and every other frame is.
 func TestRecoverBitFlips(t *testing.T) {
-	trials := 1000
-	if testing.Short() {
-		trials = 200
-	}
+	trials := figure(1000, 200, 20000)
 	sizes := []int{40, 90, 33, 61, 128, 47, 75, 52, 200, 31, 64, 80}
 	l := buildLog(t, sizes...)
 	n := len(l.msgs)

@@ -423,9 +423,9 @@ func TestTakeoverAfterHousekeepingCutShort(t *testing.T) {
 // processed, while 64 goroutines append 32 messages each (RELIABILITY
 // A.8): every acknowledged message is processed or still in the log, and
 // no id is issued twice. The race depends on timing: 5 rounds, 10,240
-// messages in all.
+// messages in all (500 rounds, a million messages, with NEXUS_SOAK).
 func TestDrainConcurrentAppends(t *testing.T) {
-	for round := 1; round <= 5; round++ {
+	for round := 1; round <= figure(5, 5, 500); round++ {
 		lost, reissued, acked := drainWhileAppending(t)
 		if lost > 0 || reissued > 0 {
 			t.Fatalf("round %d: of %d acknowledged messages, %d were drained away unprocessed and %d got an id already issued",

@@ -1424,10 +1424,7 @@ func randomPlan(rng *rand.Rand) []queue.Verdict {
 // attempt numbers follow the verdicts, ids keep counting, and segment.log
 // is never emptied while a message in it is unfinished or a retry pending.
 func TestPropertyNoLostMessage(t *testing.T) {
-	runs := 200
-	if testing.Short() {
-		runs = 30
-	}
+	runs := queue.Figure(200, 30, 5000)
 	// The runs wait on fdatasync far more than they compute: run 16 at a
 	// time whatever -parallel says (t.Run may be called concurrently).
 	var wg sync.WaitGroup
