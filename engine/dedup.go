@@ -31,6 +31,12 @@ type DedupStore interface {
 	// holds it (so an execution that overran its lease cannot free the key
 	// under its successor).
 	Release(ctx context.Context, tenant, flow, key string, claim int64) error
+	// Record records the answer of an execution that skipped the dedup
+	// check (a later attempt of a queued message), remembered for ttl,
+	// whatever key held: a recorded answer, or another execution's claim,
+	// which then no longer holds the key (its Commit and Release do
+	// nothing).
+	Record(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error
 }
 
 // record is a recorded answer as the engine stores it.
@@ -43,7 +49,9 @@ type record struct {
 
 // runDeduplicated runs an execution of a flow with dedup_key: the first
 // delivery of a key runs, a duplicate receives its recorded answer, a
-// concurrent duplicate waits for the first.
+// concurrent duplicate waits for the first. A later attempt of a queued
+// message skips the check (its first attempt passed it): it runs, and its
+// answer is recorded.
 func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup) Result {
 	f := req.Flow
 	key, err := d.Key.Render(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
@@ -63,11 +71,23 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	if e.dedup == nil {
 		return unavailable("no dedup store is configured", nil)
 	}
+	// The record outlives this execution's deadline: write it even when the
+	// ceiling was reached.
+	wctx := context.WithoutCancel(ctx)
+	if req.Retry {
+		res := e.execute(ctx, req)
+		if rec, failed, ok := dedupRecord(res); ok {
+			if err := e.dedup.Record(wctx, f.Tenant(), f.Name(), key, rec, failed, d.TTL); err != nil {
+				return unavailable("recording the answer", err)
+			}
+		}
+		return res
+	}
 	var claim int64
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout())
+		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}
@@ -95,21 +115,28 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	}
 
 	res := e.execute(ctx, req)
-	// The record outlives this execution's deadline: write it even when the
-	// ceiling was reached.
-	wctx := context.WithoutCancel(ctx)
-	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
+	rec, failed, ok := dedupRecord(res)
+	if !ok {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}
 		return res
 	}
-	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
-	failed := res.Outcome == Failed || res.Outcome == FaultHandled
 	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
 		return unavailable("recording the answer", err)
 	}
 	return res
+}
+
+// dedupRecord is the record of a finished execution's answer, and whether
+// it is a failure; ok is false for the answers never recorded (503, and
+// 500 internal error), after which a duplicate runs again.
+func dedupRecord(res Result) (rec []byte, failed, ok bool) {
+	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
+		return nil, false, false
+	}
+	rec, _ = json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
+	return rec, res.Outcome == Failed || res.Outcome == FaultHandled, true
 }
 
 func withoutCorrelation(h http.Header) http.Header {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -1638,26 +1639,29 @@ queue: order-fulfilment
 }
 
 func TestDedupStoreFailsOnCommit(t *testing.T) {
-	store := &enginetest.Dedup{}
-	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		store.Fail(errors.New("store went away"))
-		answer(200, "application/json", `{"n":1}`)(w, r)
-	})
-	f := compile(t, flowSource("dedup-commit", "dedup_key: \"{{ $.orderId }}\"\n", dedupFlow), "BACKEND", b.URL)
-	res := run(t, engine.New(engine.Config{Dedup: store}), f, `{"orderId":"A-1"}`)
-	checkView(t, res, view{Status: 503, Header: jsonHdr("c-1", "Retry-After", "1"),
-		Body:    `{"ok":false,"error":"flow state is unavailable; try again"}`,
-		Outcome: engine.Failed, Err: "flow state is unavailable: recording the answer: store went away", ErrKind: engine.KindStateUnavailable})
-	if n := b.calls.Load(); n != 1 {
-		t.Errorf("backend called %d times, want 1", n)
+	for _, retry := range []bool{false, true} {
+		store := &enginetest.Dedup{}
+		b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+			store.Fail(errors.New("store went away"))
+			answer(200, "application/json", `{"n":1}`)(w, r)
+		})
+		f := compile(t, flowSource("dedup-commit", "dedup_key: \"{{ $.orderId }}\"\n", dedupFlow), "BACKEND", b.URL)
+		res := run(t, engine.New(engine.Config{Dedup: store}), f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.Retry = retry })
+		checkView(t, res, view{Status: 503, Header: jsonHdr("c-1", "Retry-After", "1"),
+			Body:    `{"ok":false,"error":"flow state is unavailable; try again"}`,
+			Outcome: engine.Failed, Err: "flow state is unavailable: recording the answer: store went away", ErrKind: engine.KindStateUnavailable})
+		if n := b.calls.Load(); n != 1 {
+			t.Errorf("retry %v: backend called %d times, want 1", retry, n)
+		}
 	}
 }
 
-// A later attempt of a queued message (Retry) runs again when its key
-// holds a recorded failure, under rerun and under absorb alike, and
-// records its own answer: a duplicate of the delivered key then gets the
-// success replayed, and the backend is called once per attempt that ran.
-// A recorded success is replayed to a retry too.
+// A later attempt of a queued message (Retry) skips the dedup check
+// (flow-file.md, "a retry of the same queued message skips the dedup
+// check"): it runs whatever its key holds (a recorded failure, under rerun
+// and under absorb alike; a recorded success; another execution's claim,
+// without waiting for it) and records its own answer, which a duplicate
+// then gets replayed. The backend is called once per attempt.
 func TestDedupRetry(t *testing.T) {
 	for _, policy := range []string{"", "dedup_on_failure: absorb\n"} {
 		t.Run("policy "+strings.TrimSpace(policy), func(t *testing.T) {
@@ -1667,13 +1671,21 @@ func TestDedupRetry(t *testing.T) {
 					answer(503, "text/plain", "down")(w, r)
 					return
 				}
-				answer(200, "application/json", `{"n":1}`)(w, r)
+				answer(200, "application/json", fmt.Sprintf(`{"n":%d}`, n.Load()))(w, r)
 			})
 			f := compile(t, flowSource("dedup-retry", "dedup_key: \"{{ $.orderId }}\"\n"+policy, dedupFlow), "BACKEND", b.URL)
-			e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+			store := &enginetest.Dedup{}
+			e := engine.New(engine.Config{Dedup: store})
 			queued := func(attempt int) func(r *engine.Request) {
 				return func(r *engine.Request) {
 					r.Door, r.NoBody, r.Attempt, r.Retry = engine.DoorEnqueue, true, attempt, attempt > 1
+				}
+			}
+			duplicate := func(want string) {
+				t.Helper()
+				dup := run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+				if got := string(dup.Body); !dup.Replay || dup.Status != 201 || got != want {
+					t.Errorf("a duplicate on /run: status %d, replay %v, body %s; want the recorded 201 %s", dup.Status, dup.Replay, got, want)
 				}
 			}
 			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(1)); r.Outcome != engine.Failed {
@@ -1682,15 +1694,31 @@ func TestDedupRetry(t *testing.T) {
 			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(2)); r.Outcome != engine.Succeeded || r.Replay {
 				t.Fatalf("attempt 2: %v (replay %v), want it run and succeeded", r.Outcome, r.Replay)
 			}
-			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(3)); !r.Replay || r.Outcome != engine.Succeeded {
-				t.Errorf("a retry after the success: %v (replay %v), want the success replayed", r.Outcome, r.Replay)
+			duplicate(`{"orderId":"A-1","backend":{"n":2}}`)
+			// a recorded success (here attempt 2's; in service, another
+			// message's with the same key) does not stop a retry
+			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(3)); r.Replay || r.Outcome != engine.Succeeded {
+				t.Errorf("a retry after a recorded success: %v (replay %v), want it run", r.Outcome, r.Replay)
 			}
-			dup := run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
-			if !dup.Replay || dup.Status != 201 {
-				t.Errorf("a duplicate on /run: status %d, replay %v; want the recorded 201", dup.Status, dup.Replay)
+			duplicate(`{"orderId":"A-1","backend":{"n":3}}`)
+			// nor does another execution holding the key: the retry does not
+			// wait for it, and the holder's answer is not recorded over the
+			// retry's
+			_, claim, err := store.Claim(context.Background(), "acme", "dedup-retry", "A-1", true, time.Hour)
+			if err != nil || claim != 0 {
+				t.Fatalf("Claim of a recorded key = %d, %v; want the recorded answer", claim, err)
 			}
-			if got := b.calls.Load(); got != 2 {
-				t.Errorf("backend called %d times, want 2 (one per attempt that ran)", got)
+			store.Record(context.Background(), "acme", "dedup-retry", "A-1", []byte("x"), true, time.Hour) // a failure: claimable
+			if _, claim, err = store.Claim(context.Background(), "acme", "dedup-retry", "A-1", true, time.Hour); err != nil || claim == 0 {
+				t.Fatalf("Claim of a failed key = %d, %v; want a claim", claim, err)
+			}
+			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(4)); r.Replay || r.Outcome != engine.Succeeded {
+				t.Errorf("a retry while another execution holds the key: %v (replay %v), want it run", r.Outcome, r.Replay)
+			}
+			store.Commit(context.Background(), "acme", "dedup-retry", "A-1", claim, []byte("holder"), false, time.Hour)
+			duplicate(`{"orderId":"A-1","backend":{"n":4}}`)
+			if got := b.calls.Load(); got != 4 {
+				t.Errorf("backend called %d times, want 4 (one per attempt)", got)
 			}
 		})
 	}

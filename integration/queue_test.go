@@ -1286,3 +1286,63 @@ func TestQueueDefaultRetries(t *testing.T) {
 		t.Errorf("%d calls out from an invoice that fails its check", n)
 	}
 }
+
+// retryDedupFlow deduplicates by orderId and posts to BACKEND/dedup/{outcome};
+// two attempts, 3 s apart.
+const retryDedupFlow = `---
+flowmarkdown_version: "0.1"
+flow: retry-dedup
+tenant: acme
+effects: [http_egress]
+dedup_key: "{{ $.orderId }}"
+queue_max_attempts: 2
+queue_initial_delay_ms: 3000
+---
+
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/dedup/{{ $.outcome }}
+method: POST
+`
+
+// TestQueueRetrySkipsDedupCheck: "a retry of the same queued message skips
+// the dedup check" (flow-file.md, Precise answers). A queued message fails
+// its first attempt; meanwhile /run delivers the same key successfully,
+// which records a success; the message's second attempt still runs (the
+// backend is called again, and the message is dead-lettered when it fails
+// again) instead of receiving the recorded success.
+func TestQueueRetrySkipsDedupCheck(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setAnswer(func(x hit) int {
+		if strings.HasPrefix(x.path, "/dedup/fail") {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/retry-dedup.md": strings.ReplaceAll(retryDedupFlow, "BACKEND", be.URL),
+	}, hostOptions{}, "retry-dedup")
+	id := mustEnqueue(t, h, "acme", "retry-dedup", acmeKey, `{"orderId":"R1","outcome":"fail"}`)
+	waitEvents(t, h, "queue_retry_scheduled", 1, field("msg_id", id), 15*time.Second)
+
+	if r := h.run("acme", "retry-dedup", acmeKey, `{"orderId":"R1","outcome":"ok"}`); r.status != http.StatusOK || r.header.Get("X-Nexus-Idempotent-Replay") != "" {
+		t.Fatalf("/run of the same key after the failed attempt: %d %s (replay %q), want it run and 200", r.status, r.body, r.header.Get("X-Nexus-Idempotent-Replay"))
+	}
+	if r := h.run("acme", "retry-dedup", acmeKey, `{"orderId":"R1","outcome":"ok"}`); r.header.Get("X-Nexus-Idempotent-Replay") != "true" {
+		t.Fatalf("a duplicate /run: %d %s, want the recorded success replayed", r.status, r.body)
+	}
+
+	moved := waitEvents(t, h, "dlq_moved", 1, field("msg_id", id), 20*time.Second)
+	if got := fmt.Sprint(moved[0]["attempt"]); got != "2" {
+		t.Errorf("dlq_moved: attempt %s, want 2", got)
+	}
+	if hits := be.on("/dedup/fail"); len(hits) != 2 {
+		t.Errorf("the backend got %d calls for the queued message, want 2 (its second attempt skips the dedup check)", len(hits))
+	}
+	for _, e := range h.events("queue_processed") {
+		if fmt.Sprint(e["msg_id"]) == fmt.Sprint(id) {
+			t.Errorf("the queued message was acknowledged (%v), want it run again and dead-lettered", e)
+		}
+	}
+}
