@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"syscall"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,7 +43,7 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
 			"correlation_id", a.correlationID, "error", err.Error())
 		w.Header().Set("Retry-After", "1")
-		reason := "its log could not be written (the host's log has the details)" // not the error: it names files
+		reason := appendFailure(err)
 		if errors.Is(err, queue.ErrBudget) {
 			reason = err.Error()
 		}
@@ -60,6 +61,18 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 	b = flow.AppendJSON(append(b, `,"tenant":`...), tenant)
 	b = flow.AppendJSON(append(b, `,"flow":`...), flowName)
 	w.Write(append(b, '}'))
+}
+
+// appendFailure is what the 503 of a failed append says of its error: the
+// system's error (disk full, I/O error) without the files it names, which
+// the host's log has.
+func appendFailure(err error) string {
+	const failed = "its log could not be written"
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return failed + ": " + errno.Error()
+	}
+	return failed + " (the host's log has the details)"
 }
 
 // Handle runs one delivery of a queued message (the queue's handler):

@@ -193,7 +193,7 @@ func runFaultCase(t *testing.T, c faultCase) {
 	}
 
 	// the answers given while the fault was injected
-	want503 := fmt.Sprintf(`{"ok":false,"error":"queue acme/%s could not take the message: its log could not be written (the host's log has the details)"}`, c.flow)
+	want503 := fmt.Sprintf(`{"ok":false,"error":"queue acme/%s could not take the message: its log could not be written: %s"}`, c.flow, c.errText)
 	failedEvents := map[string][]map[string]any{}
 	for _, e := range h.events("queue_enqueue_failed") {
 		id, _ := e["correlation_id"].(string)
