@@ -357,7 +357,12 @@ func TestCronStatusPrintsUTC(t *testing.T) {
 		t.Fatalf("nexus status: exit %d\n%s%s\nwant a schedule: line with the expression and its zone", r.code, r.stdout, r.stderr)
 	}
 	// The next tick is printed in UTC with whole seconds, as every time the CLI prints
-	// (server.md, "Precise answers"); next_local shows it in the schedule's zone.
+	// (server.md, "Precise answers"), and no time in another form.
+	for _, tm := range regexp.MustCompile(`\d{4}-\d\d-\d\dT\S+`).FindAllString(r.stdout, -1) {
+		if !regexp.MustCompile(`^` + rfc3339 + `$`).MatchString(tm) {
+			t.Errorf("nexus status prints the time %s, want RFC 3339 UTC with whole seconds:\n%s", tm, r.stdout)
+		}
+	}
 	m := regexp.MustCompile(`next (\S+)$`).FindStringSubmatch(line)
 	if m == nil || !regexp.MustCompile(`^`+rfc3339+`$`).MatchString(m[1]) {
 		t.Errorf("%q: the next tick is not printed as RFC 3339 UTC with whole seconds (2026-08-09T14:02:11Z)", line)

@@ -64,8 +64,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, sc := range reg.Live().Schedules(time.Now()) {
-		fmt.Fprintf(stdout, "schedule: %s/%s %q %s next_local %s next %s\n", sc.Tenant, sc.Flow, sc.Spec, sc.Zone,
-			sc.Next.Format(time.RFC3339), formatTime(sc.Next))
+		fmt.Fprintf(stdout, "schedule: %s/%s %q %s next %s\n", sc.Tenant, sc.Flow, sc.Spec, sc.Zone, formatTime(sc.Next))
 	}
 	for _, lf := range reg.Live().Flows() {
 		state := ""
