@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,6 +22,8 @@ tenant: acme
 ` + "```" + `
 `
 
+// TestValidateExampleRepo: the example repo compiles, and the README prints
+// what nexus validate says of it.
 func TestValidateExampleRepo(t *testing.T) {
 	r := nexus(t, "", "validate", "flows-example/flows")
 	if r.code != 0 {
@@ -27,6 +31,13 @@ func TestValidateExampleRepo(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^ok: [2-9][0-9] flows in [2-9][0-9] files\n$`).MatchString(r.stdout) {
 		t.Errorf("stdout = %q, want ok: N flows in M files", r.stdout)
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if printed := "$ nexus validate flows-example/flows\n" + r.stdout; !strings.Contains(string(readme), printed) {
+		t.Errorf("README.md does not print what nexus validate says of the example repo:\n%s", printed)
 	}
 }
 
