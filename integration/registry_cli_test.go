@@ -3,6 +3,8 @@ package integration
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -107,13 +109,25 @@ func TestKeyGenerate(t *testing.T) {
 	}
 }
 
-func TestJournalEmpty(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "registry.db")
+// TestReadingCommandsWithoutARegistry: nexus journal and nexus status read
+// a registry that does not exist as an empty one, and create nothing (a
+// mistyped --db leaves no state directory behind).
+func TestReadingCommandsWithoutARegistry(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	db := filepath.Join(state, "registry.db")
 	r := nexus(t, "", "journal", "--db", db)
 	if r.code != 0 || r.stdout != "the journal is empty\n" {
-		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		t.Errorf("journal: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	if r := nexus(t, "", "journal", "--db", db, "--limit", "0"); r.code != 2 {
 		t.Errorf("--limit 0: exit %d", r.code)
+	}
+	r = nexus(t, "", "status", "--db", db)
+	want := "registry: " + db + "\ncommit: none\nsynced_at: never\nflows: 0\ngeneration: 0\nlast_error: none\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("status: exit %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, want)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("reading a registry that does not exist created %s (%v)", state, err)
 	}
 }

@@ -43,16 +43,18 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	reg, err := openRegistry(ctx, *db)
+	reg, path, err := readRegistry(ctx, *db)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
 		return exitError
 	}
-	defer reg.Close()
-	entries, err := reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, Limit: *limit})
-	if err != nil {
-		fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", reg.Path(), err)
-		return exitError
+	var entries []registry.Entry // none without a registry
+	if reg != nil {
+		defer reg.Close()
+		if entries, err = reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, Limit: *limit}); err != nil {
+			fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", path, err)
+			return exitError
+		}
 	}
 	if len(entries) == 0 {
 		fmt.Fprintln(stdout, "the journal is empty")

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +42,22 @@ func expandHome(path string) (string, error) {
 		return "", fmt.Errorf("cannot find the home folder for %s: %w", path, err)
 	}
 	return filepath.Join(home, rest), nil
+}
+
+// readRegistry opens the registry at path (~ expanded) for a command that
+// only reads it; when there is none it returns nil and no error, and the
+// command reports an empty registry rather than create one. It returns the
+// path, expanded.
+func readRegistry(ctx context.Context, path string) (*registry.Registry, string, error) {
+	p, err := expandHome(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil, p, nil
+	}
+	reg, err := registry.Open(ctx, p, registry.Options{})
+	return reg, p, err
 }
 
 // openRegistry opens the registry at path (~ expanded).

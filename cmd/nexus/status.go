@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/nexushq/nexus/registry"
 )
 
 const statusUsage = `Usage: nexus status [--db FILE]
@@ -36,21 +38,29 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	ctx := context.Background()
-	reg, err := openRegistry(ctx, *db)
+	reg, path, err := readRegistry(ctx, *db)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus status: %v\n", err)
 		return exitError
 	}
-	defer reg.Close()
-	st, err := reg.Status(ctx)
-	if err == nil {
-		_, err = reg.Load(ctx)
+	// a registry that does not exist reads as an empty one
+	var st registry.Status
+	var flows []*registry.LiveFlow
+	var schedules []registry.Schedule
+	if reg != nil {
+		defer reg.Close()
+		st, err = reg.Status(ctx)
+		var live *registry.LiveSet
+		if err == nil {
+			live, err = reg.Load(ctx)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "nexus status: reading %s: %v\n", path, err)
+			return exitError
+		}
+		flows, schedules = live.Flows(), live.Schedules(time.Now())
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "nexus status: reading %s: %v\n", reg.Path(), err)
-		return exitError
-	}
-	fmt.Fprintf(stdout, "registry: %s\n", reg.Path())
+	fmt.Fprintf(stdout, "registry: %s\n", path)
 	fmt.Fprintf(stdout, "commit: %s\n", orNone(st.Commit))
 	fmt.Fprintf(stdout, "synced_at: %s\n", formatTime(st.SyncedAt))
 	fmt.Fprintf(stdout, "flows: %d\n", st.Flows)
@@ -63,10 +73,10 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "  %s\n", e)
 		}
 	}
-	for _, sc := range reg.Live().Schedules(time.Now()) {
+	for _, sc := range schedules {
 		fmt.Fprintf(stdout, "schedule: %s/%s %q %s next %s\n", sc.Tenant, sc.Flow, sc.Spec, sc.Zone, formatTime(sc.Next))
 	}
-	for _, lf := range reg.Live().Flows() {
+	for _, lf := range flows {
 		state := ""
 		if lf.Corrupt != nil {
 			state = " CORRUPT: " + lf.Corrupt.Error()
