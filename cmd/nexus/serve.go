@@ -64,11 +64,13 @@ type serveConfig struct {
 // it is printed by the development mode and shown in the README).
 const exampleKey = "nxk_example_acme_5f2c9d0e7b1a4c3d8e6f"
 
-func runServe(args []string, stdout, stderr io.Writer) int {
+// serveFlags reads the host's configuration from the environment, and
+// returns it with the flag set that overrides it (each flag's usage names
+// its variable).
+func serveFlags() (*serveConfig, *flag.FlagSet, error) {
 	var cfg serveConfig
 	if err := env.Parse(&cfg); err != nil {
-		fmt.Fprintf(stderr, "nexus serve: the environment: %v\n", err)
-		return exitUsage
+		return nil, nil, err
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -87,11 +89,21 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
+	return &cfg, fs, nil
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfgp, fs, err := serveFlags()
+	if err != nil {
+		fmt.Fprintf(stderr, "nexus serve: the environment: %v\n", err)
+		return exitUsage
+	}
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, serveUsage, fs)
 		return exitOK
 	}
+	cfg := *cfgp // the flags parsed into it
 	if err == nil {
 		err = checkServeConfig(cfg, rest)
 	}
