@@ -1278,3 +1278,40 @@ func TestHTTPFramingEndToEnd(t *testing.T) {
 		t.Errorf("%d flow runs, want only the one of waitDeployed", n)
 	}
 }
+
+// TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable: on start the
+// host serves the live set stored in the registry at once, before its first
+// fetch (server.md): restarted on the same state directory with its repo
+// unreachable, it answers /run with the flows last synced and /status with
+// their commit, and goes on doing so after its fetch fails.
+func TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable(t *testing.T) {
+	t.Parallel()
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	h := startHost(t, hostOptions{repo: repo.dir})
+	head := repo.git("rev-parse", "HEAD")
+	h.waitCommit(head, 10*time.Second)
+	if code := h.stop(10 * time.Second); code != 0 {
+		t.Fatalf("the first host exited %d", code)
+	}
+
+	h = startHost(t, hostOptions{db: h.db, repo: "https://127.0.0.1:1/config.git"})
+	check := func(when string) {
+		t.Helper()
+		if r := h.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != http.StatusOK || r.body != `{"greeting":"hello, Ada"}` {
+			t.Errorf("%s: /run answered %d %s, want the stored flow's 200", when, r.status, r.body)
+		}
+		r := h.do(http.MethodGet, "/status", h.adminKey, "", "")
+		var st struct {
+			Commit string `json:"commit"`
+		}
+		if json.Unmarshal([]byte(r.body), &st); r.status != http.StatusOK || st.Commit != head {
+			t.Errorf("%s: /status %d %s, want commit %s", when, r.status, r.body, head)
+		}
+	}
+	check("as soon as the host listens")
+	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
+	check("after the fetch failed")
+}

@@ -4,12 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -129,5 +132,39 @@ func TestReadingCommandsWithoutARegistry(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("reading a registry that does not exist created %s (%v)", state, err)
+	}
+}
+
+// TestJournalNewestFiftyByDefault: nexus journal, beside a running server,
+// prints the newest 50 executions by default, newest first (server.md);
+// --limit prints more.
+func TestJournalNewestFiftyByDefault(t *testing.T) {
+	t.Parallel()
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	h := startHost(t, hostOptions{repo: repo.dir})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	const runs = 60
+	for i := range runs {
+		if r := h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", `{"name":"Ada"}`, "X-Correlation-ID", fmt.Sprintf("journal-%02d", i)); r.status != http.StatusOK {
+			t.Fatalf("run %d: %d %s", i, r.status, r.body)
+		}
+	}
+	var lines []string
+	eventually(t, 15*time.Second, fmt.Sprintf("%d journal entries", runs), func() bool {
+		lines = strings.Split(strings.TrimSuffix(nexus(t, "", "journal", "--db", h.db, "--limit", "100").stdout, "\n"), "\n")
+		return len(lines) == runs
+	})
+	r := nexus(t, "", "journal", "--db", h.db)
+	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if r.code != 0 || len(got) != 50 {
+		t.Fatalf("nexus journal: exit %d, %d lines, want 50:\n%s%s", r.code, len(got), r.stdout, r.stderr)
+	}
+	for i, line := range got {
+		if want := fmt.Sprintf("correlation_id=journal-%02d", runs-1-i); !strings.Contains(line, want) || !strings.Contains(line, " run ") {
+			t.Errorf("line %d: %q, want the run with %s (newest first)", i+1, line, want)
+		}
 	}
 }
