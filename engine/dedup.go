@@ -31,12 +31,6 @@ type DedupStore interface {
 	// holds it (so an execution that overran its lease cannot free the key
 	// under its successor).
 	Release(ctx context.Context, tenant, flow, key string, claim int64) error
-	// Record records the answer of an execution that skipped the dedup
-	// check (a later attempt of a queued message), remembered for ttl,
-	// whatever key held: a recorded answer, or another execution's claim,
-	// which then no longer holds the key (its Commit and Release do
-	// nothing).
-	Record(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error
 }
 
 // record is a recorded answer as the engine stores it.
@@ -50,8 +44,10 @@ type record struct {
 // runDeduplicated runs an execution of a flow with dedup_key: the first
 // delivery of a key runs, a duplicate receives its recorded answer, a
 // concurrent duplicate waits for the first. A later attempt of a queued
-// message skips the check (its first attempt passed it): it runs, and its
-// answer is recorded.
+// message skips the check (its first attempt passed it): it runs in any
+// case, holding the key when the key is free or holds a failure (so that a
+// duplicate waits for it, and its answer is recorded); a success another
+// delivery recorded, or another execution holding the key, stands.
 func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup) Result {
 	f := req.Flow
 	key, err := d.Key.Render(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
@@ -71,25 +67,16 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	if e.dedup == nil {
 		return unavailable("no dedup store is configured", nil)
 	}
-	// The record outlives this execution's deadline: write it even when the
-	// ceiling was reached.
-	wctx := context.WithoutCancel(ctx)
-	if req.Retry {
-		res := e.execute(ctx, req)
-		if rec, failed, ok := dedupRecord(res); ok {
-			if err := e.dedup.Record(wctx, f.Tenant(), f.Name(), key, rec, failed, d.TTL); err != nil {
-				return unavailable("recording the answer", err)
-			}
-		}
-		return res
-	}
 	var claim int64
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb, f.Timeout())
+		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout())
 		if err != nil {
 			return unavailable("reading the dedup store", err)
+		}
+		if req.Retry {
+			break // it runs, holding the key or not
 		}
 		if answer != nil {
 			var rec record
@@ -115,6 +102,12 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	}
 
 	res := e.execute(ctx, req)
+	if claim == 0 {
+		return res // a retry that could not hold the key: what holds it stands
+	}
+	// The record outlives this execution's deadline: write it even when the
+	// ceiling was reached.
+	wctx := context.WithoutCancel(ctx)
 	rec, failed, ok := dedupRecord(res)
 	if !ok {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {

@@ -119,8 +119,9 @@ type Request struct {
 	Door          string // ctx.door: DoorRun, DoorEnqueue or DoorCron
 	Attempt       int    // ctx.attempt, 1-based; 0 is taken as 1
 	// Retry is set for a later attempt of a queued message: it passed the
-	// dedup check at its first attempt, so it skips the check (it runs
-	// whatever its key holds) and its answer is recorded as any other's.
+	// dedup check at its first attempt, so it skips the check: it runs
+	// whatever its key holds, and its answer is recorded when it could hold
+	// the key (see runDeduplicated).
 	Retry bool
 	// NoBody is set when nobody reads the answer (a queued delivery): a
 	// successful execution's Result then has no Body or Header, unless

@@ -1658,16 +1658,20 @@ func TestDedupStoreFailsOnCommit(t *testing.T) {
 
 // A later attempt of a queued message (Retry) skips the dedup check
 // (flow-file.md, "a retry of the same queued message skips the dedup
-// check"): it runs whatever its key holds (a recorded failure, under rerun
-// and under absorb alike; a recorded success; another execution's claim,
-// without waiting for it) and records its own answer, which a duplicate
-// then gets replayed. The backend is called once per attempt.
+// check"): it runs whatever its key holds. It holds the key when the key is
+// free or holds a failure (under rerun and under absorb alike) and records
+// its answer, which a duplicate then gets replayed; a success another
+// delivery recorded stands, and so does another execution's hold on the
+// key, which the retry does not wait for.
 func TestDedupRetry(t *testing.T) {
 	for _, policy := range []string{"", "dedup_on_failure: absorb\n"} {
 		t.Run("policy "+strings.TrimSpace(policy), func(t *testing.T) {
 			var n atomic.Int32
+			var fail atomic.Bool
+			fail.Store(true)
 			b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
-				if n.Add(1) == 1 {
+				n.Add(1)
+				if fail.Load() {
 					answer(503, "text/plain", "down")(w, r)
 					return
 				}
@@ -1681,46 +1685,114 @@ func TestDedupRetry(t *testing.T) {
 					r.Door, r.NoBody, r.Attempt, r.Retry = engine.DoorEnqueue, true, attempt, attempt > 1
 				}
 			}
-			duplicate := func(want string) {
+			duplicate := func(key, want string) {
 				t.Helper()
-				dup := run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+				dup := run(t, e, f, `{"orderId":"`+key+`"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
 				if got := string(dup.Body); !dup.Replay || dup.Status != 201 || got != want {
-					t.Errorf("a duplicate on /run: status %d, replay %v, body %s; want the recorded 201 %s", dup.Status, dup.Replay, got, want)
+					t.Errorf("a duplicate of %s on /run: status %d, replay %v, body %s; want the recorded 201 %s", key, dup.Status, dup.Replay, got, want)
+				}
+			}
+			retry := func(key string, attempt int, want engine.Outcome) {
+				t.Helper()
+				if r := run(t, e, f, `{"orderId":"`+key+`"}`, queued(attempt)); r.Outcome != want || r.Replay {
+					t.Errorf("attempt %d of %s: %v (replay %v), want it run and %v", attempt, key, r.Outcome, r.Replay, want)
 				}
 			}
 			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(1)); r.Outcome != engine.Failed {
 				t.Fatalf("attempt 1: %v, want failed (the backend answers 503)", r.Outcome)
 			}
-			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(2)); r.Outcome != engine.Succeeded || r.Replay {
-				t.Fatalf("attempt 2: %v (replay %v), want it run and succeeded", r.Outcome, r.Replay)
+			fail.Store(false)
+			retry("A-1", 2, engine.Succeeded) // over its own recorded failure
+			duplicate("A-1", `{"orderId":"A-1","backend":{"n":2}}`)
+			// a recorded success does not stop a retry, and stands whatever
+			// the retry's outcome
+			retry("A-1", 3, engine.Succeeded)
+			fail.Store(true)
+			retry("A-1", 4, engine.Failed)
+			duplicate("A-1", `{"orderId":"A-1","backend":{"n":2}}`)
+
+			// another execution holding the key: the retry runs without
+			// waiting for it and records nothing over its hold
+			fail.Store(false)
+			_, holder, err := store.Claim(context.Background(), "acme", "dedup-retry", "B-1", false, time.Hour)
+			if err != nil || holder == 0 {
+				t.Fatalf("Claim of B-1 = %d, %v; want a claim", holder, err)
 			}
-			duplicate(`{"orderId":"A-1","backend":{"n":2}}`)
-			// a recorded success (here attempt 2's; in service, another
-			// message's with the same key) does not stop a retry
-			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(3)); r.Replay || r.Outcome != engine.Succeeded {
-				t.Errorf("a retry after a recorded success: %v (replay %v), want it run", r.Outcome, r.Replay)
+			retry("B-1", 2, engine.Succeeded)
+			if answer, c, err := store.Claim(context.Background(), "acme", "dedup-retry", "B-1", true, time.Hour); err != nil || c != 0 || answer != nil {
+				t.Errorf("Claim of B-1 after the retry = %q, %d, %v; want it still held", answer, c, err)
 			}
-			duplicate(`{"orderId":"A-1","backend":{"n":3}}`)
-			// nor does another execution holding the key: the retry does not
-			// wait for it, and the holder's answer is not recorded over the
-			// retry's
-			_, claim, err := store.Claim(context.Background(), "acme", "dedup-retry", "A-1", true, time.Hour)
-			if err != nil || claim != 0 {
-				t.Fatalf("Claim of a recorded key = %d, %v; want the recorded answer", claim, err)
+			if err := store.Release(context.Background(), "acme", "dedup-retry", "B-1", holder); err != nil {
+				t.Fatal(err)
 			}
-			store.Record(context.Background(), "acme", "dedup-retry", "A-1", []byte("x"), true, time.Hour) // a failure: claimable
-			if _, claim, err = store.Claim(context.Background(), "acme", "dedup-retry", "A-1", true, time.Hour); err != nil || claim == 0 {
-				t.Fatalf("Claim of a failed key = %d, %v; want a claim", claim, err)
+			if answer, c, err := store.Claim(context.Background(), "acme", "dedup-retry", "B-1", false, time.Hour); err != nil || c == 0 {
+				t.Errorf("Claim of B-1 once its holder released it = %q, %d, %v; want it free (the retry recorded nothing)", answer, c, err)
 			}
-			if r := run(t, e, f, `{"orderId":"A-1"}`, queued(4)); r.Replay || r.Outcome != engine.Succeeded {
-				t.Errorf("a retry while another execution holds the key: %v (replay %v), want it run", r.Outcome, r.Replay)
-			}
-			store.Commit(context.Background(), "acme", "dedup-retry", "A-1", claim, []byte("holder"), false, time.Hour)
-			duplicate(`{"orderId":"A-1","backend":{"n":4}}`)
-			if got := b.calls.Load(); got != 4 {
-				t.Errorf("backend called %d times, want 4 (one per attempt)", got)
+			if got := b.calls.Load(); got != 5 {
+				t.Errorf("backend called %d times, want 5 (one per attempt)", got)
 			}
 		})
+	}
+}
+
+// countingDedup counts the calls to Claim.
+type countingDedup struct {
+	*enginetest.Dedup
+	claims atomic.Int32
+}
+
+func (d *countingDedup) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) ([]byte, int64, error) {
+	d.claims.Add(1)
+	return d.Dedup.Claim(ctx, tenant, flow, key, rerunFailed, lease)
+}
+
+// While a retry runs holding its key, a duplicate waits for it and gets
+// its answer, as it waits for any first delivery.
+func TestDedupDuplicateWaitsForARetry(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			answer(503, "text/plain", "down")(w, r)
+			return
+		}
+		<-release
+		answer(200, "application/json", `{"n":2}`)(w, r)
+	})
+	f := compile(t, flowSource("dedup-wait", "dedup_key: \"{{ $.orderId }}\"\n", dedupFlow), "BACKEND", b.URL)
+	store := &countingDedup{Dedup: &enginetest.Dedup{}}
+	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond})
+	queued := func(attempt int) func(r *engine.Request) {
+		return func(r *engine.Request) {
+			r.Door, r.NoBody, r.Attempt, r.Retry = engine.DoorEnqueue, true, attempt, attempt > 1
+		}
+	}
+	if r := run(t, e, f, `{"orderId":"A-1"}`, queued(1)); r.Outcome != engine.Failed {
+		t.Fatalf("attempt 1: %v, want failed", r.Outcome)
+	}
+	done := make(chan engine.Result)
+	go func() { done <- run(t, e, f, `{"orderId":"A-1"}`, queued(2)) }()
+	for calls.Load() < 2 {
+		time.Sleep(time.Millisecond) // until the retry's call is in flight
+	}
+	claims := store.claims.Load()
+	dup := make(chan engine.Result)
+	go func() { dup <- run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" }) }()
+	for deadline := time.Now().Add(10 * time.Second); store.claims.Load() < claims+3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // the duplicate did not find the key held
+			close(release)
+			t.Fatalf("the duplicate claimed %d times while the retry ran, want it polling", store.claims.Load()-claims)
+		}
+	}
+	close(release)
+	if r := <-done; r.Outcome != engine.Succeeded || r.Replay {
+		t.Errorf("the retry: %v (replay %v), want succeeded", r.Outcome, r.Replay)
+	}
+	if r := <-dup; !r.Replay || string(r.Body) != `{"orderId":"A-1","backend":{"n":2}}` {
+		t.Errorf("the duplicate: replay %v, body %s; want the retry's answer replayed", r.Replay, r.Body)
+	}
+	if got := calls.Load(); got != 2 {
+		t.Errorf("backend called %d times, want 2 (the duplicate waited)", got)
 	}
 }
 

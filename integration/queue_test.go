@@ -1310,7 +1310,8 @@ method: POST
 // its first attempt; meanwhile /run delivers the same key successfully,
 // which records a success; the message's second attempt still runs (the
 // backend is called again, and the message is dead-lettered when it fails
-// again) instead of receiving the recorded success.
+// again) instead of receiving the recorded success, and the success stands
+// for the duplicates after it.
 func TestQueueRetrySkipsDedupCheck(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
@@ -1344,5 +1345,8 @@ func TestQueueRetrySkipsDedupCheck(t *testing.T) {
 		if fmt.Sprint(e["msg_id"]) == fmt.Sprint(id) {
 			t.Errorf("the queued message was acknowledged (%v), want it run again and dead-lettered", e)
 		}
+	}
+	if r := h.run("acme", "retry-dedup", acmeKey, `{"orderId":"R1","outcome":"ok"}`); r.status != http.StatusOK || r.header.Get("X-Nexus-Idempotent-Replay") != "true" {
+		t.Errorf("a duplicate /run after the dead letter: %d %s (replay %q), want the recorded success replayed", r.status, r.body, r.header.Get("X-Nexus-Idempotent-Replay"))
 	}
 }

@@ -96,24 +96,6 @@ func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string, clai
 	})
 }
 
-// Record records an answer whatever the key holds (an UPDATE of any row of
-// the key); see engine.DedupStore.
-func (d *DedupStore) Record(ctx context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
-	f := 0
-	if failed {
-		f = 1
-	}
-	if answer == nil {
-		answer = []byte{}
-	}
-	return d.r.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, 0, ?, ?, ?)
-			ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = 0, answer = excluded.answer, failed = excluded.failed, expires = excluded.expires`,
-			tenant, flow, key, answer, f, unixMilli(d.r.now().Add(ttl)))
-		return err
-	})
-}
-
 // PruneDedup deletes expired dedup records and returns how many.
 func (r *Registry) PruneDedup(ctx context.Context) (int64, error) {
 	return r.deleteInBatches(ctx, `DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup WHERE expires <= ? LIMIT ?)`, unixMilli(r.now()))

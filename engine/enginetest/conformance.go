@@ -78,49 +78,10 @@ func DedupStoreConformance(t *testing.T, newStore func(t *testing.T) (engine.Ded
 		}
 	}
 
-	record := func(t *testing.T, s engine.DedupStore, key string, answer []byte, failed bool, ttl time.Duration) {
-		t.Helper()
-		if err := s.Record(ctx, "acme", "f", key, answer, failed, ttl); err != nil {
-			t.Fatalf("Record(%s): %v", key, err)
-		}
-	}
-
 	cases := []struct {
 		name string
 		run  func(t *testing.T, s engine.DedupStore, advance func(time.Duration))
 	}{
-		{"RecordOfANewKey", func(t *testing.T, s engine.DedupStore, _ func(time.Duration)) {
-			record(t, s, "k", []byte("R"), false, ttl)
-			want(t, s, "acme", "f", "k", true, "answer:R")
-			record(t, s, "failed", []byte("F"), true, ttl)
-			want(t, s, "acme", "f", "failed", false, "answer:F")
-			want(t, s, "acme", "f", "failed", true, "claimed")
-		}},
-		{"RecordReplacesAnAnswer", func(t *testing.T, s engine.DedupStore, _ func(time.Duration)) {
-			want(t, s, "acme", "f", "k", false, "claimed")
-			commit(t, s, "acme", "f", "k", []byte("ok"), false, ttl)
-			record(t, s, "k", []byte("failed"), true, ttl)
-			want(t, s, "acme", "f", "k", false, "answer:failed")
-			want(t, s, "acme", "f", "k", true, "claimed")
-		}},
-		{"RecordOverAClaim", func(t *testing.T, s engine.DedupStore, _ func(time.Duration)) {
-			// the holder's commit and release, after a Record, leave the
-			// recorded answer alone
-			want(t, s, "acme", "f", "k", false, "claimed")
-			record(t, s, "k", []byte("R"), false, ttl)
-			want(t, s, "acme", "f", "k", false, "answer:R")
-			commit(t, s, "acme", "f", "k", []byte("H"), false, ttl)
-			want(t, s, "acme", "f", "k", false, "answer:R")
-			release(t, s, "acme", "f", "k")
-			want(t, s, "acme", "f", "k", false, "answer:R")
-		}},
-		{"RecordTTL", func(t *testing.T, s engine.DedupStore, advance func(time.Duration)) {
-			record(t, s, "k", []byte("R"), false, 10*time.Second)
-			advance(9 * time.Second)
-			want(t, s, "acme", "f", "k", false, "answer:R")
-			advance(2 * time.Second)
-			want(t, s, "acme", "f", "k", false, "claimed")
-		}},
 		{"FirstClaimClaims", func(t *testing.T, s engine.DedupStore, _ func(time.Duration)) {
 			want(t, s, "acme", "f", "k", false, "claimed")
 		}},

@@ -101,23 +101,6 @@ func (d *Dedup) Release(_ context.Context, tenant, flow, key string, claim int64
 	return nil
 }
 
-// Record implements engine.DedupStore.
-func (d *Dedup) Record(_ context.Context, tenant, flow, key string, answer []byte, failed bool, ttl time.Duration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err != nil {
-		return d.err
-	}
-	if d.records == nil {
-		d.records = map[string]*dedupRecord{}
-	}
-	if answer == nil {
-		answer = []byte{}
-	}
-	d.records[dedupID(tenant, flow, key)] = &dedupRecord{answer: answer, failed: failed, expires: d.now().Add(ttl)}
-	return nil
-}
-
 // Message is one message a Publisher received.
 type Message struct {
 	Tenant, Flow  string
