@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1456,6 +1457,66 @@ read_timeout_ms: 100
 	}
 	if res.Status == 502 {
 		waitFor(t, cancelled, "cancellation of the backend call")
+	}
+}
+
+// blackhole returns the address of a loopback listener whose accept queue
+// is full and never drained: the kernel drops further SYNs, so a dial to it
+// hangs until the dialer's timeout, as one to a host that drops packets.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil { // room for one connection
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// fill the queue, then check that the next dial hangs
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				return addr
+			}
+			t.Fatalf("dialing the full listener: %v, want a timeout (is net.ipv4.tcp_abort_on_overflow set?)", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 8 {
+			t.Fatal("a listener with a backlog of 0 took 8 connections without accepting one")
+		}
+	}
+}
+
+// connect_timeout_ms bounds the dial: a host that drops the connection's
+// packets fails the step after it, as an effect failure (502), not after
+// the default 5 s or the read timeout.
+func TestConnectTimeoutIsAnEffectFailure(t *testing.T) {
+	addr := blackhole(t)
+	src := flowSource("connect-timeout", "", `
+## Step: forward
+effects: [http_egress]
+endpoint: http://ADDR/ingest
+connect_timeout_ms: 300
+read_timeout_ms: 10000
+`)
+	start := time.Now()
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "ADDR", addr), `{}`)
+	took := time.Since(start)
+	if res.Status != 502 || res.Err == nil || res.Err.Kind != engine.KindEffect || !strings.Contains(res.Err.Error(), "timeout") {
+		t.Errorf("status %d, error %v; want 502 and an effect failure naming the timeout", res.Status, res.Err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("Run took %v with connect_timeout_ms: 300 (the default is 5 s)", took)
 	}
 }
 
