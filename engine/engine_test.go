@@ -1619,6 +1619,14 @@ func TestDedupOnFailure(t *testing.T) {
 				Outcome: engine.Failed, Err: "step 'forward': effect handler failed: HTTP 503 Service Unavailable", ErrKind: engine.KindEffect},
 		},
 		{
+			// a failed handler's 500 is a finished execution: recorded
+			name: "fault handler failed, absorb", front: "dedup_on_failure: absorb\n", wantCalls: 1, wantReplay: true,
+			fault: "\n## Fault: broken\nresponse_status: \"{{ $.nope }}\"\n",
+			first: view{Status: 500, Header: jsonHdr("c-1"), Body: `{"ok":false,"error":"fault handler failed"}`,
+				Outcome: engine.Failed, Err: "step 'forward': effect handler failed: HTTP 503 Service Unavailable", ErrKind: engine.KindEffect,
+				HandlerErr: `step 'broken': response_status rendered "", which is not a status code`, HandlerErrKind: engine.KindDefect},
+		},
+		{
 			// a 503 answer is never recorded, not even under absorb
 			name: "fault answers 503, absorb", front: "dedup_on_failure: absorb\n",
 			fault: "\n## Fault: busy\nresponse_status: 503\nresponse_header_retry_after: 5\n~~~ntd\n{\"busy\": true}\n~~~\n", wantCalls: 2,
@@ -1638,13 +1646,35 @@ func TestDedupOnFailure(t *testing.T) {
 			if c.wantReplay {
 				want.Header = withHeader(want.Header, "X-Nexus-Idempotent-Replay", "true")
 				want.Replay = true
-				want.Err, want.ErrKind = "", 0
+				want.Err, want.ErrKind, want.HandlerErr, want.HandlerErrKind = "", 0, "", 0
 			}
 			checkView(t, second, want)
 			if n := b.calls.Load(); n != c.wantCalls {
 				t.Errorf("backend called %d times, want %d", n, c.wantCalls)
 			}
 		})
+	}
+}
+
+// The duration ceiling's 500 is a finished execution: its row is committed
+// (as a failure), so under absorb a duplicate gets it replayed and the
+// backend is not called again.
+func TestDedupCeilingIsRecorded(t *testing.T) {
+	cancelled := make(chan struct{}, 1)
+	b := newBackend(t, slow(2*time.Second, cancelled))
+	f := compile(t, flowSource("dedup-ceiling", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\ntimeout_ms: 200\n", dedupFlow), "BACKEND", b.URL)
+	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+	want := `{"ok":false,"error":"duration ceiling of 200 ms reached","step":"forward"}`
+	first := run(t, e, f, `{"orderId":"A-1"}`)
+	if first.Status != 500 || string(first.Body) != want || first.Replay {
+		t.Fatalf("first delivery: %d %s (replay %v), want 500 %s", first.Status, first.Body, first.Replay, want)
+	}
+	second := run(t, e, f, `{"orderId":"A-1"}`)
+	if second.Status != 500 || string(second.Body) != want || !second.Replay {
+		t.Errorf("duplicate: %d %s (replay %v), want the recorded 500 replayed", second.Status, second.Body, second.Replay)
+	}
+	if n := b.calls.Load(); n != 1 {
+		t.Errorf("backend called %d times, want 1", n)
 	}
 }
 
