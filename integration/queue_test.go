@@ -1100,13 +1100,31 @@ method: GET
 effects: [queue_publish]
 queue: order-fulfilment
 `
+	// publishes a JSON document to a flow that is not deployed
+	ghostHandoff := strings.NewReplacer("flow: xml-handoff", "flow: ghost-handoff", "queue: order-fulfilment", "queue: ghost",
+		"endpoint: "+be.URL+"/task\nmethod: GET", "endpoint: "+be.URL+"/task\nmethod: GET\n\n## Step: as-json\n```ntd\n{\"orderId\": \"A-9\"}\n```").Replace(xmlHandoff)
 	h, _ := queueHost(t, map[string]string{
 		"flows/acme/order-handoff.md":    queueExample(t, "order-handoff", be.URL),
 		"flows/acme/order-fulfilment.md": queueExample(t, "order-fulfilment", be.URL),
 		"flows/acme/forward-order.md":    queueExample(t, "forward-order", be.URL),
 		"flows/acme/xml-handoff.md":      xmlHandoff,
-	}, hostOptions{args: []string{"--max-workers", "1"}}, "order-handoff", "xml-handoff", "forward-order")
+		"flows/acme/ghost-handoff.md":    ghostHandoff,
+	}, hostOptions{args: []string{"--max-workers", "1"}}, "order-handoff", "xml-handoff", "forward-order", "ghost-handoff")
 	fulfilment := filepath.Join(queuesRoot(h.db), "acme", "order-fulfilment")
+
+	t.Run("the target is not deployed: the step fails before the write", func(t *testing.T) {
+		r := h.do(http.MethodPost, "/flows/acme/ghost-handoff/run", acmeKey, "application/json", `{}`, "X-Correlation-ID", "trace-ghost")
+		if r.status != 502 {
+			t.Errorf("/run: %d %s, want 502 (the effect failed)", r.status, r.body)
+		}
+		ev := waitEvents(t, h, "run_completed", 1, field("correlation_id", "trace-ghost"), 5*time.Second)[0]
+		if ev["step"] != "hand-off" || !strings.Contains(fmt.Sprint(ev["error"]), "no flow acme/ghost is deployed") {
+			t.Errorf("run_completed: %v, want the step hand-off and the target named", ev)
+		}
+		if ghost := filepath.Join(queuesRoot(h.db), "acme", "ghost"); exists(ghost) {
+			t.Errorf("the refused publication created %s", ghost)
+		}
+	})
 
 	t.Run("an XML document is refused naming the step", func(t *testing.T) {
 		r := h.do(http.MethodPost, "/flows/acme/xml-handoff/run", acmeKey, "application/json", `{}`, "X-Correlation-ID", "trace-xml-publish")
