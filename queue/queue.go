@@ -879,7 +879,7 @@ func (q *Queue) markDrain(next uint64) error {
 // Anything else is 0.
 func resolveCheckpoint(b []byte, seg File, size int64) (int64, error) {
 	if v, ok := decodeValue(ckptMagic, b); ok {
-		if int64(v) > size {
+		if v > uint64(size) { // compared unsigned: a value past 2^63 is past the end too
 			return 0, nil
 		}
 		return int64(v), nil

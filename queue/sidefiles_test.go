@@ -574,3 +574,21 @@ func TestDrainMarkerReadEverywhere(t *testing.T) {
 		t.Errorf("after reopening, segment.log.ckpt holds % x, want the plain checkpoint %d", b, processed)
 	}
 }
+
+// TestCheckpointPastTheLargestOffset: a checkpoint whose value does not fit
+// an offset (2^63 and more: a CRC-valid file no version writes) reads as
+// past the end, so 0, and never as a negative offset.
+func TestCheckpointPastTheLargestOffset(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	appendN(t, q, 0, 2)
+	if err := os.WriteFile(filepath.Join(root, testTenant, testFlow, ckptFile), encodeValue(ckptMagic, 1<<63+5), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := q.Checkpoint(); err != nil || c != 0 {
+		t.Errorf("Checkpoint = %d, %v; want 0", c, err)
+	}
+	if c, err := ReadCounts(root, testTenant, testFlow, nil); err != nil || c.Processed != 0 || c.Total != 2 {
+		t.Errorf("ReadCounts = %+v, %v; want 2 messages, none processed", c, err)
+	}
+}
