@@ -140,7 +140,9 @@ func New(cfg Config) (*Syncer, error) {
 			return nil, errors.New("gitsync: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o755); err != nil {
+	// the state directory is its owner's alone (queue.DirMode, which this
+	// package does not import)
+	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o700); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
 	// the clone and its lock are the state directory's, which holds no

@@ -53,3 +53,52 @@ func TestStateDirectoryLinkRefused(t *testing.T) {
 	}
 	mustEnqueue(t, h, "acme", "order-fulfilment", acmeKey, `{"orderId":"A-2","total":5}`)
 }
+
+// TestStateDirectoryIsTheOwnersAlone: the state directory's folders are
+// 0700 and its files 0600 (the registry and its -wal and -shm, the queues'
+// files, the cron records, the locks): queued payloads and the registry are
+// the owner's alone. The clone, written by go-git inside the 0700 state
+// directory, is left out.
+func TestStateDirectoryIsTheOwnersAlone(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md":      queueExample(t, "forward-order", be.URL),
+		"flows/acme/open-orders-report.md": queueExample(t, "open-orders-report", be.URL),
+	}, hostOptions{}, "forward-order")
+	id := mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
+	waitEvents(t, h, "queue_processed", 1, field("msg_id", id), 15*time.Second)
+	state := filepath.Dir(h.db)
+	eventually(t, 10*time.Second, "the cron flow's lock", func() bool { return exists(filepath.Join(state, "cron", "acme")) })
+	var files int
+	err := filepath.WalkDir(state, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && filepath.Base(path) == "repo" && filepath.Dir(path) == state {
+			return fs.SkipDir // the clone is go-git's, inside the 0700 state directory
+		}
+		rel, _ := filepath.Rel(state, path)
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", rel, got, want)
+		}
+		if !d.IsDir() {
+			files++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 6 {
+		t.Errorf("found %d files in %s, want the registry and the queue's files at least", files, state)
+	}
+}

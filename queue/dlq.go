@@ -44,7 +44,7 @@ func (q *Queue) MoveToDLQ(d DeadLetter) error {
 // appendDurable appends frames to a file of the queue and syncs it. The
 // caller holds the append lock.
 func (q *Queue) appendDurable(name string, frames []byte) error {
-	f, err := q.fs.OpenFile(q.path(name), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := q.fs.OpenFile(q.path(name), os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 	}

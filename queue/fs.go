@@ -71,7 +71,7 @@ func MakeDir(fsys FS, root string, names ...string) error {
 	if fsys == nil {
 		fsys = OS{}
 	}
-	if err := fsys.MkdirAll(root, 0o755); err != nil {
+	if err := fsys.MkdirAll(root, DirMode); err != nil {
 		return err
 	}
 	dir := root
@@ -79,7 +79,7 @@ func MakeDir(fsys FS, root string, names ...string) error {
 		dir = filepath.Join(dir, name)
 		info, err := fsys.Lstat(dir)
 		if errors.Is(err, fs.ErrNotExist) {
-			if err = fsys.MkdirAll(dir, 0o755); err == nil {
+			if err = fsys.MkdirAll(dir, DirMode); err == nil {
 				info, err = fsys.Lstat(dir)
 			}
 		}
@@ -94,6 +94,13 @@ func MakeDir(fsys FS, root string, names ...string) error {
 	}
 	return nil
 }
+
+// The modes of the state directory's folders and files (queued payloads,
+// the registry, the clone): its owner's alone, as etcd's data directory.
+const (
+	DirMode  fs.FileMode = 0o700
+	FileMode fs.FileMode = 0o600
+)
 
 // NewFileLock returns a flock(2) lock on the file at path (created when
 // missing) that refuses to open a symbolic link: the state directory's
@@ -174,7 +181,7 @@ func WriteAtomic(fsys FS, name string, data []byte) (err error) {
 		fsys = OS{}
 	}
 	tmp := name + ".tmp"
-	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, FileMode)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", name, err)
 	}

@@ -67,7 +67,7 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 		return false, err
 	}
 	defer wl.Unlock()
-	lf, err := openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	lf, err := openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return false, err
 	}
@@ -148,7 +148,7 @@ func (q *Queue) keepCounter(size int64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		return 0, err
 	}
 	defer q.seq.Close()

@@ -119,14 +119,14 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
-	if q.lock, err = openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if q.lock, err = openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
 	}
-	if q.seg, err = q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if q.seg, err = q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
-	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		q.seg.Close()
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
@@ -166,7 +166,7 @@ func (q *Queue) segmentAtPath() (int64, error) {
 	if err == nil && sameFile(atPath, open) {
 		return open.Size(), nil
 	}
-	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, 0o644)
+	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return 0, err
 	}
@@ -721,7 +721,7 @@ func (q *Queue) openCheckpoint() (File, error) {
 		}
 		return f, nil
 	}
-	if f, err = q.fs.OpenFile(q.path(ckptFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if f, err = q.fs.OpenFile(q.path(ckptFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", ckptFile, err)
 	}
 	if err := q.fs.SyncDir(q.dir); err != nil {

@@ -45,8 +45,14 @@ const BusyTimeout = 10 * time.Second
 // Open opens (creating it and its folder if needed) the registry at path and
 // runs the schema migrations it has not seen yet.
 func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// the state directory and the registry are the owner's alone (0700,
+	// 0600: queue.DirMode and queue.FileMode, which this package does not
+	// import); SQLite gives its -wal and -shm files the database's mode
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
+	}
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close()
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {

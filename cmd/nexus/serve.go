@@ -207,7 +207,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		logger.Warn(fmt.Sprintf("the admin key is %d characters long; use one of %d or more, such as one nexus key generate prints", n, minAdminKey),
 			"event", "weak_admin_key")
 	}
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
 		return fmt.Errorf("the state directory: %w", err)
 	}
 	if err := checkStateDir(stateDir); err != nil {
