@@ -4,7 +4,7 @@ FROM golang:1.26-bookworm AS build
 WORKDIR /src
 # The state directory, made here because the final image has no shell; it is copied
 # in owned by nonroot, so a fresh volume mounted there is writable by the server.
-RUN mkdir -p /out/state
+RUN mkdir -p -m 0700 /out/state
 # Download modules in their own layer, so a code change does not fetch them again.
 COPY go.mod go.sum ./
 RUN go mod download
