@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -100,5 +101,33 @@ func TestStateDirectoryIsTheOwnersAlone(t *testing.T) {
 	}
 	if files < 6 {
 		t.Errorf("found %d files in %s, want the registry and the queue's files at least", files, state)
+	}
+}
+
+// TestServeWarnsOfAnOpenStateDirectory: a state directory that others may
+// read (made by an earlier version, or by hand) is worth a warning at every
+// start, naming it and the command that closes it.
+func TestServeWarnsOfAnOpenStateDirectory(t *testing.T) {
+	t.Parallel()
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir  string
+		want int
+	}{
+		{open, 1},
+		{filepath.Join(t.TempDir(), "made-by-serve"), 0},
+	} {
+		h := startHost(t, hostOptions{db: filepath.Join(tc.dir, "registry.db")})
+		evs := h.events("state_directory_open")
+		if len(evs) != tc.want {
+			t.Errorf("%s: %d state_directory_open lines, want %d: %v", tc.dir, len(evs), tc.want, evs)
+		}
+		if tc.want > 0 && len(evs) > 0 && !strings.Contains(fmt.Sprint(evs[0]["msg"]), tc.dir+" is open to other users (mode -rwxr-xr-x): chmod 700 it") {
+			t.Errorf("the warning: %v", evs[0])
+		}
+		h.stop(10 * time.Second)
 	}
 }

@@ -213,6 +213,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if err := checkStateDir(stateDir); err != nil {
 		return err
 	}
+	if info, err := os.Stat(stateDir); err == nil && info.Mode().Perm()&^queue.DirMode != 0 {
+		// made so by an earlier version, or by hand: what is made in it
+		// from now on is the owner's alone, what is there already is not
+		logger.Warn(fmt.Sprintf("the state directory %s is open to other users (mode %v): chmod 700 it", stateDir, info.Mode().Perm()),
+			"event", "state_directory_open")
+	}
 	reg, err := registry.Open(ctx, cfg.DB, registry.Options{})
 	if err != nil {
 		return err
