@@ -108,28 +108,18 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// The record outlives this execution's deadline: write it even when the
 	// ceiling was reached.
 	wctx := context.WithoutCancel(ctx)
-	rec, failed, ok := dedupRecord(res)
-	if !ok {
+	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}
 		return res
 	}
+	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
+	failed := res.Outcome == Failed || res.Outcome == FaultHandled
 	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
 		return unavailable("recording the answer", err)
 	}
 	return res
-}
-
-// dedupRecord is the record of a finished execution's answer, and whether
-// it is a failure; ok is false for the answers never recorded (503, and
-// 500 internal error), after which a duplicate runs again.
-func dedupRecord(res Result) (rec []byte, failed, ok bool) {
-	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
-		return nil, false, false
-	}
-	rec, _ = json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
-	return rec, res.Outcome == Failed || res.Outcome == FaultHandled, true
 }
 
 func withoutCorrelation(h http.Header) http.Header {
