@@ -74,13 +74,20 @@ const (
 	invoiceError = "step 'check': validation failed (Semantic): total must be positive"
 )
 
+// fastInvoices is the example sync-invoices flow (its check fails every
+// message with a total below 1; default retries, 3 attempts, factor 2),
+// calling backendURL, with its first retry delay shortened to 100 ms.
+func fastInvoices(t *testing.T, backendURL string) string {
+	t.Helper()
+	return queueExample(t, "sync-invoices", backendURL, "effects: [http_egress]\n---", "effects: [http_egress]\nqueue_initial_delay_ms: 100\n---")
+}
+
 func TestDLQWorkedExample(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.setStatus(http.StatusServiceUnavailable)
 	const globexKey = "test-key-globex"
-	// default retries (3 attempts, factor 2), the first delay shortened
-	invoices := queueExample(t, "sync-invoices", be.URL, "effects: [http_egress]\n---", "effects: [http_egress]\nqueue_initial_delay_ms: 100\n---")
+	invoices := fastInvoices(t, be.URL)
 	h, repo := queueHost(t, map[string]string{
 		"access.yaml": accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey},
 			testKey{id: "globex-all", tenant: "globex", key: globexKey}),

@@ -162,9 +162,7 @@ func TestDocQueueDeadLetterDropsCorrelationID(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	h, _ := queueHost(t, map[string]string{
-		// fails its check on every attempt; the first delay shortened
-		"flows/acme/sync-invoices.md": queueExample(t, "sync-invoices", be.URL,
-			"effects: [http_egress]\n---", "effects: [http_egress]\nqueue_initial_delay_ms: 100\n---"),
+		"flows/acme/sync-invoices.md": fastInvoices(t, be.URL),
 	}, hostOptions{}, "sync-invoices")
 	const cid = "trace-doc-dlq-7c41e9"
 	const payload = `{"invoiceId":"INV-DOC-5508","total":0}`
@@ -400,8 +398,7 @@ func TestDocQueueDiscardTwoStages(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	h, repo := queueHost(t, map[string]string{
-		"flows/acme/sync-invoices.md": queueExample(t, "sync-invoices", be.URL,
-			"effects: [http_egress]\n---", "effects: [http_egress]\nqueue_initial_delay_ms: 100\n---"),
+		"flows/acme/sync-invoices.md": fastInvoices(t, be.URL),
 	}, hostOptions{}, "sync-invoices")
 	db := h.db
 	const secretBody, keptBody = `{"invoiceId":"INV-DISCARD-4471","total":0}`, `{"invoiceId":"INV-KEEP-2290","total":-1}`

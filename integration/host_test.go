@@ -1286,13 +1286,8 @@ func TestHTTPFramingEndToEnd(t *testing.T) {
 // their commit, and goes on doing so after its fetch fails.
 func TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable(t *testing.T) {
 	t.Parallel()
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
-	h := startHost(t, hostOptions{repo: repo.dir})
+	h, repo := queueHost(t, map[string]string{"flows/acme/hello.md": helloFlow}, hostOptions{}, "hello")
 	head := repo.git("rev-parse", "HEAD")
-	h.waitCommit(head, 10*time.Second)
 	if code := h.stop(10 * time.Second); code != 0 {
 		t.Fatalf("the first host exited %d", code)
 	}

@@ -140,12 +140,7 @@ func TestReadingCommandsWithoutARegistry(t *testing.T) {
 // --limit prints more.
 func TestJournalNewestFiftyByDefault(t *testing.T) {
 	t.Parallel()
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
-	h := startHost(t, hostOptions{repo: repo.dir})
-	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	h, _ := queueHost(t, map[string]string{"flows/acme/hello.md": helloFlow}, hostOptions{}, "hello")
 	const runs = 60
 	for i := range runs {
 		if r := h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", `{"name":"Ada"}`, "X-Correlation-ID", fmt.Sprintf("journal-%02d", i)); r.status != http.StatusOK {
