@@ -223,7 +223,9 @@ func (h *hostProc) watch(args []string, keep func(event string) bool, more func(
 		t.Fatal(err)
 	}
 	listening := make(chan string, 1)
+	scanned := make(chan struct{}) // closed when the log has been read to its end
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -244,6 +246,9 @@ func (h *hostProc) watch(args []string, keep func(event string) bool, more func(
 		}
 	}()
 	go func() {
+		// Wait closes the pipe: only once every line is read, so that a
+		// test reading the log after the exit sees all of it
+		<-scanned
 		h.exitErr = h.cmd.Wait()
 		close(h.exited)
 	}()
