@@ -201,9 +201,11 @@ func normalNumber(f float64) any {
 }
 
 // AppendJSON appends the compact JSON form of v to dst. Object keys keep
-// their order; strings are escaped as encoding/json escapes them, HTML
-// characters included. An XML document is written as a JSON string of its
-// bytes.
+// their order; strings are escaped as encoding/json escapes them with
+// SetEscapeHTML(false): quotes, backslashes, control characters, U+2028
+// and U+2029, and invalid UTF-8 as U+FFFD, while <, > and & stay as they
+// are (an answer is not HTML, and a URL's & reads as written). An XML
+// document is written as a JSON string of its bytes.
 func AppendJSON(dst []byte, v any) []byte {
 	switch x := v.(type) {
 	case nil:
@@ -301,7 +303,7 @@ func appendString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' {
 				i++
 				continue
 			}

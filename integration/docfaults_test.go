@@ -250,6 +250,24 @@ func journalRow(t *testing.T, h *hostProc, flowName, cid, want string) {
 // runDoorFlows are the flows of TestDocFaultsRunDoor; BACKEND is replaced
 // by the backend's URL.
 var runDoorFlows = map[string]string{
+	// an expression error's text and a URL, as they read: the answer's
+	// JSON leaves <, > and & as they are
+	"as-written": `---
+flowmarkdown_version: "0.1"
+flow: as-written
+tenant: acme
+---
+
+## Step: check
+` + "```validate" + `
+$.total > 0 | "total must be positive"
+` + "```" + `
+
+## Step: link
+` + "```ntd" + `
+{"next": "https://shop.example/orders?id={{ $.id }}&view=<full>", "total": {{ $.total }}}
+` + "```" + `
+`,
 	// the header table of "Response headers", as written
 	"header-table": `---
 flowmarkdown_version: "0.1"
@@ -540,6 +558,18 @@ func TestDocFaultsRunDoor(t *testing.T) {
 		if r.status != http.StatusCreated || r.body != `{"ok":true}` || r.header.Get("X-Trace-Tag") != "decorated" ||
 			r.header.Get("X-Dropped") != "by-the-handler" || r.header.Get("Content-Type") != "application/json" {
 			t.Errorf("success: %d %s %v", r.status, r.body, r.header)
+		}
+	})
+
+	t.Run("expression errors and URLs read as written: <, > and & are not escaped", func(t *testing.T) {
+		t.Parallel()
+		r := h.run("acme", "as-written", acmeKey, `{"id":"A&1"}`)
+		if want := `{"error":"cannot compare null with number using >","step":"check"}`; r.status != http.StatusUnprocessableEntity || r.body != want {
+			t.Errorf("/run without a total: %d %s, want 422 %s", r.status, r.body, want)
+		}
+		r = h.run("acme", "as-written", acmeKey, `{"id":"A&1","total":2}`)
+		if want := `{"next":"https://shop.example/orders?id=A&1&view=<full>","total":2}`; r.status != http.StatusOK || r.body != want {
+			t.Errorf("/run: %d %s, want 200 %s", r.status, r.body, want)
 		}
 	})
 
