@@ -523,3 +523,48 @@ func TestStopEndsAFetchInProgress(t *testing.T) {
 		t.Errorf("a canceled fetch was logged as unreachable: %v", ev)
 	}
 }
+
+// TestSyncJudgesAgainstTheRegistrysLiveFlows: two processes share a state
+// directory. B applies a commit adding acme/x; A's live set has not
+// followed yet (its watcher looks every second). The next commit breaks
+// x's front matter and A syncs it: A judges it against the flows live in
+// the registry, not its own stale set, so the broken file is refused
+// rather than withdrawing acme/x.
+func TestSyncJudgesAgainstTheRegistrysLiveFlows(t *testing.T) {
+	src := newSrcRepo(t)
+	src.write("access.yaml", accessFile(acmeKey))
+	src.write("flows/README.md", []byte("# Flows\n"))
+	state := filepath.Join(t.TempDir(), "state")
+	dbPath := filepath.Join(state, "registry.db")
+	newProc := func() (*registry.Registry, *gitsync.Syncer) {
+		reg := openRegistry(t, dbPath)
+		if _, err := reg.Load(context.Background()); err != nil { // as nexus serve does at start
+			t.Fatal(err)
+		}
+		s, err := gitsync.New(gitsync.Config{Repo: src.dir, Dir: filepath.Join(state, "repo"), Registry: reg, Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg, s
+	}
+	regA, a := newProc()
+	_, b := newProc()
+
+	src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	c1 := src.commit("add x")
+	if res, err := b.Sync(context.Background()); err != nil || !res.Applied() || res.Commit != c1 {
+		t.Fatalf("B: %+v, %v", res, err)
+	}
+	src.write("flows/acme/x.md", append([]byte("Notes for on-call.\n"), flowtest.Marked("acme", "x", "1")...))
+	c2 := src.commit("a line above the front matter")
+	res, err := a.Sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied() {
+		t.Errorf("A applied %s (changes %q): the broken file withdrew the live flow acme/x; want the commit refused", c2[:8], changeStrings(res.Changes))
+	}
+	if got := liveFlows(regA.Live()); len(got) != 1 {
+		t.Errorf("live set after the commit: %q, want acme/x kept", got)
+	}
+}

@@ -1,7 +1,9 @@
 package gitsync_test
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,5 +81,60 @@ func checkRepaired(t *testing.T, e *env) {
 	}
 	if evs := e.logs.Events(t, "sync_failed"); len(evs) != 0 {
 		t.Errorf("a good commit was refused over the damaged clone: %v", evs)
+	}
+}
+
+// TestSyncReclonesWhenTheFlowsTreeIsLost: the tree object of the flows
+// folder itself lost from the clone (a power cut while go-git wrote it) is
+// damage to the clone, as for every other object of the head: the clone is
+// rebuilt and the good commit applied, not refused as a commit without a
+// flows folder (go-git's Tree reports a lost tree object as a missing
+// folder).
+func TestSyncReclonesWhenTheFlowsTreeIsLost(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.mustApply(e.src.commit("add acme/x"), "published acme/x v1")
+
+	// turn the clone's packs into loose objects, then lose the flows tree
+	packs, err := filepath.Glob(filepath.Join(e.cfg.Dir, "objects", "pack", "*.pack"))
+	if err != nil || len(packs) == 0 {
+		t.Fatalf("no pack in the clone (%v)", err)
+	}
+	aside := t.TempDir()
+	for _, p := range packs {
+		base := strings.TrimSuffix(p, ".pack")
+		moved := filepath.Join(aside, filepath.Base(p))
+		if err := os.Rename(p, moved); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(base + ".idx")
+		os.Remove(base + ".rev")
+		f, err := os.Open(moved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("git", "unpack-objects", "-q")
+		cmd.Dir = e.cfg.Dir
+		cmd.Stdin = f
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("unpack-objects: %v\n%s", err, out)
+		}
+		f.Close()
+	}
+	flowsTree, err := e.src.headTree().FindEntry("flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := flowsTree.Hash.String()
+	if err := os.Remove(filepath.Join(e.cfg.Dir, "objects", h[:2], h[2:])); err != nil {
+		t.Fatalf("removing the flows tree from the clone: %v", err)
+	}
+
+	// a good commit that keeps the flows folder as it is
+	e.src.write("access.yaml", accessFile(acmeKey, key{"acme-2", "acme", "nxk_test_acme_second_0123456789abc"}))
+	c2 := e.src.commit("a second key")
+	res, err := e.s.Sync(context.Background())
+	if err != nil || !res.Applied() || res.Commit != c2 {
+		t.Fatalf("Sync of the good commit %s over a clone that lost the flows tree: %+v, %v; want it applied (sync_repaired, cloned anew)", c2[:8], res, err)
 	}
 }

@@ -227,6 +227,13 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return res, nil
 	}
 
+	// the commit is judged against the live flows as the registry has
+	// them: another process sharing it may have published since this
+	// one's watcher last looked (publications from git happen only under
+	// the sync lock, held here)
+	if _, err := s.cfg.Registry.Refresh(ctx); err != nil {
+		return res, fmt.Errorf("reading the live flows: %w", err)
+	}
 	flows, keys, problems, damage := s.compile(repo, commit)
 	if damage != nil {
 		// an object the commit names cannot be read from the clone: that
@@ -343,8 +350,10 @@ func (s *Syncer) remoteURL() string {
 }
 
 // Redact returns repo as logs and errors may show it: a URL keeps its user
-// name but not its password; one that does not parse (New refuses it) is
-// reduced to its scheme. A local path or user@host:path is returned as is.
+// name but not its password, and an http or https URL with a user name
+// alone shows it as "redacted" (https://TOKEN@host/… is how a token is
+// often given); one that does not parse (New refuses it) is reduced to its
+// scheme. A local path or user@host:path is returned as is.
 func Redact(repo string) string {
 	scheme, _, isURL := strings.Cut(repo, "://")
 	if !isURL {
@@ -355,8 +364,12 @@ func Redact(repo string) string {
 		return scheme + "://(a URL that does not parse)"
 	}
 	if u.User != nil {
-		if _, hasPassword := u.User.Password(); hasPassword {
+		_, hasPassword := u.User.Password()
+		switch {
+		case hasPassword:
 			u.User = url.User(u.User.Username())
+		case u.Scheme == "http" || u.Scheme == "https":
+			u.User = url.User("redacted")
 		}
 	}
 	return u.String()
@@ -461,14 +474,20 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	}
 	w := &walker{s: s, repo: repo}
 	accessData := w.file(root, "access.yaml", true)
-	dir, err := root.Tree(s.cfg.FlowsDir)
+	// found by its entry, not with Tree (which reports a tree object the
+	// clone lost as a folder the commit lacks)
+	e, err := root.FindEntry(s.cfg.FlowsDir)
 	switch {
-	case errors.Is(err, object.ErrDirectoryNotFound):
+	case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound), err == nil && e.Mode != filemode.Dir:
 		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir)", s.cfg.FlowsDir)
 	case err != nil:
 		w.readFailed(s.cfg.FlowsDir+"/", err)
 	default:
-		w.walk(dir, s.cfg.FlowsDir, 1)
+		if dir, err := w.repo.TreeObject(e.Hash); err != nil {
+			w.readFailed(s.cfg.FlowsDir+"/", err)
+		} else {
+			w.walk(dir, s.cfg.FlowsDir, 1)
+		}
 	}
 	if w.damage != nil {
 		return nil, nil, nil, w.damage
@@ -504,6 +523,9 @@ func (s *Syncer) lostFlows(sources []flow.Source, flows []*flow.Flow, errs flow.
 	}
 	for _, e := range errs {
 		delete(present, e.File) // refused already, for its own errors
+	}
+	for _, f := range flows {
+		delete(present, f.Path()) // a flow file still: renamed in place, perhaps
 	}
 	kept := make(map[[2]string]bool, len(flows))
 	for _, f := range flows {

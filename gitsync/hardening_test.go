@@ -82,6 +82,30 @@ func TestRepoPasswordsStaySecret(t *testing.T) {
 			t.Errorf("Redact(%s) = %s", repo, got)
 		}
 	}
+	// a token given as the user name of an https URL
+	for _, repo := range []string{"https://ghp_s3cr3tT0KEN@127.0.0.1:1/config.git", "http://ghp_s3cr3tT0KEN@127.0.0.1:1/config.git"} {
+		logs := &jsonlogtest.Buffer{}
+		s, err := gitsync.New(gitsync.Config{Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db")),
+			Logger: logs.Logger(slog.LevelDebug), Poll: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Sync(context.Background()); err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: Sync error %v: want an error without the token", repo, err)
+		}
+		s.Start()
+		waitFor(t, 5*time.Second, "a sync_unreachable event", func() bool { return len(logs.Events(t, "sync_unreachable")) > 0 })
+		s.Stop()
+		if strings.Contains(logs.String(), "s3cr3t") {
+			t.Errorf("%s: the log holds the token:\n%s", repo, logs.String())
+		}
+		if got, want := gitsync.Redact(repo), strings.Replace(repo, "ghp_s3cr3tT0KEN", "redacted", 1); got != want {
+			t.Errorf("Redact(%s) = %s, want %s", repo, got, want)
+		}
+	}
+	if got, want := gitsync.Redact("ssh://git@127.0.0.1:1/config.git"), "ssh://git@127.0.0.1:1/config.git"; got != want {
+		t.Errorf("Redact of an ssh URL = %s, want %s (its user name is no secret)", got, want)
+	}
 	for _, repo := range []string{"https://deploy:s3cr#tPW@127.0.0.1:1/config.git", "https://deploy:s3cr%tPW@127.0.0.1:1/config.git"} {
 		_, err := gitsync.New(gitsync.Config{Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))})
 		if err == nil || strings.Contains(err.Error(), "s3cr") || !strings.Contains(err.Error(), "percent-encoded") {

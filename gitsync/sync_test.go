@@ -391,3 +391,15 @@ func TestSyncKeepsABareFullClone(t *testing.T) {
 		t.Errorf("no sync lock file beside the clone: %v", err)
 	}
 }
+
+// TestSyncRenamesAFlowInPlace: changing `flow:` inside a file is a good
+// commit (the file still reads as a flow file): the old flow is withdrawn
+// and the new one published, not refused as a broken file.
+func TestSyncRenamesAFlowInPlace(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	e.mustApply(e.src.commit("0"))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "renamed", "0"))
+	c := e.src.commit("rename x to renamed")
+	e.mustApply(c, "published acme/renamed v1", "withdrawn acme/x v1")
+}
