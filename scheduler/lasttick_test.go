@@ -71,8 +71,8 @@ func TestSaveLastTick(t *testing.T) {
 				t.Errorf("files after the save (-want +got):\n%s", diff)
 			}
 			if !c.wantErr {
-				if last := s.lastTick(e); !last.Equal(t0) {
-					t.Errorf("lastTick = %v, want %v", last, t0)
+				if last, err := s.lastTick(e); err != nil || !last.Equal(t0) {
+					t.Errorf("lastTick = %v, %v; want %v", last, err, t0)
 				}
 			}
 		})

@@ -75,3 +75,55 @@ func TestSchedulerRefusesLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedulerRefusesALinkedLastTickRecord: a symbolic link planted where
+// a flow's last-tick record would be, to a file holding a far-future time,
+// is not read as the record (it would silence the flow without a word):
+// the flow does not tick, cron_failed names the link at each due time, and
+// the link's target is neither read as a time nor written.
+func TestSchedulerRefusesALinkedLastTickRecord(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "nightly", "@every 30s", "", ""), cronFlow("acme", "plain", "@every 30s", "", ""))
+	outside := filepath.Join(t.TempDir(), "elsewhere")
+	const far = "4102444800000000000\n" // 2100-01-01
+	if err := os.WriteFile(outside, []byte(far), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, "acme"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(e.dir, "acme", "nightly.last")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	logs := &jsonlogtest.Buffer{}
+	clk := clocktest.New(st0)
+	s := scheduler.New(scheduler.Config{
+		Live: e.live, Queues: &appender{name: "p1", clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk,
+		Logger: logs.Logger(slog.LevelInfo),
+	})
+	s.Start()
+	t.Cleanup(s.Stop)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, st0.Add(65*time.Second), 200)
+	s.Stop()
+
+	for _, k := range e.ticks.all() {
+		if k.Flow == "nightly" {
+			t.Errorf("nightly ticked through a linked last-tick record: %v", k)
+		}
+	}
+	if got := len(e.ticks.all()); got != 2 {
+		t.Errorf("%d ticks, want plain's 2 (at +30 s and +60 s): %v", got, e.ticks.all())
+	}
+	evs := logs.Events(t, "cron_failed")
+	if len(evs) != 2 {
+		t.Fatalf("%d cron_failed events, want one at each of nightly's 2 due times; log:\n%s", len(evs), logs.String())
+	}
+	if msg, _ := evs[0]["error"].(string); !strings.Contains(msg, link+" is a symbolic link") || evs[0]["flow"] != "nightly" {
+		t.Errorf("cron_failed %v, want nightly's naming the link %s", evs[0], link)
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != far {
+		t.Errorf("the link's target holds %q (%v), want it untouched", b, err)
+	}
+}

@@ -2,6 +2,10 @@ package scheduler
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -262,7 +266,11 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
 func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
-	last := s.lastTick(e)
+	last, err := s.lastTick(e)
+	if err != nil {
+		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
+		return
+	}
 	if !due.After(last) {
 		return // made by the process that held the lock before
 	}
@@ -294,17 +302,29 @@ func (s *Scheduler) lastPath(e *entry) string {
 	return filepath.Join(s.cfg.Dir, e.tenant, e.flow+".last")
 }
 
-// lastTick reads the time of the flow's last tick (zero when none).
-func (s *Scheduler) lastTick(e *entry) time.Time {
-	b, err := os.ReadFile(s.lastPath(e))
-	if err != nil {
-		return time.Time{}
+// lastTick reads the time of the flow's last tick (zero when none). A
+// symbolic link where the record should be is refused (queue.ErrLink), as
+// everywhere in the state directory: a planted record could silence the
+// flow.
+func (s *Scheduler) lastTick(e *entry) (time.Time, error) {
+	f, err := queue.OS{}.OpenFile(s.lastPath(e), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return time.Time{}
+		return time.Time{}, err
 	}
-	return time.Unix(0, n)
+	defer f.Close()
+	b := make([]byte, 32) // a record is at most 20 digits and a newline
+	k, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return time.Time{}, fmt.Errorf("reading %s: %w", s.lastPath(e), err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b[:k])), 10, 64)
+	if err != nil {
+		return time.Time{}, nil // not a record WriteAtomic wrote: none
+	}
+	return time.Unix(0, n), nil
 }
 
 // saveLastTick records t as the flow's last tick. The record must survive a
