@@ -688,3 +688,48 @@ func TestFailedSyncDoesNotLendItsIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentReplacedUnderReaders: after the janitor deleted an idle
+// queue's files, the next append replaces the handle's open segment.log
+// while Size and Checkpoint (the status page and the metrics) read it
+// without the append lock: no data race (under -race), and the file
+// replaced is closed only once they are done with it.
+func TestSegmentReplacedUnderReaders(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	appendN(t, q, 0, 1)
+	if err := q.SaveCheckpoint(size(t, q)); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := deleteIdleQueue(root, testTenant, testFlow, OS{}); err != nil || !deleted {
+		t.Fatalf("deleteIdleQueue = %v, %v", deleted, err)
+	}
+	var readErr atomic.Pointer[error] // the readers' first error
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the status page / metrics: Manager.Queues -> openInfo
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := q.Size(); err != nil {
+				readErr.CompareAndSwap(nil, &err)
+			}
+			if _, err := q.Checkpoint(); err != nil {
+				readErr.CompareAndSwap(nil, &err)
+			}
+		}
+	}()
+	time.Sleep(time.Millisecond)
+	if _, err := q.Append(newMessage(1, 40)); err != nil { // swaps q.seg
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+	if p := readErr.Load(); p != nil {
+		t.Errorf("a reader of the replaced segment.log failed: %v", *p)
+	}
+}

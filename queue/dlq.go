@@ -76,6 +76,10 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 	if size == 0 {
 		// possibly a new file: its folder entry must be durable too
 		if err := q.fs.SyncDir(q.dir); err != nil {
+			// cut the frames too (best effort): the file left empty, the
+			// next append syncs the folder again instead of taking a file
+			// a power cut may lose for durable
+			f.Truncate(end)
 			return fmt.Errorf("queue %s/%s: syncing the folder: %w", q.Tenant, q.Flow, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,5 +261,38 @@ func TestNotPendingError(t *testing.T) {
 	}
 	if !errors.Is(err, ErrNotPending) || !errors.Is(fmt.Errorf("replay: %w", err), ErrNotPending) {
 		t.Error("a NotPendingError is not ErrNotPending")
+	}
+}
+
+// TestDeadLetterAfterAFailedFolderSync: when the folder sync of a new
+// dlq.log fails, MoveToDLQ fails and cuts its frame, so the next MoveToDLQ
+// of the message (delivered again: its checkpoint did not move) syncs the
+// folder again rather than taking a file a power cut could lose for
+// durable.
+func TestDeadLetterAfterAFailedFolderSync(t *testing.T) {
+	m, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	m.SyncAll()
+	d := DeadLetter{ID: 1, EnqueuedAt: epoch, FailedAt: epoch, Attempts: 3, LastError: "503", Payload: []byte(`{"n":1}`)}
+	m.Fail(opSyncDir, testFlow, 1, syscall.EIO, false) // the folder sync of the new dlq.log, once
+	if err := q.MoveToDLQ(d); err == nil {
+		t.Fatal("the first MoveToDLQ succeeded despite the failed folder sync")
+	}
+	if err := q.MoveToDLQ(d); err != nil { // the message delivered again, dead-lettered again
+		t.Fatalf("the second MoveToDLQ: %v", err)
+	}
+	// MoveToDLQ returned nil: the dead letter is durable, the worker moves on
+	q.Close()
+	m.Crash()
+	p, err := Peek(root, testTenant, testFlow, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, _, err := p.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) == 0 {
+		t.Error("after a power cut, the dead letter that MoveToDLQ acknowledged is gone: dlq.log's folder entry was never synced")
 	}
 }

@@ -88,9 +88,18 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ckpt, _ := decodeValue(ckptMagic, b)
-	if size > int64(ckpt) {
-		return false, nil // unprocessed messages
+	if size > 0 {
+		// read as every reader reads it: a checkpoint past the end is 0,
+		// a drain marker is where the messages appended since begin
+		seg, err := fsys.OpenFile(q.path(segmentFile), os.O_RDONLY, 0)
+		if err != nil {
+			return false, err
+		}
+		ckpt, err := resolveCheckpoint(b, seg, size)
+		seg.Close()
+		if err != nil || ckpt < size {
+			return false, err // unprocessed messages
+		}
 	}
 	if rs, err := q.Retries(); err != nil || len(rs) > 0 {
 		return false, err

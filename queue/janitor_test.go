@@ -317,3 +317,34 @@ func TestJanitorKeepsTheCounter(t *testing.T) {
 		t.Errorf("after the janitor and a power cut: id %d, want %d (ids up to %d were issued)", msg.ID, last+1, last)
 	}
 }
+
+// TestJanitorReadsACheckpointPastTheEndAsZero: the janitor reads the
+// checkpoint as every reader does (resolveCheckpoint): one past the end of
+// the log is 0, nothing processed, so a log whose messages were never
+// delivered is kept, not deleted as processed.
+func TestJanitorReadsACheckpointPastTheEndAsZero(t *testing.T) {
+	root := t.TempDir()
+	q, _, err := Open(root, testTenant, testFlow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, q, 0, 3)
+	end := size(t, q)
+	q.Close()
+	// a checkpoint past the end, as an older version's drain left it (doc.go:
+	// "A checkpoint past the end of the log ... reads as 0")
+	if err := os.WriteFile(filepath.Join(root, testTenant, testFlow, ckptFile), encodeValue(ckptMagic, uint64(end+1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadCounts(root, testTenant, testFlow, nil)
+	if err != nil || c.Total != 3 || c.Processed != 0 {
+		t.Fatalf("ReadCounts = %+v, %v; want 3 messages, none processed", c, err)
+	}
+	deleted, err := deleteIdleQueue(root, testTenant, testFlow, OS{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted {
+		t.Errorf("the janitor deleted a queue whose 3 messages are unprocessed (checkpoint %d past the end %d reads as 0 everywhere else)", end+1000, end)
+	}
+}

@@ -59,7 +59,12 @@ type Queue struct {
 	dir          string
 	fs           FS
 	now          func() time.Time
-	seg          File
+	// segp is the open segment.log, replaced (under the append lock)
+	// when the janitor deleted the file; readers outside the append lock
+	// hold segMu for reading while they use it, and a replaced file is
+	// closed once they are done (see replaceSegment)
+	segp         atomic.Pointer[segFile]
+	segMu        sync.RWMutex
 	seq          File         // segment.log.seq, rewritten in place
 	lock         *os.File     // append.lock, flock(2)ed while appending
 	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
@@ -122,12 +127,14 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if q.lock, err = openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
 	}
-	if q.seg, err = q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
+	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
+	q.segp.Store(&segFile{seg})
 	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
-		q.seg.Close()
+		seg.Close()
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
@@ -159,7 +166,7 @@ func (q *Queue) segmentAtPath() (int64, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
-	open, err2 := q.seg.Stat()
+	open, err2 := q.seg().Stat()
 	if err2 != nil {
 		return 0, err2
 	}
@@ -178,10 +185,36 @@ func (q *Queue) segmentAtPath() (int64, error) {
 		seg.Close()
 		return 0, err
 	}
-	q.seg.Close()
-	q.seg = seg
+	q.replaceSegment(seg)
 	q.durable.Store(0)
 	return size, nil
+}
+
+// segFile holds the open segment.log (an interface value cannot be swapped
+// atomically).
+type segFile struct{ f File }
+
+// seg is the open segment.log. Outside the append lock, hold segMu for
+// reading while using it.
+func (q *Queue) seg() File { return q.segp.Load().f }
+
+// replaceSegment makes seg the open segment.log, under the append lock.
+// The file it replaces is closed once no reader uses it: at once when none
+// does, otherwise in a goroutine that waits for them (the caller may be one
+// of them: readableEnd).
+func (q *Queue) replaceSegment(seg File) {
+	old := q.seg()
+	q.segp.Store(&segFile{seg})
+	if q.segMu.TryLock() {
+		old.Close()
+		q.segMu.Unlock()
+		return
+	}
+	go func() {
+		q.segMu.Lock()
+		defer q.segMu.Unlock()
+		old.Close()
+	}()
 }
 
 // useSegmentAtPath makes this handle read and append the segment.log at the
@@ -224,7 +257,7 @@ func sameFile(a, b fs.FileInfo) bool {
 }
 
 func (q *Queue) closeFiles() error {
-	return errors.Join(q.seg.Close(), q.seq.Close(), q.lock.Close())
+	return errors.Join(q.seg().Close(), q.seq.Close(), q.lock.Close())
 }
 
 func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
@@ -275,15 +308,15 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return nil, err
 	}
-	maxID, end, damage, err := scanIDs(q.seg, size)
+	maxID, end, damage, err := scanIDs(q.seg(), size)
 	if err != nil {
 		return damage, err
 	}
 	if end < size {
-		if err := q.seg.Truncate(end); err != nil {
+		if err := q.seg().Truncate(end); err != nil {
 			return damage, err
 		}
-		if err := q.seg.Sync(); err != nil {
+		if err := q.seg().Sync(); err != nil {
 			return damage, err
 		}
 	}
@@ -294,7 +327,7 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return damage, err
 	}
-	ckpt, err := resolveCheckpoint(b, q.seg, end)
+	ckpt, err := resolveCheckpoint(b, q.seg(), end)
 	if err != nil {
 		return damage, err
 	}
@@ -555,12 +588,12 @@ func (q *Queue) writeFrames(batch []*appendReq) error {
 	if err := q.writeSeq(next, false); err != nil {
 		return err
 	}
-	if _, err := q.seg.WriteAt(buf, tail); err != nil {
-		q.seg.Truncate(tail) // best effort: recovery finds a torn tail anyway
+	if _, err := q.seg().WriteAt(buf, tail); err != nil {
+		q.seg().Truncate(tail) // best effort: recovery finds a torn tail anyway
 		return fmt.Errorf("writing %s: %w", segmentFile, err)
 	}
 	syncStart := time.Now()
-	if err := q.seg.Sync(); err != nil {
+	if err := q.seg().Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", segmentFile, err)
 	}
 	if q.onCommit != nil {
@@ -614,9 +647,9 @@ func (q *Queue) advanceDurable(end int64) {
 // frame being written, or written but not yet synced, is not delivered.
 // Frames beyond the known synced end were appended by another process
 // (which syncs before it releases the append lock), or by a drain: the
-// end is read again under the lock.
+// end is read again under the lock. The caller holds segMu for reading.
 func (q *Queue) readableEnd() (int64, error) {
-	size, err := fileSize(q.seg)
+	size, err := fileSize(q.seg())
 	if err != nil {
 		return 0, err
 	}
@@ -643,17 +676,24 @@ func (q *Queue) readableEnd() (int64, error) {
 // it. It skips frames that do not verify; at the end of the log it returns
 // io.EOF (a frame still being written by another process reads as the end).
 func (q *Queue) Read(offset int64) (Message, int64, error) {
+	q.segMu.RLock()
+	defer q.segMu.RUnlock()
+	return q.read(offset)
+}
+
+// read is Read for a caller that holds segMu for reading.
+func (q *Queue) read(offset int64) (Message, int64, error) {
 	size, err := q.readableEnd()
 	if err != nil {
 		return Message{}, offset, err
 	}
 	for offset < size {
-		rec, n, _, err := frameAt(q.seg, offset, size)
+		rec, n, _, err := frameAt(q.seg(), offset, size)
 		if err != nil {
 			return Message{}, offset, err
 		}
 		if n == 0 {
-			next, err := nextFrame(q.seg, offset, size)
+			next, err := nextFrame(q.seg(), offset, size)
 			if err != nil {
 				return Message{}, offset, err
 			}
@@ -674,20 +714,26 @@ func (q *Queue) Read(offset int64) (Message, int64, error) {
 }
 
 // Size is the current length of segment.log in bytes.
-func (q *Queue) Size() (int64, error) { return fileSize(q.seg) }
+func (q *Queue) Size() (int64, error) {
+	q.segMu.RLock()
+	defer q.segMu.RUnlock()
+	return fileSize(q.seg())
+}
 
 // Checkpoint returns the offset up to which everything is processed (see
 // resolveCheckpoint for a drain stopped midway).
 func (q *Queue) Checkpoint() (int64, error) {
+	q.segMu.RLock()
+	defer q.segMu.RUnlock()
 	b, err := readFile(q.fs, q.path(ckptFile))
 	if err != nil {
 		return 0, err
 	}
-	size, err := fileSize(q.seg)
+	size, err := fileSize(q.seg())
 	if err != nil {
 		return 0, err
 	}
-	return resolveCheckpoint(b, q.seg, size)
+	return resolveCheckpoint(b, q.seg(), size)
 }
 
 // SaveCheckpoint records, durably, that everything before offset is
@@ -853,13 +899,13 @@ func (q *Queue) Drain() error {
 	if err := q.markDrain(next); err != nil {
 		return err
 	}
-	if err := q.seg.Truncate(0); err != nil {
+	if err := q.seg().Truncate(0); err != nil {
 		return err
 	}
-	if err := q.seg.Sync(); err != nil {
+	q.durable.Store(0) // nothing past 0 is known durable, whatever follows
+	if err := q.seg().Sync(); err != nil {
 		return err
 	}
-	q.durable.Store(0)
 	return q.SaveCheckpoint(0)
 }
 
@@ -934,6 +980,8 @@ func (r *logReader) Read(offset int64) (Message, int64, error) {
 	if m, next, ok := r.buffered(offset); ok {
 		return m, next, nil
 	}
+	r.q.segMu.RLock()
+	defer r.q.segMu.RUnlock()
 	size, err := r.q.readableEnd()
 	if err != nil {
 		return Message{}, offset, err
@@ -944,14 +992,14 @@ func (r *logReader) Read(offset int64) (Message, int64, error) {
 		}
 		n := min(size-offset, int64(len(r.buf)))
 		r.data = nil
-		if _, err := r.q.seg.ReadAt(r.buf[:n], offset); err == nil {
+		if _, err := r.q.seg().ReadAt(r.buf[:n], offset); err == nil {
 			r.start, r.data = offset, r.buf[:n]
 			if m, next, ok := r.buffered(offset); ok {
 				return m, next, nil
 			}
 		}
 	}
-	return r.q.Read(offset)
+	return r.q.read(offset)
 }
 
 // buffered decodes the message whose frame starts at offset, when the

@@ -223,10 +223,35 @@ func (w *Worker) run(ctx context.Context) {
 	w.update(func(s *WorkerState) { s.Leading = true })
 	defer w.update(func(s *WorkerState) { s.Leading = false })
 	w.logger.Info("worker started", "event", "worker_started")
-	if err := w.deliver(ctx); err != nil && ctx.Err() == nil {
-		w.logger.Error("the worker stopped on an error", "event", "worker_failed", "error", err.Error())
+	// An error (a full disk, an I/O error) ends a round of deliveries, not
+	// the worker: the queue keeps taking messages, so the worker starts
+	// again from what is on disk (the checkpoint, the retry schedule)
+	// after a pause that doubles while the errors go on, keeping the lock.
+	failures := 0
+	for {
+		began := w.cfg.Clock.Now()
+		err := w.deliver(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if w.cfg.Clock.Now().Sub(began) >= maxRestartPause {
+			failures = 0 // it ran a good while: this error is a new one
+		}
+		pause := min(w.cfg.Poll<<min(failures, 16), maxRestartPause)
+		failures++
+		w.logger.Error("the worker stopped on an error; it starts again after a pause", "event", "worker_failed",
+			"error", err.Error(), "pause_ms", pause.Milliseconds())
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.cfg.Clock.After(pause):
+		}
 	}
 }
+
+// maxRestartPause bounds the pause before a worker that stopped on an
+// error starts again.
+const maxRestartPause = 30 * time.Second
 
 // deliver is the worker's loop once elected.
 func (w *Worker) deliver(ctx context.Context) error {
@@ -296,6 +321,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if len(retries) > 0 && !retries[0].Due.After(now) {
 			r := retries[0]
 			m, _, err := q.Read(r.Offset)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err // the log could not be read: the retry stays scheduled
+			}
 			if err != nil || m.ID != r.ID {
 				w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
 				retries = retries[1:]
@@ -366,12 +394,18 @@ func (w *Worker) deliver(ctx context.Context) error {
 			case errors.Is(err, ErrNotDrained):
 			default:
 				w.logger.Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
-				if size, err := q.Size(); err == nil && size < cursor {
-					// emptied, but the checkpoint was not written: start
-					// again at 0 and write it at the next idle moment
-					cursor, saved = 0, -1
-					reader.reset()
+				// stopped somewhere between marking the drain and writing
+				// the checkpoint back to 0: the checkpoint file tells
+				// where the messages appended since begin (at 0 when the
+				// log was emptied, past others' appends or not), which the
+				// size alone cannot; it is written again at the next idle
+				// moment
+				c, err := q.Checkpoint()
+				if err != nil {
+					return err
 				}
+				cursor, saved = c, -1
+				reader.reset()
 			}
 			applied, err := q.CompactDLQ()
 			if err != nil {

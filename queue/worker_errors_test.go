@@ -1,0 +1,195 @@
+package queue
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/clock/clocktest"
+)
+
+// The worker's errors: a failed read of a retry, a failed write of the
+// retry schedule, a drain that fails midway. Each leaves every message
+// delivered at least once.
+
+// idRecorder records the ids and attempts a worker's handler saw.
+type idRecorder struct {
+	mu  sync.Mutex
+	ids []uint64
+	att []int
+}
+
+func (r *idRecorder) handler(decide func(d Delivery) Verdict) Handler {
+	return HandlerFunc(func(_ context.Context, d Delivery) Verdict {
+		r.mu.Lock()
+		r.ids = append(r.ids, d.ID)
+		r.att = append(r.att, d.Attempt)
+		r.mu.Unlock()
+		return decide(d)
+	})
+}
+
+func (r *idRecorder) got() ([]uint64, []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids), slices.Clone(r.att)
+}
+
+// ackAll acknowledges every delivery.
+func ackAll(Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} }
+
+// startQuietWorker starts a worker of q with handler h on clk, polling
+// every 10 s, logging nowhere; it is stopped when the test ends.
+func startQuietWorker(t *testing.T, q *Queue, clk *clocktest.Fake, h Handler) *Worker {
+	t.Helper()
+	w := NewWorker(q, WorkerConfig{Handler: h, Clock: clk, Poll: 10 * time.Second, StopGrace: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w.Start()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// TestWorkerKeepsARetryItCouldNotRead: a scheduled retry whose read fails
+// with an I/O error stays scheduled (the worker starts again after a
+// pause) and is delivered; only a message that is not in the log any more
+// is dropped.
+func TestWorkerKeepsARetryItCouldNotRead(t *testing.T) {
+	m, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	q, _ := openQueue(t, root, Options{FS: m, Now: clk.Now})
+	appendN(t, q, 0, 1)
+	rec := &idRecorder{}
+	policy := RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	startQuietWorker(t, q, clk, rec.handler(func(d Delivery) Verdict {
+		if d.Attempt == 1 {
+			return Verdict{Kind: VerdictRetry, Policy: policy, Error: "503"}
+		}
+		return ackAll(d)
+	}))
+	clk.WaitCalls(t, 1) // attempt 1 failed, the retry is scheduled, the worker waits
+	if rs, err := q.Retries(); err != nil || len(rs) != 1 {
+		t.Fatalf("Retries = %v, %v; want one", rs, err)
+	}
+	m.Fail(opRead, segmentFile, 1, syscall.EIO, false) // one transient read error
+	for range 5 {
+		clk.Step(t)
+	}
+	ids, att := rec.got()
+	if len(ids) < 2 {
+		rs, _ := q.Retries()
+		t.Errorf("deliveries %v (attempts %v), want the retry (attempt 2) too: a transient read error dropped it; retries now %v, segment.log %d bytes",
+			ids, att, rs, size(t, q))
+	}
+}
+
+// TestWorkerStartsAgainAfterAnError: an error that ends a round of
+// deliveries (here a failed write of the retry schedule) does not end the
+// worker: the queue keeps taking messages, and the worker, started again
+// after a pause, delivers them.
+func TestWorkerStartsAgainAfterAnError(t *testing.T) {
+	m, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	q, _ := openQueue(t, root, Options{FS: m, Now: clk.Now})
+	m.Fail(opRename, retryFile+".tmp", 1, syscall.ENOSPC, false) // one failed schedule write
+	appendN(t, q, 0, 1)
+	rec := &idRecorder{}
+	policy := RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	w := startQuietWorker(t, q, clk, rec.handler(func(d Delivery) Verdict {
+		if d.ID == 1 && d.Attempt == 1 {
+			return Verdict{Kind: VerdictRetry, Policy: policy, Error: "503"}
+		}
+		return ackAll(d)
+	}))
+	deadline := time.Now().Add(5 * time.Second)
+	for ids, _ := rec.got(); len(ids) == 0; ids, _ = rec.got() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first message was never delivered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// later submissions, long after the fault is gone
+	msgs := appendN(t, q, 1, 2)
+	w.Wake()
+	deadline = time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if ids, _ := rec.got(); slices.Contains(ids, msgs[1].ID) {
+			return
+		}
+		clk.Advance(time.Minute) // whatever the worker may wait for
+		time.Sleep(5 * time.Millisecond)
+	}
+	ids, _ := rec.got()
+	t.Errorf("deliveries %v: messages %d and %d, appended after one transient ENOSPC, were never delivered (the worker exited; Leading=%v)",
+		ids, msgs[0].ID, msgs[1].ID, w.State().Leading)
+}
+
+// TestWorkerAfterADrainThatFailedPastTheTruncation: Drain truncates the
+// log and then fails (here the fdatasync after the truncation), and
+// another process appends more than the worker's cursor before the worker
+// looks. The worker takes its cursor from the checkpoint file (the drain
+// marker), not from the log's size, so none of the messages appended since
+// is skipped.
+func TestWorkerAfterADrainThatFailedPastTheTruncation(t *testing.T) {
+	m, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	q, _ := openQueue(t, root, Options{FS: m, Now: clk.Now})
+	other, _ := openQueue(t, root, Options{FS: m, Now: clk.Now}) // another process's handle
+	appendN(t, q, 0, 3)                                          // same frame size as those below
+	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
+
+	var armed, truncated, appended atomic.Bool
+	var late []Message
+	var lateErr error
+	armed.Store(true)
+	m.before = func(op, name string) {
+		if name != segPath || !armed.Load() {
+			return
+		}
+		switch {
+		case op == opTruncate && !truncated.Load():
+			truncated.Store(true)
+			m.Fail(opSync, segmentFile, 1, syscall.EIO, false) // the fdatasync after the truncation
+		case op == opStat && truncated.Load() && m.Fired() && appended.CompareAndSwap(false, true):
+			// the worker looks at the log's size after the failed drain;
+			// another process has appended meanwhile
+			for i := 3; i < 8; i++ {
+				msg, err := other.Append(newMessage(i, 40))
+				if err != nil {
+					lateErr = err
+					return
+				}
+				late = append(late, msg)
+			}
+		}
+	}
+	rec := &idRecorder{}
+	startQuietWorker(t, q, clk, rec.handler(ackAll))
+	clk.WaitCalls(t, 1)
+	for range 4 {
+		clk.Step(t)
+	}
+	if !appended.Load() {
+		t.Fatal("the scenario did not happen: the drain did not fail after truncating")
+	}
+	if lateErr != nil {
+		t.Fatal(lateErr)
+	}
+	ids, _ := rec.got()
+	var missing []uint64
+	for _, msg := range late {
+		if !slices.Contains(ids, msg.ID) {
+			missing = append(missing, msg.ID)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("deliveries %v: acknowledged messages %v were never delivered (segment.log is now %d bytes)", ids, missing, size(t, q))
+	}
+}
