@@ -63,12 +63,12 @@ type Queue struct {
 	// when the janitor deleted the file; readers outside the append lock
 	// hold segMu for reading while they use it, and a replaced file is
 	// closed once they are done (see replaceSegment)
-	segp         atomic.Pointer[segFile]
-	segMu        sync.RWMutex
-	seq          File         // segment.log.seq, rewritten in place
-	lock         *os.File     // append.lock, flock(2)ed while appending
-	appendMu     sync.Mutex   // the append lock within this process (flock is per process)
-	durable      atomic.Int64 // the end of segment.log known to be synced
+	segp     atomic.Pointer[segFile]
+	segMu    sync.RWMutex
+	seq      File         // segment.log.seq, rewritten in place
+	lock     *os.File     // append.lock, flock(2)ed while appending
+	appendMu sync.Mutex   // the append lock within this process (flock is per process)
+	durable  atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader
 
