@@ -894,20 +894,18 @@ func nodeText(n *yaml.Node) string {
 func yamlDocument(n *yaml.Node) (any, error) {
 	switch n.Kind {
 	case yaml.MappingNode:
-		keys := make([]string, 0, len(n.Content)/2)
-		vals := make([]any, 0, len(n.Content)/2)
+		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if slices.Contains(keys, n.Content[i].Value) {
+			if obj.find(n.Content[i].Value) >= 0 {
 				return nil, fmt.Errorf("duplicate key %q", n.Content[i].Value)
 			}
 			v, err := yamlDocument(n.Content[i+1])
 			if err != nil {
 				return nil, err
 			}
-			keys = append(keys, n.Content[i].Value)
-			vals = append(vals, v)
+			obj.add(n.Content[i].Value, v)
 		}
-		return NewObject(keys, vals), nil
+		return obj.object(), nil
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
 		for _, e := range n.Content {

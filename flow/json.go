@@ -112,9 +112,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 		return nil, p.errorf("nesting deeper than %d levels", p.maxDepth)
 	}
 	p.pos++ // {
-	var keys []string
-	var vals []any
-	var index map[string]struct{}
+	var obj objectBuilder
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
@@ -133,7 +131,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if duplicateKey(keys, &index, key) {
+		if obj.find(key) >= 0 {
 			p.pos = keyAt
 			return nil, p.errorf("duplicate key %s", strconv.Quote(key))
 		}
@@ -147,8 +145,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, key)
-		vals = append(vals, v)
+		obj.add(key, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.errorf("unexpected end of input in an object")
@@ -158,36 +155,11 @@ func (p *jsonParser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			return NewObject(keys, vals), nil
+			return obj.object(), nil
 		default:
 			return nil, p.errorf("expected ',' or '}' in an object, found %s", quoteByte(p.data[p.pos]))
 		}
 	}
-}
-
-// duplicateKey reports whether key is among keys. Small objects are
-// scanned; from 16 keys on a set is kept in *index, so that a body of many
-// keys costs linear time, not quadratic.
-func duplicateKey(keys []string, index *map[string]struct{}, key string) bool {
-	if *index == nil && len(keys) < 16 {
-		for _, k := range keys {
-			if k == key {
-				return true
-			}
-		}
-		return false
-	}
-	if *index == nil {
-		*index = make(map[string]struct{}, 2*len(keys))
-		for _, k := range keys {
-			(*index)[k] = struct{}{}
-		}
-	}
-	if _, dup := (*index)[key]; dup {
-		return true
-	}
-	(*index)[key] = struct{}{}
-	return false
 }
 
 func (p *jsonParser) array(depth int) (any, error) {

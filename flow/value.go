@@ -40,6 +40,57 @@ func NewObject(keys []string, vals []any) *Object {
 	return o
 }
 
+// objectBuilder collects an object's keys and values in order while it is
+// read (the JSON parser, the XML flattener, a YAML mapping), and finds a key
+// already collected: by a scan while the object is small, through a map
+// index from objectIndexMin keys on, so that a document of n keys costs
+// linear time, not quadratic. The index is the one the Object keeps.
+type objectBuilder struct {
+	keys  []string
+	vals  []any
+	index map[string]int // built once the object reaches objectIndexMin keys
+}
+
+// find returns the position of key, or -1 when it has not been added.
+func (b *objectBuilder) find(key string) int {
+	if b.index == nil && len(b.keys) >= objectIndexMin {
+		b.index = make(map[string]int, 2*len(b.keys))
+		for i, k := range b.keys {
+			b.index[k] = i
+		}
+	}
+	if b.index != nil {
+		if i, ok := b.index[key]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, k := range b.keys {
+		if k == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// add appends a key that find does not know.
+func (b *objectBuilder) add(key string, v any) {
+	if b.index != nil {
+		b.index[key] = len(b.keys)
+	}
+	b.keys = append(b.keys, key)
+	b.vals = append(b.vals, v)
+}
+
+// object returns the Object built, which owns the builder's slices and
+// index from then on.
+func (b *objectBuilder) object() *Object {
+	if b.index == nil {
+		return NewObject(b.keys, b.vals)
+	}
+	return &Object{keys: b.keys, vals: b.vals, index: b.index}
+}
+
 // Len is the number of keys.
 func (o *Object) Len() int { return len(o.keys) }
 

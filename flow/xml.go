@@ -147,40 +147,40 @@ func firstWord(b []byte) string {
 
 type xmlElem struct {
 	name  string
-	keys  []string
-	vals  []any
+	obj   objectBuilder // children and attributes in order of first appearance
 	text  bytes.Buffer
 	multi map[string]bool // keys already turned into arrays
 }
 
+// add puts a child or an attribute under key; a name seen before turns its
+// value into an array. The key is found through objectBuilder, not by a scan
+// of the keys: an element of many distinct children would otherwise take
+// quadratic time (a body of 90,000 names once took 8 s of CPU).
 func (e *xmlElem) add(key string, v any) {
-	for i, k := range e.keys {
-		if k != key {
-			continue
-		}
-		if e.multi[key] {
-			e.vals[i] = append(e.vals[i].([]any), v)
-		} else {
-			if e.multi == nil {
-				e.multi = map[string]bool{}
-			}
-			e.multi[key] = true
-			e.vals[i] = []any{e.vals[i], v}
-		}
+	i := e.obj.find(key)
+	if i < 0 {
+		e.obj.add(key, v)
 		return
 	}
-	e.keys = append(e.keys, key)
-	e.vals = append(e.vals, v)
+	if e.multi[key] {
+		e.obj.vals[i] = append(e.obj.vals[i].([]any), v)
+		return
+	}
+	if e.multi == nil {
+		e.multi = map[string]bool{}
+	}
+	e.multi[key] = true
+	e.obj.vals[i] = []any{e.obj.vals[i], v}
 }
 
 func (e *xmlElem) value() any {
 	text := e.text.String()
-	if len(e.keys) == 0 {
+	if len(e.obj.keys) == 0 {
 		return text
 	}
 	if t := strings.TrimSpace(text); t != "" {
-		e.keys = append(e.keys, "#text")
-		e.vals = append(e.vals, t)
+		// no child or attribute key starts with '#'
+		e.obj.add("#text", t)
 	}
-	return NewObject(e.keys, e.vals)
+	return e.obj.object()
 }
