@@ -112,9 +112,12 @@ func New(cfg Config) *Engine {
 
 // Request is one execution to run.
 type Request struct {
-	Flow          *flow.Flow
-	Version       int    // the flow's published version (ctx.version)
-	Doc           any    // the parsed message
+	Flow    *flow.Flow
+	Version int // the flow's published version (ctx.version)
+	// Doc is the parsed message, taken as it is: nil is the JSON null. The
+	// {} of an empty body is the door's to make (server.md): here a
+	// missing document and a null one would look alike.
+	Doc           any
 	CorrelationID string // ctx.correlation_id
 	Door          string // ctx.door: DoorRun, DoorEnqueue or DoorCron
 	Attempt       int    // ctx.attempt, 1-based; 0 is taken as 1
@@ -193,9 +196,6 @@ func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
 	}()
 	if req.Attempt <= 0 {
 		req.Attempt = 1
-	}
-	if req.Doc == nil {
-		req.Doc = flow.NewObject(nil, nil)
 	}
 	if !waitsOnContext(req.Flow) {
 		return e.execute(&deadlineCtx{Context: ctx, deadline: time.Now().Add(req.Flow.Timeout())}, req)

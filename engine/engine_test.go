@@ -1229,6 +1229,24 @@ save_body: original
 	}
 }
 
+// TestNullDocument holds that a message that is the JSON null reaches the
+// flow as null: only an empty body is {}, and that is the door's to make. A
+// rule requiring a document refuses it, and an echo answers null.
+func TestNullDocument(t *testing.T) {
+	e := engine.New(engine.Config{})
+	t.Run("validate", func(t *testing.T) {
+		f := compile(t, flowSource("nulls", "", "## Step: check\n```validate\n$ != null | \"a document is required\" | syntactic\n```\n\n## Step: echo\n```ntd\n{{ $ }}\n```\n"))
+		checkView(t, run(t, e, f, `null`), view{Status: 400, Header: jsonHdr("c-1"), Outcome: engine.Failed,
+			Body: `{"error":"a document is required","step":"check"}`,
+			Err:  "step 'check': validation failed (Syntactic): a document is required", ErrKind: engine.KindSyntactic})
+		checkView(t, run(t, e, f, `{}`), view{Status: 200, Header: jsonHdr("c-1"), Body: `{}`, Outcome: engine.Succeeded})
+	})
+	t.Run("echo", func(t *testing.T) {
+		f := compile(t, flowSource("echo-null", "", "## Step: echo\n```ntd\n{\"doc\": {{ $ }}, \"input\": {{ ctx.input }}}\n```\n"))
+		checkView(t, run(t, e, f, `null`), view{Status: 200, Header: jsonHdr("c-1"), Body: `{"doc":null,"input":null}`, Outcome: engine.Succeeded})
+	})
+}
+
 func TestNTDHoles(t *testing.T) {
 	src := flowSource("holes", "", `
 ## Step: shape
@@ -1332,6 +1350,30 @@ headers: {"Idempotency-Key": "{{ ctx.correlation_id }}", "X-Order": "order-{{ $.
 		"application/json", "c-1", "c-1", "order-A 1/2"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request sent (-want +got):\n%s", diff)
+	}
+}
+
+// TestHTTPEgressEndpointHoleIsNoDotSegment holds what docs/decisions.md
+// promises of an endpoint's holes, "a value cannot add a path segment", for
+// the values "." and "..": left as they are they would be dot-segments, and
+// /customers/../orders is /orders to any server that normalises the path
+// (RFC 3986 §5.2.4). Their dots arrive encoded.
+func TestHTTPEgressEndpointHoleIsNoDotSegment(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{}`))
+	f := compile(t, flowSource("dots", "", "## Step: call\neffects: [http_egress]\nendpoint: BACKEND/customers/{{ $.id }}/orders\nmethod: GET\n"), "BACKEND", b.URL)
+	e := engine.New(engine.Config{})
+	for _, id := range []string{"..", ".", "..."} {
+		if res := run(t, e, f, `{"id":"`+id+`"}`); res.Status != http.StatusOK {
+			t.Fatalf("id %q: status %d %s", id, res.Status, res.Body)
+		}
+	}
+	var got []string
+	for _, r := range b.requests() {
+		got = append(got, r.URI)
+	}
+	want := []string{"/customers/%2E%2E/orders", "/customers/%2E/orders", "/customers/.../orders"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("request URIs (-want +got):\n%s", diff)
 	}
 }
 

@@ -119,6 +119,7 @@ func (t *Template) Render(env *Env) (string, error) {
 
 // RenderURL renders an endpoint: each hole's text is percent-encoded, every
 // byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape.
+// A hole whose whole text is "." or ".." has its dots encoded too.
 func (t *Template) RenderURL(env *Env) (string, error) {
 	return t.render(env, escapeURLComponent)
 }
@@ -152,6 +153,13 @@ func (t *Template) render(env *Env, escape func(string) string) (string, error) 
 }
 
 func escapeURLComponent(s string) string {
+	// "." and ".." alone are dot-segments (RFC 3986 §5.2.4): left as they
+	// are, /customers/{{ $.id }}/orders with the id ".." calls /orders.
+	// Encoded, they are a segment's data, which Go's ServeMux, for one,
+	// hands on as the value "..".
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]

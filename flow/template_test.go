@@ -117,6 +117,12 @@ func TestTemplateRenderURL(t *testing.T) {
 		{"null", `https://example.com/x{{ $.nul }}y`, `https://example.com/xy`},
 		{"object", `https://example.com/?q={{ $.cust }}`, `https://example.com/?q=%7B%22z%22%3A1%2C%22a%22%3A2%7D`},
 		{"literal template", `https://example.com/a b`, `https://example.com/a b`},
+		{"a hole of two dots", `https://example.com/customers/{{ ".." }}/orders`, `https://example.com/customers/%2E%2E/orders`},
+		{"a hole of one dot", `https://example.com/customers/{{ "." }}/orders`, `https://example.com/customers/%2E/orders`},
+		{"a hole of two dots in the query", `https://example.com/find?id={{ ".." }}`, `https://example.com/find?id=%2E%2E`},
+		{"three dots are no dot-segment", `https://example.com/{{ "..." }}`, `https://example.com/...`},
+		{"dots beside other text", `https://example.com/{{ "..x" }}/{{ "a.b" }}/{{ ".hidden" }}`, `https://example.com/..x/a.b/.hidden`},
+		{"literal dots untouched", `https://example.com/a/../{{ "b" }}`, `https://example.com/a/../b`},
 	}
 	env := &Env{Doc: templateDoc()}
 	for _, tt := range tests {
