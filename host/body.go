@@ -20,6 +20,11 @@ const maxJSONDepth = 64
 // encoding) answers 400.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	if r.ContentLength > limit {
+		// Without it the server, seeing a body of less than 256 KiB
+		// unread, would read it before sending the 413: a caller that
+		// announces a length and sends nothing would hold the answer
+		// until ReadTimeout.
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 		return nil, false
 	}
@@ -31,7 +36,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 		size = 512
 	}
 	buf := make([]byte, 0, size+1)
-	body := http.MaxBytesReader(w, r.Body, limit)
+	body := http.MaxBytesReader(serverWriter(w), r.Body, limit)
 	for {
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -50,6 +55,23 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
+	}
+}
+
+// serverWriter returns the server's own ResponseWriter from under w's
+// wrappers (statusWriter), following Unwrap as http.ResponseController
+// does. http.MaxBytesReader tells the server that a body was refused
+// through an unexported method of that writer alone, and the server then
+// answers at once with Connection: close; behind a wrapper it would first
+// read what is left of the body (up to 256 KiB), so the 413 of a chunked
+// body would wait for bytes its caller may never send.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
 	}
 }
 

@@ -1,9 +1,12 @@
 package host_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
 )
 
 // The body: read under the ceiling, then parsed as JSON or flattened XML.
@@ -148,6 +155,68 @@ func TestBodyOverTheWire(t *testing.T) {
 			t.Errorf("answer:\n%s", got)
 		}
 	})
+}
+
+// TestBodyOverTheCeilingAnsweredAtOnce sends both doors, over a real
+// connection, bodies over the ceiling whose rest never comes, from a caller
+// that keeps the connection open: the 413 must come at once, saying the
+// connection closes. net/http reads what is left of a body the handler did
+// not read before it answers, unless it knows the connection closes after
+// the answer: for a chunked body it learns that from http.MaxBytesReader,
+// through its own ResponseWriter only (given the door's metrics wrapper, the
+// answer waited for the next 256 KiB); for a Content-Length over a flow's
+// small ceiling, from the answer's Connection: close.
+func TestBodyOverTheCeilingAnsweredAtOnce(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{})
+	srv := httptest.NewServer(fx.handler)
+	t.Cleanup(srv.Close)
+	var chunks strings.Builder
+	chunk := strings.Repeat("a", 64<<10)
+	for range 17 { // 17 × 64 KiB > 1 MiB, and no last chunk
+		fmt.Fprintf(&chunks, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	for _, door := range []string{"run", "enqueue"} {
+		for _, tc := range []struct {
+			name, flow, head, body, msg string
+		}{
+			{"chunked past the ceiling", "echo", "Transfer-Encoding: chunked", chunks.String(), "body exceeds 1048576 bytes"},
+			{"announced over the flow's ceiling", "small", "Content-Length: 1000", "{", "body exceeds 16 bytes"},
+		} {
+			t.Run(door+"/"+tc.name, func(t *testing.T) {
+				c, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent := make(chan struct{})
+				t.Cleanup(func() { c.Close(); <-sent })
+				go func() {
+					defer close(sent)
+					io.WriteString(c, "POST /flows/acme/"+tc.flow+"/"+door+" HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer "+keyAcmeAll+
+						"\r\nContent-Type: application/json\r\n"+tc.head+"\r\n\r\n"+tc.body)
+				}()
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatalf("no answer within 10 s: %v", err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				type answer struct {
+					Status string
+					Close  bool // Connection: close
+					Body   string
+				}
+				got := answer{resp.Status, resp.Close, string(body)}
+				want := answer{"413 Request Entity Too Large", true, `{"ok":false,"error":"` + tc.msg + `"}`}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("answer (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
 }
 
 func TestContentTypes(t *testing.T) {
@@ -304,6 +373,40 @@ func TestEmptyBodyIsAnEmptyObject(t *testing.T) {
 		w := fx.serve(runRequest("acme", "hello", keyAcmeAll, ""))
 		if w.Code != http.StatusBadRequest || w.Body.String() != `{"error":"name is required","step":"check"}` {
 			t.Errorf("%d %s", w.Code, w.Body)
+		}
+	})
+}
+
+// TestNullBodyStaysNull holds that only an empty body is {}: a body that is
+// the JSON null reaches the flow as null, on /run and through the queue
+// (the stored payload of an /enqueue of null is null), so that a rule
+// requiring a document refuses it.
+func TestNullBodyStaysNull(t *testing.T) {
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/required.md"] = flowFile("acme", "required", "",
+		"## Step: check\n```validate\n$ != null | \"a document is required\" | syntactic\n```\n\n"+echoSteps)
+	fx.publish(files, testAccessYAML(), "c2")
+
+	t.Run("run", func(t *testing.T) {
+		w := fx.serve(runRequest("acme", "required", keyAcmeAll, `null`))
+		if w.Code != http.StatusBadRequest || w.Body.String() != `{"error":"a document is required","step":"check"}` {
+			t.Errorf("body null: %d %s, want 400 {\"error\":\"a document is required\",\"step\":\"check\"}", w.Code, w.Body)
+		}
+		if w := fx.serve(runRequest("acme", "echo", keyAcmeAll, `null`)); w.Code != http.StatusOK || w.Body.String() != `null` {
+			t.Errorf("echo of null: %d %s, want 200 null", w.Code, w.Body)
+		}
+		if w := fx.serve(runRequest("acme", "required", keyAcmeAll, ``)); w.Code != http.StatusOK || w.Body.String() != `{}` {
+			t.Errorf("an empty body: %d %s, want 200 {}", w.Code, w.Body)
+		}
+	})
+	t.Run("queued", func(t *testing.T) {
+		srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{}),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+		v := srv.Handle(context.Background(), queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1",
+			Payload: []byte(`null`)}, Tenant: "acme", Flow: "required", Attempt: 1})
+		if v.Kind != queue.VerdictRetry || v.Error != "step 'check': validation failed (Syntactic): a document is required" {
+			t.Errorf("a queued null: %+v, want a retry for the failed rule", v)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,5 +161,45 @@ func TestPublishRefusesWhatItsTargetCannotRead(t *testing.T) {
 	}
 	if err := srv.Publish(context.Background(), "acme", "echo", []byte(`{"a":{"b":1}}`), "cid-2"); err != nil {
 		t.Errorf("Publish of a plain document: %v", err)
+	}
+}
+
+// TestRunDuplicatesAtOnce sends two identical requests at once to a
+// deduplicating flow over the registry's dedup store: the second waits for
+// the first and receives its answer, marked as a replay; the backend is
+// called once.
+func TestRunDuplicatesAtOnce(t *testing.T) {
+	var calls atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		time.Sleep(300 * time.Millisecond) // the duplicate arrives meanwhile
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":1}`)
+	}))
+	t.Cleanup(backend.Close)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/dd.md"] = flowFile("acme", "dd", "effects: [http_egress]\ndedup_key: \"{{ $.id }}\"\n",
+		"## Step: call\neffects: [http_egress]\nendpoint: "+backend.URL+"/x\n")
+	fx.publish(files, testAccessYAML(), "c2")
+
+	var wg sync.WaitGroup
+	res := make([]*httptest.ResponseRecorder, 2)
+	for i := range res {
+		wg.Go(func() { res[i] = fx.serve(runRequest("acme", "dd", keyAcmeAll, `{"id":"k1"}`)) })
+	}
+	wg.Wait()
+	replays := 0
+	for i, w := range res {
+		if w.Code != http.StatusOK || w.Body.String() != `{"ok":1}` {
+			t.Errorf("answer %d: %d %s, want 200 {\"ok\":1}", i, w.Code, w.Body)
+		}
+		if w.Header().Get(engine.HeaderReplay) == "true" {
+			replays++
+		}
+	}
+	if n := calls.Load(); n != 1 || replays != 1 {
+		t.Errorf("backend called %d times, %d replays; want 1 and 1", n, replays)
 	}
 }

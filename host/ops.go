@@ -2,8 +2,10 @@ package host
 
 import (
 	"crypto/subtle"
+	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -105,8 +107,15 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	}
 	if len(s.cfg.Secrets) > 0 {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			writeError(w, http.StatusRequestEntityTooLarge, "the webhook body could not be read: "+err.Error())
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, http.StatusRequestEntityTooLarge, "the webhook body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes")
+			return
+		case err != nil:
+			// a broken chunked encoding, a connection cut short: a bad
+			// request, not one too large
+			writeError(w, http.StatusBadRequest, "the webhook body could not be read: "+err.Error())
 			return
 		}
 		if !verifyHubSignature(s.cfg.Secrets, r.Header.Get("X-Hub-Signature-256"), body) {

@@ -41,7 +41,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the connection.
+// Unwrap lets http.ResponseController reach the connection, and readBody
+// the server's writer (see serverWriter).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowName string, start time.Time) {

@@ -8,11 +8,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/nexushq/nexus/host"
 )
@@ -278,6 +280,34 @@ func TestGitWebhook(t *testing.T) {
 		}
 		started(t, fx, hook(fx, payload, "X-Hub-Signature-256", hub(secretNew, payload)), 1)
 		started(t, fx, hook(fx, payload, "X-Hub-Signature-256", hub(secretOld, payload)), 2)
+	})
+	// Only a body over the ceiling is too large; one that cannot be read
+	// (cut short, a broken chunk) is a bad request. Either way no sync.
+	t.Run("with secrets, an unreadable body", func(t *testing.T) {
+		fx := newFixture(t, func(c *host.Config) {
+			c.Secrets, c.MaxBodyBytes = []string{secretNew}, int64(len(payload))
+		})
+		for _, tc := range []struct {
+			name   string
+			body   io.Reader
+			status int
+			msg    string
+		}{
+			{"one byte over the ceiling", strings.NewReader(payload + " "), http.StatusRequestEntityTooLarge,
+				"the webhook body exceeds " + strconv.Itoa(len(payload)) + " bytes"},
+			{"cut short", io.MultiReader(strings.NewReader(`{"ref":`), iotest.ErrReader(io.ErrUnexpectedEOF)), http.StatusBadRequest,
+				"the webhook body could not be read: unexpected EOF"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := hook(fx, "", "X-Hub-Signature-256", hub(secretNew, payload))
+				r.Body, r.ContentLength = io.NopCloser(tc.body), -1
+				wantRefusal(t, fx.serve(r), tc.status, tc.msg)
+				if n := fx.syncer.n.Load(); n != 0 {
+					t.Errorf("Trigger called %d times by a refused hook", n)
+				}
+			})
+		}
+		started(t, fx, hook(fx, payload, "X-Hub-Signature-256", hub(secretNew, payload)), 1)
 	})
 	t.Run("without a syncer: 404", func(t *testing.T) {
 		fx := newFixture(t, func(c *host.Config) { c.Sync = nil })
