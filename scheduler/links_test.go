@@ -37,18 +37,7 @@ func TestSchedulerRefusesLinks(t *testing.T) {
 			if err := os.Symlink(to, link); err != nil {
 				t.Fatal(err)
 			}
-			logs := &jsonlogtest.Buffer{}
-			clk := clocktest.New(st0)
-			var n int
-			s := scheduler.New(scheduler.Config{
-				Live: e.live, Queues: &appender{name: "p1", clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk,
-				Logger: logs.Logger(slog.LevelInfo), NewID: func() string { n++; return fmt.Sprint(n) },
-			})
-			s.Start()
-			t.Cleanup(s.Stop)
-			clk.WaitCalls(t, 1)
-			clk.StepUntil(t, st0.Add(65*time.Second), 200)
-			s.Stop()
+			logs := runLogged(t, e, 65*time.Second)
 
 			for _, k := range e.ticks.all() {
 				if k.Tenant == "acme" {
@@ -96,17 +85,7 @@ func TestSchedulerRefusesALinkedLastTickRecord(t *testing.T) {
 	if err := os.Symlink(outside, link); err != nil {
 		t.Fatal(err)
 	}
-	logs := &jsonlogtest.Buffer{}
-	clk := clocktest.New(st0)
-	s := scheduler.New(scheduler.Config{
-		Live: e.live, Queues: &appender{name: "p1", clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk,
-		Logger: logs.Logger(slog.LevelInfo),
-	})
-	s.Start()
-	t.Cleanup(s.Stop)
-	clk.WaitCalls(t, 1)
-	clk.StepUntil(t, st0.Add(65*time.Second), 200)
-	s.Stop()
+	logs := runLogged(t, e, 65*time.Second)
 
 	for _, k := range e.ticks.all() {
 		if k.Flow == "nightly" {
@@ -126,4 +105,23 @@ func TestSchedulerRefusesALinkedLastTickRecord(t *testing.T) {
 	if b, err := os.ReadFile(outside); err != nil || string(b) != far {
 		t.Errorf("the link's target holds %q (%v), want it untouched", b, err)
 	}
+}
+
+// runLogged runs one scheduler over e for d of a fake clock from st0, and
+// returns its log.
+func runLogged(t *testing.T, e *env, d time.Duration) *jsonlogtest.Buffer {
+	t.Helper()
+	logs := &jsonlogtest.Buffer{}
+	clk := clocktest.New(st0)
+	var n int
+	s := scheduler.New(scheduler.Config{
+		Live: e.live, Queues: &appender{name: "p1", clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk,
+		Logger: logs.Logger(slog.LevelInfo), NewID: func() string { n++; return fmt.Sprint(n) },
+	})
+	s.Start()
+	t.Cleanup(s.Stop)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, st0.Add(d), 200)
+	s.Stop()
+	return logs
 }
