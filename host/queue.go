@@ -42,6 +42,12 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 	if err != nil {
 		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
 			"correlation_id", a.correlationID, "error", err.Error())
+		if errors.Is(err, queue.ErrTooLarge) {
+			// under the flow's max_body_bytes but more than a queued
+			// message holds: it never will, so no Retry-After
+			writeError(w, http.StatusRequestEntityTooLarge, "the message exceeds "+strconv.Itoa(queue.MaxPayload)+" bytes, the most a queued message holds")
+			return
+		}
 		w.Header().Set("Retry-After", "1")
 		reason := appendFailure(err)
 		if errors.Is(err, queue.ErrBudget) {

@@ -27,7 +27,8 @@ func (m *Manager) sweepIdle() {
 	for _, n := range names {
 		m.mu.Lock()
 		_, open := m.queues[n]
-		closed := m.closed
+		open = open || m.reopening[n]
+		closed := m.stopping
 		m.mu.Unlock()
 		if closed {
 			return
@@ -174,7 +175,7 @@ func (q *Queue) keepCounter(size int64) (uint64, error) {
 func (m *Manager) Start() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.stopping {
 		return
 	}
 	every := m.cfg.SweepEvery

@@ -46,10 +46,21 @@ type Manager struct {
 
 	mu     sync.Mutex
 	queues map[[2]string]*managed
-	closed bool
+	// reopening are the poisoned queues being reopened (reopen): out of
+	// queues, they keep their slot of the budget
+	reopening map[[2]string]bool
+	// counts are the delivery counts of every queue opened, kept across
+	// the workers of a queue reopened
+	counts map[[2]string]*DeliveryCounts
+	// stopping is set when Stop begins: no worker starts any more, but
+	// the queues take appends until the workers have stopped (a delivery
+	// in flight may publish); closed is set once they have
+	stopping, closed bool
 
 	sweeper  lifecycle.Loop // the housekeeping of idle queues (Start)
 	retiring sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
+	done     chan struct{}  // closed by Stop: reopen gives up retrying
+	stopOnce sync.Once
 }
 
 type managed struct {
@@ -65,12 +76,18 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]bool{},
+		counts: map[[2]string]*DeliveryCounts{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
 // queue and starting the worker on first use. It fails with the name
 // rule's error for a bad name and with ErrBudget when no worker can start.
+// Once Stop has begun, a queue opened takes appends but its worker does
+// not start.
 func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
@@ -84,7 +101,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
 		return nil, nil, err
 	}
-	if len(m.queues) >= m.cfg.MaxWorkers {
+	if !m.reopening[k] && m.slotsTaken() >= m.cfg.MaxWorkers {
 		return nil, nil, ErrBudget
 	}
 	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
@@ -95,10 +112,30 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
 			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
 	}
-	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll, StopGrace: m.cfg.StopGrace})
+	counts := m.counts[k]
+	if counts == nil {
+		counts = &DeliveryCounts{}
+		m.counts[k] = counts
+	}
+	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll,
+		StopGrace: m.cfg.StopGrace, Counts: counts})
 	m.queues[k] = &managed{q: q, w: w}
-	w.Start()
+	if !m.stopping {
+		w.Start()
+	}
 	return q, w, nil
+}
+
+// slotsTaken is how much of the budget is spent: the open queues and
+// those being reopened. The caller holds m.mu.
+func (m *Manager) slotsTaken() int {
+	n := len(m.queues)
+	for k := range m.reopening {
+		if _, ok := m.queues[k]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // Has reports whether this process can take a message for tenant/flow: its
@@ -106,10 +143,11 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 func (m *Manager) Has(tenant, flow string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.queues[[2]string{tenant, flow}]; ok {
+	k := [2]string{tenant, flow}
+	if _, ok := m.queues[k]; ok || m.reopening[k] {
 		return nil
 	}
-	if len(m.queues) >= m.cfg.MaxWorkers {
+	if m.slotsTaken() >= m.cfg.MaxWorkers {
 		return ErrBudget
 	}
 	return nil
@@ -213,35 +251,55 @@ func (m *Manager) checkPending(tenant, flow string, id uint64) error {
 // old handle closed. The worker may be in the middle of a delivery, which
 // Stop waits for (up to StopGrace): the submission whose write failed
 // answers without waiting for it. The new worker stands by on the worker
-// lock until the old one has let it go, and is woken then.
+// lock until the old one has let it go, and is woken then. The queue keeps
+// its slot of the budget meanwhile, and the reopening is tried again after
+// a pause until it works: the messages acknowledged before the failure
+// need a worker.
 func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.queues[k]
-	if !ok || e.q != old || m.closed {
+	if !ok || e.q != old || m.stopping {
 		return // reopened already, or Stop closes it
 	}
 	delete(m.queues, k)
-	m.retiring.Add(1) // under m.mu, before Stop sets closed and waits
+	m.reopening[k] = true
+	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits
 	go func() {
 		defer m.retiring.Done()
 		e.w.Stop()
 		e.q.Close()
-		// the queue opened again (by a submission meanwhile, or here): its
-		// worker, standing by on the lock the old one held, tries it now
-		_, w, err := m.Queue(tenant, flow)
-		if err != nil {
+		defer func() {
 			m.mu.Lock()
-			closed := m.closed // shut down meanwhile: nothing to reopen
+			delete(m.reopening, k)
 			m.mu.Unlock()
-			if !closed {
-				m.cfg.Logger.Error("a queue could not be reopened after a failed write", "event", "queue_reopen_failed",
-					"tenant", tenant, "flow", flow, "error", err.Error())
+		}()
+		pause := max(m.cfg.Poll, 100*time.Millisecond)
+		for {
+			// the queue opened again (by a submission meanwhile, or here):
+			// its worker, standing by on the lock the old one held, tries
+			// it now
+			_, w, err := m.Queue(tenant, flow)
+			if err == nil {
+				w.Wake()
+				return
 			}
-			return
+			m.mu.Lock()
+			stopping := m.stopping // shut down meanwhile: nothing to reopen
+			m.mu.Unlock()
+			if stopping {
+				return
+			}
+			m.cfg.Logger.Error("a queue could not be reopened after a failed write; trying again after a pause", "event", "queue_reopen_failed",
+				"tenant", tenant, "flow", flow, "error", err.Error(), "pause_ms", pause.Milliseconds())
+			select {
+			case <-m.done:
+				return
+			case <-m.cfg.Clock.After(pause):
+			}
+			pause = min(2*pause, maxRestartPause)
 		}
-		w.Wake()
 	}()
 }
 
@@ -308,9 +366,12 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 // openInfo describes a queue this process has open.
 func openInfo(e *managed) QueueInfo {
 	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
-	if size, err := e.q.Size(); err == nil {
-		if ckpt, err := e.q.Checkpoint(); err == nil {
-			info.Depth = size - ckpt
+	// the checkpoint first: the log only grows until a drain, so the size
+	// read after it is at least the checkpoint, but for a drain between
+	// the two reads
+	if ckpt, err := e.q.Checkpoint(); err == nil {
+		if size, err := e.q.Size(); err == nil {
+			info.Depth = max(size-ckpt, 0)
 		}
 	}
 	if n, err := e.q.DeadLetterCount(); err == nil {
@@ -322,6 +383,11 @@ func openInfo(e *managed) QueueInfo {
 // onDisk describes a queue this process has not opened, from its files.
 func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	info := QueueInfo{Tenant: tenant, Flow: flow, State: WorkerState{Delivered: map[string]int64{}}}
+	m.mu.Lock()
+	if c := m.counts[[2]string{tenant, flow}]; c != nil {
+		info.State.Delivered = c.Snapshot() // opened before (being reopened, say)
+	}
+	m.mu.Unlock()
 	dir, err := Dir(m.cfg.Root, tenant, flow)
 	if err != nil {
 		return info
@@ -345,27 +411,46 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 }
 
 // Stop stops the housekeeping and every worker (each finishes its
-// delivery in progress and writes its checkpoint) and closes the queues.
+// delivery in progress and writes its checkpoint), then closes the
+// queues. Until the workers have stopped the queues take appends: a
+// delivery in flight may publish to another queue (opened then if need be,
+// without starting its worker), and failing it would turn the delivery
+// into a failed attempt. Safe twice.
 func (m *Manager) Stop() {
 	m.mu.Lock()
-	m.closed = true // before the sweeper stops: Start cannot start it again
+	m.stopping = true // before the sweeper stops: Start cannot start it again
 	m.mu.Unlock()
 	m.sweeper.Stop()
+	m.stopOnce.Do(func() { close(m.done) })
 	m.retiring.Wait() // the poisoned queues being closed (reopen)
 	m.mu.Lock()
-	list := m.queues
+	running := make([]*managed, 0, len(m.queues))
+	for _, e := range m.queues {
+		running = append(running, e)
+	}
+	m.mu.Unlock()
+	m.each(running, func(e *managed) { e.w.Stop() })
+	m.mu.Lock()
+	m.closed = true
+	list := make([]*managed, 0, len(m.queues))
+	for _, e := range m.queues {
+		list = append(list, e) // those opened since too, their workers not started
+	}
 	m.queues = map[[2]string]*managed{}
 	m.mu.Unlock()
+	m.each(list, func(e *managed) {
+		e.w.Stop()
+		if err := e.q.Close(); err != nil {
+			m.cfg.Logger.Error("a queue did not close cleanly", "event", "queue_close_failed", "tenant", e.q.Tenant, "flow", e.q.Flow, "error", err.Error())
+		}
+	})
+}
+
+// each calls f for every entry of list at once and waits for them.
+func (m *Manager) each(list []*managed, f func(*managed)) {
 	var wg sync.WaitGroup
 	for _, e := range list {
-		wg.Add(1)
-		go func(e *managed) {
-			defer wg.Done()
-			e.w.Stop()
-			if err := e.q.Close(); err != nil {
-				m.cfg.Logger.Error("a queue did not close cleanly", "event", "queue_close_failed", "tenant", e.q.Tenant, "flow", e.q.Flow, "error", err.Error())
-			}
-		}(e)
+		wg.Go(func() { f(e) })
 	}
 	wg.Wait()
 }

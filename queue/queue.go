@@ -85,6 +85,15 @@ type Queue struct {
 	gatherFor int
 }
 
+// ErrTooLarge is wrapped by the error of an append whose message a frame
+// cannot hold: it never will, so it is no failure to retry.
+var ErrTooLarge = errors.New("the message is too large for a frame")
+
+// MaxPayload is the largest payload a message may have for sure: a frame
+// holds MaxRecord bytes, of which the source, the correlation ID and the
+// record's fields take at most 1,300.
+const MaxPayload = MaxRecord - 1300
+
 // ErrPoisoned is wrapped by every append after a failed write or fdatasync:
 // the queue must be reopened (and its log verified) before it takes more.
 var ErrPoisoned = errors.New("the queue's log failed a write or an fdatasync and must be reopened")
@@ -504,7 +513,7 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 // checkSize refuses a message too large for a frame.
 func (q *Queue) checkSize(m NewMessage) error {
 	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
-		return fmt.Errorf("queue %s/%s: the message is too large for a frame (at most %d bytes)", q.Tenant, q.Flow, MaxRecord-1300)
+		return fmt.Errorf("queue %s/%s: %w (at most %d bytes)", q.Tenant, q.Flow, ErrTooLarge, MaxPayload)
 	}
 	return nil
 }

@@ -115,6 +115,37 @@ type WorkerConfig struct {
 	// StopGrace is how long Stop lets the delivery in progress run before
 	// cancelling it; default 30 s.
 	StopGrace time.Duration
+	// Counts counts the finished deliveries; nil: the worker's own. The
+	// workers of one queue in turn (a queue reopened after a failed write
+	// gets a new one) share one, so that the counts never go back.
+	Counts *DeliveryCounts
+}
+
+// DeliveryCounts counts a queue's finished deliveries by outcome (plus
+// "dead_lettered" and "dropped"). Safe for concurrent use.
+type DeliveryCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *DeliveryCounts) add(what string) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[what]++
+	c.mu.Unlock()
+}
+
+// Snapshot returns a copy of the counts.
+func (c *DeliveryCounts) Snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
 }
 
 // Worker delivers one queue's messages: backlog first, in order; retries
@@ -159,11 +190,13 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 30 * time.Second
 	}
+	if cfg.Counts == nil {
+		cfg.Counts = &DeliveryCounts{}
+	}
 	return &Worker{
 		q: q, cfg: cfg, wake: make(chan struct{}, 1),
 		logger: cfg.Logger.With("tenant", q.Tenant, "flow", q.Flow),
 		lock:   NewFileLock(filepath.Join(q.dir, workerLockFile)),
-		state:  WorkerState{Delivered: map[string]int64{}},
 	}
 }
 
@@ -181,10 +214,7 @@ func (w *Worker) State() WorkerState {
 	w.stateMu.Lock()
 	defer w.stateMu.Unlock()
 	s := w.state
-	s.Delivered = make(map[string]int64, len(w.state.Delivered))
-	for k, v := range w.state.Delivered {
-		s.Delivered[k] = v
-	}
+	s.Delivered = w.cfg.Counts.Snapshot()
 	return s
 }
 
@@ -459,7 +489,7 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		jsonlog.LogAttrs(context.Background(), w.logger, level, msg, append(append(all, attrs...), v.Attrs...)...)
 	}
 	now := w.cfg.Clock.Now()
-	count := func(what string) { w.update(func(s *WorkerState) { s.Delivered[what]++ }) }
+	count := w.cfg.Counts.add
 	switch v.Kind {
 	case VerdictAck:
 		if v.Outcome == "filtered" {

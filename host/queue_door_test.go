@@ -1,0 +1,115 @@
+package host_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
+)
+
+// TestEnqueueOverAFrameIs413: a flow may raise its ceiling
+// (max_body_bytes) past what a queued message holds (queue.MaxPayload). A
+// body under the flow's ceiling but over that answers 413 without
+// Retry-After (it will never fit), not the 503 of a failed write, which
+// would have its caller retry for ever.
+func TestEnqueueOverAFrameIs413(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	files := adminFlows()
+	files["flows/acme/big.md"] = flowFile("acme", "big", "max_body_bytes: 100000000\n", echoSteps)
+	fx.publish(files, testAccessYAML(), "1123456789abcdef0123456789abcdef01234567")
+
+	body := `"` + strings.Repeat("a", 65<<20) + `"` // 65 MiB: under the flow's ceiling
+	r := newRequest(http.MethodPost, "/flows/acme/big/enqueue", body,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json")
+	w := fx.serve(r)
+	want := `{"ok":false,"error":"the message exceeds 67107564 bytes, the most a queued message holds"}`
+	if w.Code != http.StatusRequestEntityTooLarge || w.Header().Get("Retry-After") != "" || w.Body.String() != want {
+		t.Errorf("a message too large for a queue frame: %d with Retry-After %q, body %s; want 413 %s",
+			w.Code, w.Header().Get("Retry-After"), w.Body, want)
+	}
+}
+
+// TestShutdownLetsADeliveryInFlightPublish: a delivery in flight when the
+// queues stop (queue.Manager.Stop) runs to its end, its queue_publish step
+// included, rather than failing into a dead letter (queue_max_attempts: 1)
+// after its http_egress effect happened.
+func TestShutdownLetsADeliveryInFlightPublish(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"orderId":"A-1"}`))
+	}))
+	t.Cleanup(be.Close)
+
+	ctx := context.Background()
+	dir := t.TempDir()
+	reg, err := registry.Open(ctx, filepath.Join(dir, "state", "registry.db"), registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	var srv atomic.Pointer[host.Server]
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	root := filepath.Join(dir, "state", "queues")
+	m := queue.NewManager(queue.ManagerConfig{Root: root, Logger: logger,
+		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return srv.Load().Handle(ctx, d) })})
+	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: serverPublisher{&srv}})
+	s := host.New(host.Config{Live: reg, Status: reg, Engine: eng, Metrics: host.NewMetrics(), Logger: logger, Queues: m})
+	srv.Store(s)
+	fx := &fixture{t: t, reg: reg, handler: s.Handler()}
+	files := testFlows()
+	files["flows/acme/a.md"] = flowFile("acme", "a", "effects: [http_egress, queue_publish]\nqueue_max_attempts: 1\n",
+		"## Step: call\neffects: [http_egress]\nendpoint: "+be.URL+"/orders\nmethod: POST\n\n## Step: hand-off\neffects: [queue_publish]\nqueue: b\n")
+	files["flows/acme/b.md"] = flowFile("acme", "b", "", echoSteps)
+	fx.publish(files, testAccessYAML(), fixtureCommit)
+
+	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/a/enqueue", `{"orderId":"A-1"}`,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+	}
+	<-entered // the delivery is in flight, in its http_egress step
+	stopped := make(chan struct{})
+	go func() { m.Stop(); close(stopped) }()
+	// Stop has no signal of its own: give it a generous moment to begin
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	<-stopped
+
+	q, err := m.Peek("acme", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, _, err := q.DeadLetters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) > 0 {
+		t.Errorf("a delivery in flight at shutdown was dead-lettered by the shutdown: %+v", dl[0].LastError)
+	}
+	if rs, _ := q.Retries(); len(rs) > 0 {
+		t.Errorf("a delivery in flight at shutdown used up an attempt: retry scheduled %+v", rs)
+	}
+}
+
+// serverPublisher publishes through a host.Server set after the engine
+// is built.
+type serverPublisher struct{ s *atomic.Pointer[host.Server] }
+
+func (p serverPublisher) Publish(ctx context.Context, tenant, flowName string, payload []byte, cid string) error {
+	return p.s.Load().Publish(ctx, tenant, flowName, payload, cid)
+}
