@@ -34,21 +34,24 @@ Flags:
 `
 
 func runDLQ(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
-		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-			io.WriteString(stdout, dlqUsage)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "nexus dlq: the subcommand is list, replay or discard\n%s", dlqUsage)
-		return exitUsage
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	// one set of flags for the three subcommands, made first so that the
+	// usage lists them whatever the arguments
+	fs := flag.NewFlagSet("dlq", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	db := dbFlag(fs)
 	tenant := fs.String("tenant", "", "the `tenant` (a filter for list)")
 	flowName := fs.String("flow", "", "the `flow` (a filter for list)")
 	id := fs.String("id", "", "the dead letter's `id`, from nexus dlq list")
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+			printUsage(stdout, dlqUsage, fs)
+			return exitOK
+		}
+		fmt.Fprintln(stderr, "nexus dlq: the subcommand is list, replay or discard")
+		printUsage(stderr, dlqUsage, fs)
+		return exitUsage
+	}
+	sub := args[0]
 	rest, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, dlqUsage, fs)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/nexushq/nexus/access"
@@ -21,14 +22,6 @@ Flags:
 `
 
 func runKey(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "generate" {
-		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-			io.WriteString(stdout, keyUsage)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "nexus key: the subcommand is generate\n%s", keyUsage)
-		return exitUsage
-	}
 	fs := flag.NewFlagSet("key generate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	tenant := fs.String("tenant", "", "the `tenant` the key belongs to (required)")
@@ -36,6 +29,15 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", 0, "requests per `second` (token bucket); 0 means unlimited")
 	burst := fs.Int("burst", 0, "bucket `size`; 0 means the rate rounded up")
 	id := fs.String("id", "", "the key's `id` in logs and the UI (default TENANT-XXXXXXXX)")
+	if len(args) == 0 || args[0] != "generate" {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+			printUsage(stdout, keyUsage, fs)
+			return exitOK
+		}
+		fmt.Fprintln(stderr, "nexus key: the subcommand is generate")
+		printUsage(stderr, keyUsage, fs)
+		return exitUsage
+	}
 	rest, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, keyUsage, fs)
@@ -83,8 +85,8 @@ func checkKeyFlags(tenant, flows string, rate float64, burst int, rest []string)
 		return errors.New("--tenant is required")
 	case flows == "":
 		return errors.New("--flows is required ('*' for every flow of the tenant)")
-	case rate < 0:
-		return errors.New("--rate must be 0 (unlimited) or more")
+	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
+		return errors.New("--rate must be a number of requests per second, 0 (unlimited) or more")
 	case burst < 0:
 		return errors.New("--burst must be 0 (the default) or more")
 	case burst > 0 && rate == 0:

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -45,20 +47,38 @@ func expandHome(path string) (string, error) {
 }
 
 // readRegistry opens the registry at path (~ expanded) for a command that
-// only reads it; when there is none it returns nil and no error, and the
-// command reports an empty registry rather than create one. It returns the
-// path, expanded.
+// only reads it; when there is none (no file, or an empty one) it returns
+// nil and no error, and the command reports an empty registry rather than
+// create one. A file that is not an SQLite database is refused before
+// anything is written to it (a mistyped --db naming some other file). It
+// returns the path, expanded.
 func readRegistry(ctx context.Context, path string) (*registry.Registry, string, error) {
 	p, err := expandHome(path)
 	if err != nil {
 		return nil, "", err
 	}
-	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, p, nil
+	}
+	if err != nil {
+		return nil, p, err
+	}
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	f.Close()
+	switch {
+	case n == 0 && (err == io.EOF || err == nil):
+		return nil, p, nil // created, never written: empty
+	case string(head[:n]) != sqliteHeader:
+		return nil, p, fmt.Errorf("%s is not a registry (not an SQLite database)", p)
 	}
 	reg, err := registry.Open(ctx, p, registry.Options{})
 	return reg, p, err
 }
+
+// sqliteHeader opens every SQLite database file.
+const sqliteHeader = "SQLite format 3\x00"
 
 // openRegistry opens the registry at path (~ expanded).
 func openRegistry(ctx context.Context, path string) (*registry.Registry, error) {

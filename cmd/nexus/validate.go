@@ -129,7 +129,12 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		if err := fs.Parse(args); err != nil {
 			return nil, err
 		}
-		args = fs.Args()
+		rest := fs.Args()
+		if parsed := len(args) - len(rest); parsed > 0 && args[parsed-1] == "--" {
+			// Parse took a "--" that ended the flags: the rest is positional
+			return append(positional, rest...), nil
+		}
+		args = rest
 		if len(args) == 0 {
 			return positional, nil
 		}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Bad input and edge cases of the command line, in process.
+
+// TestKeyGenerateRefusesANonNumberRate: --rate NaN or Inf is bad input
+// (NaN passes both rate < 0 and rate == 0 unseen, which made an unlimited
+// key and dropped --burst): one line naming the flag, exit 2.
+func TestKeyGenerateRefusesANonNumberRate(t *testing.T) {
+	for _, args := range [][]string{
+		{"key", "generate", "--tenant", "acme", "--flows", "hello", "--rate", "NaN"},
+		{"key", "generate", "--tenant", "acme", "--flows", "hello", "--rate", "NaN", "--burst", "5"},
+		{"key", "generate", "--tenant", "acme", "--flows", "hello", "--rate", "+Inf"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		want := "nexus key generate: --rate must be a number of requests per second, 0 (unlimited) or more"
+		if code != exitUsage || firstLine(stderr.String()) != want || stdout.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, first line %q, printed %q; want exit 2 and %q",
+				strings.Join(args, " "), code, firstLine(stderr.String()), stdout.String(), want)
+		}
+	}
+}
+
+// TestValidateDoubleDash: "--" ends the flags wherever it stands, so a
+// file whose name starts with '-' can be given after it (a leading "--",
+// taken by flag.Parse itself, once let what follows be parsed as flags).
+func TestValidateDoubleDash(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("..", "..", "flows-example", "flows", "acme", "hello.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.md"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Replace(string(src), "flow: hello", "flow: hello-b", 1)
+	if err := os.WriteFile(filepath.Join(dir, "-b.md"), []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, args := range [][]string{{"validate", "--", "a.md", "-b.md"}, {"validate", "a.md", "--", "-b.md"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitOK || stdout.String() != "ok: 2 flows in 2 files\n" {
+			t.Errorf("nexus %s: exit %d\nstdout %q\nstderr %q\nwant exit 0 and \"ok: 2 flows in 2 files\"",
+				strings.Join(args, " "), code, stdout.String(), firstLine(stderr.String()))
+		}
+	}
+}
+
+// TestReadOnlyCommandsLeaveAFileAlone: nexus status and nexus journal only
+// read. Given a --db naming an existing file that is not a registry (a
+// mistyped path: a lock file of the state directory, say), they once wrote
+// a whole SQLite registry into it; now an empty file reads as an empty
+// registry and another file is refused in one line, both left as they were.
+func TestReadOnlyCommandsLeaveAFileAlone(t *testing.T) {
+	for _, cmd := range []string{"status", "journal"} {
+		t.Run(cmd, func(t *testing.T) {
+			for _, content := range []string{"", "not a database\n"} {
+				p := filepath.Join(t.TempDir(), "append.lock")
+				if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				var stdout, stderr bytes.Buffer
+				code := run([]string{cmd, "--db", p}, &stdout, &stderr)
+				if b, err := os.ReadFile(p); err != nil || string(b) != content {
+					t.Errorf("nexus %s --db %s (exit %d) changed the file: %d bytes, want %q", cmd, p, code, len(b), content)
+				}
+				for _, extra := range []string{"-wal", "-shm"} {
+					if _, err := os.Stat(p + extra); err == nil {
+						t.Errorf("nexus %s created %s", cmd, p+extra)
+					}
+				}
+				want := "nexus " + cmd + ": " + p + " is not a registry (not an SQLite database)"
+				if content == "" && code != exitOK {
+					t.Errorf("nexus %s --db (an empty file): exit %d, %q; want it read as an empty registry", cmd, code, stderr.String())
+				}
+				if content != "" && (code != exitError || stderr.String() != want+"\n") {
+					t.Errorf("nexus %s --db (another file): exit %d, %q; want exit 1 and %q", cmd, code, stderr.String(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestHelpListsFlags: "nexus dlq --help" and "nexus key --help" (and
+// "nexus help dlq|key") list the flags under their "Flags:", as
+// "nexus dlq list --help" does.
+func TestHelpListsFlags(t *testing.T) {
+	for _, args := range [][]string{{"dlq", "--help"}, {"key", "--help"}, {"help", "dlq"}, {"help", "key"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitOK || strings.HasSuffix(stdout.String(), "Flags:\n") || !strings.Contains(stdout.String(), "  -tenant tenant") {
+			t.Errorf("nexus %s: exit %d, output ends with an empty \"Flags:\" section:\n%s", strings.Join(args, " "), code, stdout.String())
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
