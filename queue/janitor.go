@@ -27,7 +27,7 @@ func (m *Manager) sweepIdle() {
 	for _, n := range names {
 		m.mu.Lock()
 		_, open := m.queues[n]
-		open = open || m.reopening[n]
+		open = open || m.reopening[n] > 0
 		closed := m.stopping
 		m.mu.Unlock()
 		if closed {

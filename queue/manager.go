@@ -46,9 +46,10 @@ type Manager struct {
 
 	mu     sync.Mutex
 	queues map[[2]string]*managed
-	// reopening are the poisoned queues being reopened (reopen): out of
-	// queues, they keep their slot of the budget
-	reopening map[[2]string]bool
+	// reopening counts the reopenings in progress of each poisoned queue
+	// (reopen; a reopened queue may fail again before the first is done):
+	// out of queues, it keeps its slot of the budget
+	reopening map[[2]string]int
 	// counts are the delivery counts of every queue opened, kept across
 	// the workers of a queue reopened
 	counts map[[2]string]*DeliveryCounts
@@ -79,7 +80,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]bool{},
+	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{},
 		counts: map[[2]string]*DeliveryCounts{}, done: make(chan struct{})}
 }
 
@@ -101,7 +102,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
 		return nil, nil, err
 	}
-	if !m.reopening[k] && m.slotsTaken() >= m.cfg.MaxWorkers {
+	if m.reopening[k] == 0 && m.slotsTaken() >= m.cfg.MaxWorkers {
 		return nil, nil, ErrBudget
 	}
 	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
@@ -144,7 +145,7 @@ func (m *Manager) Has(tenant, flow string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{tenant, flow}
-	if _, ok := m.queues[k]; ok || m.reopening[k] {
+	if _, ok := m.queues[k]; ok || m.reopening[k] > 0 {
 		return nil
 	}
 	if m.slotsTaken() >= m.cfg.MaxWorkers {
@@ -264,7 +265,7 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		return // reopened already, or Stop closes it
 	}
 	delete(m.queues, k)
-	m.reopening[k] = true
+	m.reopening[k]++
 	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits
 	go func() {
 		defer m.retiring.Done()
@@ -272,7 +273,9 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		e.q.Close()
 		defer func() {
 			m.mu.Lock()
-			delete(m.reopening, k)
+			if m.reopening[k]--; m.reopening[k] == 0 {
+				delete(m.reopening, k)
+			}
 			m.mu.Unlock()
 		}()
 		pause := max(m.cfg.Poll, 100*time.Millisecond)
@@ -415,13 +418,16 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 // queues. Until the workers have stopped the queues take appends: a
 // delivery in flight may publish to another queue (opened then if need be,
 // without starting its worker), and failing it would turn the delivery
-// into a failed attempt. Safe twice.
-func (m *Manager) Stop() {
+// into a failed attempt. Safe twice, and at once: a second call returns
+// when the first has finished.
+func (m *Manager) Stop() { m.stopOnce.Do(m.stop) }
+
+func (m *Manager) stop() {
 	m.mu.Lock()
 	m.stopping = true // before the sweeper stops: Start cannot start it again
 	m.mu.Unlock()
 	m.sweeper.Stop()
-	m.stopOnce.Do(func() { close(m.done) })
+	close(m.done)
 	m.retiring.Wait() // the poisoned queues being closed (reopen)
 	m.mu.Lock()
 	running := make([]*managed, 0, len(m.queues))
