@@ -24,26 +24,8 @@ import (
 func TestManagerPoisonedQueueKeepsItsBudgetSlot(t *testing.T) {
 	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
-	release := make(chan struct{})
-	var releaseOnce atomic.Bool
 	hooks := &hookFS{}
-	root := filepath.Join(t.TempDir(), "queues")
-	m := queue.NewManager(queue.ManagerConfig{Root: root, FS: hooks, MaxWorkers: 1, Clock: clk, Logger: quietLog(), Poll: time.Hour,
-		Now: clk.Now, StopGrace: time.Hour, Handler: rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
-			if string(d.Payload) == "slow" {
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return ack(ctx, d)
-		})})
-	t.Cleanup(m.Stop)
-	t.Cleanup(func() {
-		if releaseOnce.CompareAndSwap(false, true) {
-			close(release)
-		}
-	})
+	m, release := slowManager(t, clk, rec, hooks, 1)
 
 	if _, err := m.Append("acme", "a", enqueue("slow")); err != nil {
 		t.Fatal(err)
@@ -62,9 +44,7 @@ func TestManagerPoisonedQueueKeepsItsBudgetSlot(t *testing.T) {
 	if _, err := m.Append("acme", "b", enqueue("b1")); !errors.Is(err, queue.ErrBudget) {
 		t.Errorf("acme/b's first submission while acme/a is reopened: %v, want ErrBudget (the slot is acme/a's)", err)
 	}
-	if releaseOnce.CompareAndSwap(false, true) {
-		close(release)
-	}
+	release()
 
 	deadline := time.Now().Add(3 * time.Second)
 	for !slices.ContainsFunc(rec.all(), func(d delivery) bool { return d.ID == acked.ID && d.Payload == "acked" }) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -369,21 +370,8 @@ func TestManagerReopensPoisonedQueue(t *testing.T) {
 func TestManagerFailedAppendDoesNotWaitForTheDelivery(t *testing.T) {
 	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
-	release := make(chan struct{})
 	hooks := &hookFS{}
-	root := filepath.Join(t.TempDir(), "queues")
-	m := queue.NewManager(queue.ManagerConfig{Root: root, FS: hooks, Clock: clk, Logger: quietLog(), Poll: time.Hour, Now: clk.Now,
-		StopGrace: time.Hour, Handler: rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
-			if string(d.Payload) == "slow" {
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return ack(ctx, d)
-		})})
-	t.Cleanup(m.Stop)
-	t.Cleanup(func() { close(release) })
+	m, release := slowManager(t, clk, rec, hooks, 0)
 	if _, err := m.Append("acme", "orders", enqueue("slow")); err != nil {
 		t.Fatal(err)
 	}
@@ -409,10 +397,32 @@ func TestManagerFailedAppendDoesNotWaitForTheDelivery(t *testing.T) {
 	if d := rec.all(); len(d) != 1 {
 		t.Errorf("deliveries while the slow one is in flight: %v", d)
 	}
-	release <- struct{}{}
+	release()
 	// the new worker stood by on the worker lock; it is woken when the old
 	// one has stopped (no poll: the fake clock does not move)
 	eventually(t, "next is delivered by the reopened queue's worker", func() bool {
 		return slices.ContainsFunc(rec.all(), func(d delivery) bool { return d.ID == msg.ID && d.Payload == "next" })
 	})
+}
+
+// slowManager is a manager over hooks (at most maxWorkers workers; 0: the
+// default) whose handler holds a delivery of "slow" until release is
+// called (or the delivery is cancelled); the test's end calls it too.
+func slowManager(t *testing.T, clk *clocktest.Fake, rec *recorder, hooks *hookFS, maxWorkers int) (m *queue.Manager, release func()) {
+	t.Helper()
+	held := make(chan struct{})
+	release = sync.OnceFunc(func() { close(held) })
+	m = queue.NewManager(queue.ManagerConfig{Root: filepath.Join(t.TempDir(), "queues"), FS: hooks, MaxWorkers: maxWorkers, Clock: clk, Logger: quietLog(), Poll: time.Hour, Now: clk.Now,
+		StopGrace: time.Hour, Handler: rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+			if string(d.Payload) == "slow" {
+				select {
+				case <-held:
+				case <-ctx.Done():
+				}
+			}
+			return ack(ctx, d)
+		})})
+	t.Cleanup(m.Stop)
+	t.Cleanup(release)
+	return m, release
 }

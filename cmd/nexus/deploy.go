@@ -113,6 +113,19 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 }
 
 // printUsage writes a command's usage text and its flags.
+// noSubcommand answers a command whose subcommand is missing or unknown:
+// a request for help prints the usage and its flags (exit 0), anything else
+// the one line want and the usage on stderr (exit 2).
+func noSubcommand(args []string, want, usage string, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+		printUsage(stdout, usage, fs)
+		return exitOK
+	}
+	fmt.Fprintln(stderr, want)
+	printUsage(stderr, usage, fs)
+	return exitUsage
+}
+
 func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
 	io.WriteString(w, text)
 	fs.SetOutput(w)

@@ -43,13 +43,7 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	flowName := fs.String("flow", "", "the `flow` (a filter for list)")
 	id := fs.String("id", "", "the dead letter's `id`, from nexus dlq list")
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
-		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-			printUsage(stdout, dlqUsage, fs)
-			return exitOK
-		}
-		fmt.Fprintln(stderr, "nexus dlq: the subcommand is list, replay or discard")
-		printUsage(stderr, dlqUsage, fs)
-		return exitUsage
+		return noSubcommand(args, "nexus dlq: the subcommand is list, replay or discard", dlqUsage, fs, stdout, stderr)
 	}
 	sub := args[0]
 	rest, err := parseInterleaved(fs, args[1:])
