@@ -50,6 +50,10 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 // for a POST made with the session cookie but without the UI's token.
 func (s *Server) api(h httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		// every answer, refusals included: their bodies may echo a name
+		hdr := w.Header()
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("X-Content-Type-Options", "nosniff")
 		auth, session := s.authorize(w, r)
 		switch {
 		case auth == authNone:

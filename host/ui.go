@@ -172,6 +172,7 @@ type queuePage struct {
 	Queue        *queueEntry // nil when the queue has no files
 	Page         deadLetterPage
 	After        uint64 // the page starts after this id (0: the first page)
+	Limit        int    // the page size asked for, kept by the page links (0: the default)
 }
 
 // uiQueue is the Queue page: a queue's counts and its pending dead
@@ -209,6 +210,9 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		after, limit = 0, defaultPageSize
 	}
 	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
+	if r.URL.Query().Has("limit") && limit != defaultPageSize {
+		data.Limit = limit
+	}
 	if info, ok := s.cfg.Queues.Info(tenant, flowName); ok {
 		e, err := s.queueEntry(info)
 		if err != nil {

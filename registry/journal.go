@@ -268,7 +268,8 @@ type JournalQuery struct {
 	Limit        int // 0 means 50
 }
 
-// Journal returns entries newest first.
+// Journal returns entries newest first: by the time the execution began,
+// then by the order they were written.
 func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error) {
 	var where []string
 	var args []any
@@ -286,7 +287,7 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 	if limit <= 0 {
 		limit = 50
 	}
-	query += " ORDER BY id DESC LIMIT ?"
+	query += " ORDER BY at DESC, id DESC LIMIT ?"
 	args = append(args, limit)
 	rows, err := r.db.QueryContext(ctx, query, args...)
 	if err != nil {

@@ -331,3 +331,30 @@ func BenchmarkJournalAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestJournalNewestFirstByTime: an entry is written when its execution
+// ends, so a long execution that began first is written last; the journal
+// still lists it by the time it began (the ids once ordered it), filtered
+// or not, equal times in the order written.
+func TestJournalNewestFirstByTime(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	short := entry(1, "acme", "a", t0.Add(5*time.Second)) // began later, ended first
+	long := entry(2, "acme", "a", t0.Add(time.Second))    // began first, ended last
+	tie := entry(3, "acme", "a", t0.Add(5*time.Second))   // began with short, written after it
+	for _, e := range []registry.Entry{short, long, tie} {
+		w.Append(e)
+	}
+	w.Stop()
+	want := []registry.Entry{tie, short, long}
+	for _, q := range []registry.JournalQuery{{}, {Tenant: "acme"}, {Tenant: "acme", Flow: "a"}} {
+		if diff := cmp.Diff(want, journal(t, r, q)); diff != "" {
+			t.Errorf("Journal(%+v) (-want +got):\n%s", q, diff)
+		}
+	}
+	q := registry.JournalQuery{Tenant: "acme", Flow: "a", Limit: 1}
+	if diff := cmp.Diff(want[:1], journal(t, r, q)); diff != "" {
+		t.Errorf("Journal(%+v) (-want +got):\n%s", q, diff)
+	}
+}

@@ -158,6 +158,10 @@ var migrations = []string{
 	);
 	CREATE INDEX journal_at ON journal (at);
 	CREATE INDEX journal_flow ON journal (tenant, flow, id);`,
+	// 2: the journal listed newest first by time (an entry is written when
+	// its execution ends, so ids are not in the order of the times)
+	`DROP INDEX journal_flow;
+	CREATE INDEX journal_flow_at ON journal (tenant, flow, at);`,
 }
 
 func (r *Registry) migrate(ctx context.Context) error {

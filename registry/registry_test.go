@@ -78,8 +78,8 @@ func TestOpenTwice(t *testing.T) {
 			t.Errorf("handle %d: live set (-want +got):\n%s", i+2, diff)
 		}
 	}
-	if v := userVersion(t, path); v != 1 {
-		t.Errorf("user_version %d, want 1", v)
+	if v := userVersion(t, path); v != 2 {
+		t.Errorf("user_version %d, want 2", v)
 	}
 }
 
@@ -96,8 +96,8 @@ func TestOpenMigratesAnExistingFile(t *testing.T) {
 	if err := db.QueryRow(`SELECT text FROM notes`).Scan(&text); err != nil || text != "kept" {
 		t.Errorf("the file's own table: %q, %v", text, err)
 	}
-	if v := userVersion(t, path); v != 1 {
-		t.Errorf("user_version %d, want 1", v)
+	if v := userVersion(t, path); v != 2 {
+		t.Errorf("user_version %d, want 2", v)
 	}
 }
 
@@ -108,21 +108,61 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	r := open(t, path, registry.Options{})
 	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
 	r.Close()
-	exec(t, sideDB(t, path), `PRAGMA user_version = 2`)
+	exec(t, sideDB(t, path), `PRAGMA user_version = 3`)
 
 	r2, err := registry.Open(context.Background(), path, registry.Options{})
 	if err == nil {
 		r2.Close()
 		t.Fatal("Open accepted a schema newer than it knows")
 	}
-	want := "registry " + path + ": schema version 2 is newer than this nexus knows (1): upgrade nexus"
+	want := "registry " + path + ": schema version 3 is newer than this nexus knows (2): upgrade nexus"
 	if err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
-	if v := userVersion(t, path); v != 2 {
-		t.Errorf("user_version %d after the refusal, want 2 (untouched)", v)
+	if v := userVersion(t, path); v != 3 {
+		t.Errorf("user_version %d after the refusal, want 3 (untouched)", v)
 	}
 	if got := versions(t, sideDB(t, path), "acme", "a"); !cmp.Equal(got, []int{1}) {
 		t.Errorf("versions of acme/a after the refusal: %v", got)
+	}
+}
+
+// TestOpenMigratesVersionOne: a registry of schema version 1 (its journal
+// indexed by id) gets version 2 (indexed by time) at the next Open, and
+// keeps its journal.
+func TestOpenMigratesVersionOne(t *testing.T) {
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	w.Append(registry.Entry{At: t0, Door: "run", Tenant: "acme", Flow: "a", Version: 1, CorrelationID: "c1", Outcome: "succeeded", Status: 200})
+	w.Stop()
+	r.Close()
+	db := sideDB(t, path)
+	exec(t, db, `DROP INDEX journal_flow_at`)
+	exec(t, db, `CREATE INDEX journal_flow ON journal (tenant, flow, id)`)
+	exec(t, db, `PRAGMA user_version = 1`)
+
+	r2 := open(t, path, registry.Options{})
+	if v := userVersion(t, path); v != 2 {
+		t.Errorf("user_version %d, want 2", v)
+	}
+	var indexes []string
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'journal' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		indexes = append(indexes, n)
+	}
+	rows.Close()
+	if diff := cmp.Diff([]string{"journal_at", "journal_flow_at"}, indexes); diff != "" {
+		t.Errorf("the journal's indexes (-want +got):\n%s", diff)
+	}
+	got, err := r2.Journal(context.Background(), registry.JournalQuery{Tenant: "acme", Flow: "a"})
+	if err != nil || len(got) != 1 || got[0].CorrelationID != "c1" {
+		t.Errorf("the journal after the migration: %+v, %v", got, err)
 	}
 }
