@@ -67,11 +67,18 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	if e.dedup == nil {
 		return unavailable("no dedup store is configured", nil)
 	}
+	// A duplicate waits for the first delivery up to the flow's ceiling;
+	// the execution, once it holds the key, has a whole ceiling of its own.
+	// Its lease outlasts the ceiling by leaseGrace, so that an execution
+	// stopped at its ceiling can still record its answer before a
+	// duplicate may take the key.
+	waitCtx, cancelWait := context.WithTimeout(ctx, f.Timeout())
+	defer cancelWait()
 	var claim int64
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(ctx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout())
+		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout()+leaseGrace)
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}
@@ -95,19 +102,21 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 			break
 		}
 		select {
-		case <-ctx.Done():
+		case <-waitCtx.Done():
 			return unavailable("the first delivery of this key is still running", nil)
 		case <-time.After(e.dedupPoll):
 		}
 	}
 
-	res := e.execute(ctx, req)
+	ectx, cancel := context.WithTimeout(ctx, f.Timeout())
+	defer cancel()
+	res := e.execute(ectx, req)
 	if claim == 0 {
 		return res // a retry that could not hold the key: what holds it stands
 	}
 	// The record outlives this execution's deadline: write it even when the
 	// ceiling was reached.
-	wctx := context.WithoutCancel(ctx)
+	wctx := context.WithoutCancel(ectx)
 	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
@@ -121,6 +130,10 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	}
 	return res
 }
+
+// leaseGrace is how long a claim outlasts the flow's ceiling: the time an
+// execution stopped at its ceiling has to record its answer.
+const leaseGrace = 5 * time.Second
 
 func withoutCorrelation(h http.Header) http.Header {
 	c := h.Clone()

@@ -24,6 +24,11 @@ type connectTimeoutKey struct{}
 // errReadTimeout is the cause of a call cancelled by read_timeout_ms.
 var errReadTimeout = errors.New("read timeout")
 
+// errConnectTimeout cancels a call that has no connection within the
+// step's connect_timeout_ms: the dial, a proxy's CONNECT and the TLS
+// handshake all count.
+var errConnectTimeout = errors.New("connect timeout")
+
 // NewTransport returns the transport http_egress steps use by default: it
 // keeps connections to the few hosts flows call, and dials with the connect
 // timeout of the step making the call.
@@ -51,6 +56,12 @@ func NewTransport() *http.Transport {
 // ctx.HTTP_RESPONSE_BODY and ctx.HTTP_RESPONSE_HEADERS.
 func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any, *Error) {
 	h := s.HTTP()
+	// the variables describe this call's answer: a call without one
+	// leaves them unset, not an earlier step's
+	vars := x.ctxVars()
+	delete(vars, "HTTP_SC")
+	delete(vars, "HTTP_RESPONSE_BODY")
+	delete(vars, "HTTP_RESPONSE_HEADERS")
 	env := x.env(doc)
 	fail := func(format string, args ...any) *Error {
 		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + fmt.Sprintf(format, args...)}
@@ -68,18 +79,30 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			body = bytes.NewReader(flow.AppendJSON(nil, doc))
 		}
 	}
-	// connect_timeout_ms bounds the dial; read_timeout_ms runs from the
-	// moment a connection is had to the end of the answer's body.
+	// connect_timeout_ms runs until a connection is had (the dial, which
+	// it also bounds itself, and a TLS handshake); read_timeout_ms from
+	// then to the end of the answer's body.
 	callCtx, cancel := context.WithCancelCause(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout))
 	defer cancel(nil)
-	var readTimer atomic.Pointer[time.Timer]
+	var connectTimer, readTimer atomic.Pointer[time.Timer]
 	defer func() {
-		if t := readTimer.Load(); t != nil {
-			t.Stop()
+		for _, p := range []*atomic.Pointer[time.Timer]{&connectTimer, &readTimer} {
+			if t := p.Load(); t != nil {
+				t.Stop()
+			}
 		}
 	}()
 	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
+		GetConn: func(string) {
+			t := time.AfterFunc(h.ConnectTimeout, func() { cancel(errConnectTimeout) })
+			if old := connectTimer.Swap(t); old != nil {
+				old.Stop() // a retried request
+			}
+		},
 		GotConn: func(httptrace.GotConnInfo) {
+			if t := connectTimer.Load(); t != nil {
+				t.Stop()
+			}
 			t := time.AfterFunc(h.ReadTimeout, func() { cancel(errReadTimeout) })
 			if old := readTimer.Swap(t); old != nil {
 				old.Stop() // a retried request on another connection
@@ -108,8 +131,11 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if errDeadline(ctx, err) {
 			return nil, x.deadline(s.Name())
 		}
-		if errors.Is(context.Cause(callCtx), errReadTimeout) {
+		switch cause := context.Cause(callCtx); {
+		case errors.Is(cause, errReadTimeout):
 			return nil, fail("no answer from %s within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
+		case errors.Is(cause, errConnectTimeout):
+			return nil, fail("no connection to %s within connect_timeout_ms (%d ms)", req.URL.Host, h.ConnectTimeout.Milliseconds())
 		}
 		return nil, fail("%s", transportError(err))
 	}
@@ -124,19 +150,24 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		}
 		return nil, fail("reading the answer: %v", err)
 	}
-	if int64(len(raw)) > x.e.maxBody {
+	vars["HTTP_SC"] = resp.StatusCode
+	vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
+	failed := resp.StatusCode < 200 || resp.StatusCode > 299
+	if int64(len(raw)) > x.e.maxBody && !failed {
 		return nil, fail("the answer's body exceeds %d bytes", x.e.maxBody)
 	}
-	out := responseDocument(resp.Header.Get("Content-Type"), raw)
-	vars := x.ctxVars()
-	vars["HTTP_SC"] = resp.StatusCode
-	vars["HTTP_RESPONSE_BODY"] = out
-	vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if failed {
+		// the status is the failure, whatever the body's size (one
+		// over the ceiling is not kept: HTTP_RESPONSE_BODY stays unset)
+		if int64(len(raw)) <= x.e.maxBody {
+			vars["HTTP_RESPONSE_BODY"] = responseDocument(resp.Header.Get("Content-Type"), raw)
+		}
 		e := fail("HTTP %s", statusLine(resp.StatusCode))
 		e.Detail = excerpt(raw)
 		return nil, e
 	}
+	out := responseDocument(resp.Header.Get("Content-Type"), raw)
+	vars["HTTP_RESPONSE_BODY"] = out
 	return out, nil
 }
 

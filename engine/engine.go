@@ -200,11 +200,11 @@ func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
 	if !waitsOnContext(req.Flow) {
 		return e.execute(&deadlineCtx{Context: ctx, deadline: time.Now().Add(req.Flow.Timeout())}, req)
 	}
+	if d := req.Flow.Dedup(); d != nil {
+		return e.runDeduplicated(ctx, req, d) // the ceiling counts from the claim
+	}
 	ctx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
 	defer cancel()
-	if d := req.Flow.Dedup(); d != nil {
-		return e.runDeduplicated(ctx, req, d)
-	}
 	return e.execute(ctx, req)
 }
 

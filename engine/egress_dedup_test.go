@@ -1,0 +1,185 @@
+package engine_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/engine/enginetest"
+)
+
+// TestHTTPEgressConnectTimeoutBoundsTheTLSHandshake: a TLS server that
+// accepts the TCP connection but never answers the ClientHello fails the
+// step after connect_timeout_ms (it once ran to the transport's fixed 10 s
+// handshake timeout or the flow's ceiling).
+func TestHTTPEgressConnectTimeoutBoundsTheTLSHandshake(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c // hold it open, say nothing
+		}
+	}()
+	t.Cleanup(func() {
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	src := flowSource("tls-stall", "timeout_ms: 4000\n", `
+## Step: forward
+effects: [http_egress]
+endpoint: https://ADDR/ingest
+connect_timeout_ms: 200
+read_timeout_ms: 300
+`)
+	start := time.Now()
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "ADDR", l.Addr().String()), `{}`)
+	took := time.Since(start)
+	if took > 2*time.Second || res.Status != 502 {
+		t.Errorf("with connect_timeout_ms 200 and read_timeout_ms 300 a stalled TLS handshake took %v and answered %d %s (err %v); want a 502 effect failure within ~0.5 s",
+			took, res.Status, res.Body, res.Err)
+	}
+}
+
+// TestHTTPEgressFailureOverTheCeilingKeepsItsStatus: a non-2xx answer
+// whose body exceeds the ceiling still sets ctx.HTTP_SC and fails with
+// "effect handler failed: HTTP 503 Service Unavailable" (flow-file.md),
+// not with the body's size.
+func TestHTTPEgressFailureOverTheCeilingKeepsItsStatus(t *testing.T) {
+	b := newBackend(t, answer(503, "text/plain", strings.Repeat("x", 200)))
+	src := flowSource("big-503", "", `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+
+## Fault: pass
+response_status: "{{ ctx.HTTP_SC }}"
+~~~ntd
+{"detail": "{{ $.fault_error }}"}
+~~~
+`)
+	e := engine.New(engine.Config{MaxResponseBytes: 64})
+	res := run(t, e, compile(t, src, "BACKEND", b.URL), `{}`)
+	want := `{"detail":"effect handler failed: HTTP 503 Service Unavailable"}`
+	if res.Status != 503 || string(res.Body) != want {
+		t.Errorf("got %d %s (err %v, handler err %v); want 503 %s", res.Status, res.Body, res.Err, res.HandlerErr, want)
+	}
+}
+
+// TestDedupDuplicateHasAWholeCeilingAfterItsWait: a duplicate that waited
+// for the first delivery (which then failed, so under rerun the duplicate
+// runs) has a whole timeout_ms for its own execution: the wait does not
+// count against it.
+func TestDedupDuplicateHasAWholeCeilingAfterItsWait(t *testing.T) {
+	var calls atomic.Int32
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			time.Sleep(600 * time.Millisecond)
+			answer(503, "text/plain", "down")(w, r)
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+		answer(200, "application/json", `{"n":2}`)(w, r)
+	})
+	f := compile(t, flowSource("dedup-wait-ceiling", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 800\n", dedupFlow), "BACKEND", b.URL)
+	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}, DedupPoll: 5 * time.Millisecond})
+	first := make(chan engine.Result)
+	go func() { first <- run(t, e, f, `{"orderId":"A-1"}`) }()
+	for calls.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	dup := e.Run(context.Background(), engine.Request{Flow: f, Doc: parse(t, `{"orderId":"A-1"}`), CorrelationID: "c-2", Door: engine.DoorRun})
+	took := time.Since(start)
+	<-first
+	if dup.Status != 201 {
+		t.Errorf("the duplicate (waited, then ran a 300 ms execution under timeout_ms 800) answered %d %s after %v; want 201", dup.Status, dup.Body, took)
+	}
+}
+
+// TestHTTPEgressVarsAreThisCallsOnly: ctx.HTTP_SC and HTTP_RESPONSE_BODY
+// describe the last call's answer; a call that got none (a transport
+// error) leaves them unset, not an earlier call's, so a fault handler
+// passing the status through cannot answer 200 for a call that never
+// reached its backend.
+func TestHTTPEgressVarsAreThisCallsOnly(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{"n":1}`))
+	src := flowSource("stale", "", `
+## Step: lookup
+effects: [http_egress]
+endpoint: BACKEND/lookup
+
+## Step: forward
+effects: [http_egress]
+endpoint: http://CLOSED/ingest
+
+## Fault: pass
+response_status: "{{ ctx.HTTP_SC }}"
+~~~ntd
+{"backend": {{ ctx.HTTP_RESPONSE_BODY }}, "detail": "{{ $.fault_error }}"}
+~~~
+`)
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL, "CLOSED", closedAddr(t)), `{}`)
+	if res.Status == 200 || strings.Contains(string(res.Body), `"n":1`) {
+		t.Errorf("the fault handler of a failed call to an unreachable host answered %d %s: ctx.HTTP_SC and ctx.HTTP_RESPONSE_BODY are the previous call's", res.Status, res.Body)
+	}
+}
+
+// slowCommit is a store whose Commit takes a while (a registry write
+// waiting on SQLite's lock or an fsync).
+type slowCommit struct {
+	*enginetest.Dedup
+	delay time.Duration
+}
+
+func (s *slowCommit) Commit(ctx context.Context, tenant, flow, key string, claim int64, answer []byte, failed bool, ttl time.Duration) error {
+	time.Sleep(s.delay)
+	return s.Dedup.Commit(ctx, tenant, flow, key, claim, answer, failed, ttl)
+}
+
+// TestDedupLeaseOutlastsTheCeiling: an execution stopped at its ceiling
+// has time to record its answer (the lease is timeout_ms and a grace): a
+// slow commit does not let a concurrent duplicate take the key and call
+// the backend again. Under absorb, the next duplicate gets the recorded
+// 500 replayed.
+func TestDedupLeaseOutlastsTheCeiling(t *testing.T) {
+	b := newBackend(t, slow(2*time.Second, nil))
+	f := compile(t, flowSource("dedup-lease", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\ntimeout_ms: 300\n", dedupFlow), "BACKEND", b.URL)
+	store := &slowCommit{Dedup: &enginetest.Dedup{}, delay: 100 * time.Millisecond}
+	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond})
+	first := make(chan engine.Result)
+	go func() { first <- run(t, e, f, `{"orderId":"A-1"}`) }()
+	for b.calls.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	dup := e.Run(context.Background(), engine.Request{Flow: f, Doc: parse(t, `{"orderId":"A-1"}`), CorrelationID: "c-2", Door: engine.DoorRun})
+	<-first
+	// the duplicate gave up waiting at its own ceiling (503, try again),
+	// or got the recorded answer: never a run of its own
+	if n := b.calls.Load(); n != 1 || !dup.Replay && dup.Status != http.StatusServiceUnavailable {
+		t.Errorf("backend called %d times; duplicate answered %d %s replay=%v; want 1 call, and the duplicate 503 or the first's 500 replayed", n, dup.Status, dup.Body, dup.Replay)
+	}
+	again := e.Run(context.Background(), engine.Request{Flow: f, Doc: parse(t, `{"orderId":"A-1"}`), CorrelationID: "c-3", Door: engine.DoorRun})
+	if n := b.calls.Load(); n != 1 || !again.Replay || again.Status != http.StatusInternalServerError {
+		t.Errorf("backend called %d times; the next duplicate answered %d %s replay=%v; want the first's 500 replayed (absorb)", n, again.Status, again.Body, again.Replay)
+	}
+}
