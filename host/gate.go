@@ -119,15 +119,12 @@ func bearer(r *http.Request) (string, bool) {
 // locks, so a stale timestamp could mint tokens: the mutex and the
 // monotonic clamp keep time moving forward for each bucket.
 type limiter struct {
+	rate  float64 // the key's rate and burst when the bucket was made
+	burst int
+
 	mu   sync.Mutex
 	lim  *rate.Limiter
 	last time.Time
-}
-
-type limiterKey struct {
-	hash  [32]byte
-	rate  float64
-	burst int
 }
 
 // allow takes a token from the key's bucket; it returns false and the wait
@@ -137,12 +134,21 @@ func (s *Server) allow(k *access.Key) (time.Duration, bool) {
 	if k.Rate <= 0 {
 		return 0, true
 	}
-	lk := limiterKey{hash: k.Hash, rate: k.Rate, burst: k.Burst}
-	v, ok := s.limiters.Load(lk)
-	if !ok {
-		v, _ = s.limiters.LoadOrStore(lk, &limiter{lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
+	// one bucket per key (by its hash), replaced when the key's rate or
+	// burst changes: the map holds no more buckets than keys ever used
+	var l *limiter
+	for l == nil {
+		v, ok := s.limiters.Load(k.Hash)
+		switch {
+		case !ok:
+			v, _ = s.limiters.LoadOrStore(k.Hash, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
+			l = v.(*limiter)
+		case v.(*limiter).rate != k.Rate || v.(*limiter).burst != k.Burst:
+			s.limiters.CompareAndSwap(k.Hash, v, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
+		default:
+			l = v.(*limiter)
+		}
 	}
-	l := v.(*limiter)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := s.cfg.Now()

@@ -72,7 +72,7 @@ const DefaultMaxBodyBytes = 1 << 20
 type Server struct {
 	cfg      Config
 	router   *httprouter.Router
-	limiters sync.Map // limiterKey → *limiter
+	limiters sync.Map // a key's hash ([32]byte) → *limiter
 }
 
 // New returns a Server for cfg.

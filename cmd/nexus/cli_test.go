@@ -108,3 +108,17 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
+
+// TestServeRefusesABlankSecret: a --secret (or NEXUS_SECRET) with a blank
+// part (",", " ", "a,,b") is refused at start, exit 2, rather than
+// dropped: a value of blanks alone once left every door unsigned.
+func TestServeRefusesABlankSecret(t *testing.T) {
+	for _, secret := range []string{",", " ", " , ", "s3cret,,other", "s3cret, "} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"serve", "--secret", secret, "--db", filepath.Join(t.TempDir(), "registry.db")}, &stdout, &stderr)
+		want := "nexus serve: --secret holds an empty secret: give one or more secrets, comma-separated, none blank"
+		if code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("--secret %q: exit %d, %q; want exit 2 and %q", secret, code, firstLine(stderr.String()), want)
+		}
+	}
+}

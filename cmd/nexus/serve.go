@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -153,6 +154,10 @@ func checkServeConfig(cfg serveConfig, rest []string) error {
 		return fmt.Errorf("--journal-retention must not be negative")
 	case cfg.Dev && cfg.Repo != "":
 		return errors.New("--dev serves --dev-flows through its own repo: leave --repo out")
+	case cfg.Secret != "" && slices.ContainsFunc(strings.Split(cfg.Secret, ","), func(p string) bool { return strings.TrimSpace(p) == "" }):
+		// dropped quietly, a blank part could leave the doors unsigned
+		// when the operator asked for signatures
+		return errors.New("--secret holds an empty secret: give one or more secrets, comma-separated, none blank")
 	}
 	return nil
 }
