@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -11,10 +12,11 @@ import (
 	"time"
 	_ "time/tzdata" // schedule_timezone must compile the same on every host
 
-	"github.com/nexushq/nexus/lineerr"
-	"github.com/nexushq/nexus/naming"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nexushq/nexus/lineerr"
+	"github.com/nexushq/nexus/naming"
 )
 
 // ErrNotFlow is returned by Compile for Markdown that is not a flow file
@@ -100,7 +102,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	declared := map[Effect]bool{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(raw.frontMatter), &doc); err != nil {
-		c.errorf(raw.frontMatterLine+yamlErrorLine(raw.frontMatter)-1, "front matter is not valid YAML: %s", yamlMessage(err))
+		c.errorf(raw.frontMatterLine+yamlErrorLine(raw.frontMatter, err)-1, "front matter is not valid YAML: %s", yamlMessage(err))
 		return nil
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
@@ -573,6 +575,11 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				c.errorf(k.line, "headers: %s: %s", name, err)
 				continue
 			}
+			if t.literalHas(func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+				// net/http would refuse it on every call
+				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", name)
+				continue
+			}
 			h.Headers = append(h.Headers, HeaderTemplate{Name: canon, Value: t})
 		}
 	case "read_timeout_ms", "connect_timeout_ms":
@@ -637,8 +644,12 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 		s.block, s.ntd = BlockNTD, t
 	case "condition":
 		var parts []string
-		for _, l := range strings.Split(b.body, "\n") {
+		at := first // the expression's first line, past comments
+		for i, l := range strings.Split(b.body, "\n") {
 			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+				if parts == nil {
+					at = first + i
+				}
 				parts = append(parts, t)
 			}
 		}
@@ -648,7 +659,7 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 		}
 		e, err := CompileExpr(strings.Join(parts, " "))
 		if err != nil {
-			c.errorf(first, "step %q: condition does not parse: %s", s.name, err)
+			c.errorf(at, "step %q: condition does not parse: %s", s.name, err)
 			return
 		}
 		s.block, s.condition = BlockCondition, e
@@ -774,20 +785,47 @@ func checkEndpoint(t *Template) string {
 	if strings.ContainsAny(u, " \t") {
 		return "contains a space: percent-encode it"
 	}
+	if _, err := url.Parse(u); err != nil {
+		// what every call would fail on at run time
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "does not parse: " + err.Error()
+	}
 	return ""
 }
 
 // scalar reads a step key's value as one string: a quoted YAML string is
-// unquoted, anything else is taken as written.
+// unquoted, anything else is taken as written. A value that only begins
+// and ends with quotes ("urgent" in $.tags && $.p == "high") is taken as
+// written: YAML would read its first string and drop the rest.
 func scalar(v string) string {
 	v = strings.TrimSpace(v)
-	if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
+	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && quoteEnd(v) == len(v)-1 {
 		var s string
 		if err := yaml.Unmarshal([]byte(v), &s); err == nil {
 			return s
 		}
 	}
 	return v
+}
+
+// quoteEnd is the index of the quote that closes the quoted string v
+// begins with, or -1.
+func quoteEnd(v string) int {
+	q := v[0]
+	for i := 1; i < len(v); i++ {
+		switch {
+		case q == '"' && v[i] == '\\':
+			i++
+		case v[i] == q && q == '\'' && i+1 < len(v) && v[i+1] == '\'':
+			i++ // '' is a quote inside a single-quoted string
+		case v[i] == q:
+			return i
+		}
+	}
+	return -1
 }
 
 // stepList reads a flow list value ([a, b]) of a step key.
@@ -951,18 +989,44 @@ func yamlMessage(err error) string {
 	return strings.TrimPrefix(yamlLine.ReplaceAllString(msg, ""), "yaml: ")
 }
 
-// yamlErrorLine finds the line (1-based) of a YAML text's first error: the
-// first line whose prefix no longer parses.
-func yamlErrorLine(text string) int {
-	lines := strings.Split(text, "\n")
-	var n yaml.Node
-	for k := 1; k <= len(lines); k++ {
-		if yaml.Unmarshal([]byte(strings.Join(lines[:k], "\n")), &n) != nil {
-			return k
+// yamlErrorLine finds the line (1-based) of a YAML text's error: the line
+// after the longest prefix of whole lines that parses. (The first prefix
+// that fails would blame a line that opens a mapping or a string the next
+// lines close; yaml.v3's own line is often the construct's, not the
+// error's.) The prefixes are tried from the end, within a budget of bytes
+// parsed, so that a large text costs a few parses, not one per line; past
+// the budget, yaml.v3's line (err's) is taken.
+func yamlErrorLine(text string, err error) int {
+	var ends []int // ends[k-1]: the end of the prefix of k lines
+	for i := 0; i < len(text); i++ {
+		if text[i] == '\n' {
+			ends = append(ends, i)
 		}
 	}
-	return len(lines)
+	ends = append(ends, len(text))
+	budget := 1 << 22
+	var n yaml.Node
+	for k := len(ends) - 1; k >= 0; k-- {
+		end := 0
+		if k > 0 {
+			end = ends[k-1]
+		}
+		if budget -= end; budget < 0 {
+			break
+		}
+		if yaml.Unmarshal([]byte(text[:end]), &n) == nil {
+			return k + 1
+		}
+	}
+	if m := yamlLineNumber.FindStringSubmatch(err.Error()); m != nil {
+		if l, err := strconv.Atoi(m[1]); err == nil {
+			return l
+		}
+	}
+	return 1
 }
+
+var yamlLineNumber = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // leadingZero reports a whole number written with a leading zero (010),
 // which YAML reads as octal (8), not as the reader of the file would.

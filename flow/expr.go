@@ -208,8 +208,8 @@ var baseOptions = sync.OnceValue(func() []expr.Option {
 		expr.Function("_gt", order(">", func(c int) bool { return c > 0 }), any2),
 		expr.Function("_ge", order(">=", func(c int) bool { return c >= 0 }), any2),
 		expr.Function("_add", fnAdd, any2),
-		expr.Function("_sub", arith("-", func(a, b float64) float64 { return a - b }), any2),
-		expr.Function("_mul", arith("*", func(a, b float64) float64 { return a * b }), any2),
+		expr.Function("_sub", arith("-", func(a, b float64) float64 { return a - b }, subInt), any2),
+		expr.Function("_mul", arith("*", func(a, b float64) float64 { return a * b }, mulInt), any2),
 		expr.Function("_div", fnDiv, any2),
 		expr.Function("_neg", fnNeg, any1),
 		expr.Function("_in", fnIn, any2),
@@ -296,18 +296,54 @@ func fnAdd(a ...any) (any, error) {
 			return xs + ys, nil
 		}
 	}
-	return arith("+", func(a, b float64) float64 { return a + b })(a...)
+	return arith("+", func(a, b float64) float64 { return a + b }, addInt)(a...)
 }
 
-func arith(op string, f func(a, b float64) float64) func(a ...any) (any, error) {
+// arith is an arithmetic operator: on two integers, exact (fi) while the
+// result fits 64 bits; otherwise in float64 (f). A result too large for a
+// number (an infinity) is an evaluation error: JSON has no such number.
+func arith(op string, f func(a, b float64) float64, fi func(a, b int) (int, bool)) func(a ...any) (any, error) {
 	return func(a ...any) (any, error) {
+		if fi != nil {
+			if xi, ok := a[0].(int); ok {
+				if yi, ok := a[1].(int); ok {
+					if r, ok := fi(xi, yi); ok {
+						return r, nil
+					}
+				}
+			}
+		}
 		x, okx := number(a[0])
 		y, oky := number(a[1])
 		if !okx || !oky {
 			return nil, evalErrorf("cannot use %s on %s and %s", op, TypeName(a[0]), TypeName(a[1]))
 		}
-		return normalNumber(f(x, y)), nil
+		r := f(x, y)
+		if math.IsInf(r, 0) || math.IsNaN(r) {
+			return nil, evalErrorf("the result of %s is out of range for a number", op)
+		}
+		return normalNumber(r), nil
 	}
+}
+
+// addInt, subInt and mulInt are exact integer arithmetic; false on
+// overflow.
+func addInt(a, b int) (int, bool) {
+	r := a + b
+	return r, (a >= 0) != (b >= 0) || (r >= 0) == (a >= 0)
+}
+
+func subInt(a, b int) (int, bool) {
+	r := a - b
+	return r, (a >= 0) == (b >= 0) || (r >= 0) == (a >= 0)
+}
+
+func mulInt(a, b int) (int, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	r := a * b
+	return r, r/b == a && !(a == -1 && b == math.MinInt) && !(b == -1 && a == math.MinInt)
 }
 
 func fnDiv(a ...any) (any, error) {
@@ -316,7 +352,7 @@ func fnDiv(a ...any) (any, error) {
 			return nil, evalErrorf("division by zero")
 		}
 	}
-	return arith("/", func(a, b float64) float64 { return a / b })(a...)
+	return arith("/", func(a, b float64) float64 { return a / b }, nil)(a...)
 }
 
 func fnNeg(a ...any) (any, error) {

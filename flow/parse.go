@@ -188,7 +188,9 @@ func stripComment(v string) string {
 			} else if c == quote {
 				quote = 0
 			}
-		case c == '"' || c == '\'':
+		case (c == '"' || c == '\'') && (i == 0 || strings.IndexByte(" \t[{,:", v[i-1]) >= 0):
+			// a quote opens a string where a YAML scalar may begin, not
+			// inside a word (don't)
 			quote = c
 		case c == '#' && i > 0 && (v[i-1] == ' ' || v[i-1] == '\t'):
 			return strings.TrimRight(v[:i], " \t")

@@ -117,6 +117,17 @@ func (t *Template) Render(env *Env) (string, error) {
 	return t.render(env, nil)
 }
 
+// literalHas reports whether the template's literal text (its parts
+// outside the holes) holds a rune f accepts.
+func (t *Template) literalHas(f func(rune) bool) bool {
+	for _, p := range t.parts {
+		if p.expr == nil && strings.ContainsFunc(p.lit, f) {
+			return true
+		}
+	}
+	return false
+}
+
 // RenderURL renders an endpoint: each hole's text is percent-encoded, every
 // byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape.
 // A hole whose whole text is "." or ".." has its dots encoded too.
@@ -233,29 +244,22 @@ func (n ntdObject) render(env *Env) (any, error) {
 		}
 		return &Object{keys: n.static.keys, vals: vals, index: n.static.index}, nil
 	}
-	keys := make([]string, len(n.keys))
-	vals := make([]any, len(n.vals))
+	obj := objectBuilder{keys: make([]string, 0, len(n.keys)), vals: make([]any, 0, len(n.vals))}
 	for i := range n.keys {
 		k, err := n.keys[i].render(env)
 		if err != nil {
 			return nil, err
 		}
-		keys[i] = k.(string)
-		if vals[i], err = n.vals[i].render(env); err != nil {
+		if obj.find(k.(string)) >= 0 {
+			return nil, fmt.Errorf("the rendered JSON has the key %q twice", k)
+		}
+		v, err := n.vals[i].render(env)
+		if err != nil {
 			return nil, err
 		}
+		obj.add(k.(string), v)
 	}
-	for i := range keys {
-		if _, dynamic := n.keys[i].(ntdString); !dynamic {
-			continue
-		}
-		for j := range keys {
-			if j != i && keys[j] == keys[i] {
-				return nil, fmt.Errorf("the rendered JSON has the key %q twice", keys[i])
-			}
-		}
-	}
-	return NewObject(keys, vals), nil
+	return obj.object(), nil
 }
 
 // String returns the block as written.
