@@ -1032,8 +1032,16 @@ func TestDevMode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cwd, ".nexus-dev")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("with --db, the development mode wrote .nexus-dev into the working folder (%v)", err)
 	}
+	// the state directory it made is the owner's alone, as nexus serve's
+	// is, and so no warning about it
+	if info, err := os.Stat(state); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("the development mode's state directory: %v, %v; want mode 0700", info, err)
+	}
 	if code := h.stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM", code)
+	}
+	if evs := h.events("state_directory_open"); len(evs) != 0 {
+		t.Errorf("the development mode warned of the state directory it made: %v", evs)
 	}
 }
 

@@ -193,6 +193,14 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		debug.SetGCPercent(serveGCPercent)
 	}
 	stateDir := filepath.Dir(cfg.DB)
+	// made first, the owner's alone: the development mode's repo goes in
+	// it, and go-git makes missing folders open to everyone
+	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
+		return fmt.Errorf("the state directory: %w", err)
+	}
+	if err := checkStateDir(stateDir); err != nil {
+		return err
+	}
 	var devKey string
 	if cfg.Dev {
 		var err error
@@ -211,12 +219,6 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		// down guessing it: a short one is worth a warning at every start
 		logger.Warn(fmt.Sprintf("the admin key is %d characters long; use one of %d or more, such as one nexus key generate prints", n, minAdminKey),
 			"event", "weak_admin_key")
-	}
-	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
-		return fmt.Errorf("the state directory: %w", err)
-	}
-	if err := checkStateDir(stateDir); err != nil {
-		return err
 	}
 	if info, err := os.Stat(stateDir); err == nil && info.Mode().Perm()&^queue.DirMode != 0 {
 		// made so by an earlier version, or by hand: what is made in it
