@@ -21,9 +21,17 @@ import (
 	"github.com/nexushq/nexus/registry"
 )
 
-// TestLimitersOnlyForAuthenticatedKeys: a token bucket is created only
-// after a key is authenticated, so bogus keys cannot fill memory.
-func TestLimitersOnlyForAuthenticatedKeys(t *testing.T) {
+// limiterFixture is a Server with one echo flow (acme/echo) over a real
+// registry: publish loads an access.yaml as a new commit, send runs the
+// flow with a key and returns the status, buckets the token buckets held.
+type limiterFixture struct {
+	s       *Server
+	publish func(accessYAML string)
+	send    func(key string) int
+}
+
+func newLimiterFixture(t *testing.T) *limiterFixture {
+	t.Helper()
 	ctx := context.Background()
 	reg, err := registry.Open(ctx, filepath.Join(t.TempDir(), "registry.db"), registry.Options{})
 	if err != nil {
@@ -34,30 +42,48 @@ func TestLimitersOnlyForAuthenticatedKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := access.HashKey("the-real-key")
-	keys, err := access.Parse("access.yaml", fmt.Appendf(nil, "keys:\n  - id: acme-limited\n    tenant: acme\n    sha256: %x\n    flows: [\"*\"]\n    rate: 5\n    burst: 5\n", sum))
-	if err != nil {
-		t.Fatal(err)
+	fx := &limiterFixture{s: New(Config{Live: reg, Engine: engine.New(engine.Config{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})}
+	fx.publish = func(doc string) {
+		t.Helper()
+		keys, err := access.Parse("access.yaml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Publish(ctx, registry.Publication{Flows: []*flow.Flow{f}, Access: keys}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := reg.Publish(ctx, registry.Publication{Flows: []*flow.Flow{f}, Access: keys}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reg.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{Live: reg, Engine: engine.New(engine.Config{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	count := func() int {
-		n := 0
-		s.limiters.Range(func(_, _ any) bool { n++; return true })
-		return n
-	}
-	send := func(key string) int {
+	fx.send = func(key string) int {
 		r := httptest.NewRequest(http.MethodPost, "/flows/acme/echo/run", strings.NewReader(`{}`))
 		r.Header.Set("Authorization", "Bearer "+key)
 		w := httptest.NewRecorder()
-		s.Handler().ServeHTTP(w, r)
+		fx.s.Handler().ServeHTTP(w, r)
 		return w.Code
 	}
+	return fx
+}
+
+// buckets calls f for each token bucket held and returns how many there are.
+func (fx *limiterFixture) buckets(f func(*limiter)) int {
+	n := 0
+	fx.s.limiters.Range(func(_, v any) bool {
+		n++
+		f(v.(*limiter))
+		return true
+	})
+	return n
+}
+
+// TestLimitersOnlyForAuthenticatedKeys: a token bucket is created only
+// after a key is authenticated, so bogus keys cannot fill memory.
+func TestLimitersOnlyForAuthenticatedKeys(t *testing.T) {
+	fx := newLimiterFixture(t)
+	fx.publish(fmt.Sprintf("keys:\n  - id: acme-limited\n    tenant: acme\n    sha256: %x\n    flows: [\"*\"]\n    rate: 5\n    burst: 5\n", access.HashKey("the-real-key")))
+	send := fx.send
+	count := func() int { return fx.buckets(func(*limiter) {}) }
 	for i := 0; i < 100; i++ {
 		if code := send(fmt.Sprintf("bogus-key-%d", i)); code != http.StatusUnauthorized {
 			t.Fatalf("bogus key %d: %d", i, code)
@@ -129,4 +155,33 @@ func TestLimiterStaleTimestamps(t *testing.T) {
 		t.Logf("a bare x/time/rate limiter allowed %d (within the bound): the sequence no longer shows stale stamps minting tokens", bareAllowed)
 	}
 	t.Logf("allowed %d (bound %d); a bare x/time/rate limiter allowed %d", allowed, bound, bareAllowed)
+}
+
+// TestLimiterOneBucketPerKey: a key has one token bucket, replaced when a
+// new commit changes its rate (once a bucket per rate and burst stayed
+// beside the new one, so the map grew with every change for the life of
+// the process): 50 commits that change one key's rate leave one bucket,
+// of the last rate.
+func TestLimiterOneBucketPerKey(t *testing.T) {
+	fx := newLimiterFixture(t)
+	sum := access.HashKey("the-real-key")
+	const commits = 50
+	for i := 1; i <= commits; i++ {
+		fx.publish(fmt.Sprintf("keys:\n  - id: acme-limited\n    tenant: acme\n    sha256: %x\n    flows: [\"*\"]\n    rate: %d\n", sum, i))
+		if code := fx.send("the-real-key"); code != http.StatusOK {
+			t.Fatalf("commit %d: %d", i, code)
+		}
+	}
+	fx.publish("keys: []\n") // the key is withdrawn
+	if code := fx.send("the-real-key"); code != http.StatusUnauthorized {
+		t.Fatalf("withdrawn key: %d", code)
+	}
+	n := fx.buckets(func(l *limiter) {
+		if l.rate != commits {
+			t.Errorf("the bucket's rate is %v, want the last commit's %d", l.rate, commits)
+		}
+	})
+	if n != 1 {
+		t.Errorf("%d token buckets held after %d rate changes and the key's withdrawal, want 1 (one per key used)", n, commits)
+	}
 }
