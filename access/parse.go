@@ -13,9 +13,10 @@ import (
 	"strconv"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/nexushq/nexus/lineerr"
 	"github.com/nexushq/nexus/naming"
-	"go.yaml.in/yaml/v3"
 )
 
 // entryFields are the fields of one entry of keys:, in the order Entry
@@ -341,8 +342,8 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		line := lines["rate"]
 		var rate float64
 		switch {
-		case isScalar(rateNode) && leadingZero(rateNode.Value):
-			p.errorf(line, "rate %s has a leading zero, which YAML reads as octal: write it without", rateNode.Value)
+		case lineerr.LeadingZero("rate", rateNode) != "":
+			p.errorf(line, "%s", lineerr.LeadingZero("rate", rateNode))
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
 			p.errorf(line, "rate must be a number of requests per second, not %s", lineerr.Describe(rateNode))
 		case rate <= 0:
@@ -360,8 +361,8 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	switch {
 	case rateNode == nil:
 		p.errorf(line, "burst without rate does nothing: add rate (requests per second), or remove burst")
-	case isScalar(burstNode) && leadingZero(burstNode.Value):
-		p.errorf(line, "burst %s has a leading zero, which YAML reads as octal: write it without", burstNode.Value)
+	case lineerr.LeadingZero("burst", burstNode) != "":
+		p.errorf(line, "%s", lineerr.LeadingZero("burst", burstNode))
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
 		p.errorf(line, "burst must be a whole number, not %s", lineerr.Describe(burstNode))
 	case burst < 1:
@@ -401,10 +402,3 @@ func (p *parser) line(n int) string {
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
-
-// leadingZero reports a whole number written with a leading zero (010),
-// which YAML reads as octal (8), not as the reader of the file would.
-func leadingZero(v string) bool {
-	v = strings.TrimLeft(v, "+-")
-	return len(v) > 1 && v[0] == '0' && v[1] >= '0' && v[1] <= '9'
-}

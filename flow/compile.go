@@ -891,8 +891,8 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		c.errorf(line, "%s must be a whole number, not %s", key, lineerr.Describe(v))
 		return 0, false
 	}
-	if leadingZero(v.Value) {
-		c.errorf(line, "%s %s has a leading zero, which YAML reads as octal: write it without", key, v.Value)
+	if msg := lineerr.LeadingZero(key, v); msg != "" {
+		c.errorf(line, "%s", msg)
 		return 0, false
 	}
 	if err := v.Decode(&n); err != nil {
@@ -1027,10 +1027,3 @@ func yamlErrorLine(text string, err error) int {
 }
 
 var yamlLineNumber = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// leadingZero reports a whole number written with a leading zero (010),
-// which YAML reads as octal (8), not as the reader of the file would.
-func leadingZero(v string) bool {
-	v = strings.TrimLeft(v, "+-")
-	return len(v) > 1 && v[0] == '0' && v[1] >= '0' && v[1] <= '9'
-}

@@ -35,3 +35,21 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadingZero: a number with a leading zero is named, with its key;
+// 0, 0.5, 10, -1 and the string "010" are not.
+func TestLeadingZero(t *testing.T) {
+	for _, tt := range []struct{ value, want string }{
+		{"010", "rate 010 has a leading zero, which YAML reads as octal: write it without"},
+		{"-07", "rate -07 has a leading zero, which YAML reads as octal: write it without"},
+		{"0", ""}, {"0.5", ""}, {"10", ""}, {"-1", ""}, {`"010"`, ""},
+	} {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte("rate: "+tt.value), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if got := lineerr.LeadingZero("rate", doc.Content[0].Content[1]); got != tt.want {
+			t.Errorf("LeadingZero(rate: %s) = %q, want %q", tt.value, got, tt.want)
+		}
+	}
+}
