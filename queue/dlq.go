@@ -163,11 +163,21 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 }
 
 // DeadLetters returns the pending dead letters (not marked), by id, with
-// their whole payloads. DeadLetterPage reads a bounded part.
+// their whole payloads, and the damage found in dlq.log. DeadLetterPage
+// reads a bounded part.
 func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
+	return q.deadLetters(true)
+}
+
+// deadLetters is DeadLetters, with the payloads left out unless
+// withPayload.
+func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	var out []DeadLetter
 	damage, err := q.eachPending(func(rec []byte) error {
 		if d, err := decodeDeadLetter(rec); err == nil {
+			if !withPayload {
+				d.Payload = nil
+			}
 			out = append(out, d)
 		}
 		return nil
@@ -345,20 +355,22 @@ type Marked struct {
 
 // CompactDLQ rewrites dlq.log without the marked entries and clears the
 // marks, so that a discarded body leaves the disk. It returns the marks it
-// applied, by id; it does nothing when no entry is marked.
-func (q *Queue) CompactDLQ() ([]Marked, error) {
+// applied, by id, and the damaged frames of dlq.log it left out (which no
+// reader could use: the caller reports them, as they leave the disk); it
+// does nothing when no entry is marked.
+func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	unlock, err := q.lockAppend()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer unlock()
 	marked, err := q.marks()
 	if err != nil || len(marked) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
-	recs, _, err := q.readRecords(dlqFile)
+	recs, damage, err := q.readRecords(dlqFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var keep []byte
 	for _, rec := range recs {
@@ -370,17 +382,17 @@ func (q *Queue) CompactDLQ() ([]Marked, error) {
 		keep = appendFrame(keep, rec)
 	}
 	if err := WriteAtomic(q.fs, q.path(dlqFile), keep); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := WriteAtomic(q.fs, q.path(ackedFile), nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	applied := make([]Marked, 0, len(marked))
 	for _, m := range marked {
 		applied = append(applied, Marked{ID: m.id, Action: m.action, At: m.at, ReplayID: m.replayID})
 	}
 	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
-	return applied, nil
+	return applied, damage, nil
 }
 
 // Peek returns a handle on the files of tenant/flow's queue under root
@@ -400,15 +412,21 @@ func Peek(root, tenant, flow string, fsys FS) (*Queue, error) {
 }
 
 // ReadDeadLetters returns the pending dead letters of tenant/flow under
-// root without opening the queue (see Peek): what nexus dlq list shows,
-// also while servers run. A queue that does not exist has none.
-func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, error) {
+// root, by id and without their payloads, without opening the queue (see
+// Peek): what nexus dlq list shows, also while servers run; a large
+// dlq.log costs reading, not memory. A queue that does not exist has none.
+//
+// It also returns the damaged frames of dlq.log that valid frames follow:
+// dead letters that cannot be read, so are not listed. A torn tail is left
+// out: it is a dead letter a running server is writing, or one a crash cut
+// short, which was never durable, so never left the queue.
+func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, []Damage, error) {
 	q, err := Peek(root, tenant, flow, fsys)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	dl, _, err := q.DeadLetters()
-	return dl, err
+	dl, damage, err := q.deadLetters(false)
+	return dl, slices.DeleteFunc(damage, func(d Damage) bool { return d.Torn }), err
 }
 
 // QueueNames lists the (tenant, flow) folders under root that follow the

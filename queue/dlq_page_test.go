@@ -298,7 +298,7 @@ func TestReplayAndDiscardRace(t *testing.T) {
 			t.Errorf("still pending: %v", got)
 		}
 		// and as the worker's compaction applies them
-		applied, err := qb.CompactDLQ()
+		applied, _, err := qb.CompactDLQ()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -963,7 +963,7 @@ func TestManagerDiscardLeavesWaitingMessages(t *testing.T) {
 	if info, ok := m.Info(wTenant, wFlow); !ok || !info.Open || info.DeadLetters != 0 {
 		t.Errorf("Info after the second Discard = %+v, %v; want open, no dead letter", info, ok)
 	}
-	applied, err := mq.CompactDLQ()
+	applied, _, err := mq.CompactDLQ()
 	if err != nil {
 		t.Fatal(err)
 	}

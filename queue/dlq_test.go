@@ -112,7 +112,7 @@ func TestCompactDLQ(t *testing.T) {
 	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
 	moveToDLQ(t, q, 9, 3, 7)
 	before, _ := os.ReadFile(dlq)
-	if applied, err := q.CompactDLQ(); err != nil || len(applied) != 0 {
+	if applied, _, err := q.CompactDLQ(); err != nil || len(applied) != 0 {
 		t.Fatalf("CompactDLQ without marks = %v, %v", applied, err)
 	}
 	if after, _ := os.ReadFile(dlq); !bytes.Equal(after, before) {
@@ -125,7 +125,7 @@ func TestCompactDLQ(t *testing.T) {
 	if err := q.MarkReplayed(9, 42); err != nil {
 		t.Fatal(err)
 	}
-	applied, err := q.CompactDLQ()
+	applied, _, err := q.CompactDLQ()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +232,10 @@ func TestDeadLetterCrashAfterCreate(t *testing.T) {
 // TestReadDeadLetters lists dead letters without opening the queue.
 func TestReadDeadLetters(t *testing.T) {
 	root := t.TempDir()
-	if got, err := ReadDeadLetters(root, "nobody", "nothing", nil); err != nil || len(got) != 0 {
+	if got, _, err := ReadDeadLetters(root, "nobody", "nothing", nil); err != nil || len(got) != 0 {
 		t.Errorf("a queue that does not exist: %v, %v", got, err)
 	}
-	if _, err := ReadDeadLetters(root, "../x", "orders", nil); err == nil {
+	if _, _, err := ReadDeadLetters(root, "../x", "orders", nil); err == nil {
 		t.Errorf("a bad name was accepted")
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
@@ -246,10 +246,72 @@ func TestReadDeadLetters(t *testing.T) {
 	if err := q.Mark(5, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadDeadLetters(root, testTenant, testFlow, nil)
-	if err != nil || len(got) != 1 || !sameDeadLetter(got[0], deadLetter(2)) {
-		t.Errorf("ReadDeadLetters: %v, %v; want dead letter 2", got, err)
+	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	want := deadLetter(2)
+	want.Payload = nil // a listing leaves the bodies on disk
+	if err != nil || len(damage) != 0 || len(got) != 1 || !sameDeadLetter(got[0], want) {
+		t.Errorf("ReadDeadLetters: %v, %v, %v; want dead letter 2 without its payload", got, damage, err)
 	}
+}
+
+// TestReadDeadLettersReportsDamage: a damaged dead letter in the middle of
+// dlq.log is reported, not silently left out of the listing; a torn tail
+// (a dead letter being written, or one a crash cut short) is not.
+func TestReadDeadLettersReportsDamage(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 1)
+	first, _ := os.ReadFile(dlq)
+	moveToDLQ(t, q, 2, 3)
+	b, _ := os.ReadFile(dlq)
+	b[len(first)+headerSize+12] ^= 0xff // inside dead letter 2's record
+	torn := appendFrame(nil, appendDeadLetterRecord(nil, ptr(deadLetter(4))))
+	if err := os.WriteFile(dlq, append(b, torn[:len(torn)/2]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, d := range got {
+		ids = append(ids, d.ID)
+	}
+	if diff := cmp.Diff([]uint64{1, 3}, ids); diff != "" {
+		t.Errorf("listed ids (-want +got):\n%s", diff)
+	}
+	if len(damage) != 1 || damage[0].File != dlqFile || damage[0].Offset != int64(len(first)) || damage[0].Torn {
+		t.Errorf("damage %+v, want the frame at offset %d of dlq.log, and not the torn tail", damage, len(first))
+	}
+}
+
+// TestCompactDLQReportsDamage: the rewrite of dlq.log leaves a damaged
+// frame out, and says so, so that a dead letter never leaves the disk
+// unreported.
+func TestCompactDLQReportsDamage(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 1)
+	first, _ := os.ReadFile(dlq)
+	moveToDLQ(t, q, 2, 3)
+	b, _ := os.ReadFile(dlq)
+	b[len(first)+headerSize+12] ^= 0xff
+	if err := os.WriteFile(dlq, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Mark(1, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	applied, damage, err := q.CompactDLQ()
+	if err != nil || len(applied) != 1 || applied[0].ID != 1 {
+		t.Fatalf("CompactDLQ: %v, %v", applied, err)
+	}
+	if len(damage) != 1 || damage[0].Offset != int64(len(first)) || damage[0].Torn {
+		t.Errorf("damage %+v, want the frame at offset %d", damage, len(first))
+	}
+	checkDeadLetters(t, q, 3)
 }
 
 // The words of a dead letter that is not pending are nexus dlq's, and the

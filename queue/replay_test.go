@@ -47,7 +47,7 @@ func pendingIDs(t testing.TB, q *queue.Queue) []uint64 {
 // under root, read from the files (ReadDeadLetters).
 func readPendingIDs(t testing.TB, root, tenant, flow string) []uint64 {
 	t.Helper()
-	dl, err := queue.ReadDeadLetters(root, tenant, flow, nil)
+	dl, _, err := queue.ReadDeadLetters(root, tenant, flow, nil)
 	if err != nil {
 		t.Fatalf("ReadDeadLetters: %v", err)
 	}
@@ -164,7 +164,7 @@ func TestQueueReplay(t *testing.T) {
 		t.Errorf("the ids in segment.log (-want +got):\n%s", diff)
 	}
 	// the mark names the message the replay appended
-	applied, err := q.CompactDLQ()
+	applied, _, err := q.CompactDLQ()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestQueueReplayConcurrent(t *testing.T) {
 		if ids := pendingIDs(t, q); len(ids) != 0 {
 			t.Errorf("round %d: still pending: %v", round, ids)
 		}
-		applied, err := q.CompactDLQ()
+		applied, _, err := q.CompactDLQ()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -558,7 +558,7 @@ func TestManagerReplayWakesWorker(t *testing.T) {
 	// the worker's housekeeping ran before the replay and the clock has not
 	// moved since: the mark is still there to read
 	clk.WaitCalls(t, 2)
-	applied, err := mq.CompactDLQ()
+	applied, _, err := mq.CompactDLQ()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,7 +728,7 @@ func TestManagerDiscard(t *testing.T) {
 	if b, _ := os.ReadFile(dlqPath); !bytes.Contains(b, []byte(`"secret-8"`)) {
 		t.Errorf("Discard rewrote dlq.log itself")
 	}
-	applied, err := mq.CompactDLQ()
+	applied, _, err := mq.CompactDLQ()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -437,9 +437,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 				cursor, saved = c, -1
 				reader.reset()
 			}
-			applied, err := q.CompactDLQ()
+			applied, damage, err := q.CompactDLQ()
 			if err != nil {
 				w.logger.Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
+			}
+			for _, d := range damage {
+				w.logger.Error("dlq.log held damage, left out when it was rewritten", "event", "queue_damage",
+					"tenant", q.Tenant, "flow", q.Flow, "file", d.File, "offset", d.Offset, "length", d.Length,
+					"msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
 			}
 			for _, m := range applied {
 				w.logMarked(m)

@@ -1211,6 +1211,45 @@ func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
 	}
 }
 
+// A damaged frame in dlq.log leaves the disk when the idle loop rewrites
+// the file for a discard; the worker logs queue_damage for it, so that no
+// dead letter goes unreported.
+func TestHousekeepingReportsDamagedDeadLetter(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	logs := &jsonlogtest.Buffer{}
+	rec := newRecorder(clk)
+	first := put(t, q, `{"n":1}`)
+	put(t, q, `{"n":2}`)
+	put(t, q, `{"n":3}`)
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo),
+		Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "corrupt"}
+		})})
+	clk.WaitCalls(t, 1)
+	dlqPath := queueFile(root, "dlq.log")
+	b, err := os.ReadFile(dlqPath)
+	if err != nil || len(deadLetters(t, q)) != 3 {
+		t.Fatalf("dlq.log: %v, %d dead letters", err, len(deadLetters(t, q)))
+	}
+	second := bytes.Index(b, []byte(`{"n":2}`))
+	b[second] ^= 0xff // dead letter 2's payload
+	if err := os.WriteFile(dlqPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := openQ(t, root, clk, nil).Mark(first.ID, queue.MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(t) // the next idle loop rewrites dlq.log
+	evs := logs.Events(t, "queue_damage")
+	if len(evs) != 1 || evs[0]["file"] != "dlq.log" || evs[0]["torn"] != false || evs[0]["flow"] != q.Flow {
+		t.Errorf("queue_damage events %v, want one for the damaged frame of dlq.log", evs)
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || string(dl[0].Payload) != `{"n":3}` {
+		t.Errorf("pending dead letters after the rewrite = %+v, want the third", dl)
+	}
+}
+
 // Another process appends right after the worker emptied the log (between
 // Drain and the worker's look at the log's size). The new message sits at
 // offset 0, and must be delivered.

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/queue"
 )
 
 // Bad input and edge cases of the command line, in process.
@@ -120,5 +124,49 @@ func TestServeRefusesABlankSecret(t *testing.T) {
 		if code != exitUsage || firstLine(stderr.String()) != want {
 			t.Errorf("--secret %q: exit %d, %q; want exit 2 and %q", secret, code, firstLine(stderr.String()), want)
 		}
+	}
+}
+
+// TestDLQListReportsDamage: a dead letter whose frame in dlq.log is
+// damaged cannot be listed; nexus dlq list lists the others and says so on
+// stderr, in one line naming the queue, the file and the offset, instead
+// of leaving it out silently.
+func TestDLQListReportsDamage(t *testing.T) {
+	state := t.TempDir()
+	root := filepath.Join(state, "queues")
+	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	dlq := filepath.Join(root, "acme", "orders", "dlq.log")
+	var first int
+	for id := uint64(1); id <= 3; id++ {
+		if err := q.MoveToDLQ(queue.DeadLetter{ID: id, EnqueuedAt: at, FailedAt: at, Attempts: 5, LastError: "HTTP 503", Payload: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if id == 1 {
+			b, _ := os.ReadFile(dlq)
+			first = len(b)
+		}
+	}
+	q.Close()
+	b, err := os.ReadFile(dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[first+20] ^= 0xff // inside dead letter 2
+	if err := os.WriteFile(dlq, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dlq", "list", "--db", filepath.Join(state, "registry.db")}, &stdout, &stderr)
+	if code != exitOK || !strings.HasPrefix(stdout.String(), "DLQ: 2 pending message(s)\n") ||
+		strings.Contains(stdout.String(), "id=2 ") {
+		t.Errorf("exit %d, stdout:\n%s\nwant exit 0 and dead letters 1 and 3", code, stdout.String())
+	}
+	want := fmt.Sprintf("nexus dlq list: acme/orders: dlq.log: a damaged dead letter at offset %d (", first)
+	if lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+		t.Errorf("stderr %q, want one line beginning %q", stderr.String(), want)
 	}
 }

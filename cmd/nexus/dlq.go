@@ -115,10 +115,20 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 		if tenant != "" && n[0] != tenant || flowName != "" && n[1] != flowName {
 			continue
 		}
-		dl, err := queue.ReadDeadLetters(root, n[0], n[1], nil)
+		dl, damage, err := queue.ReadDeadLetters(root, n[0], n[1], nil)
 		if err != nil {
 			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %v\n", n[0], n[1], err)
 			return exitError
+		}
+		for _, d := range damage {
+			// the listing stands without it; the frame leaves the disk
+			// at the queue's next rewrite of dlq.log, logged there
+			id := ""
+			if d.ID != 0 {
+				id = fmt.Sprintf(", id=%d", d.ID)
+			}
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s: a damaged dead letter at offset %d (%d bytes%s) is not listed: %s\n",
+				n[0], n[1], d.File, d.Offset, d.Length, id, d.Reason)
 		}
 		for _, d := range dl {
 			entries = append(entries, entry{n[0], n[1], d})
@@ -146,7 +156,7 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
 	}
-	pending, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
+	pending, _, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
