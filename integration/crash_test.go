@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -178,6 +179,53 @@ func TestRestartBacklogDrainedFirst(t *testing.T) {
 		t.Errorf("deliveries after the waking submission: %v, want the backlog first, in order, then the waking message", after)
 	}
 	t.Logf("%d delivered before the stop; after the waking submission: %v", delivered, after)
+}
+
+// TestSecondSignalStopsAtOnce: a graceful shutdown waits for a delivery in
+// flight (here a backend that answers after a minute); a second SIGINT
+// stops the process at once, by that signal, and the message is delivered
+// again at the next start.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.delay.Store(int64(time.Minute))
+	h, repo := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
+	}, hostOptions{}, "forward-order")
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
+	be.waitOn(t, "/ingest", 1, 5*time.Second)
+	if err := h.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitEvents(t, h, "stopping", 1, nil, 5*time.Second)
+	select {
+	case <-h.exited:
+		t.Fatalf("nexus exited at the first SIGINT (%v) while a delivery was in flight", h.exitErr)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nexus did not stop within 10 s of a second SIGINT")
+	}
+	if ws, ok := h.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("exit %v, want the process ended by SIGINT", h.cmd.ProcessState)
+	}
+	if evs := h.events("stopping"); len(evs) != 2 || evs[1]["signal"] != "interrupt" {
+		t.Errorf("stopping events %v, want the second naming the signal", evs)
+	}
+	// the delivery cut short is made again
+	be.delay.Store(0)
+	h2 := startHost(t, hostOptions{repo: repo.dir, db: h.db})
+	waitGate(t, h2, "acme", "forward-order", acmeKey)
+	mustEnqueue(t, h2, "acme", "forward-order", acmeKey, `{"orderId":"A-2"}`)
+	waitEvents(t, h2, "queue_processed", 2, nil, 10*time.Second)
+	if n := len(be.on("/ingest")); n != 3 {
+		t.Errorf("%d requests reached the backend, want 3: A-1 twice (cut short, then again) and A-2", n)
+	}
 }
 
 func TestRestartSIGTERMLetsTheDeliveryFinish(t *testing.T) {

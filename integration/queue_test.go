@@ -84,7 +84,10 @@ func newLoopback(t *testing.T) *loopback {
 		answer := l.answer
 		l.mu.Unlock()
 		if d := time.Duration(l.delay.Load()); d > 0 {
-			time.Sleep(d)
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done(): // the caller is gone
+			}
 		}
 		code := int(l.status.Load())
 		if answer != nil {

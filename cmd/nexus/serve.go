@@ -127,7 +127,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
 	logger := newLogger(cfg.LogFormat, logOut)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(logger, logOut)
 	defer stop()
 	if err := serve(ctx, cfg, logger, stdout); err != nil {
 		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
@@ -136,6 +136,45 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// stopOnSignal returns a context cancelled by the first SIGINT or SIGTERM,
+// which begins the graceful shutdown. A second one stops the process at
+// once, by that signal, without waiting for the requests and deliveries in
+// flight (which a shutdown may wait for up to 30 s, then the workers' own
+// grace): what was acknowledged is durable, and what was in flight is
+// delivered again at the next start, as after a kill -9. stop ends the
+// watch.
+func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			logger.Warn("a second signal: stopping at once, without waiting for what is in flight", "event", "stopping", "signal", sig.String())
+			logOut.Close()
+			signal.Reset(sig)
+			if s, ok := sig.(syscall.Signal); ok {
+				syscall.Kill(os.Getpid(), s)
+			}
+			time.Sleep(time.Second) // the signal's default action ends the process
+			os.Exit(exitError)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
 func checkServeConfig(cfg serveConfig, rest []string) error {
@@ -317,7 +356,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	case err = <-served:
 		logger.Error("the listener failed", "event", "fatal", "error", err.Error())
 	}
-	logger.Info("shutting down: finishing the requests in flight", "event", "stopping")
+	logger.Info("shutting down: finishing the requests and deliveries in flight (a second SIGINT or SIGTERM stops at once)", "event", "stopping")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
