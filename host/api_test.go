@@ -393,7 +393,7 @@ func TestManagementClosedWithoutAdminKey(t *testing.T) {
 // pendingIDsFromFiles reads the pending dead letters from the queue's files.
 func (fx *adminFixture) pendingIDsFromFiles(t *testing.T, tenant, flowName string) []uint64 {
 	t.Helper()
-	dl, err := queue.ReadDeadLetters(fx.root, tenant, flowName, nil)
+	dl, _, err := queue.ReadDeadLetters(fx.root, tenant, flowName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

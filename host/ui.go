@@ -206,8 +206,13 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 	}
 	after, limit, err := pageQuery(r)
 	if err != nil {
+		// a bad link: 400, as the Journal page and the API answer, with
+		// the first page under the error
 		p.Error = "The " + err.Error() + "."
 		after, limit = 0, defaultPageSize
+		if status < http.StatusBadRequest {
+			status = http.StatusBadRequest
+		}
 	}
 	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
 	if r.URL.Query().Has("limit") && limit != defaultPageSize {

@@ -1032,6 +1032,14 @@ func TestUIQueuePages(t *testing.T) {
 	if strings.Contains(body, "Next page") || !strings.Contains(body, `<a href="/ui/queues/acme/echo">First page</a>`) {
 		t.Errorf("last page: a next link, or no first-page link")
 	}
+	// a bad link is 400, as on the Journal page and the API, with the first
+	// page under the error
+	for _, q := range []string{"after=x", "after=-1", "limit=0", "limit=501"} {
+		body = wantPage(t, fx.get("/ui/queues/acme/echo?"+q, c), http.StatusBadRequest)
+		if first, _, n := ids(body); first != "1" || n != 50 {
+			t.Errorf("?%s: first id %s, %d rows; want the first page", q, first, n)
+		}
+	}
 	w := fx.get("/ui/queues/acme/echo/dlq/1/payload", c)
 	if w.Code != http.StatusOK || w.Body.String() != payloads[0] || w.Header().Get("Content-Disposition") != `attachment; filename="acme-echo-1.payload"` {
 		t.Errorf("download with the session: %d, %d bytes, %q", w.Code, w.Body.Len(), w.Header().Get("Content-Disposition"))
