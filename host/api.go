@@ -84,7 +84,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // internalError logs err and answers 500 without its text.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path, "error", err.Error())
+	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path,
+		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
 	writeError(w, http.StatusInternalServerError, "internal error")
 }
 
@@ -231,7 +232,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 		return 0, http.StatusServiceUnavailable, fmt.Errorf("no worker can be started for %s/%s: %v", tenant, flowName, err)
 	}
 	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
-		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "error", err.Error())
+		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
 	if errors.Is(err, queue.ErrNotMarked) {
 		return newID, http.StatusInternalServerError, fmt.Errorf("dead letter %d was replayed as message %d but could not be marked replayed, so it is still listed: discard it rather than replaying it again", id, newID)
 	}

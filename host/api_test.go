@@ -1148,3 +1148,22 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestAPIInternalErrorLogsCorrelationID: a 500 of the API says only
+// "internal error"; its log line carries the request's correlation ID, the
+// one the answer names, so that an operator can find the cause.
+func TestAPIInternalErrorLogsCorrelationID(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	fx.cfg.Journal.(*registry.JournalWriter).Stop()
+	fx.reg.Close() // every read of the registry fails
+	r := newRequest(http.MethodGet, "/api/journal", "", bearerAdmin...)
+	r.Header.Set("X-Correlation-ID", "trace-api-500")
+	w := fx.serve(r)
+	if w.Code != http.StatusInternalServerError || w.Header().Get("X-Correlation-Id") != "trace-api-500" {
+		t.Fatalf("GET /api/journal over a closed registry: %d %q %s", w.Code, w.Header().Get("X-Correlation-Id"), w.Body)
+	}
+	evs := fx.logs.Events(t, "internal_error")
+	if len(evs) != 1 || evs[0]["correlation_id"] != "trace-api-500" {
+		t.Errorf("internal_error events %v, want one with correlation_id trace-api-500", evs)
+	}
+}

@@ -122,7 +122,8 @@ func New(cfg Config) *Server {
 		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
-		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path, "panic", p)
+		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path,
+			"correlation_id", w.Header().Get("X-Correlation-Id"), "panic", p)
 		writeError(w, http.StatusInternalServerError, "internal error")
 	}
 	s.router = r
