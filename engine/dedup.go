@@ -95,7 +95,10 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 				h = http.Header{}
 			}
 			h.Set(HeaderReplay, "true")
-			h.Set(HeaderCorrelationID, req.CorrelationID)
+			if h.Get(HeaderCorrelationID) == "" {
+				// the platform's own, which the record leaves out
+				h.Set(HeaderCorrelationID, req.CorrelationID)
+			}
 			return Result{Status: rec.Status, Header: h, Body: rec.Body, Outcome: rec.Outcome, Replay: true}
 		}
 		if claim != 0 {
@@ -123,7 +126,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		}
 		return res
 	}
-	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header), Body: res.Body, Outcome: res.Outcome})
+	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header, req.CorrelationID), Body: res.Body, Outcome: res.Outcome})
 	failed := res.Outcome == Failed || res.Outcome == FaultHandled
 	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
 		return unavailable("recording the answer", err)
@@ -135,9 +138,15 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 // execution stopped at its ceiling has to record its answer.
 const leaseGrace = 5 * time.Second
 
-func withoutCorrelation(h http.Header) http.Header {
+// withoutCorrelation is the header set an answer is recorded with: the
+// platform's X-Correlation-Id (the execution's own correlation ID) is left
+// out, so that a replay carries its own request's; one the flow set
+// (response_header_x_correlation_id) is part of the answer and stays.
+func withoutCorrelation(h http.Header, platform string) http.Header {
 	c := h.Clone()
-	c.Del(HeaderCorrelationID)
+	if c.Get(HeaderCorrelationID) == platform {
+		c.Del(HeaderCorrelationID)
+	}
 	return c
 }
 

@@ -183,3 +183,35 @@ func TestDedupLeaseOutlastsTheCeiling(t *testing.T) {
 		t.Errorf("backend called %d times; the next duplicate answered %d %s replay=%v; want the first's 500 replayed (absorb)", n, again.Status, again.Body, again.Replay)
 	}
 }
+
+// TestDedupReplayKeepsTheFlowsCorrelationHeader: flow-file.md, Precise
+// answers: "`response_header_x_correlation_id` replaces the platform's
+// `X-Correlation-ID` header", and Deduplication: a later delivery "receives
+// the recorded answer". The first delivery answers the flow's own
+// X-Correlation-Id; its replay answers the platform's (the request's
+// correlation ID) instead, because the recorded header set is stripped of
+// X-Correlation-Id whoever set it (withoutCorrelation) and the replay sets
+// the request's.
+func TestDedupReplayKeepsTheFlowsCorrelationHeader(t *testing.T) {
+	src := flowSource("dedup-cid", "dedup_key: \"{{ $.orderId }}\"\n", `
+## Step: answer
+response_header_x_correlation_id: abc123
+~~~ntd
+{"orderId": "{{ $.orderId }}"}
+~~~
+`)
+	f := compile(t, src)
+	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+	first := run(t, e, f, `{"orderId":"A-1"}`)
+	const want = "abc123"
+	if got := first.Header.Get("X-Correlation-Id"); got != want {
+		t.Fatalf("first answer: X-Correlation-Id %q, want %q", got, want)
+	}
+	second := run(t, e, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+	if !second.Replay {
+		t.Fatalf("second delivery was not a replay: %+v", second)
+	}
+	if got := second.Header.Get("X-Correlation-Id"); got != want {
+		t.Errorf("replayed answer: X-Correlation-Id %q, want the flow's %q (as recorded)", got, want)
+	}
+}

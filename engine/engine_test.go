@@ -557,6 +557,45 @@ queue: order-fulfilment
 	}
 }
 
+// TestFaultHeaderRemove: handling-failures.md: "fault_header_<name>: is
+// the deprecated spelling [of response_header_<name>], again confined to
+// ## Fault: sections", and flow-file.md's step keys table lists
+// `fault_status`, `fault_header_<name>` as the deprecated spellings of
+// `response_status` and `response_header_…`. `fault_header_remove: [x]`,
+// the old spelling of `response_header_remove: [x]`, is compiled as a
+// header named "Remove" whose value is the literal "[x-internal]": the
+// header to remove stays, and a bogus `Remove:` header is sent.
+func TestFaultHeaderRemove(t *testing.T) {
+	src := flowSource("fault-remove", "", `
+## Step: tag
+response_header_x_internal: secret-route
+~~~ntd
+{{ $ }}
+~~~
+
+## Step: check
+~~~validate
+$.ok == true | "not ok"
+~~~
+
+## Fault: answer
+fault_header_remove: [x-internal]
+~~~ntd
+{"rejected": true}
+~~~
+`)
+	res := run(t, engine.New(engine.Config{}), compile(t, src), `{"ok":false}`)
+	if res.Status != 422 {
+		t.Fatalf("status %d, want 422: %s", res.Status, res.Body)
+	}
+	if v := res.Header.Values("Remove"); len(v) > 0 {
+		t.Errorf("the answer carries a header Remove: %q", v)
+	}
+	if v := res.Header.Get("X-Internal"); v != "" {
+		t.Errorf("X-Internal: %q was not removed by fault_header_remove", v)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // The fault sequence: failing handler, status and headers across the entry
 // ---------------------------------------------------------------------------

@@ -111,6 +111,16 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	}
 	m := doc.Content[0]
 	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
+	// keyLine is the line of the key of each value of the mapping: an
+	// error about a value is reported on its key's line, also when the
+	// value is written on the lines below the key
+	keyLine := map[*yaml.Node]int{}
+	lineOf := func(n *yaml.Node) int {
+		if l, ok := keyLine[n]; ok {
+			return l
+		}
+		return at(n)
+	}
 	seen := map[string]int{}
 	var (
 		tenantNode, flowNode                 *yaml.Node
@@ -127,6 +137,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		}
 		seen[key] = at(k)
 		line := at(k)
+		keyLine[v] = line
 		switch key {
 		case "flowmarkdown_version":
 			if v.Kind != yaml.ScalarNode || v.Value != Version {
@@ -217,28 +228,28 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	if flowNode == nil {
 		c.errorf(1, "the front matter has no flow: key (the flow's name)")
 	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode {
-		c.nameError(at(flowNode), flowNode, err, "flow")
+		c.nameError(lineOf(flowNode), flowNode, err, "flow")
 	}
 	if tenantNode == nil {
 		c.errorf(1, "the front matter has no tenant: key (the tenant that owns the flow)")
 	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode {
-		c.nameError(at(tenantNode), tenantNode, err, "tenant")
+		c.nameError(lineOf(tenantNode), tenantNode, err, "tenant")
 	}
 	f.tenant, f.name = tenantVal, flowVal
 	if flowNode != nil {
-		f.nameLine = at(flowNode)
+		f.nameLine = lineOf(flowNode)
 	}
 
 	// schedule
 	if scheduleNode != nil {
-		f.schedule = c.schedule(at(scheduleNode), scheduleNode, tzNode, inputNode, at)
+		f.schedule = c.schedule(lineOf(scheduleNode), scheduleNode, tzNode, inputNode, lineOf)
 	} else {
 		for _, n := range []struct {
 			node *yaml.Node
 			key  string
 		}{{tzNode, "schedule_timezone"}, {inputNode, "schedule_input"}} {
 			if n.node != nil {
-				c.errorf(at(n.node), "%s has no effect without schedule:", n.key)
+				c.errorf(lineOf(n.node), "%s has no effect without schedule:", n.key)
 			}
 		}
 	}
@@ -253,7 +264,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			key  string
 		}{{onFailureNode, "dedup_on_failure"}, {ttlNode, "dedup_ttl_ms"}} {
 			if n.node != nil {
-				c.errorf(at(n.node), "%s has no effect without dedup_key:", n.key)
+				c.errorf(lineOf(n.node), "%s has no effect without dedup_key:", n.key)
 			}
 		}
 	}
@@ -462,14 +473,18 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 			statusKey = key
 			c.status(s, k)
-		case key == "response_header_remove":
+		case key == "response_header_remove" || key == "fault_header_remove":
+			if key == "fault_header_remove" && !s.fault {
+				c.errorf(k.line, "fault_header_remove is only allowed in a ## Fault: section: use response_header_remove")
+				continue
+			}
 			list, ok := c.stepList(k, s)
 			if !ok {
 				continue
 			}
 			for _, name := range list {
 				if err := CheckHeaderName(name); err != nil {
-					c.errorf(k.line, "response_header_remove: %s", err)
+					c.errorf(k.line, "%s: %s", key, err)
 					continue
 				}
 				s.headers = append(s.headers, HeaderOp{Name: headerFromKey(name), Remove: true})
@@ -485,7 +500,14 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				c.errorf(k.line, "%s: %s", key, err)
 				continue
 			}
-			s.headers = append(s.headers, HeaderOp{Name: name, Value: scalar(k.value)})
+			value := scalar(k.value)
+			if strings.ContainsFunc(value, isControl) {
+				// net/http would write a NUL as it is, and a line break
+				// as a space
+				c.errorf(k.line, "%s holds a control character (a line break?): header values are one line", key)
+				continue
+			}
+			s.headers = append(s.headers, HeaderOp{Name: name, Value: value})
 		default:
 			c.errorf(k.line, "unknown step key %s in step %q%s", key, s.name, naming.Suggest(key, stepKeys))
 		}
@@ -575,7 +597,7 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				c.errorf(k.line, "headers: %s: %s", name, err)
 				continue
 			}
-			if t.literalHas(func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			if t.literalHas(isControl) {
 				// net/http would refuse it on every call
 				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", name)
 				continue
@@ -800,6 +822,10 @@ func checkEndpoint(t *Template) string {
 // unquoted, anything else is taken as written. A value that only begins
 // and ends with quotes ("urgent" in $.tags && $.p == "high") is taken as
 // written: YAML would read its first string and drop the rest.
+// isControl reports a character a header value cannot hold: a control
+// character other than a tab.
+func isControl(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
+
 func scalar(v string) string {
 	v = strings.TrimSpace(v)
 	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && quoteEnd(v) == len(v)-1 {

@@ -179,3 +179,142 @@ func TestNTDManyDynamicKeys(t *testing.T) {
 		t.Errorf("a key rendered twice past the index threshold: %v", err)
 	}
 }
+
+// TestFrontMatterErrorOnTheKeyLine: flow-file.md, Precise answers:
+// "a bad front-matter value → that key's line; a bad name → the `flow:` or
+// `tenant:` line". A YAML value written on the line after its key is
+// blamed on the value's line instead of the key's.
+func TestFrontMatterErrorOnTheKeyLine(t *testing.T) {
+	const head = "---\nflowmarkdown_version: \"0.1\"\n"
+	const steps = "---\n\n## Step: a\n```ntd\n{}\n```\n"
+	cases := []struct {
+		name string
+		src  string
+		line int // the key's line
+	}{
+		{"bad flow name", head + "flow:\n  Orders\ntenant: acme\n" + steps, 3},
+		{"bad tenant name", head + "flow: f\ntenant:\n  Acme\n" + steps, 4},
+		{"schedule_input not an object", head + "flow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input:\n  - 1\n  - 2\n" + steps, 6},
+		{"schedule_timezone unknown", head + "flow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_timezone:\n  Mars/Base\n" + steps, 6},
+		{"schedule not a cron expression", head + "flow: f\ntenant: acme\nschedule:\n  every day\n" + steps, 5},
+		{"schedule_input without schedule", head + "flow: f\ntenant: acme\nschedule_input:\n  a: 1\n" + steps, 5},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			errs := compileErrs(t, c.src)
+			if len(errs) != 1 {
+				t.Fatalf("got %d errors, want 1: %v", len(errs), errs)
+			}
+			if errs[0].Line != c.line {
+				t.Errorf("error on line %d, want the key's line %d: %v", errs[0].Line, c.line, errs[0])
+			}
+		})
+	}
+}
+
+// TestFlattenXMLByteOrderMark: an XML document encoded in UTF-8 may
+// begin with a byte order mark (XML 1.0 §4.3.3, "Entities encoded in UTF-8
+// MAY begin with the Byte Order Mark"); server.md: application/xml bodies
+// are flattened, only an unparsable one is 400, and flow-file.md: a
+// backend's XML answer is "kept as an XML document". FlattenXML takes the
+// mark for text outside the root element and refuses the document, so the
+// door answers 400 and an http_egress step turns the answer into a string.
+func TestFlattenXMLByteOrderMark(t *testing.T) {
+	for _, src := range []string{
+		"\xef\xbb\xbf<order><id>7</id></order>",
+		"\xef\xbb\xbf<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<order><id>7</id></order>",
+	} {
+		v, err := FlattenXML([]byte(src))
+		if err != nil {
+			t.Errorf("FlattenXML(%q): %v", src, err)
+			continue
+		}
+		if got := string(AppendJSON(nil, v)); got != `{"id":"7"}` {
+			t.Errorf("FlattenXML(%q) = %s, want {\"id\":\"7\"}", src, got)
+		}
+		if _, err := ParseXMLDocument([]byte(src)); err != nil {
+			t.Errorf("ParseXMLDocument(%q): %v", src, err)
+		}
+	}
+}
+
+// TestQuotedVersionKeyIsAFlowFile: flow-file.md: "A file is a flow
+// file when it starts with `---` and its front matter has
+// `flowmarkdown_version`". A front matter whose key is written as a quoted
+// YAML string ("flowmarkdown_version": "0.1", as JSON-minded authors
+// write it) has the key, but IsFlowFile looks for a line starting with the
+// bare word, so the file is skipped silently as documentation: nothing is
+// published and nothing is reported.
+func TestQuotedVersionKeyIsAFlowFile(t *testing.T) {
+	src := "---\n\"flowmarkdown_version\": \"0.1\"\n\"flow\": \"orders\"\n\"tenant\": \"acme\"\n---\n\n## Step: a\n```ntd\n{}\n```\n"
+	if !IsFlowFile([]byte(src)) {
+		t.Errorf("IsFlowFile = false for a front matter holding the key \"flowmarkdown_version\"")
+	}
+	f, err := Compile("f.md", []byte(src))
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	if f.Tenant() != "acme" || f.Name() != "orders" {
+		t.Errorf("compiled %s/%s, want acme/orders", f.Tenant(), f.Name())
+	}
+}
+
+// TestStepInsideHTMLCommentIsDocumentation: flow-file.md: "A flow is one
+// Markdown file: ... `## Step:` sections ... Anything else in the file
+// (prose, other headings) is documentation and is ignored." In Markdown a
+// line inside an HTML comment (<!-- … -->, CommonMark HTML block type 2) is
+// not a heading: a step "commented out" that way does not show in the
+// rendered file, yet the compiler makes it a step that runs (the split
+// skips fenced blocks as Markdown does, but not HTML comments).
+func TestStepInsideHTMLCommentIsDocumentation(t *testing.T) {
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\n---\n\n" +
+		"## Step: answer\n```ntd\n{\"v\": 1}\n```\n\n" +
+		"<!--\n## Step: old-answer\n```ntd\n{\"v\": 0}\n```\n-->\n"
+	f, err := Compile("f.md", []byte(src))
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	var names []string
+	for s := range f.Steps() {
+		names = append(names, s.Name())
+	}
+	if len(names) != 1 || names[0] != "answer" {
+		t.Errorf("steps %q, want only [answer]: the commented-out step is not a section", names)
+	}
+}
+
+// TestHTMLCommentLeftOpen: a comment that is never closed would hide the
+// rest of the file; it is an error on its line, as an unclosed fence is.
+func TestHTMLCommentLeftOpen(t *testing.T) {
+	src := rv6Head + "## Step: s\n```ntd\n{}\n```\n\n<!-- old steps\n## Step: t\n"
+	errs := compileErrs(t, src)
+	if len(errs) != 1 || errs[0].Line != 13 || !strings.Contains(errs[0].Msg, "HTML comment") {
+		t.Errorf("errors %v, want one on line 13 about the HTML comment", errs)
+	}
+}
+
+// TestResponseHeaderValueWithControlCharacter: a response header's value
+// is one line of text; a NUL or a line break (which net/http would write
+// as it is, or as a space) is a compile error.
+func TestResponseHeaderValueWithControlCharacter(t *testing.T) {
+	for _, v := range []string{`"a\0b"`, `"a\r\nSet-Cookie: x=1"`, `"a\x7fb"`} {
+		src := rv6Head + "## Step: s\nresponse_header_x_a: " + v + "\n```ntd\n{}\n```\n"
+		if errs := compileErrs(t, src); len(errs) != 1 || errs[0].Line != 9 {
+			t.Errorf("response_header_x_a: %s: errors %v, want one on line 9", v, errs)
+		}
+	}
+	if errs := compileErrs(t, rv6Head+"## Step: s\nresponse_header_x_a: \"a\\tb\"\n```ntd\n{}\n```\n"); errs != nil {
+		t.Errorf("a tab was refused: %v", errs)
+	}
+}
+
+// TestFaultHeaderRemoveOutsideAFault: fault_header_remove is the old
+// spelling of response_header_remove, confined to ## Fault: sections as
+// the other fault_ keys are (it once compiled as a header named Remove).
+func TestFaultHeaderRemoveOutsideAFault(t *testing.T) {
+	errs := compileErrs(t, rv6Head+"## Step: s\nfault_header_remove: [x-internal]\n```ntd\n{}\n```\n")
+	want := "fault_header_remove is only allowed in a ## Fault: section: use response_header_remove"
+	if len(errs) != 1 || errs[0].Line != 9 || errs[0].Msg != want {
+		t.Errorf("errors %v, want one on line 9: %s", errs, want)
+	}
+}

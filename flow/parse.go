@@ -36,7 +36,9 @@ func IsFlowFile(src []byte) bool {
 	return false
 }
 
-var versionLine = regexp.MustCompile(`^flowmarkdown_version\s*:`)
+// versionLine is the key at the start of a line, bare or quoted as YAML
+// allows.
+var versionLine = regexp.MustCompile(`^(flowmarkdown_version|"flowmarkdown_version"|'flowmarkdown_version')\s*:`)
 
 // rawFile is a flow file cut into its parts, before any key is read.
 type rawFile struct {
@@ -72,6 +74,7 @@ var (
 	anyHeading     = regexp.MustCompile(`^(#{1,6})([ \t]|$)`)
 	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
 	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
+	commentOpen    = regexp.MustCompile(`^ {0,3}<!--`)
 )
 
 // split cuts a canonical flow file into front matter and sections. Errors
@@ -126,6 +129,27 @@ func (c *compiler) split(src string) *rawFile {
 				default:
 					c.errorf(n, "unknown fenced block %q in step %q: a step's block is ntd, validate or condition (documentation goes under its own heading)", info, cur.name)
 				}
+			}
+			i = j
+			continue
+		}
+		if loc := commentOpen.FindStringIndex(line); loc != nil {
+			// an HTML comment (CommonMark's HTML block of kind 2), up to
+			// the line holding -->: hidden in the rendered file, so
+			// nothing in it is a section or a key
+			j := i
+			for ; j < len(lines); j++ {
+				from := 0
+				if j == i {
+					from = loc[1]
+				}
+				if strings.Contains(lines[j][from:], "-->") {
+					break
+				}
+			}
+			if j == len(lines) {
+				c.errorf(n, "the HTML comment opened here is not closed: end it with -->")
+				return f
 			}
 			i = j
 			continue

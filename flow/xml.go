@@ -59,8 +59,10 @@ func xmlErrorf(format string, args ...any) error {
 // deeper than XMLMaxDepth, more than XMLMaxAttributes attributes on an
 // element, a duplicate attribute, more than one root element, text outside
 // the root, an encoding other than UTF-8, and anything encoding/xml finds
-// malformed.
+// malformed. A UTF-8 byte order mark at the start is allowed (XML 1.0,
+// 4.3.3) and skipped.
 func FlattenXML(data []byte) (any, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	dec.Strict = true
 	dec.CharsetReader = func(label string, _ io.Reader) (io.Reader, error) {
