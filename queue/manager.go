@@ -28,7 +28,7 @@ type ManagerConfig struct {
 	Poll       time.Duration
 	Now        func() time.Time // the time stamped on appended messages; nil: time.Now
 	// StopGrace is how long Stop lets a delivery in progress run before
-	// cancelling it; 0 means 30 s.
+	// cancelling it (not counted as an attempt); 0 means 30 s.
 	StopGrace time.Duration
 	// SweepEvery is how often the files of idle queues (no worker in any
 	// process, nothing pending) are deleted; 0 means one minute.
@@ -414,7 +414,7 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 }
 
 // Stop stops the housekeeping and every worker (each finishes its
-// delivery in progress and writes its checkpoint), then closes the
+// delivery in progress, up to StopGrace, and writes its checkpoint), then closes the
 // queues. Until the workers have stopped the queues take appends: a
 // delivery in flight may publish to another queue (opened then if need be,
 // without starting its worker), and failing it would turn the delivery

@@ -864,9 +864,10 @@ var ErrNotDrained = errors.New("the queue has unprocessed messages")
 
 // Drain empties segment.log in place when everything in it is processed
 // (the checkpoint is at its end) and no retry is pending: the id counter is
-// made durable first (ids keep counting), the checkpoint goes back to 0,
-// then the log is truncated, all under the append lock so that no process
-// appends meanwhile.
+// made durable first (ids keep counting), a drain marker replaces the
+// checkpoint, the log is truncated, then the checkpoint goes back to 0, all
+// under the append lock so that no process appends meanwhile (see the
+// package's Side files for why the marker).
 func (q *Queue) Drain() error {
 	unlock, err := q.lockAppend()
 	if err != nil {

@@ -113,7 +113,8 @@ type WorkerConfig struct {
 	// default 64.
 	CheckpointEvery int
 	// StopGrace is how long Stop lets the delivery in progress run before
-	// cancelling it; default 30 s.
+	// cancelling it; default 30 s. A delivery cancelled so is not an
+	// attempt: the message is delivered again at the next start.
 	StopGrace time.Duration
 	// Counts counts the finished deliveries; nil: the worker's own. The
 	// workers of one queue in turn (a queue reopened after a failed write
@@ -227,9 +228,9 @@ func (w *Worker) update(f func(*WorkerState)) {
 // Start runs the worker in the background and returns at once.
 func (w *Worker) Start() { w.life.Start(w.run) }
 
-// Stop stops the worker after the delivery in progress and waits for it;
-// it writes the checkpoint and gives up the election. Safe twice and
-// without Start.
+// Stop stops the worker after the delivery in progress (up to StopGrace)
+// and waits for it; it writes the checkpoint and gives up the election.
+// Safe twice and without Start.
 func (w *Worker) Stop() { w.life.Stop() }
 
 func (w *Worker) run(ctx context.Context) {
@@ -363,7 +364,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 				continue
 			}
 			next, err := w.attempt(hctx, m, r.Attempt)
-			if err != nil {
+			if errors.Is(err, errInterrupted) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 			retries = retries[1:]
@@ -384,7 +387,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 			continue
 		case err == nil:
 			next, err := w.attempt(hctx, m, 1)
-			if err != nil {
+			if errors.Is(err, errInterrupted) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 			if next != nil {
@@ -483,10 +488,22 @@ func (w *Worker) logMarked(m Marked) {
 
 // attempt delivers m and acts on the verdict. It returns the retry to
 // schedule, if any. ctx is the deliveries' context (see deliver).
+// errInterrupted is attempt's answer for a delivery the stop cut short.
+var errInterrupted = errors.New("the delivery was cut short by the stop")
+
 func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
+	if ctx.Err() != nil && v.Kind != VerdictAck {
+		// the stop's grace ran out and cut the delivery short: that is
+		// not the message's failure, and not an attempt; the checkpoint
+		// stays before it (or its retry as it was), so the next start
+		// delivers it again, as after a kill
+		w.logger.Warn("the shutdown cut the delivery short; it is made again at the next start", "event", "queue_interrupted",
+			"msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt, "error", v.Error)
+		return nil, errInterrupted
+	}
 	log := func(level slog.Level, msg, event string, attrs ...slog.Attr) {
 		all := make([]slog.Attr, 0, 4+len(attrs)+len(v.Attrs))
 		all = append(all, slog.Uint64("msg_id", m.ID), slog.String("correlation_id", m.CorrelationID),

@@ -1211,6 +1211,53 @@ func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
 	}
 }
 
+// A delivery still running when the stop's grace runs out is cut short:
+// that is neither the message's failure nor an attempt. No retry is
+// scheduled and nothing is dead-lettered; the checkpoint stays before the
+// message (and a retry keeps its attempt), so the next start delivers it
+// again, as after a kill.
+func TestStopGraceCutsADeliveryShortWithoutAnAttempt(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		root, clk := t.TempDir(), clocktest.New(wt0)
+		q := openQ(t, root, clk, nil)
+		logs := &jsonlogtest.Buffer{}
+		rec := newRecorder(clk)
+		// the retry is due at once
+		policy := queue.RetryPolicy{MaxAttempts: 2, InitialDelay: 0, BackoffFactor: 2, MaxDelay: time.Minute}
+		m := put(t, q, "slow")
+		w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), StopGrace: 50 * time.Millisecond,
+			Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				if retry && d.Attempt == 1 {
+					return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "HTTP 503"}
+				}
+				<-ctx.Done() // a backend that never answers; the last attempt
+				return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "context canceled"}
+			})})
+		want := 1
+		if retry {
+			want = 2
+		}
+		rec.wait(t, want)
+		w.Stop()
+		if evs := logs.Events(t, "queue_interrupted"); len(evs) != 1 || evs[0]["msg_id"] != float64(m.ID) {
+			t.Errorf("retry=%v: queue_interrupted events %v, want one for message %d", retry, evs, m.ID)
+		}
+		// the first attempt's retry (retry=true) and nothing more
+		if evs := logs.Events(t, "queue_retry_scheduled"); len(evs) != want-1 || len(logs.Events(t, "dlq_moved")) != 0 {
+			t.Errorf("retry=%v: the delivery cut short was counted: retries %v, dlq_moved %v", retry, evs, logs.Events(t, "dlq_moved"))
+		}
+		if dl := deadLetters(t, q); len(dl) != 0 {
+			t.Errorf("retry=%v: dead letters %v", retry, dl)
+		}
+		// the next start delivers it again, with the same attempt number
+		again := newRecorder(clk)
+		startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: again.handler("w2", ack)})
+		if got := again.wait(t, 1); got[0].ID != m.ID || got[0].Attempt != want {
+			t.Errorf("retry=%v: after a restart: %+v, want message %d at attempt %d", retry, got, m.ID, want)
+		}
+	}
+}
+
 // A damaged frame in dlq.log leaves the disk when the idle loop rewrites
 // the file for a discard; the worker logs queue_damage for it, so that no
 // dead letter goes unreported.

@@ -56,7 +56,8 @@ func (c Change) String() string {
 
 // Publish applies p in one transaction. Each flow whose artifact differs
 // from its latest version becomes a new version (versions count from 1 and
-// are never reused); an identical one is unchanged. The generation counter
+// are never reused); an identical one from the same file is unchanged (a
+// moved file, or a stored artifact found corrupt, makes a new version). The generation counter
 // moves by one when anything changed, and not otherwise. Changes are
 // returned sorted by tenant and flow.
 func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error) {
