@@ -42,7 +42,8 @@ const (
 	// DefaultFetchTimeout bounds one fetch: a server or proxy that takes the
 	// connection and never answers must not hold the sync lock for ever.
 	DefaultFetchTimeout = 2 * time.Minute
-	maxDepth            = 64 // nested folders under the flows folder
+	maxDepth            = 64  // nested folders under the flows folder
+	maxLoggedErrors     = 100 // errors of a refused commit in its sync_failed line
 )
 
 // Config configures a Syncer. Repo, Dir and Registry are required.
@@ -253,8 +254,11 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems); err != nil {
 			return res, fmt.Errorf("recording the refused commit %s: %w", short(res.Commit), err)
 		}
+		// every error, as /status lists them, up to maxLoggedErrors (a
+		// commit breaking thousands of files makes one bounded line)
 		s.cfg.Logger.Error("commit refused: the last good commit keeps serving",
-			"event", "sync_failed", "commit", res.Commit, "errors", len(problems), "first_error", problems[0])
+			"event", "sync_failed", "commit", res.Commit, "error_count", len(problems),
+			"errors", problems[:min(len(problems), maxLoggedErrors)])
 		return res, nil
 	}
 	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{Flows: flows, Complete: true, Access: keys, Commit: res.Commit})
@@ -479,7 +483,9 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	e, err := root.FindEntry(s.cfg.FlowsDir)
 	switch {
 	case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound), err == nil && e.Mode != filemode.Dir:
-		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir)", s.cfg.FlowsDir)
+		// refused, not taken for "no flows": a moved folder or a mistyped
+		// --flows-dir would withdraw every flow
+		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as %s/.gitkeep)", s.cfg.FlowsDir, s.cfg.FlowsDir)
 	case err != nil:
 		w.readFailed(s.cfg.FlowsDir+"/", err)
 	default:

@@ -164,7 +164,7 @@ func TestLimitSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.src.gitCommit("flows is a link")
-	e.mustRefuse("flows/: the commit has no such folder (the flows folder, --flows-dir)")
+	e.mustRefuse(missingFlowsDir)
 
 	e.src.remove("flows")
 	e.src.git("mv", "real", "flows")

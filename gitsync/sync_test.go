@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
@@ -112,7 +114,8 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 		t.Errorf("live set = %q, want %q", got, live)
 	}
 	failed := e.logs.Events(t, "sync_failed")
-	if len(failed) != 1 || failed[0]["commit"] != bad || failed[0]["first_error"] != badFlowError || failed[0]["errors"] != 1.0 {
+	if len(failed) != 1 || failed[0]["commit"] != bad || failed[0]["error_count"] != 1.0 ||
+		!cmp.Equal(failed[0]["errors"], []any{badFlowError}) {
 		t.Errorf("sync_failed events: %v", failed)
 	}
 
@@ -240,8 +243,13 @@ func TestSyncAccessKeys(t *testing.T) {
 	}
 }
 
+// missingFlowsDir is the error of a commit without the flows folder.
+const missingFlowsDir = "flows/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as flows/.gitkeep)"
+
 // A commit without the flows folder is refused (it would withdraw every
-// flow by accident); so is one without flows/ nor access.yaml.
+// flow by accident); so is one without flows/ nor access.yaml. Every flow
+// is withdrawn by a commit that keeps the folder with no flow in it, as
+// the error says.
 func TestSyncRefusesMissingFlowsFolder(t *testing.T) {
 	e := newEnv(t)
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
@@ -250,22 +258,29 @@ func TestSyncRefusesMissingFlowsFolder(t *testing.T) {
 	e.src.remove("flows")
 	e.src.write("README.md", []byte("moved\n"))
 	e.src.commit("flows/ gone")
-	e.mustRefuse("flows/: the commit has no such folder (the flows folder, --flows-dir)")
+	e.mustRefuse(missingFlowsDir)
 
 	e.src.remove("access.yaml")
 	e.src.commit("access.yaml gone too")
 	e.mustRefuse(
 		"access.yaml: the commit has no such file at the root of the repo",
-		"flows/: the commit has no such folder (the flows folder, --flows-dir)",
+		missingFlowsDir,
 	)
 
 	// flows as a file, not a folder.
 	e.src.write("access.yaml", accessFile(acmeKey))
 	e.src.write("flows", []byte("not a folder\n"))
 	e.src.commit("flows is a file")
-	e.mustRefuse("flows/: the commit has no such folder (the flows folder, --flows-dir)")
+	e.mustRefuse(missingFlowsDir)
 	if _, ok := e.reg.Live().Lookup("acme", "x"); !ok {
 		t.Fatal("acme/x is no longer live")
+	}
+
+	e.src.remove("flows")
+	e.src.write("flows/.gitkeep", nil)
+	e.mustApply(e.src.gitCommit("no flows"), "withdrawn acme/x v1") // go-git cannot stage a file becoming a folder
+	if _, ok := e.reg.Live().Lookup("acme", "x"); ok {
+		t.Error("acme/x is still live after a commit keeping flows/ with no flow")
 	}
 }
 

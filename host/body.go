@@ -81,9 +81,15 @@ func serverWriter(w http.ResponseWriter) http.ResponseWriter {
 // Content-Encoding but identity answers 415; a body that does not parse
 // answers 400 naming the problem.
 func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (any, bool) {
-	if enc := headerValue(r, "Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
-		return nil, false
+	// every Content-Encoding line and every coding in each: one gzip
+	// after an identity still encodes the body
+	for _, line := range r.Header["Content-Encoding"] {
+		for enc := range strings.SplitSeq(line, ",") {
+			if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
+				writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
+				return nil, false
+			}
+		}
 	}
 	kind, err := bodyKind(headerValue(r, "Content-Type"))
 	if err != nil {

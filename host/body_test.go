@@ -427,3 +427,17 @@ func TestXMLReachesTheFlowFlattened(t *testing.T) {
 		})
 	}
 }
+
+// TestContentEncodingEveryValue: server.md: "anything else → 415, and
+// so is any `Content-Encoding` but `identity`". parseBody read only the
+// first Content-Encoding field line once, so a request that sent
+// `Content-Encoding: identity` and then `Content-Encoding: gzip` (RFC 9110
+// §5.3: the same as `identity, gzip`) passed as uncompressed.
+func TestContentEncodingEveryValue(t *testing.T) {
+	fx := newFixture(t, nil)
+	w := fx.serve(runRequest("acme", "echo", keyAcmeAll, `{"a":1}`,
+		"Content-Encoding", "identity", "Content-Encoding", "gzip"))
+	if w.Code != http.StatusUnsupportedMediaType {
+		t.Errorf("status = %d, want 415 (body %s)", w.Code, w.Body)
+	}
+}

@@ -1318,3 +1318,50 @@ func TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable(t *testing.T) {
 	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
 	check("after the fetch failed")
 }
+
+// TestSyncFailedLogsEveryError: server.md has a refused commit "report
+// the failed commit and its errors" through the log event sync_failed too:
+// its line lists every error, as /status does (it once held the first).
+func TestSyncFailedLogsEveryError(t *testing.T) {
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	h := startHost(t, hostOptions{repo: repo.dir})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	broken := func(name string) string {
+		return "---\nflowmarkdown_version: \"0.1\"\nflow: " + name + "\ntenant: acme\n---\n\n## Step: a\nbogus_key_" + name + ": 1\n"
+	}
+	repo.commit(map[string]string{
+		"flows/acme/one.md": broken("one"),
+		"flows/acme/two.md": broken("two"),
+	})
+	ev := waitEvents(t, h, "sync_failed", 1, nil, 10*time.Second)[0]
+	line, _ := json.Marshal(ev)
+	for _, file := range []string{"flows/acme/one.md", "flows/acme/two.md"} {
+		if !strings.Contains(string(line), file) {
+			t.Errorf("the sync_failed line does not report the error of %s:\n%s", file, line)
+		}
+	}
+	// /status has both, so the errors exist
+	r := h.do(http.MethodGet, "/status", h.adminKey, "", "")
+	if !strings.Contains(r.body, "flows/acme/one.md") || !strings.Contains(r.body, "flows/acme/two.md") {
+		t.Fatalf("/status does not list both errors: %s", r.body)
+	}
+}
+
+// TestOptionsStarEchoesCorrelationID: "every answer echoes" the
+// correlation ID; OPTIONS * reaches the router too, instead of net/http's
+// silent 200.
+func TestOptionsStarEchoesCorrelationID(t *testing.T) {
+	h := startHost(t, hostOptions{})
+	a := rawExchange(t, h.url, "OPTIONS * HTTP/1.1\r\nHost: nexus\r\nX-Correlation-ID: trace-options\r\nConnection: close\r\n\r\n")
+	if got := a.resp.Header.Get("X-Correlation-Id"); got != "trace-options" {
+		t.Errorf("OPTIONS *: %d, X-Correlation-Id %q, want the request's trace-options", a.resp.StatusCode, got)
+	}
+	// the router's own answer to a method it does not serve, for comparison
+	r := h.do(http.MethodOptions, "/flows/acme/hello/run", "", "", "", "X-Correlation-ID", "trace-options")
+	if r.header.Get("X-Correlation-Id") != "trace-options" {
+		t.Fatalf("OPTIONS on a door: %d %v", r.status, r.header)
+	}
+}

@@ -330,6 +330,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// OPTIONS * reaches the router too (405 with a correlation ID,
+		// like every answer), not net/http's silent 200
+		DisableGeneralOptionsHandler: true,
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
