@@ -28,6 +28,19 @@ func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
 	if fsys == nil {
 		fsys = OS{}
 	}
+	// a drain may empty the log while it is read (no lock is taken), and
+	// the scan then meets the end before the size it began with: the log
+	// is read again
+	for tries := 1; ; tries++ {
+		c, err := readCounts(fsys, dir)
+		if err == nil || tries == 5 {
+			return c, err
+		}
+	}
+}
+
+// readCounts is one reading of ReadCounts.
+func readCounts(fsys FS, dir string) (Counts, error) {
 	f, err := fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Counts{}, nil
