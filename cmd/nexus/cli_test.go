@@ -170,3 +170,78 @@ func TestDLQListReportsDamage(t *testing.T) {
 		t.Errorf("stderr %q, want one line beginning %q", stderr.String(), want)
 	}
 }
+
+// TestValidateReadsAsGitSyncDoes: a folder's .md link (which could take a
+// flow from outside it) is refused, as git sync refuses it; a file that is
+// not a regular file (/dev/zero) or is over 1 MiB is refused without being
+// read whole.
+func TestValidateReadsAsGitSyncDoes(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "flows-example", "flows", "acme", "hello.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "elsewhere.md")
+	if err := os.WriteFile(outside, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "linked.md")); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(t.TempDir(), "big.md")
+	if err := os.WriteFile(big, append(src, bytes.Repeat([]byte("x"), 1<<20)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{dir}, filepath.Join(dir, "linked.md") + ": a symbolic link or special file: a folder of flows holds regular files only"},
+		{[]string{"/dev/zero"}, "/dev/zero: not a regular file"},
+		{[]string{big}, big + ": over the limit of 1048576 bytes"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"validate"}, c.args...), &stdout, &stderr)
+		if code != exitError || firstLine(stdout.String()) != c.want {
+			t.Errorf("nexus validate %v: exit %d, %q; want exit 1 and %q", c.args, code, stdout.String(), c.want)
+		}
+	}
+}
+
+// TestUsageNeverPrintsSecretsFromTheEnvironment: nexus serve takes its
+// flags' defaults from the environment (NEXUS_ADMIN_KEY, NEXUS_SECRET,
+// NEXUS_REPO), and every usage message (--help, an unknown flag, a bad
+// value such as NEXUS_LOG_FORMAT=JSON or --poll 1ms) prints the flags with
+// flag.PrintDefaults, "(default …)" included, on stderr, the host's log:
+// it shows whether the admin key and the signing secrets are set, never
+// their values, and a repo URL without its password.
+func TestUsageNeverPrintsSecretsFromTheEnvironment(t *testing.T) {
+	const (
+		adminKey = "nxk_zz3adminkey_5c1e0f7a9b2d4e6f8a0b"
+		secret   = "whsec_zz3_signing_secret_9f8e7d"
+		password = "zz3-repo-password"
+	)
+	t.Setenv("NEXUS_ADMIN_KEY", adminKey)
+	t.Setenv("NEXUS_SECRET", secret)
+	t.Setenv("NEXUS_REPO", "https://ops:"+password+"@git.example.com/ops/flows.git")
+	for name, args := range map[string][]string{
+		"an unknown flag":   {"--bogus"},
+		"a bad log format":  {"--log-format", "JSON"},
+		"a poll too short":  {"--poll", "1ms"},
+		"an extra argument": {"now"},
+		"--help":            {"--help"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			runServe(args, &stdout, &stderr)
+			out := stdout.String() + stderr.String()
+			for what, s := range map[string]string{"the admin key": adminKey, "the signing secret": secret, "the repo password": password} {
+				for _, line := range strings.Split(out, "\n") {
+					if strings.Contains(line, s) {
+						t.Errorf("the output prints %s: %s", what, strings.TrimSpace(line))
+					}
+				}
+			}
+		})
+	}
+}

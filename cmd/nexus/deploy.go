@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -60,7 +61,7 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 				problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", p))
 				continue
 			}
-			data, err := os.ReadFile(filepath.Join(p, "access.yaml"))
+			data, err := readSource(filepath.Join(p, "access.yaml"))
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", filepath.Join(p, "access.yaml"), pathError(err)))
 				continue
@@ -128,6 +129,18 @@ func noSubcommand(args []string, want, usage string, fs *flag.FlagSet, stdout, s
 
 func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
 	io.WriteString(w, text)
+	// a default taken from the environment may be a secret: the usage
+	// (on stderr, the host's log, at every usage error) shows it is set,
+	// not what it is
+	fs.VisitAll(func(f *flag.Flag) {
+		switch {
+		case f.DefValue == "":
+		case f.Name == "admin-key" || f.Name == "secret":
+			f.DefValue = "(set, not shown)"
+		case f.Name == "repo":
+			f.DefValue = gitsync.Redact(f.DefValue)
+		}
+	})
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/gitsync"
 )
 
 const validateUsage = `Usage: nexus validate PATH...
@@ -63,19 +64,46 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// readSources reads files; a file that cannot be read is a problem.
+// readSources reads files, within git sync's limits (a file up to
+// gitsync.DefaultMaxFileBytes, all of them up to
+// gitsync.DefaultMaxTotalBytes); a file that cannot be read, is not a
+// regular file or is over a limit is a problem.
 func readSources(files []string) ([]flow.Source, []string) {
 	var srcs []flow.Source
 	var problems []string
+	var total int64
 	for _, path := range files {
-		data, err := os.ReadFile(path)
+		data, err := readSource(path)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
 			continue
 		}
+		if total += int64(len(data)); total > gitsync.DefaultMaxTotalBytes {
+			problems = append(problems, fmt.Sprintf("%s: the files hold more than %d bytes in all, the limit of one commit", path, gitsync.DefaultMaxTotalBytes))
+			break
+		}
 		srcs = append(srcs, flow.Source{Path: path, Data: data})
 	}
 	return srcs, problems
+}
+
+// readSource reads one regular file of at most gitsync.DefaultMaxFileBytes.
+func readSource(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !info.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, gitsync.DefaultMaxFileBytes+1))
+	if err == nil && len(data) > gitsync.DefaultMaxFileBytes {
+		err = fmt.Errorf("over the limit of %d bytes", gitsync.DefaultMaxFileBytes)
+	}
+	return data, err
 }
 
 // markdownFiles expands paths: a file is taken as given, a folder is
@@ -100,6 +128,12 @@ func markdownFiles(paths []string) (files, problems []string) {
 				return filepath.SkipDir
 			}
 			if !d.IsDir() && strings.EqualFold(filepath.Ext(path), ".md") {
+				if !d.Type().IsRegular() {
+					// as git sync refuses it: a link could take a flow
+					// from outside the folder
+					problems = append(problems, fmt.Sprintf("%s: a symbolic link or special file: a folder of flows holds regular files only", path))
+					return nil
+				}
 				files = append(files, path)
 			}
 			return nil
