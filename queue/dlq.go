@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/nexushq/nexus/naming"
@@ -187,6 +188,32 @@ func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, damage, nil
+}
+
+// dlqStamp tells the contents of dlq.log and dlq.log.acked apart: their
+// sizes, modification times and inodes (0 where the FS does not say).
+// Between rewrites both files only grow; a rewrite replaces a file.
+type dlqStamp struct {
+	size, mtime, ino [2]int64
+}
+
+// dlqStamp returns the files' stamp; false when it cannot be read.
+func (q *Queue) dlqStamp() (dlqStamp, bool) {
+	var s dlqStamp
+	for i, name := range []string{dlqFile, ackedFile} {
+		info, err := q.fs.Stat(q.path(name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return s, false
+		}
+		s.size[i], s.mtime[i] = info.Size(), info.ModTime().UnixNano()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			s.ino[i] = int64(st.Ino)
+		}
+	}
+	return s, true
 }
 
 // DeadLetterCount counts the pending dead letters without keeping them.

@@ -53,6 +53,11 @@ type Manager struct {
 	// counts are the delivery counts of every queue opened, kept across
 	// the workers of a queue reopened
 	counts map[[2]string]*DeliveryCounts
+	// deadLetters caches each queue's count of pending dead letters with
+	// the stamp of the files it was counted from, so that describing the
+	// queues (/metrics, which anyone may call) reads dlq.log only when it
+	// changed
+	deadLetters map[[2]string]deadLetterCount
 	// stopping is set when Stop begins: no worker starts any more, but
 	// the queues take appends until the workers have stopped (a delivery
 	// in flight may publish); closed is set once they have
@@ -81,7 +86,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 		cfg.Clock = clock.Real{}
 	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{},
-		counts: map[[2]string]*DeliveryCounts{}, done: make(chan struct{})}
+		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]deadLetterCount{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
@@ -336,7 +341,7 @@ func (m *Manager) Queues() []QueueInfo {
 		}
 	}
 	for _, e := range list {
-		out = append(out, openInfo(e))
+		out = append(out, m.openInfo(e))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Tenant != out[j].Tenant {
@@ -354,7 +359,7 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 	e, open := m.queues[[2]string{tenant, flow}]
 	m.mu.Unlock()
 	if open {
-		return openInfo(e), true
+		return m.openInfo(e), true
 	}
 	dir, err := Dir(m.cfg.Root, tenant, flow)
 	if err != nil {
@@ -367,7 +372,7 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 }
 
 // openInfo describes a queue this process has open.
-func openInfo(e *managed) QueueInfo {
+func (m *Manager) openInfo(e *managed) QueueInfo {
 	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
 	// the checkpoint first: the log only grows until a drain, so the size
 	// read after it is at least the checkpoint, but for a drain between
@@ -377,7 +382,7 @@ func openInfo(e *managed) QueueInfo {
 			info.Depth = max(size-ckpt, 0)
 		}
 	}
-	if n, err := e.q.DeadLetterCount(); err == nil {
+	if n, err := m.deadLetterCount(e.q); err == nil {
 		info.DeadLetters = n
 	}
 	return info
@@ -407,7 +412,7 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}
-	if n, err := q.DeadLetterCount(); err == nil {
+	if n, err := m.deadLetterCount(q); err == nil {
 		info.DeadLetters = n
 	}
 	return info
@@ -463,3 +468,33 @@ func (m *Manager) each(list []*managed, f func(*managed)) {
 
 // String names the manager's root, for logs.
 func (m *Manager) String() string { return fmt.Sprintf("queues at %s", m.cfg.Root) }
+
+// deadLetterCount is the cached count of a queue's pending dead letters.
+type deadLetterCount struct {
+	stamp dlqStamp
+	n     int
+}
+
+// deadLetterCount is q.DeadLetterCount, read again only when dlq.log or
+// its marks changed since the last count.
+func (m *Manager) deadLetterCount(q *Queue) (int, error) {
+	k := [2]string{q.Tenant, q.Flow}
+	stamp, ok := q.dlqStamp()
+	if ok {
+		m.mu.Lock()
+		c, hit := m.deadLetters[k]
+		m.mu.Unlock()
+		if hit && c.stamp == stamp {
+			return c.n, nil
+		}
+	}
+	// the stamp read before the count: a change meanwhile makes the next
+	// call count again
+	n, err := q.DeadLetterCount()
+	if err == nil && ok {
+		m.mu.Lock()
+		m.deadLetters[k] = deadLetterCount{stamp: stamp, n: n}
+		m.mu.Unlock()
+	}
+	return n, err
+}

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/naming"
@@ -425,4 +430,87 @@ func slowManager(t *testing.T, clk *clocktest.Fake, rec *recorder, hooks *hookFS
 	t.Cleanup(m.Stop)
 	t.Cleanup(release)
 	return m, release
+}
+
+// readCountingFS is the OS, counting the bytes read from every dlq.log.
+type readCountingFS struct {
+	queue.OS
+	dlqBytes atomic.Int64
+}
+
+type readCountingFile struct {
+	queue.File
+	n *atomic.Int64
+}
+
+func (f readCountingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	f.n.Add(int64(n))
+	return n, err
+}
+
+func (c *readCountingFS) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+	f, err := c.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != "dlq.log" {
+		return f, err
+	}
+	return readCountingFile{File: f, n: &c.dlqBytes}, nil
+}
+
+// TestManagerQueuesReadsDeadLettersOnlyWhenChanged: describing the queues
+// (what /metrics, open to anyone, does at every scrape) counts the dead
+// letters from dlq.log once, and again only when dlq.log or its marks
+// change, instead of reading every payload at every call.
+func TestManagerQueuesReadsDeadLettersOnlyWhenChanged(t *testing.T) {
+	clk := clocktest.New(wt0)
+	cfs := &readCountingFS{}
+	m, root := newManager(t, clk, queue.HandlerFunc(ack), 0, cfs)
+	// dead letters of a queue on disk, and of one open in this process
+	payload := []byte(`{"blob":"` + strings.Repeat("x", 64<<10) + `"}`)
+	for _, flow := range []string{"closed", "open"} {
+		q, _, err := queue.Open(root, wTenant, flow, queue.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := uint64(1); id <= 4; id++ {
+			if err := q.MoveToDLQ(queue.DeadLetter{ID: id, Attempts: 1, Payload: payload}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.Close()
+	}
+	if _, _, err := m.Queue(wTenant, "open"); err != nil {
+		t.Fatal(err)
+	}
+	deadLetters := func() map[string]int {
+		out := map[string]int{}
+		for _, info := range m.Queues() {
+			out[info.Flow] = info.DeadLetters
+		}
+		return out
+	}
+	want := map[string]int{"closed": 4, "open": 4}
+	if diff := cmp.Diff(want, deadLetters()); diff != "" {
+		t.Fatalf("dead letters (-want +got):\n%s", diff)
+	}
+	once := cfs.dlqBytes.Load()
+	for range 5 {
+		deadLetters()
+	}
+	if got := cfs.dlqBytes.Load(); got != once {
+		t.Errorf("five more descriptions read %d bytes of dlq.log, want none (nothing changed)", got-once)
+	}
+	// a mark changes the count, and is seen
+	q, _, err := queue.Open(root, wTenant, "closed", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Mark(2, queue.MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	want["closed"] = 3
+	if diff := cmp.Diff(want, deadLetters()); diff != "" {
+		t.Errorf("dead letters after a discard (-want +got):\n%s", diff)
+	}
 }
