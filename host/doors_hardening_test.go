@@ -151,10 +151,10 @@ func TestPublishRefusesWhatItsTargetCannotRead(t *testing.T) {
 	cfg := fx.cfg
 	cfg.Metrics = host.NewMetrics() // a server of its own over the same state
 	srv := host.New(cfg)
-	deep := strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 100)
+	deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
 	err := srv.Publish(context.Background(), "acme", "echo", []byte(deep), "cid-1")
 	if err == nil || !strings.Contains(err.Error(), "the message for acme/echo is not a document its worker can read") {
-		t.Errorf("Publish of a document nested 100 deep: %v", err)
+		t.Errorf("Publish of a document nested 200 deep: %v", err)
 	}
 	if c := fx.counts(t, "acme", "echo"); c.Total != 0 {
 		t.Errorf("the refused message was written: %+v", c)
@@ -201,5 +201,27 @@ func TestRunDuplicatesAtOnce(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 || replays != 1 {
 		t.Errorf("backend called %d times, %d replays; want 1 and 1", n, replays)
+	}
+}
+
+// TestEchoingRefusalsCarryNosniff: the router's 404 and 405 and the
+// doors' 400 for a bad name echo what the caller sent (flow.AppendJSON
+// keeps '<' and '>'); like the management API's refusals they carry
+// X-Content-Type-Options: nosniff. A GET of /<script>… is a link anyone
+// can send.
+func TestEchoingRefusalsCarryNosniff(t *testing.T) {
+	fx := newFixture(t, nil)
+	for _, r := range []*http.Request{
+		newRequest(http.MethodGet, "/%3Cscript%3Ealert(1)%3C/script%3E", ""),
+		newRequest(http.MethodGet, "/flows/acme/%3Cimg%20src=x%3E/run", ""),
+		runRequest("acme", "%3Cb%20onmouseover=alert(1)%3E", keyAcmeAll, `{}`),
+	} {
+		w := fx.serve(r)
+		if !strings.Contains(w.Body.String(), "<") {
+			t.Fatalf("%s %s: %d %s: the body does not echo the markup", r.Method, r.URL.Path, w.Code, w.Body)
+		}
+		if got := w.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s %s (%d, %s): X-Content-Type-Options = %q, want nosniff", r.Method, r.URL.Path, w.Code, w.Body, got)
+		}
 	}
 }

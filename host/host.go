@@ -137,7 +137,13 @@ func (s *Server) Handler() http.Handler { return s.router }
 func writeError(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	// a refusal may echo what the caller sent (a path, a name): never
+	// read as anything but JSON
+	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(status)
 	b := flow.AppendJSON([]byte(`{"ok":false,"error":`), msg)
 	w.Write(append(b, '}'))
 }
+
+// nosniff is the value of X-Content-Type-Options, shared (never modified).
+var nosniff = []string{"nosniff"}

@@ -1,10 +1,14 @@
 package host
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"hash"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -47,6 +51,8 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
 // status answers what is deployed:
 // {"commit":…,"synced_at":…,"flows":N,"last_error":null|{"commit":…,"errors":[…]}}.
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	// the refusals too: the answer holds a refused commit's errors
+	w.Header().Set("Cache-Control", "no-store")
 	if !s.admin(w, r) {
 		return
 	}
@@ -94,8 +100,13 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		[]any{str(st.Commit), syncedAt, st.Flows, int(st.Generation), lastError, schedules},
 	)
 	w.Header().Set("Content-Type", "application/json")
+	w.Header()["X-Content-Type-Options"] = nosniff
 	w.Write(flow.AppendJSON(nil, doc))
 }
+
+// maxWebhookBytes bounds a webhook's body whatever --max-body-bytes says:
+// GitHub's own ceiling on a payload (25 MB).
+const maxWebhookBytes = 25 << 20
 
 // hookGit triggers a sync at once: 202 {"sync":"started"}. With secrets
 // configured it requires GitHub's X-Hub-Signature-256 over the body.
@@ -106,7 +117,21 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		return
 	}
 	if len(s.cfg.Secrets) > 0 {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		// the header first: an unsigned request is refused before a byte
+		// of its body is read; the body then goes through the MACs as it
+		// arrives, never buffered
+		sig, ok := parseHubSignature(r.Header.Get("X-Hub-Signature-256"))
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
+			return
+		}
+		macs := make([]hash.Hash, len(s.cfg.Secrets))
+		writers := make([]io.Writer, len(macs))
+		for i, secret := range s.cfg.Secrets {
+			macs[i] = hmac.New(sha256.New, []byte(secret))
+			writers[i] = macs[i]
+		}
+		_, err := io.Copy(io.MultiWriter(writers...), http.MaxBytesReader(w, r.Body, min(s.cfg.MaxBodyBytes, maxWebhookBytes)))
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
@@ -118,7 +143,7 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 			writeError(w, http.StatusBadRequest, "the webhook body could not be read: "+err.Error())
 			return
 		}
-		if !verifyHubSignature(s.cfg.Secrets, r.Header.Get("X-Hub-Signature-256"), body) {
+		if !slices.ContainsFunc(macs, func(mac hash.Hash) bool { return hmac.Equal(sig, mac.Sum(nil)) }) {
 			writeError(w, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
 			return
 		}

@@ -344,3 +344,21 @@ func TestCorrelationIDChoice(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestStatusIsNotCacheable: GET /status (admin key) holds a refused
+// commit's errors; it is no-store and nosniff, its refusal too, as the
+// management API is.
+func TestStatusIsNotCacheable(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for _, w := range []*httptest.ResponseRecorder{
+		fx.admin(http.MethodGet, "/status"),
+		fx.serve(newRequest(http.MethodGet, "/status", "")),
+	} {
+		if got := w.Header().Get("Cache-Control"); got != "no-store" {
+			t.Errorf("GET /status (%d): Cache-Control = %q, want no-store", w.Code, got)
+		}
+		if got := w.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("GET /status (%d): X-Content-Type-Options = %q, want nosniff", w.Code, got)
+		}
+	}
+}

@@ -81,6 +81,12 @@ func appendFailure(err error) string {
 	return failed + " (the host's log has the details)"
 }
 
+// queuedMaxDepth is the deepest nesting a worker reads in a queued
+// message: what a door may store. A JSON body nests up to 64 levels, but an
+// XML body of 64 elements flattens deeper, since repeated siblings make an
+// array level under each element.
+const queuedMaxDepth = 2*flow.XMLMaxDepth + 1
+
 // Handle runs one delivery of a queued message (the queue's handler):
 // latest resolved at pick-up, the engine run with the message's door and
 // attempt, and the result turned into a verdict.
@@ -97,7 +103,7 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		// the same bytes will fail the same way: no retries
 		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: fmt.Sprintf("artifact %s/%s v%d failed its integrity check", lf.Tenant, lf.Name, lf.Version)}
 	}
-	doc, err := flow.ParseJSON(d.Payload, 0)
+	doc, err := flow.ParseJSON(d.Payload, queuedMaxDepth)
 	if err != nil {
 		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "the stored message is not a JSON document: " + err.Error()}
 	}
@@ -157,7 +163,7 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	// the target's worker reads the message as a door reads a body (its
 	// nesting limit included): what it could not read is refused here,
 	// before anything is written, rather than dead-lettered there
-	if _, err := flow.ParseJSON(payload, 0); err != nil {
+	if _, err := flow.ParseJSON(payload, queuedMaxDepth); err != nil {
 		return fmt.Errorf("the message for %s/%s is not a document its worker can read: %w", tenant, flowName, err)
 	}
 	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})

@@ -113,3 +113,43 @@ type serverPublisher struct{ s *atomic.Pointer[host.Server] }
 func (p serverPublisher) Publish(ctx context.Context, tenant, flowName string, payload []byte, cid string) error {
 	return p.s.Load().Publish(ctx, tenant, flowName, payload, cid)
 }
+
+// deepSiblingsXML is an XML document within the doors' limits (levels+1
+// elements deep) whose repeated siblings make its flattened form nest
+// about twice as deep: each level an object holding an array.
+func deepSiblingsXML(levels int) string {
+	inner := "v"
+	for range levels {
+		inner = "<a>" + inner + "</a><a>z</a>"
+	}
+	return "<r>" + inner + "</r>"
+}
+
+// TestEnqueuedXMLIsDeliverable: an XML body within the doors' limits,
+// whose flattened form nests deeper than a JSON body may (repeated
+// siblings add an array level under each element), is answered 202 and
+// runs its flow: the worker reads what the door stored (it was once
+// dead-lettered unrun, "not a JSON document").
+func TestEnqueuedXMLIsDeliverable(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	r := newRequest(http.MethodPost, "/flows/acme/echo/enqueue", deepSiblingsXML(40),
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/xml")
+	w := fx.serve(r)
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s, want 202 (as /run runs it)", w.Code, w.Body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, e := range fx.journal(t, "tenant=acme&flow=echo") {
+			if e.MsgID == 1 {
+				return // the flow ran
+			}
+		}
+		if ids := fx.pendingIDs(t, "acme", "echo"); len(ids) > 0 {
+			w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq")
+			t.Fatalf("a message answered 202 was dead-lettered without running its flow: %.400s", w.Body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the message was neither delivered nor dead-lettered within 10 s")
+}

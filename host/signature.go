@@ -82,23 +82,13 @@ func verifySignature(secrets, timestamps, signatures []string, body []byte, now 
 	return "signature does not match"
 }
 
-// verifyHubSignature checks GitHub's X-Hub-Signature-256: sha256=<hex> of
-// HMAC-SHA256(secret, body), for any of the secrets.
-func verifyHubSignature(secrets []string, header string, body []byte) bool {
+// parseHubSignature reads an X-Hub-Signature-256 value: "sha256=" and the
+// 32-byte MAC in hex.
+func parseHubSignature(header string) ([]byte, bool) {
 	hexSig, ok := strings.CutPrefix(header, "sha256=")
-	if !ok {
-		return false
+	if !ok || len(hexSig) != 2*sha256.Size {
+		return nil, false
 	}
 	sig, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return false
-	}
-	for _, secret := range secrets {
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write(body)
-		if hmac.Equal(sig, mac.Sum(nil)) {
-			return true
-		}
-	}
-	return false
+	return sig, err == nil
 }

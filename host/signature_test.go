@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 
@@ -333,8 +334,8 @@ func TestGitWebhook(t *testing.T) {
 // between two values that are not constants.
 func TestSecretComparisonsAreConstantTime(t *testing.T) {
 	checked := map[string][]string{
-		"signature.go":        {"verifySignature", "verifyHubSignature"},
-		"ops.go":              {"admin"},
+		"signature.go":        {"verifySignature"},
+		"ops.go":              {"admin", "hookGit"},
 		"session.go":          {"validSession", "adminAuth", "sameOrigin"},
 		"ui.go":               {"uiLogin"},
 		"../access/access.go": {"Lookup"},
@@ -422,3 +423,44 @@ func trivial(e ast.Expr) bool {
 	}
 	return false
 }
+
+// TestUnsignedWebhookIsRefusedBeforeItsBody: with --secret, POST
+// /hooks/git (which needs no key) refuses a request without a well-formed
+// X-Hub-Signature-256 before reading its body (it once read up to
+// --max-body-bytes first), and a signed one's body goes through the MACs
+// as it arrives.
+func TestUnsignedWebhookIsRefusedBeforeItsBody(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) {
+		c.Secrets = []string{"whsec_test_secret"}
+		c.MaxBodyBytes = 1 << 30 // an operator whose flows take large documents
+	})
+	r := newRequest(http.MethodPost, "/hooks/git", "", "Content-Type", "application/json")
+	const size = 64 << 20
+	counted := &countingBody{r: io.NopCloser(io.LimitReader(endless{}, size))}
+	r.Body, r.ContentLength = counted, size
+	r.Header.Set("Content-Length", strconv.Itoa(size))
+	w := fx.serve(r)
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("an unsigned webhook: %d %s, want 401", w.Code, w.Body)
+	}
+	if n := counted.n.Load(); n > 8<<20 {
+		t.Errorf("an unsigned, anonymous webhook had %d bytes of its body read before it was refused", n)
+	}
+	if n := fx.syncer.n.Load(); n != 0 {
+		t.Errorf("Trigger called %d times", n)
+	}
+}
+
+// countingBody counts the bytes read from a request body.
+type countingBody struct {
+	r io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+func (b *countingBody) Close() error { return b.r.Close() }
