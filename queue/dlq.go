@@ -11,6 +11,7 @@ import (
 	"sort"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nexushq/nexus/naming"
 )
@@ -32,14 +33,35 @@ func (e *NotPendingError) Error() string {
 // Is makes errors.Is(err, ErrNotPending) true.
 func (e *NotPendingError) Is(target error) bool { return target == ErrNotPending }
 
-// MoveToDLQ appends a dead letter to dlq.log and makes it durable.
+// MaxLastError is the longest last error a dead letter keeps, in bytes;
+// a longer one is cut (at a character) and ends with "…".
+const MaxLastError = 4096
+
+// MoveToDLQ appends a dead letter to dlq.log and makes it durable. Its
+// last error is cut to MaxLastError, and to what the frame leaves beside
+// the payload, so that the record is always one a reader takes.
 func (q *Queue) MoveToDLQ(d DeadLetter) error {
+	d.LastError = cutText(d.LastError, min(MaxLastError, MaxRecord-deadLetterFields-len(d.Payload)))
 	unlock, err := q.lockAppend()
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	return q.appendDurable(dlqFile, appendFrame(nil, appendDeadLetterRecord(nil, &d)))
+}
+
+// cutText cuts s to at most n bytes, at a character boundary, ending it
+// with "…" when it was cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	n = max(n-len(ellipsis), 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + ellipsis
 }
 
 // appendDurable appends frames to a file of the queue and syncs it. The

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -356,5 +358,59 @@ func TestDeadLetterAfterAFailedFolderSync(t *testing.T) {
 	}
 	if len(dl) == 0 {
 		t.Error("after a power cut, the dead letter that MoveToDLQ acknowledged is gone: dlq.log's folder entry was never synced")
+	}
+}
+
+// TestLargeDeadLetterStaysReadable: a message of MaxPayload bytes whose
+// last error is longer than what MaxPayload leaves for a record's fields
+// (a failed call's error names the URL it called, whose path may carry the
+// message's values) is dead-lettered readable: the error is cut to fit.
+// The record once went over MaxRecord, so no reader took it, and the next
+// append cut it off as a torn tail after the worker had acknowledged it.
+func TestLargeDeadLetterStaysReadable(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{GatherWait: -1})
+	m, err := q.Append(NewMessage{Source: "enqueue", CorrelationID: "c-1", Payload: bytes.Repeat([]byte("x"), MaxPayload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastError := `step 'call': effect handler failed: Post "https://orders.example.com/items/` +
+		strings.Repeat("%41", 600) + `": dial tcp 127.0.0.1:1: connect: connection refused`
+	err = q.MoveToDLQ(DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: epoch.Add(time.Minute), Attempts: 5,
+		LastError: lastError, Payload: m.Payload})
+	if err != nil {
+		t.Fatalf("MoveToDLQ: %v (the worker would fail this round again and again)", err)
+	}
+	d, err := q.DeadLetter(m.ID)
+	if err != nil {
+		n, _ := q.DeadLetterCount()
+		t.Fatalf("the dead letter MoveToDLQ wrote cannot be read back: %v (%d listed)", err, n)
+	}
+	if !bytes.Equal(d.Payload, m.Payload) {
+		t.Error("the dead letter's payload differs from the message's")
+	}
+	if !strings.HasPrefix(d.LastError, lastError[:200]) || !strings.HasSuffix(d.LastError, "…") || len(d.LastError) >= len(lastError) {
+		t.Errorf("last error %d bytes, want the first part of the %d-byte error, cut with …", len(d.LastError), len(lastError))
+	}
+}
+
+// TestLastErrorIsCutAtACharacter: a last error over MaxLastError is cut at
+// a character boundary and marked; a shorter one is kept whole.
+func TestLastErrorIsCutAtACharacter(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	long := strings.Repeat("é", MaxLastError) // 2 bytes each
+	for id, e := range map[uint64]string{1: "HTTP 503", 2: long} {
+		d := deadLetter(id)
+		d.LastError = e
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, _ := q.DeadLetter(1)
+	cut, _ := q.DeadLetter(2)
+	if short.LastError != "HTTP 503" {
+		t.Errorf("a short error became %q", short.LastError)
+	}
+	if len(cut.LastError) > MaxLastError || !utf8.ValidString(cut.LastError) || !strings.HasSuffix(cut.LastError, "é…") {
+		t.Errorf("the long error: %d bytes, valid UTF-8 %v, ends %q", len(cut.LastError), utf8.ValidString(cut.LastError), cut.LastError[len(cut.LastError)-8:])
 	}
 }

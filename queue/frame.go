@@ -118,6 +118,10 @@ type DeadLetter struct {
 	Payload    []byte
 }
 
+// deadLetterFields is the size of a dead-letter record's fixed fields:
+// kind, id, enqueued and failed times, attempts and the error's length.
+const deadLetterFields = 33
+
 func appendDeadLetterRecord(dst []byte, d *DeadLetter) []byte {
 	dst = append(dst, kindDeadLetter)
 	dst = binary.BigEndian.AppendUint64(dst, d.ID)

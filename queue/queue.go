@@ -512,7 +512,9 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 
 // checkSize refuses a message too large for a frame.
 func (q *Queue) checkSize(m NewMessage) error {
-	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload)+len(m.Source)+len(m.CorrelationID)+20 > MaxRecord {
+	// MaxPayload, not what this record alone would fit: the message must
+	// fit its dead letter too, with its last error
+	if len(m.Source) > 255 || len(m.CorrelationID) > maxCorrelationID || len(m.Payload) > MaxPayload {
 		return fmt.Errorf("queue %s/%s: %w (at most %d bytes)", q.Tenant, q.Flow, ErrTooLarge, MaxPayload)
 	}
 	return nil
