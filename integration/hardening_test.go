@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -560,5 +562,34 @@ func TestDependencyVersionsReading(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantAtLeast, got); diff != "" {
 		t.Errorf("versionAtLeast(have, v5.19.2) (-want +got):\n%s", diff)
+	}
+}
+
+// TestStateFolderThatIsALinkIsRefused: RELIABILITY.md E21 and
+// docs/decisions.md ("No symbolic links in the state directory"): a
+// queues/ or cron/ planted in the state directory as a link (every queue of
+// every tenant would write its payloads wherever it points) stops nexus
+// serve at start, in one line, and nothing is written through it.
+func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"queues", "cron"} {
+		state := filepath.Join(t.TempDir(), "state")
+		outside := t.TempDir()
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(state, name)
+		if err := os.Symlink(outside, link); err != nil {
+			t.Fatal(err)
+		}
+		r := nexus(t, "", "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(state, "registry.db"))
+		want := "nexus serve: " + link + " is a symbolic link"
+		// the log's fatal line, then the one line for the operator
+		if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != 1 || !strings.HasPrefix(lines[len(lines)-1], want) {
+			t.Errorf("%s a link: exit %d, stderr %q; want exit 1 and %q…", name, r.code, r.stderr, want)
+		}
+		if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+			t.Errorf("written through the link %s: %v", name, entries)
+		}
 	}
 }

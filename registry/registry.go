@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver: the binary needs no cgo
@@ -51,7 +52,14 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+	// no symbolic link where the registry or its side files should be:
+	// SQLite would write through it, wherever it points
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
+			return nil, fmt.Errorf("registry %s: %s is a symbolic link: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
+		}
+	}
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
 		f.Close()
 	}
 	abs, err := filepath.Abs(path)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/registry"
 )
@@ -164,5 +165,40 @@ func TestOpenMigratesVersionOne(t *testing.T) {
 	got, err := r2.Journal(context.Background(), registry.JournalQuery{Tenant: "acme", Flow: "a"})
 	if err != nil || len(got) != 1 || got[0].CorrelationID != "c1" {
 		t.Errorf("the journal after the migration: %+v, %v", got, err)
+	}
+}
+
+// TestRegistryFileThatIsALinkIsRefused: RELIABILITY.md E21 and
+// docs/decisions.md ("No symbolic links in the state directory"): a
+// registry.db planted as a link to a file elsewhere is refused, and
+// nothing is written through it (SQLite would have made the target a
+// registry, its -wal and -shm beside it).
+func TestRegistryFileThatIsALinkIsRefused(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "elsewhere.db")
+	if err := os.WriteFile(outside, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(state, "registry.db")
+	if err := os.Symlink(outside, path); err != nil {
+		t.Fatal(err)
+	}
+	r, err := registry.Open(context.Background(), path, registry.Options{})
+	if err == nil {
+		r.Close()
+		t.Errorf("registry.Open of a registry.db that is a symbolic link succeeded")
+	} else if want := "registry.db is a symbolic link"; !strings.Contains(err.Error(), want) {
+		t.Errorf("registry.Open: %v, want an error saying %q", err, want)
+	}
+	if info, err := os.Stat(outside); err != nil || info.Size() != 0 {
+		t.Errorf("the link's target was written through: %v, %d bytes", err, info.Size())
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if _, err := os.Lstat(outside + side); err == nil {
+			t.Errorf("%s was created beside the link's target", filepath.Base(outside+side))
+		}
 	}
 }

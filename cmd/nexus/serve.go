@@ -240,6 +240,16 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if err := checkStateDir(stateDir); err != nil {
 		return err
 	}
+	// the folders nexus keeps in its state directory are its own: a link
+	// planted at one would have every tenant's messages written wherever
+	// it points (the state directory itself may be a link: that is the
+	// operator's choice of where it lives)
+	for _, name := range []string{"queues", "cron"} {
+		p := filepath.Join(stateDir, name)
+		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symbolic link: the folders of the state directory are its own (to keep the state elsewhere, move the whole state directory)", p)
+		}
+	}
 	var devKey string
 	if cfg.Dev {
 		var err error
