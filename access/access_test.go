@@ -810,3 +810,34 @@ func BenchmarkLookup(b *testing.B) {
 		i++
 	}
 }
+
+// TestErrorsNeverEchoAKeyInAnyField: a key pasted into access.yaml never
+// reaches an error message (errors go to the sync_failed log, the
+// registry's sync state, GET /status, /api/flows, the UI and nexus
+// status), whatever field it was pasted in: the name rule's error and the
+// description of a wrong value once quoted it whole.
+func TestErrorsNeverEchoAKeyInAnyField(t *testing.T) {
+	key, err := access.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimPrefix(key, access.KeyPrefix)[:16]
+	for name, doc := range map[string]string{
+		"tenant":       keysDoc(entry("id: a", "tenant: "+key, "sha256: "+hashA, `flows: ["*"]`)),
+		"flows":        keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, "flows: ["+key+"]")),
+		"flows, block": keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, "flows:\n      - "+key)),
+		"flows, twice": keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, "flows: ["+key+", "+key+"]")),
+		"flows, alone": keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, "flows: "+key)),
+		"tenant, list": keysDoc(entry("id: a", "tenant: ["+key+"]", "sha256: "+hashA, `flows: ["*"]`)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := access.Parse("access.yaml", []byte(doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded on\n%s", doc)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error echoes the key pasted as the %s: %v", name, err)
+			}
+		})
+	}
+}

@@ -95,7 +95,7 @@ func (p *parser) parse() []Key {
 		return nil
 	}
 	if top.Kind != yaml.MappingNode {
-		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", lineerr.Describe(top))
+		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", describe(top))
 		return nil
 	}
 	var list *yaml.Node
@@ -117,7 +117,7 @@ func (p *parser) parse() []Key {
 		}
 		list = v
 		if v.Kind != yaml.SequenceNode {
-			p.errorf(k.Line, "keys must be a list of keys, not %s (keys: [] lets nobody call)", lineerr.Describe(v))
+			p.errorf(k.Line, "keys must be a list of keys, not %s (keys: [] lets nobody call)", describe(v))
 			list = nil
 		}
 	}
@@ -168,7 +168,7 @@ type parsedKey struct {
 // for the file-wide checks, with valid set when the whole entry is.
 func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 	if e.Kind != yaml.MappingNode {
-		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", lineerr.Describe(e))
+		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", describe(e))
 		return nil, false
 	}
 	before := len(p.errs)
@@ -214,7 +214,7 @@ func (p *parser) id(k *parsedKey, line int, v *yaml.Node) {
 	case v == nil:
 		p.errorf(k.Line, "the key entry has no id: add id: NAME (the name of the key in logs, e.g. acme-orders)")
 	case !isScalar(v):
-		p.errorf(line, "id must be a name, not %s", lineerr.Describe(v))
+		p.errorf(line, "id must be a name, not %s", describe(v))
 	case strings.HasPrefix(v.Value, KeyPrefix):
 		// Never echo it: it is likely a key, and errors are logged.
 		p.errorf(line, "id starts with %s like an API key: ids appear in logs, so give the key a name such as acme-orders", KeyPrefix)
@@ -246,10 +246,13 @@ func (p *parser) tenant(k *parsedKey, line int, v *yaml.Node) string {
 		p.errorf(k.Line, "%s has no tenant: add tenant: NAME", who(k))
 		return ""
 	case !isScalar(v):
-		p.errorf(line, "tenant must be a name, not %s", lineerr.Describe(v))
+		p.errorf(line, "tenant must be a name, not %s", describe(v))
 		return ""
 	}
-	if err := naming.Check(v.Value, tenantField); err != nil {
+	if strings.HasPrefix(v.Value, KeyPrefix) {
+		// never echoed: it is a key
+		p.errorf(line, "tenant holds an API key, not a tenant's name: replace the key, which is now in the repository")
+	} else if err := naming.Check(v.Value, tenantField); err != nil {
 		p.errorf(line, "%s", err)
 	} else {
 		k.Tenant = v.Value
@@ -264,7 +267,7 @@ func (p *parser) hash(k *parsedKey, line int, v *yaml.Node) {
 		p.errorf(k.Line, "%s has no sha256: add the hex SHA-256 of the key (nexus key generate prints the entry)", who(k))
 		return
 	case !isScalar(v):
-		p.errorf(line, "%s, not %s", want, lineerr.Describe(v))
+		p.errorf(line, "%s, not %s", want, describe(v))
 		return
 	case strings.HasPrefix(v.Value, KeyPrefix):
 		// Never echo the value: it is a key.
@@ -298,7 +301,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		p.errorf(k.Line, "%s has no flows: add flows: [NAME, …], or flows: [\"*\"] for every flow of the tenant", who(k))
 		return
 	case v.Kind != yaml.SequenceNode:
-		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", lineerr.Describe(v))
+		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", describe(v))
 		return
 	case len(v.Content) == 0:
 		p.errorf(line, "flows is empty: list the flows the key may call, or [\"*\"] for every flow of the tenant")
@@ -309,7 +312,11 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 	for _, f := range v.Content {
 		switch {
 		case !isScalar(f):
-			p.errorf(f.Line, "each flow must be a name, not %s", lineerr.Describe(f))
+			p.errorf(f.Line, "each flow must be a name, not %s", describe(f))
+			continue
+		case strings.HasPrefix(f.Value, KeyPrefix):
+			// never echoed, twice or not: it is a key
+			p.errorf(f.Line, "flows holds an API key, not a flow's name: replace the key, which is now in the repository")
 			continue
 		case slices.Contains(names, f.Value) || f.Value == "*" && star:
 			p.errorf(f.Line, "flows lists %s twice", strconv.Quote(f.Value))
@@ -345,7 +352,7 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		case lineerr.LeadingZero("rate", rateNode) != "":
 			p.errorf(line, "%s", lineerr.LeadingZero("rate", rateNode))
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
-			p.errorf(line, "rate must be a number of requests per second, not %s", lineerr.Describe(rateNode))
+			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
 		case rate <= 0:
 			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", rateNode.Value)
 		default:
@@ -364,7 +371,7 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	case lineerr.LeadingZero("burst", burstNode) != "":
 		p.errorf(line, "%s", lineerr.LeadingZero("burst", burstNode))
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
-		p.errorf(line, "burst must be a whole number, not %s", lineerr.Describe(burstNode))
+		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
 	case burst < 1:
 		p.errorf(line, "burst must be at least 1, not %d", burst)
 	case k.Rate > 0:
@@ -402,3 +409,12 @@ func (p *parser) line(n int) string {
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
+
+// describe is lineerr.Describe, but a string that is an API key is never
+// echoed: errors reach logs, /status and the UI.
+func describe(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && strings.HasPrefix(n.Value, KeyPrefix) {
+		return "an API key (replace it: it is now in the repository)"
+	}
+	return lineerr.Describe(n)
+}
