@@ -19,6 +19,11 @@ import (
 func CommitFolder(repoDir, srcDir string) (string, error) {
 	repo, err := git.PlainOpen(repoDir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
+		// the folder is the owner's alone, as the state directory around
+		// it (go-git would make it 0755); what it copies in, too
+		if err := os.MkdirAll(repoDir, 0o700); err != nil {
+			return "", err
+		}
 		repo, err = git.PlainInitWithOptions(repoDir, &git.PlainInitOptions{
 			InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"},
 		})
@@ -50,7 +55,7 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 			if d.Name() == ".git" {
 				return filepath.SkipDir
 			}
-			return os.MkdirAll(filepath.Join(repoDir, rel), 0o755)
+			return os.MkdirAll(filepath.Join(repoDir, rel), 0o700)
 		}
 		if !d.Type().IsRegular() {
 			return nil
@@ -59,7 +64,7 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(repoDir, rel), data, 0o644)
+		return os.WriteFile(filepath.Join(repoDir, rel), data, 0o600)
 	})
 	if err != nil {
 		return "", fmt.Errorf("copying %s: %w", srcDir, err)

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
@@ -1364,4 +1365,101 @@ func TestOptionsStarEchoesCorrelationID(t *testing.T) {
 	if r.header.Get("X-Correlation-Id") != "trace-options" {
 		t.Fatalf("OPTIONS on a door: %d %v", r.status, r.header)
 	}
+}
+
+// TestDevRepoIsTheOwnersAlone: the state directory is its owner's alone
+// (docs/decisions.md), the development mode's repo in it too: its folders
+// 0700 and its files 0600 (they were 0755 and 0644).
+func TestDevRepoIsTheOwnersAlone(t *testing.T) {
+	cwd := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	_, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
+		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, nil, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, rel := range []string{"dev-repo", "dev-repo/flows", "dev-repo/access.yaml", "dev-repo/flows/acme/hello.md"} {
+		info, err := os.Stat(filepath.Join(state, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.FileMode(0o600)
+		if info.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s in the state directory has mode %#o, want %#o", rel, got, want)
+		}
+	}
+}
+
+// TestLogFormatOnATerminal: "--log-format | NEXUS_LOG_FORMAT | json (text
+// for a terminal)": with neither set and a terminal as stderr, nexus serve
+// logs text; with the variable set, what it says (it logged JSON to a
+// terminal too).
+func TestLogFormatOnATerminal(t *testing.T) {
+	for _, format := range []string{"", "json"} {
+		first := firstLineOnATerminal(t, format)
+		if json := strings.HasPrefix(first, "{"); json != (format == "json") {
+			t.Errorf("NEXUS_LOG_FORMAT=%q, a terminal as stderr: the first line is %s", format, strings.TrimSpace(first))
+		}
+	}
+}
+
+// firstLineOnATerminal starts nexus serve with a pseudo-terminal as its
+// stderr (NEXUS_LOG_FORMAT=format unless "") and returns its first line.
+func firstLineOnATerminal(t *testing.T, format string) string {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		missingTool(t, "TestLogFormatOnATerminal", fmt.Sprintf("no pseudo-terminal: %v", err))
+		return ""
+	}
+	defer master.Close()
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatalf("unlockpt: %v", e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatalf("ptsname: %v", e)
+	}
+	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("opening the terminal: %v", err)
+	}
+	cmd := exec.Command(nexusBin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "state", "registry.db"))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NEXUS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if format != "" {
+		cmd.Env = append(cmd.Env, "NEXUS_LOG_FORMAT="+format)
+	}
+	cmd.Stderr = slave
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(master).ReadString('\n')
+		lines <- l
+	}()
+	var first string
+	select {
+	case first = <-lines:
+	case <-time.After(10 * time.Second):
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if first == "" {
+		t.Fatal("no log line on the terminal within 10 s")
+	}
+	return first
 }

@@ -113,8 +113,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr, serveUsage, fs)
 		return exitUsage
 	}
-	dbSet := false
-	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+	dbSet, formatSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		dbSet = dbSet || f.Name == "db"
+		formatSet = formatSet || f.Name == "log-format"
+	})
+	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !formatSet && !inEnv && isTerminal(stderr) {
+		cfg.LogFormat = "text" // a person reads it
+	}
 	if cfg.Dev && !dbSet && os.Getenv("NEXUS_DB") == "" {
 		cfg.DB = filepath.Join(".nexus-dev", "registry.db")
 	}
@@ -199,6 +205,20 @@ func checkServeConfig(cfg serveConfig, rest []string) error {
 		return errors.New("--secret holds an empty secret: give one or more secrets, comma-separated, none blank")
 	}
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	if err != nil || info.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull) // a character device too, but no one reads it
+	return err != nil || !os.SameFile(info, null)
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
