@@ -1,7 +1,8 @@
 // Command nexus is the Nexus function host and its command-line tools.
 //
-// Run `nexus help` for the commands. This package wires the others together
-// and holds no logic of its own beyond reading flags and printing results.
+// Run `nexus help` for the commands. This package reads flags and the
+// environment, wires the others together and prints results; of its own it
+// has only the log's writer (lines written out in batches).
 package main
 
 import (
