@@ -12,10 +12,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -670,7 +672,12 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 	for i := range t.Entries {
 		e := &t.Entries[i]
 		p := dir + "/" + e.Name
-		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\\\x00") {
+		if !utf8.ValidString(e.Name) || strings.ContainsFunc(e.Name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			// quoted: the name reaches terminals (nexus status) and logs
+			w.problem("%s: a name with a control character or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.s.cfg.FlowsDir)
+			continue
+		}
+		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\\") {
 			w.problem("%s: a path that would escape %s/", p, w.s.cfg.FlowsDir)
 			continue
 		}
