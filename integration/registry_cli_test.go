@@ -36,6 +36,15 @@ func TestDeployStatusAndRepublish(t *testing.T) {
 	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n" {
 		t.Errorf("second deploy: %q", r.stdout)
 	}
+	// the same files named another way are the same files
+	r = nexus(t, dir, "deploy", "--db", db, filepath.Join(dir, "repo"))
+	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n" {
+		t.Errorf("the repo by its absolute path: %q", r.stdout)
+	}
+	r = nexus(t, filepath.Join(dir, "repo"), "deploy", "--db", db, "flows/acme/hello.md")
+	if r.stdout != "unchanged acme/hello v1\n" {
+		t.Errorf("one file of the repo, from the repo: %q", r.stdout)
+	}
 
 	// a change is a new version; the other flow is left alone
 	writeFiles(t, dir, map[string]string{"repo/flows/acme/hello.md": strings.Replace(helloFlow, "hello, ", "hi, ", 1)})

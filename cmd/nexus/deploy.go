@@ -78,6 +78,14 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	}
 	files, listProblems := markdownFiles(flowPaths)
 	problems = append(problems, listProblems...)
+	for i, f := range files {
+		// a version names its file: the same file given another way
+		// (./repo, /home/ops/repo, repo/flows/acme/x.md) is the same
+		// file, and an unchanged flow stays unchanged
+		if abs, err := filepath.Abs(f); err == nil {
+			files[i] = abs
+		}
+	}
 	srcs, readProblems := readSources(files)
 	problems = append(problems, readProblems...)
 	flows, errs := flow.CompileSet(srcs)
