@@ -245,3 +245,16 @@ func TestUsageNeverPrintsSecretsFromTheEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyGenerateEntryErrors: what the entry nexus key generate would
+// print does not accept is said in terms of the flags, one line per
+// error, without the internal entry's line numbers ("entry:5:").
+func TestKeyGenerateEntryErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "a,a", "--id", "nxk_x"}, &stdout, &stderr)
+	want := "nexus key generate: id starts with nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders\n" +
+		"nexus key generate: flows lists \"a\" twice\n"
+	if code != exitError || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("exit %d, stderr %q, stdout %q; want exit 1 and %q", code, stderr.String(), stdout.String(), want)
+	}
+}

@@ -64,7 +64,15 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	}
 	entry := access.Entry(*id, *tenant, list, *rate, *burst, hash)
 	if _, err := access.Parse("entry", []byte("keys:\n"+entry)); err != nil {
-		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
+		// the entry's errors are the flags' (its lines mean nothing to
+		// the caller): one line each
+		var list access.ErrorList
+		if !errors.As(err, &list) {
+			list = access.ErrorList{{Msg: err.Error()}}
+		}
+		for _, e := range list {
+			fmt.Fprintf(stderr, "nexus key generate: %s\n", e.Msg)
+		}
 		return exitError
 	}
 	fmt.Fprintf(stdout, "key: %s\n\nKeep the key now: it is shown once and stored nowhere.\nAdd this entry under keys: in access.yaml and commit it:\n\n%s", key, entry)
