@@ -735,9 +735,15 @@ func (s *Syncer) Start() { s.life.Start(s.loop) }
 // more than once, and without Start.
 func (s *Syncer) Stop() { s.life.Stop() }
 
+// minTriggerGap is the least time between the starts of two syncs when a
+// Trigger asks for one sooner: a flood of webhooks (POST /hooks/git needs
+// no key without --secret) fetches at most once a gap.
+const minTriggerGap = time.Second
+
 func (s *Syncer) loop(ctx context.Context) {
 	failures := 0
 	for {
+		started := time.Now()
 		res, err := s.Sync(ctx)
 		if s.cfg.Observe != nil && ctx.Err() == nil {
 			s.cfg.Observe(res, err)
@@ -759,6 +765,13 @@ func (s *Syncer) loop(ctx context.Context) {
 		case <-t.C:
 		case <-s.trigger:
 			t.Stop()
+			if gap := time.Until(started.Add(minTriggerGap)); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(gap):
+				}
+			}
 		}
 	}
 }

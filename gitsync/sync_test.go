@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -417,4 +419,37 @@ func TestSyncRenamesAFlowInPlace(t *testing.T) {
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "renamed", "0"))
 	c := e.src.commit("rename x to renamed")
 	e.mustApply(c, "published acme/renamed v1", "withdrawn acme/x v1")
+}
+
+// TestTriggerFloodIsPaced: POST /hooks/git needs no key without --secret,
+// and each Trigger once started a fetch at once, backoff or not. A flood
+// of triggers now starts at most one sync a second (and at least one).
+func TestTriggerFloodIsPaced(t *testing.T) {
+	var rounds atomic.Int64
+	e := newEnv(t, func(c *gitsync.Config) {
+		c.Poll = time.Hour
+		c.Observe = func(gitsync.Result, error) { rounds.Add(1) }
+	})
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.src.commit("one")
+	e.s.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for rounds.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no first sync within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before, began := rounds.Load(), time.Now()
+	for time.Since(began) < 1500*time.Millisecond {
+		e.s.Trigger()
+		time.Sleep(2 * time.Millisecond)
+	}
+	e.s.Stop()
+	// 1.5 s of triggers: the syncs may start at 0 s and 1 s after the
+	// first, and one more that began as the flood ended
+	took := time.Since(began)
+	if n := rounds.Load() - before; n < 1 || n > int64(took/time.Second)+2 {
+		t.Errorf("%d syncs in %v of triggers every 2 ms, want 1 to %d", n, took.Round(time.Millisecond), int64(took/time.Second)+2)
+	}
 }
