@@ -807,6 +807,9 @@ func checkEndpoint(t *Template) string {
 	if strings.ContainsAny(u, " \t") {
 		return "contains a space: percent-encode it"
 	}
+	if seg, ok := dotSegment(u); ok {
+		return "has the path segment " + strconv.Quote(seg) + ", which names another resource: write the path it means"
+	}
 	if _, err := url.Parse(u); err != nil {
 		// what every call would fail on at run time
 		var ue *url.Error
@@ -818,14 +821,14 @@ func checkEndpoint(t *Template) string {
 	return ""
 }
 
-// scalar reads a step key's value as one string: a quoted YAML string is
-// unquoted, anything else is taken as written. A value that only begins
-// and ends with quotes ("urgent" in $.tags && $.p == "high") is taken as
-// written: YAML would read its first string and drop the rest.
 // isControl reports a character a header value cannot hold: a control
 // character other than a tab.
 func isControl(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
 
+// scalar reads a step key's value as one string: a quoted YAML string is
+// unquoted, anything else is taken as written. A value that only begins
+// and ends with quotes ("urgent" in $.tags && $.p == "high") is taken as
+// written: YAML would read its first string and drop the rest.
 func scalar(v string) string {
 	v = strings.TrimSpace(v)
 	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && quoteEnd(v) == len(v)-1 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,16 +48,20 @@ func TestIntegerArithmeticExact(t *testing.T) {
 // TestArithmeticOverflowIsAnError: a result too large for a number is an
 // evaluation error, not an infinity written as null (or "null").
 func TestArithmeticOverflowIsAnError(t *testing.T) {
-	e, _ := CompileExpr(`1e308 * 10`)
-	if v, err := e.Eval(&Env{}); err == nil {
-		t.Errorf("1e308 * 10 = %v, want an evaluation error (Infinity is not a JSON number)", v)
+	const want = "out of range for a number"
+	e, err := CompileExpr(`1e308 * 10`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Eval(&Env{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("1e308 * 10 = %v, %v; want an evaluation error containing %q (Infinity is not a JSON number)", v, err, want)
 	}
 	n, err := CompileNTD(`{"s": "{{ 1e308 * 10 }}", "v": {{ 1 / 1e-320 }}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := n.Render(&Env{}); err == nil {
-		t.Errorf("rendered %s, want a step error", AppendJSON(nil, v))
+	if v, err := n.Render(&Env{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("rendered %s, %v; want a step error containing %q", AppendJSON(nil, v), err, want)
 	}
 }
 
@@ -114,8 +119,9 @@ func TestEndpointMustParse(t *testing.T) {
 			t.Fatalf("%s parses", ep)
 		}
 		src := rv6Head + "## Step: s\neffects: [http_egress]\nendpoint: " + ep + "\n"
-		if errs := compileErrs(t, src); errs == nil {
-			t.Errorf("endpoint %s accepted", ep)
+		errs := compileErrs(t, src)
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "does not parse") {
+			t.Errorf("endpoint %s: errors %v, want one saying it does not parse", ep, errs)
 		}
 	}
 }
@@ -124,8 +130,9 @@ func TestEndpointMustParse(t *testing.T) {
 // refuse (a line break) is a compile error.
 func TestEgressHeaderValueWithNewline(t *testing.T) {
 	src := rv6Head + "## Step: s\neffects: [http_egress]\nendpoint: https://api.example.com/\nheaders: {\"X-A\": \"a\\nb\"}\n"
-	if errs := compileErrs(t, src); errs == nil {
-		t.Errorf("headers value with a newline accepted")
+	errs := compileErrs(t, src)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "holds a control character") {
+		t.Errorf("headers value with a newline: errors %v, want one saying it holds a control character", errs)
 	}
 }
 
@@ -136,12 +143,14 @@ func TestStepKeyCommentAfterApostrophe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var got []HeaderOp
 	for s := range f.Steps() {
 		for h := range s.Headers() {
-			if h.Value != "don't cache" {
-				t.Errorf("Warning = %q, want %q", h.Value, "don't cache")
-			}
+			got = append(got, h)
 		}
+	}
+	if want := []HeaderOp{{Name: "Warning", Value: "don't cache"}}; !slices.Equal(got, want) {
+		t.Errorf("headers %+v, want %+v", got, want)
 	}
 }
 
@@ -316,5 +325,20 @@ func TestFaultHeaderRemoveOutsideAFault(t *testing.T) {
 	want := "fault_header_remove is only allowed in a ## Fault: section: use response_header_remove"
 	if len(errs) != 1 || errs[0].Line != 9 || errs[0].Msg != want {
 		t.Errorf("errors %v, want one on line 9: %s", errs, want)
+	}
+}
+
+// TestEndpointWithADotSegment: an endpoint whose literal path has a "." or
+// ".." segment (encoded or not) names another resource than it reads as:
+// a compile error.
+func TestEndpointWithADotSegment(t *testing.T) {
+	for _, ep := range []string{"https://api.example.com/a/../b", "https://api.example.com/a/./{{ $.id }}", "https://api.example.com/a/%2E%2E/b"} {
+		errs := compileErrs(t, rv6Head+"## Step: s\neffects: [http_egress]\nendpoint: "+ep+"\n")
+		if len(errs) != 1 || !strings.Contains(errs[0].Msg, "which names another resource") {
+			t.Errorf("endpoint %s: errors %v, want the dot-segment refused", ep, errs)
+		}
+	}
+	if errs := compileErrs(t, rv6Head+"## Step: s\neffects: [http_egress]\nendpoint: https://api.example.com/a/...b?x=..#../\n"); errs != nil {
+		t.Errorf("dots that are no segment refused: %v", errs)
 	}
 }

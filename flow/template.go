@@ -132,7 +132,42 @@ func (t *Template) literalHas(f func(rune) bool) bool {
 // byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape.
 // A hole whose whole text is "." or ".." has its dots encoded too.
 func (t *Template) RenderURL(env *Env) (string, error) {
-	return t.render(env, escapeURLComponent)
+	u, err := t.render(env, escapeURLComponent)
+	if err == nil && len(t.parts) > 1 {
+		// a hole that renders "." or ".." (or one that makes one with a
+		// dot beside it) would address another resource than the one the
+		// endpoint names: /customers/{{ $.id }}/orders with the id ".."
+		// is /orders to the backend, %2E%2E too once it normalizes
+		if seg, ok := dotSegment(u); ok {
+			return "", fmt.Errorf("the URL's path holds the segment %q, which would name another resource: refused", seg)
+		}
+	}
+	return u, err
+}
+
+// dotSegment returns the first segment of u's path that is "." or "..",
+// percent-encoded dots included (RFC 3986 §6.2.2.2 decodes them before
+// §5.2.4 removes dot-segments).
+func dotSegment(u string) (string, bool) {
+	rest := u
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			return "", false
+		}
+		rest = rest[j:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	for seg := range strings.SplitSeq(rest, "/") {
+		d := strings.ReplaceAll(strings.ReplaceAll(seg, "%2E", "."), "%2e", ".")
+		if d == "." || d == ".." {
+			return seg, true
+		}
+	}
+	return "", false
 }
 
 func (t *Template) render(env *Env, escape func(string) string) (string, error) {
@@ -164,13 +199,6 @@ func (t *Template) render(env *Env, escape func(string) string) (string, error) 
 }
 
 func escapeURLComponent(s string) string {
-	// "." and ".." alone are dot-segments (RFC 3986 §5.2.4): left as they
-	// are, /customers/{{ $.id }}/orders with the id ".." calls /orders.
-	// Encoded, they are a segment's data, which Go's ServeMux, for one,
-	// hands on as the value "..".
-	if s == "." || s == ".." {
-		return strings.Repeat("%2E", len(s))
-	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]

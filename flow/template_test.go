@@ -117,12 +117,16 @@ func TestTemplateRenderURL(t *testing.T) {
 		{"null", `https://example.com/x{{ $.nul }}y`, `https://example.com/xy`},
 		{"object", `https://example.com/?q={{ $.cust }}`, `https://example.com/?q=%7B%22z%22%3A1%2C%22a%22%3A2%7D`},
 		{"literal template", `https://example.com/a b`, `https://example.com/a b`},
-		{"a hole of two dots", `https://example.com/customers/{{ ".." }}/orders`, `https://example.com/customers/%2E%2E/orders`},
-		{"a hole of one dot", `https://example.com/customers/{{ "." }}/orders`, `https://example.com/customers/%2E/orders`},
-		{"a hole of two dots in the query", `https://example.com/find?id={{ ".." }}`, `https://example.com/find?id=%2E%2E`},
+		// a path segment "." or ".." names another resource: refused
+		{"a hole of two dots", `https://example.com/customers/{{ ".." }}/orders`, "error"},
+		{"a hole of one dot", `https://example.com/customers/{{ "." }}/orders`, "error"},
+		{"a hole of two dots at the end", `https://example.com/customers/{{ ".." }}`, "error"},
+		{"a dot beside a hole of one dot", `https://example.com/a/.{{ "." }}/b`, "error"},
+		{"encoded dots", `https://example.com/a/{{ "x" }}/%2e%2E/b`, "error"},
+		{"a hole of two dots in the query", `https://example.com/find?id={{ ".." }}`, `https://example.com/find?id=..`},
+		{"in the fragment", `https://example.com/a?x={{ "1" }}#/../b`, `https://example.com/a?x=1#/../b`},
 		{"three dots are no dot-segment", `https://example.com/{{ "..." }}`, `https://example.com/...`},
 		{"dots beside other text", `https://example.com/{{ "..x" }}/{{ "a.b" }}/{{ ".hidden" }}`, `https://example.com/..x/a.b/.hidden`},
-		{"literal dots untouched", `https://example.com/a/../{{ "b" }}`, `https://example.com/a/../b`},
 	}
 	env := &Env{Doc: templateDoc()}
 	for _, tt := range tests {
@@ -133,6 +137,12 @@ func TestTemplateRenderURL(t *testing.T) {
 				t.Fatalf("CompileTemplate(%q): %v", tt.src, err)
 			}
 			got, err := tmpl.RenderURL(env)
+			if tt.want == "error" {
+				if err == nil || !strings.Contains(err.Error(), "which would name another resource") {
+					t.Errorf("RenderURL(%q) = %q, %v; want the dot-segment refused", tt.src, got, err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("RenderURL(%q): %v", tt.src, err)
 			}
