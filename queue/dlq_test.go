@@ -256,22 +256,31 @@ func TestReadDeadLetters(t *testing.T) {
 	}
 }
 
+// damageSecondDeadLetter dead-letters 1, 2 and 3 in q (under root), flips
+// a byte inside 2's record and appends tail to dlq.log; it returns the
+// damaged frame's offset.
+func damageSecondDeadLetter(t *testing.T, q *Queue, root string, tail []byte) int {
+	t.Helper()
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 1)
+	first, _ := os.ReadFile(dlq)
+	moveToDLQ(t, q, 2, 3)
+	b, _ := os.ReadFile(dlq)
+	b[len(first)+headerSize+12] ^= 0xff
+	if err := os.WriteFile(dlq, append(b, tail...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return len(first)
+}
+
 // TestReadDeadLettersReportsDamage: a damaged dead letter in the middle of
 // dlq.log is reported, not silently left out of the listing; a torn tail
 // (a dead letter being written, or one a crash cut short) is not.
 func TestReadDeadLettersReportsDamage(t *testing.T) {
 	root := t.TempDir()
 	q, _ := openQueue(t, root, Options{})
-	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
-	moveToDLQ(t, q, 1)
-	first, _ := os.ReadFile(dlq)
-	moveToDLQ(t, q, 2, 3)
-	b, _ := os.ReadFile(dlq)
-	b[len(first)+headerSize+12] ^= 0xff // inside dead letter 2's record
 	torn := appendFrame(nil, appendDeadLetterRecord(nil, ptr(deadLetter(4))))
-	if err := os.WriteFile(dlq, append(b, torn[:len(torn)/2]...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	first := damageSecondDeadLetter(t, q, root, torn[:len(torn)/2])
 	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -283,8 +292,8 @@ func TestReadDeadLettersReportsDamage(t *testing.T) {
 	if diff := cmp.Diff([]uint64{1, 3}, ids); diff != "" {
 		t.Errorf("listed ids (-want +got):\n%s", diff)
 	}
-	if len(damage) != 1 || damage[0].File != dlqFile || damage[0].Offset != int64(len(first)) || damage[0].Torn {
-		t.Errorf("damage %+v, want the frame at offset %d of dlq.log, and not the torn tail", damage, len(first))
+	if len(damage) != 1 || damage[0].File != dlqFile || damage[0].Offset != int64(first) || damage[0].Torn {
+		t.Errorf("damage %+v, want the frame at offset %d of dlq.log, and not the torn tail", damage, first)
 	}
 }
 
@@ -294,15 +303,7 @@ func TestReadDeadLettersReportsDamage(t *testing.T) {
 func TestCompactDLQReportsDamage(t *testing.T) {
 	root := t.TempDir()
 	q, _ := openQueue(t, root, Options{})
-	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
-	moveToDLQ(t, q, 1)
-	first, _ := os.ReadFile(dlq)
-	moveToDLQ(t, q, 2, 3)
-	b, _ := os.ReadFile(dlq)
-	b[len(first)+headerSize+12] ^= 0xff
-	if err := os.WriteFile(dlq, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	first := damageSecondDeadLetter(t, q, root, nil)
 	if err := q.Mark(1, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
@@ -310,8 +311,8 @@ func TestCompactDLQReportsDamage(t *testing.T) {
 	if err != nil || len(applied) != 1 || applied[0].ID != 1 {
 		t.Fatalf("CompactDLQ: %v, %v", applied, err)
 	}
-	if len(damage) != 1 || damage[0].Offset != int64(len(first)) || damage[0].Torn {
-		t.Errorf("damage %+v, want the frame at offset %d", damage, len(first))
+	if len(damage) != 1 || damage[0].Offset != int64(first) || damage[0].Torn {
+		t.Errorf("damage %+v, want the frame at offset %d", damage, first)
 	}
 	checkDeadLetters(t, q, 3)
 }
