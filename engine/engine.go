@@ -316,7 +316,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 		[]any{failure.Step, failure.FaultError(), req.CorrelationID},
 	)
 	x.ctxVars()["input"] = desc
-	doc, stop = x.sequence(ctx, f.Faults(), desc)
+	doc, stop = x.faultSequence(ctx, f.Faults(), desc)
 	switch {
 	case stop == nil || stop.filtered:
 		// a condition fence in the fault sequence ends it as handled
@@ -329,6 +329,18 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 		return res
 	}
 	return e.errorResult(req, &Error{Kind: KindHandlerFailed, Msg: "fault handler failed"}, &handlerFailure{main: failure, handler: stop.err})
+}
+
+// faultSequence is sequence for the fault steps: a panic in one is the
+// platform's failure of the handler (KindInternal), so the delivery keeps
+// the main sequence's error instead of losing it to the panic.
+func (x *execution) faultSequence(ctx context.Context, steps iter.Seq[*flow.Step], doc any) (out any, stop *stepError) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, stop = doc, &stepError{err: &Error{Kind: KindInternal, Msg: "internal error", Detail: panicDetail(p)}}
+		}
+	}()
+	return x.sequence(ctx, steps, doc)
 }
 
 // sequence runs steps in order on doc and returns the last document, or

@@ -2093,3 +2093,25 @@ response_header_content_type: application/problem+json
 		t.Errorf("the fault handler's answer: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestPanicInFaultSequenceKeepsTheMainError: a panic inside the fault
+// sequence answers the platform's 500, and the delivery's error stays the
+// main sequence's (the panic is the handler's error), as for the ceiling;
+// it once replaced the main error, which the journal and a queue's
+// last_error then lost.
+func TestPanicInFaultSequenceKeepsTheMainError(t *testing.T) {
+	src := flowSource("fault-panic", "", `
+## Step: check
+~~~validate
+$.ok == true | "not ok"
+~~~
+
+## Fault: hand-off
+effects: [queue_publish]
+queue: order-fulfilment
+`)
+	res := run(t, engine.New(engine.Config{Publisher: &panickingPublisher{}}), compile(t, src), `{"ok":false}`)
+	if res.Status != 500 || res.Err == nil || res.Err.Kind != engine.KindSemantic || res.HandlerErr == nil || res.HandlerErr.Kind != engine.KindInternal {
+		t.Errorf("status %d, error %v, handler error %v; want 500, the validate failure, and the panic as the handler's error", res.Status, res.Err, res.HandlerErr)
+	}
+}
