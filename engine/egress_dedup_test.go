@@ -50,12 +50,13 @@ endpoint: https://ADDR/ingest
 connect_timeout_ms: 200
 read_timeout_ms: 300
 `)
-	start := time.Now()
+	// Unbounded, the handshake would run into the flow's 4 s ceiling and
+	// answer its 500 (KindDeadline): the 502 effect failure is the
+	// evidence that connect_timeout_ms cut it short, no timing needed.
 	res := run(t, engine.New(engine.Config{}), compile(t, src, "ADDR", l.Addr().String()), `{}`)
-	took := time.Since(start)
-	if took > 2*time.Second || res.Status != 502 {
-		t.Errorf("with connect_timeout_ms 200 and read_timeout_ms 300 a stalled TLS handshake took %v and answered %d %s (err %v); want a 502 effect failure within ~0.5 s",
-			took, res.Status, res.Body, res.Err)
+	if v := viewOf(res); v.Status != 502 || v.ErrKind != engine.KindEffect {
+		t.Errorf("with connect_timeout_ms 200 and read_timeout_ms 300 a stalled TLS handshake answered %d %s (err %v, kind %v); want a 502 effect failure",
+			v.Status, v.Body, v.Err, v.ErrKind)
 	}
 }
 
@@ -87,31 +88,38 @@ response_status: "{{ ctx.HTTP_SC }}"
 // TestDedupDuplicateHasAWholeCeilingAfterItsWait: a duplicate that waited
 // for the first delivery (which then failed, so under rerun the duplicate
 // runs) has a whole timeout_ms for its own execution: the wait does not
-// count against it.
+// count against it. The first call takes 1.5 s, the duplicate's own 1 s,
+// under timeout_ms 2000: each fits its ceiling by 0.5 s or more, and the
+// wait and the duplicate's call together (2.5 s) do not.
 func TestDedupDuplicateHasAWholeCeilingAfterItsWait(t *testing.T) {
 	var calls atomic.Int32
 	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
-			time.Sleep(600 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 			answer(503, "text/plain", "down")(w, r)
 			return
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		answer(200, "application/json", `{"n":2}`)(w, r)
 	})
-	f := compile(t, flowSource("dedup-wait-ceiling", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 800\n", dedupFlow), "BACKEND", b.URL)
+	f := compile(t, flowSource("dedup-wait-ceiling", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 2000\n", dedupFlow), "BACKEND", b.URL)
 	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}, DedupPoll: 5 * time.Millisecond})
 	first := make(chan engine.Result)
-	go func() { first <- run(t, e, f, `{"orderId":"A-1"}`) }()
+	firstReq := newRequest(t, f, `{"orderId":"A-1"}`)
+	go func() { first <- e.Run(context.Background(), firstReq) }()
 	for calls.Load() < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
-	dup := e.Run(context.Background(), engine.Request{Flow: f, Doc: parse(t, `{"orderId":"A-1"}`), CorrelationID: "c-2", Door: engine.DoorRun})
+	dup := e.Run(context.Background(), newRequest(t, f, `{"orderId":"A-1"}`, func(r *engine.Request) { r.CorrelationID = "c-2" }))
 	took := time.Since(start)
-	<-first
-	if dup.Status != 201 {
-		t.Errorf("the duplicate (waited, then ran a 300 ms execution under timeout_ms 800) answered %d %s after %v; want 201", dup.Status, dup.Body, took)
+	if v := viewOf(<-first); v.Status != 502 || v.ErrKind != engine.KindEffect || !strings.Contains(v.Err, "HTTP 503") {
+		t.Errorf("the first delivery answered %d %s (err %v, kind %v); want a 502 effect failure on the backend's 503, within its ceiling",
+			v.Status, v.Body, v.Err, v.ErrKind)
+	}
+	if dup.Status != 201 || calls.Load() != 2 {
+		t.Errorf("the duplicate (waited, then ran a 1 s execution under timeout_ms 2000) answered %d %s after %v, %d backend calls; want 201 from a run of its own (2 calls)",
+			dup.Status, dup.Body, took, calls.Load())
 	}
 }
 
@@ -166,7 +174,8 @@ func TestDedupLeaseOutlastsTheCeiling(t *testing.T) {
 	store := &slowCommit{Dedup: &enginetest.Dedup{}, delay: 100 * time.Millisecond}
 	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond})
 	first := make(chan engine.Result)
-	go func() { first <- run(t, e, f, `{"orderId":"A-1"}`) }()
+	firstReq := newRequest(t, f, `{"orderId":"A-1"}`)
+	go func() { first <- e.Run(context.Background(), firstReq) }()
 	for b.calls.Load() < 1 {
 		time.Sleep(time.Millisecond)
 	}

@@ -20,7 +20,10 @@ var update = flag.Bool("update", false, "rewrite the golden files of testdata/ f
 // errors with the .golden file beside it: every error, in order, as
 // FILE:LINE: message.
 func TestGoldenInvalid(t *testing.T) {
-	files, _ := filepath.Glob("testdata/invalid/*.md")
+	files, err := filepath.Glob("testdata/invalid/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(files) < 40 {
 		t.Fatalf("testdata/invalid holds %d flows, want at least 40", len(files))
 	}
@@ -43,11 +46,17 @@ func TestGoldenInvalid(t *testing.T) {
 	}
 }
 
-// TestGoldenValid compiles every testdata/valid/*.md and the example
-// config repo, and compares a description of the compiled flow with the
-// .golden file beside each testdata flow.
+// TestGoldenValid compiles every testdata/valid/*.md and compares a
+// description of the compiled flow with the .golden file beside it. (The
+// example config repo is TestExampleRepo's.)
 func TestGoldenValid(t *testing.T) {
-	files, _ := filepath.Glob("testdata/valid/*.md")
+	files, err := filepath.Glob("testdata/valid/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 16 {
+		t.Fatalf("testdata/valid holds %d flows, want at least 16", len(files))
+	}
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".md"), func(t *testing.T) {
 			src, err := os.ReadFile(path)

@@ -28,7 +28,7 @@ func smartHTTP(t testing.TB, root string, wrap func(http.Handler) http.Handler) 
 	t.Helper()
 	gitPath, err := exec.LookPath("git")
 	if err != nil {
-		t.Skipf("no git command: %v", err)
+		t.Fatalf("no git command (the gitsync tests need git): %v", err)
 	}
 	var h http.Handler = &cgi.Handler{
 		Path: gitPath,

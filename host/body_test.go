@@ -322,16 +322,11 @@ func TestBadBodies(t *testing.T) {
 		{"JSON sent as XML", "application/xml", `{"a":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runRequest("acme", "echo", keyAcmeAll, tc.body, "Content-Type", tc.contentType)
-			start := time.Now()
-			w := fx.serve(r)
+			w := fx.serve(runRequest("acme", "echo", keyAcmeAll, tc.body, "Content-Type", tc.contentType))
 			if w.Code != http.StatusBadRequest {
 				t.Errorf("%d %.300s, want 400", w.Code, w.Body)
 			}
 			wantRefusalPrefix(t, w, http.StatusBadRequest, "invalid ")
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("refusing took %v", d)
-			}
 		})
 	}
 

@@ -107,18 +107,21 @@ func TestWorkerStartsAgainAfterAnError(t *testing.T) {
 		}
 		return ackAll(d)
 	}))
-	deadline := time.Now().Add(5 * time.Second)
-	for ids, _ := rec.got(); len(ids) == 0; ids, _ = rec.got() {
+	// the first delivery, then the failed write of its retry: the
+	// injected ENOSPC must fire, or this is a plain delivery test
+	deadline := time.Now().Add(10 * time.Second)
+	for ids, _ := rec.got(); len(ids) == 0 || !m.Fired(); ids, _ = rec.got() {
 		if time.Now().After(deadline) {
-			t.Fatal("the first message was never delivered")
+			t.Fatalf("deliveries %v, injected ENOSPC fired %v: want the first message delivered and its retry's schedule write failed",
+				ids, m.Fired())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond)
-	// later submissions, long after the fault is gone
+	clk.WaitCalls(t, 1) // the worker, stopped on the error, waits on the clock
+	// later submissions, after the fault has fired
 	msgs := appendN(t, q, 1, 2)
 	w.Wake()
-	deadline = time.Now().Add(2 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if ids, _ := rec.got(); slices.Contains(ids, msgs[1].ID) {
 			return

@@ -638,11 +638,16 @@ func TestWatcherFollowsAnotherHandle(t *testing.T) {
 	load(t, follower)
 
 	swaps := make(chan *registry.LiveSet, 16)
+	var seenMu sync.Mutex
+	var seen []*registry.LiveSet // every set OnSwap received, in order
 	w := &registry.Watcher{
 		Registry: follower,
 		Interval: 100 * time.Millisecond,
 		Logger:   quietLogger(),
 		OnSwap: func(ls *registry.LiveSet) {
+			seenMu.Lock()
+			seen = append(seen, ls)
+			seenMu.Unlock()
 			select {
 			case swaps <- ls:
 			default:
@@ -681,18 +686,23 @@ func TestWatcherFollowsAnotherHandle(t *testing.T) {
 		}
 		t.Logf("%s: followed in %v", s.name, took.Round(time.Millisecond))
 	}
-	// OnSwap received the sets in place.
-	var last *registry.LiveSet
-	for len(swaps) > 0 {
-		last = <-swaps
-	}
-	if last != nil && last.Generation() > follower.Live().Generation() {
-		t.Errorf("OnSwap saw generation %d, the live set is at %d", last.Generation(), follower.Live().Generation())
+	// OnSwap received the sets in place: the last one it received is the
+	// live set.
+	w.Stop() // no swap after this
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	switch live := follower.Live(); {
+	case len(seen) == 0:
+		t.Error("OnSwap was never called")
+	case seen[len(seen)-1] != live:
+		t.Errorf("the last set OnSwap received (generation %d, %v) is not the live set (generation %d, %v); %d calls",
+			seen[len(seen)-1].Generation(), summary(seen[len(seen)-1]), live.Generation(), summary(live), len(seen))
 	}
 }
 
 func TestWatcherStartStop(t *testing.T) {
-	r, _ := newRegistry(t)
+	r, clk := newRegistry(t)
+	other := open(t, r.Path(), registry.Options{Now: clk.Now}) // another handle on the same file
 	load(t, r)
 	swaps := make(chan *registry.LiveSet, 16)
 	w := &registry.Watcher{Registry: r, Interval: 10 * time.Millisecond, Logger: quietLogger(), OnSwap: func(ls *registry.LiveSet) {
@@ -723,9 +733,21 @@ func TestWatcherStartStop(t *testing.T) {
 	stopped("Stop after Start twice")
 	stopped("Stop twice")
 
-	// Stopped, it loads nothing; Refresh still works by hand.
+	// Stopped, it loads nothing: a publication by another handle stays
+	// out of the live set for many intervals (a generous wait: a running
+	// watcher loads it within one or two); Refresh still works by hand.
+	for len(swaps) > 0 {
+		<-swaps
+	}
 	before := r.Live()
-	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "b", "1")}})
+	publish(t, other, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "b", "1")}})
+	time.Sleep(50 * 10 * time.Millisecond) // 50 intervals
+	if r.Live() != before {
+		t.Errorf("the stopped watcher loaded a publication: live set %v, was %v", summary(r.Live()), summary(before))
+	}
+	if len(swaps) > 0 {
+		t.Errorf("the stopped watcher called OnSwap %d times", len(swaps))
+	}
 	if swapped, err := r.Refresh(context.Background()); err != nil || !swapped {
 		t.Fatalf("Refresh = %v, %v", swapped, err)
 	}
