@@ -183,6 +183,17 @@ func (s *Server) payload(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	w.Write(d.Payload)
 }
 
+// dlqActionAnswer is the answer of a replay or a discard, its keys in the
+// order docs/management.md gives.
+type dlqActionAnswer struct {
+	Tenant    string `json:"tenant"`
+	Flow      string `json:"flow"`
+	ID        uint64 `json:"id"`
+	Replayed  bool   `json:"replayed,omitempty"`
+	MessageID uint64 `json:"message_id,omitempty"`
+	Discarded bool   `json:"discarded,omitempty"`
+}
+
 func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	tenant, flowName, action := ps.ByName("tenant"), ps.ByName("flow"), ps.ByName("action")
 	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
@@ -197,11 +208,9 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 		writeError(w, status, err.Error())
 		return
 	}
-	out := map[string]any{"tenant": tenant, "flow": flowName, "id": id}
+	out := dlqActionAnswer{Tenant: tenant, Flow: flowName, ID: id, Discarded: action == "discard"}
 	if action == "replay" {
-		out["replayed"], out["message_id"] = true, newID
-	} else {
-		out["discarded"] = true
+		out.Replayed, out.MessageID = true, newID
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -147,6 +148,45 @@ func wantDocument(t *testing.T, w *httptest.ResponseRecorder, want string) {
 	}
 	if d := jsonDiff(t, w.Body.Bytes(), want); d != "" {
 		t.Errorf("body (-want +got):\n%s", d)
+		return
+	}
+	// the same document: its keys in the order docs/management.md gives
+	if got, wantKeys := keyOrder(w.Body.Bytes()), keyOrder([]byte(want)); !slices.Equal(got, wantKeys) {
+		t.Errorf("body keys in another order:\n got %q\nwant %q", got, wantKeys)
+	}
+}
+
+// keyOrder lists a JSON document's object keys in the order they come.
+func keyOrder(doc []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	var keys []string
+	var inObject []bool // for each open container: an object?
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				inObject = append(inObject, true)
+				expectKey = true
+				continue
+			case '[':
+				inObject = append(inObject, false)
+			default:
+				inObject = inObject[:len(inObject)-1]
+			}
+		case string:
+			if expectKey {
+				keys = append(keys, v)
+				expectKey = false
+				continue
+			}
+		}
+		expectKey = len(inObject) > 0 && inObject[len(inObject)-1]
 	}
 }
 

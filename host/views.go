@@ -191,12 +191,12 @@ type deadLetterEntry struct {
 
 // deadLetterPage is a page of a queue's pending dead letters, by id.
 type deadLetterPage struct {
-	Tenant      string            `json:"tenant"`
-	Flow        string            `json:"flow"`
-	Total       int               `json:"total"`
-	DeadLetters []deadLetterEntry `json:"dead_letters"`
+	Tenant string `json:"tenant"`
+	Flow   string `json:"flow"`
+	Total  int    `json:"total"`
 	// NextAfter is the after= of the next page; nil on the last.
-	NextAfter *uint64 `json:"next_after"`
+	NextAfter   *uint64           `json:"next_after"`
+	DeadLetters []deadLetterEntry `json:"dead_letters"`
 }
 
 func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int) (deadLetterPage, error) {
