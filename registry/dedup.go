@@ -25,8 +25,10 @@ func (r *Registry) Dedup() *DedupStore { return &DedupStore{r: r} }
 // The claimed column holds the claim: 0 for a committed answer, else the
 // claim's random token, which Commit and Release must name.
 func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claim int64, err error) {
-	now := d.r.now()
 	err = d.r.write(ctx, func(tx *sql.Tx) error {
+		// the time once the write lock is held: a claim that waited for
+		// another process's write gets its whole lease from now
+		now := d.r.now()
 		var (
 			held    int64
 			failed  int

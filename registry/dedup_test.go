@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/engine/enginetest"
 	"github.com/nexushq/nexus/registry"
@@ -186,3 +187,40 @@ func TestDedupPruner(t *testing.T) {
 
 // claimOf keeps Claim's claim and error.
 func claimOf(_ []byte, claim int64, err error) (int64, error) { return claim, err }
+
+// TestClaimLeaseCountsFromTheClaim: a claim's lease (the flow's
+// timeout_ms and 5 s) runs from when the key is taken, not from before the
+// claim waited for another process's write (up to BusyTimeout): a claim
+// that waited 8 s was once stored with its 6 s lease spent, and a
+// duplicate arriving at once claimed the key too.
+func TestClaimLeaseCountsFromTheClaim(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	path := dbPath(t)
+	first := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	second := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	release := lockAsAnotherProcess(t, path)
+
+	const lease = 6 * time.Second // a flow of timeout_ms 1000
+	type result struct {
+		claim int64
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, claim, err := first.Claim(ctx, "acme", "f", "order-1", false, lease)
+		done <- result{claim, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // Claim waits for the lock
+	c.Advance(8 * time.Second)         // the other process's write took 8 s
+	release()
+	res := <-done
+	if res.err != nil || res.claim == 0 {
+		t.Fatalf("first Claim = %d, %v; want the key", res.claim, res.err)
+	}
+	// the first delivery now runs for up to its timeout; a duplicate
+	// arriving at once must wait for it
+	if answer, claim, err := second.Claim(ctx, "acme", "f", "order-1", false, lease); err != nil || claim != 0 || answer != nil {
+		t.Errorf("a duplicate's Claim right after the first took the key = %q, %d, %v; want busy (the first's %v lease has just begun)", answer, claim, err, lease)
+	}
+}

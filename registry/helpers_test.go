@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,3 +182,26 @@ func versions(t testing.TB, db *sql.DB, tenant, name string) []int {
 
 // quietLogger discards everything.
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// lockAsAnotherProcess takes SQLite's write lock on path through a handle of its own,
+// as another process's long write would; the returned func releases it.
+func lockAsAnotherProcess(t *testing.T, path string) func() {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := sideDB(t, path).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			conn.ExecContext(ctx, `ROLLBACK`)
+			conn.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}

@@ -135,6 +135,33 @@ func (w *JournalWriter) take(batch []Entry) []Entry {
 	return batch
 }
 
+// putBack returns a batch the database refused to the front of the
+// buffer, oldest first, for the next write; what the buffer has no room
+// for (the oldest) is dropped and counted.
+func (w *JournalWriter) putBack(batch []Entry) {
+	w.bufMu.Lock()
+	defer w.bufMu.Unlock()
+	for i := len(batch) - 1; i >= 0; i-- {
+		if w.count == len(w.ring) && len(w.ring) < w.cfg.Buffer {
+			w.grow()
+		}
+		if w.count == len(w.ring) {
+			w.dropped.Add(int64(i + 1))
+			return
+		}
+		w.head = (w.head - 1 + len(w.ring)) % len(w.ring)
+		w.ring[w.head] = batch[i]
+		w.count++
+	}
+}
+
+// waiting is the number of entries in the buffer.
+func (w *JournalWriter) waiting() int {
+	w.bufMu.Lock()
+	defer w.bufMu.Unlock()
+	return w.count
+}
+
 // Dropped is the number of entries dropped because the buffer was full.
 func (w *JournalWriter) Dropped() int64 { return w.dropped.Load() }
 
@@ -162,11 +189,13 @@ func (w *JournalWriter) loop(ctx context.Context) {
 			insert.Close()
 		}
 	}()
-	// writeAll writes what waits, a batch at a time
-	writeAll := func() {
+	// writeAll writes what waits, a batch at a time; a batch the database
+	// refuses (locked by another process past BusyTimeout, say) goes back
+	// to the buffer for the next round
+	writeAll := func() error {
 		for {
 			if batch = w.take(batch); len(batch) == 0 {
-				return
+				return nil
 			}
 			if insert == nil && len(batch) >= journalRowsPerInsert {
 				// on an error, writeEntries prepares it in its transaction
@@ -175,10 +204,11 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				}
 			}
 			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
-				w.cfg.Logger.Error("journal entries could not be written", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
-			} else {
-				w.written.Add(int64(len(batch)))
+				w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+				w.putBack(batch)
+				return err
 			}
+			w.written.Add(int64(len(batch)))
 		}
 	}
 	for {
@@ -194,7 +224,14 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				}
 			}
 		case <-ctx.Done():
-			writeAll()
+			// a database still refusing after a few tries (each waits
+			// BusyTimeout for the lock) loses what waits: counted
+			for try := 0; writeAll() != nil && try < 2; try++ {
+			}
+			if n := w.waiting(); n > 0 {
+				w.dropped.Add(int64(n))
+				w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
+			}
 			return
 		}
 	}
@@ -337,5 +374,16 @@ func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...an
 		if err != nil || n < pruneBatch {
 			return total, err
 		}
+		// a breath longer than SQLite's busy handler sleeps (100 ms at
+		// most), so that a write waiting for the lock (a dedup claim, a
+		// publication, another process) gets it between two batches
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(pruneBreath):
+		}
 	}
 }
+
+// pruneBreath is the pause between two batches of a prune.
+const pruneBreath = 150 * time.Millisecond

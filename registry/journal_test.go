@@ -358,3 +358,65 @@ func TestJournalNewestFirstByTime(t *testing.T) {
 		t.Errorf("Journal(%+v) (-want +got):\n%s", q, diff)
 	}
 }
+
+// TestJournalKeepsABatchTheDatabaseRefused: when another process holds
+// registry.db's write lock longer than BusyTimeout, the writer's
+// transaction fails (journal_write_failed) and the batch goes back to the
+// buffer: it is written once the database takes it (it was thrown away).
+func TestJournalKeepsABatchTheDatabaseRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds the write lock past BusyTimeout")
+	}
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: 20 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)})
+	w.Start()
+	defer w.Stop()
+	release := lockAsAnotherProcess(t, path)
+	for i := range 3 {
+		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
+	}
+	deadline := time.Now().Add(registry.BusyTimeout + 10*time.Second)
+	for len(logs.Events(t, "journal_write_failed")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no journal_write_failed while the lock was held")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	release() // the other process's write is done
+	w.Stop()
+	if got := journal(t, r, registry.JournalQuery{}); len(got) != 3 {
+		t.Errorf("after the lock was released and Stop: %d journal entries, want the 3 appended (Written %d, Dropped %d)", len(got), w.Written(), w.Dropped())
+	}
+}
+
+// TestCatchUpPruneLetsDoorsIn: docs/decisions.md ("Pruning goes in
+// batches"): a catch-up prune must not hold SQLite's write lock while
+// doors wait to claim dedup keys. It pauses between batches longer than
+// SQLite's busy handler sleeps, so a claim made during a prune of 4
+// batches is done before the prune is (it once waited for all of it: with
+// millions of rows, past BusyTimeout, a 503).
+func TestCatchUpPruneLetsDoorsIn(t *testing.T) {
+	ctx := context.Background()
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	exec(t, sideDB(t, path), `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 20000)
+		INSERT INTO journal (at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error)
+		SELECT i, 'run', 'acme', 'f', 1, 'c' || i, 0, 1, 'succeeded', 200, 5, '' FROM n`) // 4 batches of 5,000
+	pruned := make(chan time.Time, 1)
+	go func() {
+		if n, err := r.PruneJournal(ctx, t0); err != nil || n != 20000 {
+			t.Errorf("PruneJournal = %d, %v; want 20000", n, err)
+		}
+		pruned <- time.Now()
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, claim, err := r.Dedup().Claim(ctx, "acme", "f", "order-1", false, time.Minute); err != nil || claim == 0 {
+		t.Errorf("Claim during the prune = %d, %v", claim, err)
+	}
+	claimed := time.Now()
+	if done := <-pruned; !claimed.Before(done) {
+		t.Errorf("a dedup claim made during a prune of 4 batches was done %v after the prune: it got the write lock only when the prune was done", claimed.Sub(done))
+	}
+}

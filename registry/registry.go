@@ -37,6 +37,11 @@ type Registry struct {
 type Options struct {
 	// Now is the registry's clock; nil means time.Now.
 	Now func() time.Time
+	// ReadOnly opens an existing registry to read it only (nexus status,
+	// nexus journal): nothing is created, migrated or written, and no write
+	// lock is taken, so a reader never waits for a server's writes. A
+	// registry of another schema version is refused.
+	ReadOnly bool
 }
 
 // BusyTimeout is how long a statement waits for another process's write
@@ -49,8 +54,10 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	// the state directory and the registry are the owner's alone (0700,
 	// 0600: queue.DirMode and queue.FileMode, which this package does not
 	// import); SQLite gives its -wal and -shm files the database's mode
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("registry %s: %w", path, err)
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
 	}
 	// no symbolic link where the registry or its side files should be:
 	// SQLite would write through it, wherever it points
@@ -59,7 +66,11 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 			return nil, fmt.Errorf("registry %s: %s is a symbolic link: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
 		}
 	}
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
+	} else if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
 		f.Close()
 	}
 	abs, err := filepath.Abs(path)
@@ -68,7 +79,13 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout("+strconv.Itoa(int(BusyTimeout.Milliseconds()))+")")
-	q.Add("_pragma", "journal_mode(WAL)")
+	if opts.ReadOnly {
+		// the file's journal mode as it is (switching it is a write), and
+		// no statement may change the database
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+	}
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
@@ -83,6 +100,13 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	r := &Registry{db: db, path: path, now: opts.Now}
 	if r.now == nil {
 		r.now = time.Now
+	}
+	if opts.ReadOnly {
+		if err := r.checkSchema(ctx); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
+		return r, nil
 	}
 	// A new file's first connections race to switch it to WAL, which
 	// SQLite answers with SQLITE_BUSY rather than waiting: retry that.
@@ -172,7 +196,31 @@ var migrations = []string{
 	CREATE INDEX journal_flow_at ON journal (tenant, flow, at);`,
 }
 
+// checkSchema refuses, for a read-only open, a registry whose schema is
+// not this nexus's.
+func (r *Registry) checkSchema(ctx context.Context) error {
+	var v int
+	if err := r.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	switch {
+	case v == 0:
+		return errors.New("not a registry (an SQLite database without nexus's tables)")
+	case v > len(migrations):
+		return fmt.Errorf("schema version %d is newer than this nexus knows (%d): upgrade nexus", v, len(migrations))
+	case v < len(migrations):
+		return fmt.Errorf("schema version %d is older than this nexus reads (%d): nexus serve or nexus deploy upgrades it", v, len(migrations))
+	}
+	return nil
+}
+
+// migrate brings the schema to this nexus's version. A registry already
+// there is only read: no write lock is taken.
 func (r *Registry) migrate(ctx context.Context) error {
+	var current int
+	if err := r.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err == nil && current == len(migrations) {
+		return nil
+	}
 	return r.write(ctx, func(tx *sql.Tx) error {
 		var v int
 		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {

@@ -73,7 +73,7 @@ func readRegistry(ctx context.Context, path string) (*registry.Registry, string,
 	case string(head[:n]) != sqliteHeader:
 		return nil, p, fmt.Errorf("%s is not a registry (not an SQLite database)", p)
 	}
-	reg, err := registry.Open(ctx, p, registry.Options{})
+	reg, err := registry.Open(ctx, p, registry.Options{ReadOnly: true})
 	return reg, p, err
 }
 
