@@ -74,6 +74,12 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// duplicate may take the key.
 	waitCtx, cancelWait := context.WithTimeout(ctx, f.Timeout())
 	defer cancelWait()
+	if req.Caller != nil {
+		// a caller who hangs up ends the wait (nothing was claimed or
+		// run yet), though not an execution that holds the key
+		stop := context.AfterFunc(req.Caller, cancelWait)
+		defer stop()
+	}
 	var claim int64
 	for {
 		var err error
@@ -106,6 +112,9 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		}
 		select {
 		case <-waitCtx.Done():
+			if req.Caller != nil && req.Caller.Err() != nil {
+				return unavailable("the caller went away while the first delivery of this key ran", nil)
+			}
 			return unavailable("the first delivery of this key is still running", nil)
 		case <-time.After(e.dedupPoll):
 		}
@@ -120,7 +129,13 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// The record outlives this execution's deadline: write it even when the
 	// ceiling was reached.
 	wctx := context.WithoutCancel(ectx)
-	if res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
+	// An execution its runner cut short (a worker stopping past its grace:
+	// ctx cancelled, not the flow's own ceiling) did not end: the key is
+	// released, so that the delivery made again at the next start runs,
+	// rather than finding a failure recorded (replayed under absorb, and
+	// the message lost).
+	interrupted := ctx.Err() != nil
+	if interrupted || res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}

@@ -48,8 +48,15 @@ func NewTransport() *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
+		// a backend's headers are bounded as its body is (Go's default
+		// is 10 MiB, all copied into ctx.HTTP_RESPONSE_HEADERS)
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 }
+
+// maxResponseHeaderBytes bounds the headers of a backend's answer: as
+// much as nexus serve takes from a caller (64 KiB).
+const maxResponseHeaderBytes = 64 << 10
 
 // httpEgress makes the step's call with the current document as the body.
 // A 2xx answer's body becomes the output; any answer sets ctx.HTTP_SC,

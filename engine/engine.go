@@ -130,6 +130,10 @@ type Request struct {
 	// successful execution's Result then has no Body or Header, unless
 	// the flow deduplicates (the answer is recorded for replay).
 	NoBody bool
+	// Caller, when set, is the context of whoever waits for the answer (a
+	// /run caller), where Run's own context outlives it: a duplicate's
+	// wait for the first delivery of its key ends when the caller is gone.
+	Caller context.Context
 }
 
 // Error is the failure of an execution: its kind, the step and the text.

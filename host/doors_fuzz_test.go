@@ -25,6 +25,7 @@ func FuzzDoors(f *testing.F) {
 	f.Add("POST", "..", "%2e%2e", "run", 2, "text/csv", "a,b")
 	f.Add("POST", "acme", "echo", "run", 0, "application/json", `{"a":1,"a":2}`)
 	f.Add("POST", "Acme", "echo", "enqueue", 3, "", "\xff")
+	f.Add("POST", "0", "%0A", "0", 0, "", "") // a 404 echoing a path with a line break
 	keys := []string{keyAcmeAll, keyGlobex, keyRevoked, ""}
 	f.Fuzz(func(t *testing.T, method, tenant, flowName, door string, key int, contentType, body string) {
 		r, err := http.NewRequest(method, "http://nexus.test/flows/"+tenant+"/"+flowName+"/"+door, strings.NewReader(body))

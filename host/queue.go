@@ -128,7 +128,7 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		// a duplicate's recorded answer (a failure absorbed by
 		// dedup_on_failure: absorb): the message has its answer, as a
 		// duplicate on /run does; nothing to retry
-		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: append(attrs, slog.Bool("replay", true))}
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs} // replay: in executionAttrs
 	}
 	text := "internal error"
 	if res.Err != nil {

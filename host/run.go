@@ -62,6 +62,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 	// deduplicating flow records is the flow's, not a cancellation's.
 	res := s.cfg.Engine.Run(context.WithoutCancel(r.Context()), engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: a.correlationID, Door: engine.DoorRun, Attempt: 1,
+		Caller: r.Context(), // a duplicate's wait ends with its caller
 	})
 	writeResult(w, res)
 	elapsed := s.cfg.Now().Sub(start)

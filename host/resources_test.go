@@ -1,0 +1,214 @@
+package host_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
+)
+
+// settledGoroutines waits for the goroutine count to stop falling and
+// returns it.
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for range 40 {
+		time.Sleep(25 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m >= n && m == runtime.NumGoroutine() {
+			n = m
+			break
+		}
+		n = m
+	}
+	return n
+}
+
+// TestDedupWaitEndsWithItsCaller: a duplicate /run of a deduplicating
+// flow whose first delivery still runs waits for it, polling the dedup
+// store; when its caller hangs up the wait ends (it holds no key and has
+// run nothing). It once went on for the flow's whole timeout_ms, keeping
+// its goroutines and its store queries: a caller sending duplicates and
+// hanging up piled them up.
+func TestDedupWaitEndsWithItsCaller(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok":1}`))
+	}))
+	t.Cleanup(be.Close)
+	var once atomic.Bool
+	free := func() {
+		if once.CompareAndSwap(false, true) {
+			close(release)
+		}
+	}
+	t.Cleanup(free)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/dd.md"] = flowFile("acme", "dd", "effects: [http_egress]\ndedup_key: \"{{ $.id }}\"\ntimeout_ms: 60000\n",
+		"## Step: call\neffects: [http_egress]\nendpoint: "+be.URL+"/x\nread_timeout_ms: 60000\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := httptest.NewServer(fx.handler)
+	t.Cleanup(srv.Close)
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/flows/acme/dd/run", strings.NewReader(`{"id":"k1"}`))
+		req.Header.Set("Authorization", "Bearer "+keyAcmeAll)
+		req.Header.Set("Content-Type", "application/json")
+		return client.Do(req)
+	}
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		if resp, err := post(context.Background()); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	before := settledGoroutines()
+
+	const dups = 20
+	for range dups {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if resp, err := post(ctx); err == nil {
+			resp.Body.Close()
+			t.Fatalf("a duplicate was answered %d while the first delivery runs", resp.StatusCode)
+		}
+		cancel()
+	}
+	client.CloseIdleConnections()
+	time.Sleep(300 * time.Millisecond) // the server notices the hang-ups
+	after := settledGoroutines()
+	free()
+	<-firstDone
+	if grew := after - before; grew >= dups/2 {
+		t.Errorf("%d duplicates whose callers hung up left %d goroutines behind (%d → %d), still polling the dedup store for the flow's 60 s ceiling; want the wait to end with its caller",
+			dups, grew, before, after)
+	}
+}
+
+// TestSignatureHeaderCountedBeforeItIsSplit: an X-Nexus-Signature of
+// 60,000 commas is refused as "too many signatures" without being split
+// whole (it cost a slice of 60,001 strings, about 1 MiB, per request).
+func TestSignatureHeaderCountedBeforeItIsSplit(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{"whsec_test"} })
+	ts := strconv.FormatInt(t0.Unix(), 10)
+	cost := func(sig string) (uint64, string) {
+		least, body := uint64(1<<62), ""
+		for range 3 {
+			r := signedRun(`{}`, ts, sig)
+			runtime.GC()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			w := fx.serve(r)
+			runtime.ReadMemStats(&m1)
+			least, body = min(least, m1.TotalAlloc-m0.TotalAlloc), w.Body.String()
+		}
+		return least, body
+	}
+	small, smallBody := cost(strings.Repeat("v1=0,", 9))
+	large, largeBody := cost(strings.Repeat(",", 60000))
+	if !strings.Contains(smallBody, "too many signatures") || !strings.Contains(largeBody, "too many signatures") {
+		t.Fatalf("answers %s and %s, want both to be too many signatures", smallBody, largeBody)
+	}
+	if extra := int64(large) - int64(small); extra > 256<<10 {
+		t.Errorf("a 60,000-comma X-Nexus-Signature cost %d KiB more to refuse than 9 values; want the count checked before the header is split", extra>>10)
+	}
+}
+
+// TestInterruptedDeliveryIsNotAbsorbed: a delivery the worker's stop cuts
+// short (past its grace) is made again at the next start. For a flow with
+// dedup_key and dedup_on_failure: absorb, the cancelled execution is not
+// recorded as the key's failure, so the delivery made again runs and
+// calls the backend (it once received the recorded "failure", acknowledged
+// as a replay: the message was gone though no attempt had run to its end).
+func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
+	var calls atomic.Int32
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if calls.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"ok":true}`))
+			return
+		}
+		select { // the first call hangs until the stop cuts it
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	t.Cleanup(be.Close)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\ntimeout_ms: 20000\n",
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\nread_timeout_ms: 15000\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
+		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	d := queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1",
+		Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: 1}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel() // Stop's grace ran out: the worker cancels the delivery
+	}()
+	cut := srv.Handle(ctx, d) // the worker discards this verdict (errInterrupted)
+	again := srv.Handle(context.Background(), d)
+	if calls.Load() != 2 {
+		t.Errorf("message 1 cut short by the stop (verdict %+v), delivered again at the next start: verdict %+v after %d backend calls; want it run again (2 calls), not acknowledged with the cut-short execution's recorded answer",
+			cut.Kind, again, calls.Load())
+	}
+}
+
+// TestReplayedDeliveryLogsReplayOnce: a queued duplicate acknowledged with
+// a recorded answer carries "replay" once in its worker's log line (it
+// was there twice: a duplicate JSON key, which strict readers refuse).
+func TestReplayedDeliveryLogsReplayOnce(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(be.Close)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
+		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	delivery := func(id uint64) queue.Delivery {
+		return queue.Delivery{Message: queue.Message{ID: id, Source: engine.DoorEnqueue, CorrelationID: "m" + strconv.FormatUint(id, 10),
+			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: 1}
+	}
+	srv.Handle(context.Background(), delivery(1))
+	v := srv.Handle(context.Background(), delivery(2))
+	n := 0
+	for _, a := range v.Attrs {
+		if a.Key == "replay" {
+			n++
+		}
+	}
+	if v.Kind != queue.VerdictAck || n != 1 {
+		t.Errorf("the absorbed duplicate's verdict %v carries %d \"replay\" attributes (%v); want it acknowledged with one", v.Kind, n, v.Attrs)
+	}
+}
