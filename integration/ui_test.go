@@ -242,7 +242,7 @@ func TestAPIDeadLetters(t *testing.T) {
 		before := len(be.on("/ingest"))
 		r := h.do(http.MethodPost, "/api/queues/acme/forward-order/dlq/1/replay", h.adminKey, "", "")
 		replayed := time.Now()
-		if want := `{"flow":"forward-order","id":1,"message_id":2,"replayed":true,"tenant":"acme"}` + "\n"; r.status != http.StatusOK || r.body != want {
+		if want := `{"tenant":"acme","flow":"forward-order","id":1,"replayed":true,"message_id":2}` + "\n"; r.status != http.StatusOK || r.body != want {
 			t.Fatalf("replay: %d %q, want 200 %q", r.status, r.body, want)
 		}
 		// the worker is woken at once: how soon is logged, not bound (a
@@ -277,7 +277,7 @@ func TestAPIDeadLetters(t *testing.T) {
 
 	t.Run("discard", func(t *testing.T) {
 		r := h.do(http.MethodPost, "/api/queues/acme/forward-copy/dlq/1/discard", h.adminKey, "", "")
-		if want := `{"discarded":true,"flow":"forward-copy","id":1,"tenant":"acme"}` + "\n"; r.status != http.StatusOK || r.body != want {
+		if want := `{"tenant":"acme","flow":"forward-copy","id":1,"discarded":true}` + "\n"; r.status != http.StatusOK || r.body != want {
 			t.Fatalf("discard: %d %q, want 200 %q", r.status, r.body, want)
 		}
 		if r := dlqCLI(t, db, "list"); r.code != 0 || r.stdout != "DLQ is empty\n" {
