@@ -103,15 +103,15 @@ func (p *parser) parse() []Key {
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
 		if first, dup := seen[k.Value]; dup {
-			p.errorf(k.Line, "%s is set twice (first at line %d)", strconv.Quote(k.Value), first)
+			p.errorf(k.Line, "%s is set twice (first at line %d)", quoteName(k.Value), first)
 			continue
 		}
 		seen[k.Value] = k.Line
 		if k.Value != "keys" {
 			if hint := naming.Suggest(k.Value, []string{"keys"}); hint != "" {
-				p.errorf(k.Line, "unknown top-level key %s%s", strconv.Quote(k.Value), hint)
+				p.errorf(k.Line, "unknown top-level key %s%s", quoteName(k.Value), hint)
 			} else {
-				p.errorf(k.Line, "unknown top-level key %s: the only one is keys", strconv.Quote(k.Value))
+				p.errorf(k.Line, "unknown top-level key %s: the only one is keys", quoteName(k.Value))
 			}
 			continue
 		}
@@ -178,15 +178,15 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 	for i := 0; i+1 < len(e.Content); i += 2 {
 		name, v := e.Content[i], e.Content[i+1]
 		if first, dup := keyLines[name.Value]; dup {
-			p.errorf(name.Line, "field %s is set twice (first at line %d)", strconv.Quote(name.Value), first)
+			p.errorf(name.Line, "field %s is set twice (first at line %d)", quoteName(name.Value), first)
 			continue
 		}
 		keyLines[name.Value] = name.Line
 		if !slices.Contains(entryFields, name.Value) {
 			if hint := naming.Suggest(name.Value, entryFields); hint != "" {
-				p.errorf(name.Line, "unknown field %s in a key entry%s", strconv.Quote(name.Value), hint)
+				p.errorf(name.Line, "unknown field %s in a key entry%s", quoteName(name.Value), hint)
 			} else {
-				p.errorf(name.Line, "unknown field %s in a key entry: the fields are id, tenant, sha256, flows, rate and burst", strconv.Quote(name.Value))
+				p.errorf(name.Line, "unknown field %s in a key entry: the fields are id, tenant, sha256, flows, rate and burst", quoteName(name.Value))
 			}
 			continue
 		}
@@ -417,4 +417,13 @@ func describe(n *yaml.Node) string {
 		return "an API key (replace it: it is now in the repository)"
 	}
 	return lineerr.Describe(n)
+}
+
+// quoteName quotes a name of the file for an error, but never an API key
+// pasted as one.
+func quoteName(name string) string {
+	if strings.HasPrefix(name, KeyPrefix) {
+		return "(an API key: replace it, it is now in the repository)"
+	}
+	return strconv.Quote(name)
 }

@@ -134,7 +134,8 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// released, so that the delivery made again at the next start runs,
 	// rather than finding a failure recorded (replayed under absorb, and
 	// the message lost).
-	interrupted := ctx.Err() != nil
+	// (A success or a handled fault stands: the worker acknowledges it.)
+	interrupted := ctx.Err() != nil && res.Outcome == Failed
 	if interrupted || res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)

@@ -141,7 +141,7 @@ func (c *compiler) split(src string) *rawFile {
 			for ; j < len(lines); j++ {
 				from := 0
 				if j == i {
-					from = loc[1]
+					from = loc[0] // <!--> and <!---> close on their line
 				}
 				if strings.Contains(lines[j][from:], "-->") {
 					break

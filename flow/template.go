@@ -151,9 +151,10 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 func dotSegment(u string) (string, bool) {
 	rest := u
 	if i := strings.Index(rest, "://"); i >= 0 {
+		// the authority ends at the first of / ? #: a path only if it is /
 		rest = rest[i+3:]
-		j := strings.IndexByte(rest, '/')
-		if j < 0 {
+		j := strings.IndexAny(rest, "/?#")
+		if j < 0 || rest[j] != '/' {
 			return "", false
 		}
 		rest = rest[j:]

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
@@ -672,9 +673,9 @@ func (w *walker) walk(t *object.Tree, dir string, depth int) {
 	for i := range t.Entries {
 		e := &t.Entries[i]
 		p := dir + "/" + e.Name
-		if !utf8.ValidString(e.Name) || strings.ContainsFunc(e.Name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		if !utf8.ValidString(e.Name) || strings.ContainsFunc(e.Name, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
 			// quoted: the name reaches terminals (nexus status) and logs
-			w.problem("%s: a name with a control character or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.s.cfg.FlowsDir)
+			w.problem("%s: a name with a control or format character, or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.s.cfg.FlowsDir)
 			continue
 		}
 		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\\") {

@@ -211,8 +211,8 @@ func TestLimitHostileEntries(t *testing.T) {
 		{"slashes", "a/../../x.md", filemode.Regular, "flows/a/../../x.md: a path that would escape flows/"},
 		{"backslashes", "..\\..\\x.md", filemode.Regular, "flows/..\\..\\x.md: a path that would escape flows/"},
 		// quoted, never written raw to a terminal or a log
-		{"a terminal escape", "\x1b]0;pwned\x07x.md", filemode.Regular, `"flows/\x1b]0;pwned\ax.md": a name with a control character or not UTF-8: flows/ holds plainly named files only`},
-		{"not UTF-8", "x\xff.md", filemode.Regular, `"flows/x\xff.md": a name with a control character or not UTF-8: flows/ holds plainly named files only`},
+		{"a terminal escape", "\x1b]0;pwned\x07x.md", filemode.Regular, `"flows/\x1b]0;pwned\ax.md": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only`},
+		{"not UTF-8", "x\xff.md", filemode.Regular, `"flows/x\xff.md": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only`},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
 			e := newEnv(t)

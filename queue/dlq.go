@@ -57,11 +57,15 @@ func cutText(s string, n int) string {
 		return s
 	}
 	const ellipsis = "…"
-	n = max(n-len(ellipsis), 0)
+	mark := ellipsis
+	if n < len(ellipsis) {
+		mark = "" // no room for the mark: never more than n bytes
+	}
+	n = max(n-len(mark), 0)
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n] + ellipsis
+	return s[:n] + mark
 }
 
 // appendDurable appends frames to a file of the queue and syncs it. The

@@ -189,6 +189,10 @@ func (w *JournalWriter) loop(ctx context.Context) {
 			insert.Close()
 		}
 	}()
+	var (
+		pruning atomic.Bool
+		pruned  sync.WaitGroup
+	)
 	// writeAll writes what waits, a batch at a time; a batch the database
 	// refuses (locked by another process past BusyTimeout, say) goes back
 	// to the buffer for the next round
@@ -204,6 +208,13 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				}
 			}
 			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
+				if !isBusy(err) {
+					// refused for what it holds, not for the moment: tried
+					// again it would block every entry behind it
+					w.dropped.Add(int64(len(batch)))
+					w.cfg.Logger.Error("journal entries could not be written: dropped", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+					continue
+				}
 				w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
 				w.putBack(batch)
 				return err
@@ -218,12 +229,18 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		case <-flush.C:
 			writeAll()
 		case <-prune.C:
-			if w.cfg.Retention > 0 {
-				if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
-					w.cfg.Logger.Error("old journal entries could not be deleted", "event", "journal_prune_failed", "error", err.Error())
-				}
+			// beside the writing, which a long prune (batches with
+			// pauses between) must not hold up; one prune at a time
+			if w.cfg.Retention > 0 && pruning.CompareAndSwap(false, true) {
+				pruned.Go(func() {
+					defer pruning.Store(false)
+					if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
+						w.cfg.Logger.Error("old journal entries could not be deleted", "event", "journal_prune_failed", "error", err.Error())
+					}
+				})
 			}
 		case <-ctx.Done():
+			pruned.Wait()
 			// a database still refusing after a few tries (each waits
 			// BusyTimeout for the lock) loses what waits: counted
 			for try := 0; writeAll() != nil && try < 2; try++ {

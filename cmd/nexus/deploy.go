@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -86,6 +87,8 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 			files[i] = abs
 		}
 	}
+	slices.Sort(files)
+	files = slices.Compact(files) // ./x.md and x.md are one file
 	srcs, readProblems := readSources(files)
 	problems = append(problems, readProblems...)
 	flows, errs := flow.CompileSet(srcs)

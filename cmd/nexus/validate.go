@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/gitsync"
@@ -89,7 +90,9 @@ func readSources(files []string) ([]flow.Source, []string) {
 
 // readSource reads one regular file of at most gitsync.DefaultMaxFileBytes.
 func readSource(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a named pipe opens at once (and is then refused) instead
+	// of waiting for a writer
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,35 @@
+package access_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nexushq/nexus/access"
+)
+
+// TestErrorsNeverEchoAKeyPastedAsAFieldName: a key pasted on a line of
+// its own in an entry, or at the top of the file, reads as a mapping key
+// (YAML takes "nxk_…:" for a field name); the "unknown field" and "unknown
+// top-level key" errors do not quote it (they did, into the sync_failed
+// log, /status and the UI).
+func TestErrorsNeverEchoAKeyPastedAsAFieldName(t *testing.T) {
+	key, err := access.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimPrefix(key, access.KeyPrefix)[:16]
+	for name, doc := range map[string]string{
+		"a field of an entry": keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, `flows: ["*"]`, key+":")),
+		"a top-level key":     key + ":\n" + keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, `flows: ["*"]`)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := access.Parse("access.yaml", []byte(doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded on\n%s", doc)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error echoes the key pasted as %s: %v", name, err)
+			}
+		})
+	}
+}
