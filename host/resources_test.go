@@ -179,36 +179,3 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 			cut.Kind, again, calls.Load())
 	}
 }
-
-// TestReplayedDeliveryLogsReplayOnce: a queued duplicate acknowledged with
-// a recorded answer carries "replay" once in its worker's log line (it
-// was there twice: a duplicate JSON key, which strict readers refuse).
-func TestReplayedDeliveryLogsReplayOnce(t *testing.T) {
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(be.Close)
-	fx := newFixture(t, nil)
-	files := testFlows()
-	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
-		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\n")
-	fx.publish(files, testAccessYAML(), "c2")
-	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
-		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
-	delivery := func(id uint64) queue.Delivery {
-		return queue.Delivery{Message: queue.Message{ID: id, Source: engine.DoorEnqueue, CorrelationID: "m" + strconv.FormatUint(id, 10),
-			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: 1}
-	}
-	srv.Handle(context.Background(), delivery(1))
-	v := srv.Handle(context.Background(), delivery(2))
-	n := 0
-	for _, a := range v.Attrs {
-		if a.Key == "replay" {
-			n++
-		}
-	}
-	if v.Kind != queue.VerdictAck || n != 1 {
-		t.Errorf("the absorbed duplicate's verdict %v carries %d \"replay\" attributes (%v); want it acknowledged with one", v.Kind, n, v.Attrs)
-	}
-}
