@@ -243,6 +243,14 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	// schedule
 	if scheduleNode != nil {
 		f.schedule = c.schedule(lineOf(scheduleNode), scheduleNode, tzNode, inputNode, lineOf)
+		if f.schedule != nil && inputNode != nil && f.maxBodyBytes > 0 {
+			// cron is one of the flow's doors: its message is held to the
+			// flow's ceiling too
+			if n := len(AppendJSON(nil, f.schedule.input)); int64(n) > f.maxBodyBytes {
+				c.errorf(lineOf(inputNode), "schedule_input is %d bytes as JSON, over the flow's max_body_bytes (%d)", n, f.maxBodyBytes)
+				f.schedule = nil
+			}
+		}
 	} else {
 		for _, n := range []struct {
 			node *yaml.Node
@@ -298,6 +306,10 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	} else if every, isEvery := strings.CutPrefix(spec, "@every "); isEvery && everyBelowSecond(every) {
 		c.errorf(line, "schedule %q ticks more often than once a second: the shortest period is @every 1s", spec)
 		ok = false
+	} else if isEvery && !everyWholeSeconds(every) {
+		// the cron library rounds the period down to a whole second
+		c.errorf(line, "schedule %q is not a whole number of seconds: the period of @every counts whole seconds", spec)
+		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
 		c.errorf(line, "schedule %q is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", spec, err)
 		ok = false
@@ -330,6 +342,10 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		if _, isObj := in.(*Object); err != nil || !isObj {
 			c.errorf(at(inputNode), "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}")
 			ok = false
+		} else if depth := nesting(in); depth > DefaultMaxDepth {
+			// what a door would refuse in a body, and its worker could not read
+			c.errorf(at(inputNode), "schedule_input nests %d levels deep: at most %d, as a message's body", depth, DefaultMaxDepth)
+			ok = false
 		} else {
 			s.input = in
 		}
@@ -348,6 +364,14 @@ var scheduleProbe = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func everyBelowSecond(d string) bool {
 	p, err := time.ParseDuration(strings.TrimSpace(d))
 	return err == nil && p < time.Second
+}
+
+// everyWholeSeconds reports whether an @every period that parses is a
+// whole number of seconds (one that does not parse is left to the cron
+// library's error).
+func everyWholeSeconds(d string) bool {
+	p, err := time.ParseDuration(strings.TrimSpace(d))
+	return err != nil || p%time.Second == 0
 }
 
 // step compiles one section.
@@ -1056,3 +1080,22 @@ func yamlErrorLine(text string, err error) int {
 }
 
 var yamlLineNumber = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// nesting is how deep a document nests objects and arrays (a scalar is 0).
+func nesting(v any) int {
+	deepest := 0
+	switch v := v.(type) {
+	case *Object:
+		for i := range v.Len() {
+			_, x := v.Key(i)
+			deepest = max(deepest, nesting(x))
+		}
+	case []any:
+		for _, x := range v {
+			deepest = max(deepest, nesting(x))
+		}
+	default:
+		return 0
+	}
+	return deepest + 1
+}

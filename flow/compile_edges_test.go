@@ -342,3 +342,34 @@ func TestEndpointWithADotSegment(t *testing.T) {
 		t.Errorf("dots that are no segment refused: %v", errs)
 	}
 }
+
+// TestScheduleChecks: what a cron tick would carry is checked at compile
+// time: an @every period the cron library would round (it rounds to whole
+// seconds: 1500ms ticked every second), a schedule_input nested deeper than
+// a message's body may be (its worker dead-lettered every tick unread),
+// one larger than the flow's own max_body_bytes (cron is one of its doors).
+func TestScheduleChecks(t *testing.T) {
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\n"
+	steps := "---\n\n## Step: s\n```ntd\n{}\n```\n"
+	deep := strings.Repeat(`{"a": `, DefaultMaxDepth+1) + "1" + strings.Repeat("}", DefaultMaxDepth+1)
+	for _, c := range []struct {
+		name, front string
+		line        int
+		want        string
+	}{
+		{"a fraction of a second", "schedule: \"@every 1500ms\"\n", 5, `schedule "@every 1500ms" is not a whole number of seconds`},
+		{"too deep", "schedule: \"@every 10s\"\nschedule_input: " + deep + "\n", 6, "schedule_input nests 65 levels deep: at most 64"},
+		{"over max_body_bytes", "max_body_bytes: 16\nschedule: \"@every 10s\"\nschedule_input: {\"text\": \"far more than sixteen bytes\"}\n", 7,
+			"schedule_input is 38 bytes as JSON, over the flow's max_body_bytes (16)"},
+	} {
+		errs := compileErrs(t, head+c.front+steps)
+		if len(errs) != 1 || errs[0].Line != c.line || !strings.HasPrefix(errs[0].Msg, c.want) {
+			t.Errorf("%s: errors %v, want one on line %d beginning %q", c.name, errs, c.line, c.want)
+		}
+	}
+	for _, ok := range []string{"schedule: \"@every 90s\"\n", "schedule: \"@every 1m30s\"\nschedule_input: {\"a\": [[1]]}\n"} {
+		if errs := compileErrs(t, head+ok+steps); errs != nil {
+			t.Errorf("%q: %v", ok, errs)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
@@ -345,5 +346,33 @@ func TestSchedulerStop(t *testing.T) {
 	clk.Advance(time.Minute)
 	if got := e.ticks.times(st0); !slices.Equal(got, secs(10)) {
 		t.Errorf("ticks = %v after Stop", got)
+	}
+}
+
+// TestLateHolderThenGoneNoDoubleTick: the holder, stuck through two due
+// times (14:04 and 14:05), makes one late tick at 14:05:05 that stands for
+// them both and records the later, 14:05, then stops; the standby that was
+// refused at 14:05 takes the flow over and ticks 14:06, not 14:05 again (it
+// once recorded 14:04, and 14:05 was ticked twice: decisions.md, "a process
+// taking a flow over never ticks one time twice").
+func TestLateHolderThenGoneNoDoubleTick(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Hour)
+	clkA.WaitCalls(t, 1)
+	clkA.StepUntil(t, at(3, 0), 10) // a takes the lock and ticks 14:03
+	clkB := clocktest.New(st0)
+	e.start("b", clkB, 10*time.Second)
+	clkB.WaitCalls(t, 1)
+	clkB.StepUntil(t, at(5, 0), 100) // b refused at 14:03, 14:04, 14:05
+	n := clkA.Calls()
+	clkA.AdvanceTo(at(5, 5)) // a was stuck: wakes at 14:05:05
+	clkA.WaitCalls(t, n+1)
+	a.Stop()
+	clkB.StepUntil(t, at(6, 30), 100)
+	want := []string{"a@14:03:00", "a@14:05:05", "b@14:06:00"}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
 }
