@@ -49,11 +49,15 @@ func readCounts(fsys FS, dir string) (Counts, error) {
 		return Counts{}, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
+	// the checkpoint first: the log only grows until a drain, so the size
+	// read after it is at least the checkpoint (read the other way round,
+	// a worker moving on between the two reads made a checkpoint past the
+	// size, taken for an old drain's: nothing processed)
+	b, err := readFile(fsys, filepath.Join(dir, ckptFile))
 	if err != nil {
 		return Counts{}, err
 	}
-	b, err := readFile(fsys, filepath.Join(dir, ckptFile))
+	size, err := fileSize(f)
 	if err != nil {
 		return Counts{}, err
 	}

@@ -41,6 +41,11 @@ const MaxLastError = 4096
 // last error is cut to MaxLastError, and to what the frame leaves beside
 // the payload, so that the record is always one a reader takes.
 func (q *Queue) MoveToDLQ(d DeadLetter) error {
+	if deadLetterFields+len(d.Payload) > MaxRecord {
+		// only a message an older nexus took (over MaxPayload) can be: no
+		// frame holds it as a dead letter
+		return fmt.Errorf("queue %s/%s: dead letter %d: %w (its payload of %d bytes leaves no room in a frame)", q.Tenant, q.Flow, d.ID, ErrTooLarge, len(d.Payload))
+	}
 	d.LastError = cutText(d.LastError, min(MaxLastError, MaxRecord-deadLetterFields-len(d.Payload)))
 	unlock, err := q.lockAppend()
 	if err != nil {
@@ -100,8 +105,10 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 		f.Truncate(end)
 		return fmt.Errorf("queue %s/%s: syncing %s: %w", q.Tenant, q.Flow, name, err)
 	}
-	if size == 0 {
-		// possibly a new file: its folder entry must be durable too
+	if end == 0 {
+		// possibly a new file (or one a process that died left with only
+		// a torn frame, before its folder was synced): its folder entry
+		// must be durable too
 		if err := q.fs.SyncDir(q.dir); err != nil {
 			// cut the frames too (best effort): the file left empty, the
 			// next append syncs the folder again instead of taking a file
@@ -221,6 +228,11 @@ func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 // Between rewrites both files only grow; a rewrite replaces a file.
 type dlqStamp struct {
 	size, mtime, ino [2]int64
+}
+
+// changed is when the later of the two files last changed.
+func (s dlqStamp) changed() time.Time {
+	return time.Unix(0, max(s.mtime[0], s.mtime[1]))
 }
 
 // dlqStamp returns the files' stamp; false when it cannot be read.

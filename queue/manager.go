@@ -385,6 +385,13 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 	if n, err := m.deadLetterCount(e.q); err == nil {
 		info.DeadLetters = n
 	}
+	if !info.State.Leading {
+		// another process's worker delivers the queue: its retries are in
+		// the files, not in this worker's state
+		if rs, err := e.q.Retries(); err == nil {
+			info.State.RetriesPending = len(rs)
+		}
+	}
 	return info
 }
 
@@ -402,10 +409,10 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
 	if seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0); err == nil {
+		b, _ := readFile(q.fs, q.path(ckptFile)) // before the size, as ReadCounts
 		if size, err := fileSize(seg); err == nil {
-			b, _ := readFile(q.fs, q.path(ckptFile))
 			ckpt, _ := resolveCheckpoint(b, seg, size)
-			info.Depth = size - ckpt
+			info.Depth = max(size-ckpt, 0)
 		}
 		seg.Close()
 	}
@@ -469,6 +476,10 @@ func (m *Manager) each(list []*managed, f func(*managed)) {
 // String names the manager's root, for logs.
 func (m *Manager) String() string { return fmt.Sprintf("queues at %s", m.cfg.Root) }
 
+// stampSettle is how old a dlq.log stamp must be to be cached: far more
+// than any file system's time step.
+const stampSettle = 2 * time.Second
+
 // deadLetterCount is the cached count of a queue's pending dead letters.
 type deadLetterCount struct {
 	stamp dlqStamp
@@ -491,7 +502,10 @@ func (m *Manager) deadLetterCount(q *Queue) (int, error) {
 	// the stamp read before the count: a change meanwhile makes the next
 	// call count again
 	n, err := q.DeadLetterCount()
-	if err == nil && ok {
+	// a stamp whose files changed within the file system's time step may
+	// not change again when they do (an append over a torn tail keeps the
+	// size): only a settled one is cached, as git treats its index
+	if err == nil && ok && time.Since(stamp.changed()) > stampSettle {
 		m.mu.Lock()
 		m.deadLetters[k] = deadLetterCount{stamp: stamp, n: n}
 		m.mu.Unlock()

@@ -535,6 +535,14 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		fallthrough
 	case VerdictDeadLetter:
 		err := w.q.MoveToDLQ(DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload})
+		if errors.Is(err, ErrTooLarge) {
+			// it can never be written as a dead letter: said loudly, not
+			// retried for ever in front of the queue
+			log(slog.LevelError, "message dropped: too large to keep as a dead letter", "queue_dropped",
+				slog.String("error", v.Error), slog.String("reason", err.Error()))
+			count("dropped")
+			return nil, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("moving message %d to the dead-letter queue: %w", m.ID, err)
 		}
