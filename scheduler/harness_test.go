@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type env struct {
 	live  *liveBox
 	dir   string
 	ticks *tickLog
+	log   *slog.Logger // the schedulers' logger; nil: none
 }
 
 func newEnv(t testing.TB) *env {
@@ -156,7 +158,7 @@ func (e *env) start(name string, clk *clocktest.Fake, poll time.Duration) *sched
 	e.t.Helper()
 	var n atomic.Int64
 	s := scheduler.New(scheduler.Config{
-		Live: e.live, Queues: &appender{name: name, clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk, Logger: quietLog(), Poll: poll,
+		Live: e.live, Queues: &appender{name: name, clk: clk, log: e.ticks}, Dir: e.dir, Clock: clk, Logger: cmp.Or(e.log, quietLog()), Poll: poll,
 		NewID: func() string { return fmt.Sprintf("%s-%d", name, n.Add(1)) },
 	})
 	s.Start()

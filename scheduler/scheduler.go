@@ -298,7 +298,7 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 	payload := appendInput(sc.Input())
 	msg, err := s.cfg.Queues.Append(e.tenant, e.flow, queue.NewMessage{Source: Source, CorrelationID: cid, Payload: payload})
 	if err != nil {
-		log.Error("a cron tick could not be queued", "event", "cron_tick", "scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "error", err.Error())
+		log.Error("a cron tick could not be queued: it is lost", "event", "cron_failed", "scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "error", err.Error())
 		return
 	}
 	log.Info("cron tick", "event", "cron_tick", "scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "msg_id", msg.ID)

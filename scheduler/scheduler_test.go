@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/scheduler"
 )
@@ -285,10 +287,12 @@ func TestSchedulerMissedTicksNotReplayed(t *testing.T) {
 	}
 }
 
-// A tick whose append fails is logged and not retried; the next one is
-// made as usual.
+// A tick whose append fails is logged as cron_failed (what an alert
+// watches) and not retried; the next one is made as usual.
 func TestSchedulerFailedAppendSkipsTheTick(t *testing.T) {
 	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
 	failed := 0
 	e.ticks.fail = func(tick) error {
@@ -306,11 +310,11 @@ func TestSchedulerFailedAppendSkipsTheTick(t *testing.T) {
 	if got := e.ticks.times(st0); !slices.Equal(got, secs(20)) || failed != 1 {
 		t.Errorf("ticks at %v (failed %d), want the +10 s tick lost and +20 s made", got, failed)
 	}
+	if evs := logs.Events(t, "cron_failed"); len(evs) != 1 || evs[0]["scheduled_for"] != st0.Add(10*time.Second).UTC().Format(time.RFC3339) {
+		t.Errorf("cron_failed events %v, want one for the lost tick", evs)
+	}
 }
 
-// A schedule that never fires (30 February) is legal for robfig/cron, whose
-// Next returns the zero time. The scheduler must still rest on the clock
-// between polls.
 // TestScheduleThatNeverFiresIsRefused: 30 February never comes, so such a
 // schedule is a compile error rather than a cron flow that never ticks.
 func TestScheduleThatNeverFiresIsRefused(t *testing.T) {
