@@ -136,7 +136,8 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// the message lost).
 	// (A success or a handled fault stands: the worker acknowledges it.)
 	interrupted := ctx.Err() != nil && res.Outcome == Failed
-	if interrupted || res.Status == http.StatusServiceUnavailable || res.Err != nil && res.Err.Kind == KindInternal && res.Outcome == Failed {
+	platform := res.Err != nil && res.Err.Kind == KindInternal || res.HandlerErr != nil && res.HandlerErr.Kind == KindInternal
+	if interrupted || res.Status == http.StatusServiceUnavailable || platform && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}

@@ -48,3 +48,32 @@ queue: order-fulfilment
 		t.Errorf("second delivery of the key: replay %v, %d publications; want the recorded success replayed and 1 publication", second.Replay, pub.calls.Load())
 	}
 }
+
+// TestPanicInFaultSequenceReleasesTheDedupKey: a panic in the fault
+// sequence is the platform's failure (KindInternal, in HandlerErr), which
+// runDeduplicated releases rather than records, as for a panic anywhere
+// else: under absorb the next delivery of the key runs (the 500 was once
+// recorded and replayed, and a queued message acknowledged and lost).
+func TestPanicInFaultSequenceReleasesTheDedupKey(t *testing.T) {
+	src := flowSource("dedup-fault-panic", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n", `
+## Step: check
+~~~validate
+$.ok == true | "not ok"
+~~~
+
+## Fault: hand-off
+effects: [queue_publish]
+queue: order-fulfilment
+`)
+	f := compile(t, src)
+	pub := &panickingPublisher{} // panics at its first call only
+	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}, Publisher: pub})
+	first := run(t, e, f, `{"orderId":"A-1","ok":false}`)
+	if first.Status != 500 || first.HandlerErr == nil || first.HandlerErr.Kind != engine.KindInternal {
+		t.Fatalf("first delivery: %d, handler error %v; want the panic's 500", first.Status, first.HandlerErr)
+	}
+	second := run(t, e, f, `{"orderId":"A-1","ok":false}`, func(r *engine.Request) { r.CorrelationID = "c-2" })
+	if second.Replay || pub.calls.Load() != 2 {
+		t.Fatalf("second delivery of the key: replay %v (status %d), %d publications; want it run again (the platform's failure is not recorded)", second.Replay, second.Status, pub.calls.Load())
+	}
+}

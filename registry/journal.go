@@ -135,6 +135,27 @@ func (w *JournalWriter) take(batch []Entry) []Entry {
 	return batch
 }
 
+// writeOneByOne writes the entries of a batch the database refused for
+// what it holds (first), one at a time, and drops and counts those it
+// refuses again.
+func (w *JournalWriter) writeOneByOne(batch []Entry, first error) {
+	dropped := 0
+	for i := range batch {
+		err := first
+		if len(batch) > 1 {
+			err = w.r.writeEntries(context.Background(), batch[i:i+1], nil)
+		}
+		if err != nil {
+			dropped++
+			w.cfg.Logger.Error("a journal entry could not be written: dropped", "event", "journal_write_failed",
+				"tenant", batch[i].Tenant, "flow", batch[i].Flow, "correlation_id", batch[i].CorrelationID, "error", err.Error())
+			continue
+		}
+		w.written.Add(1)
+	}
+	w.dropped.Add(int64(dropped))
+}
+
 // putBack returns a batch the database refused to the front of the
 // buffer, oldest first, for the next write; what the buffer has no room
 // for (the oldest) is dropped and counted.
@@ -210,9 +231,9 @@ func (w *JournalWriter) loop(ctx context.Context) {
 			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
 				if !isBusy(err) {
 					// refused for what it holds, not for the moment: tried
-					// again it would block every entry behind it
-					w.dropped.Add(int64(len(batch)))
-					w.cfg.Logger.Error("journal entries could not be written: dropped", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+					// again it would block every entry behind it. One at a
+					// time, so that only the refused ones are dropped.
+					w.writeOneByOne(batch, err)
 					continue
 				}
 				w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())

@@ -38,9 +38,10 @@ type Options struct {
 	// Now is the registry's clock; nil means time.Now.
 	Now func() time.Time
 	// ReadOnly opens an existing registry to read it only (nexus status,
-	// nexus journal): nothing is created, migrated or written, and no write
-	// lock is taken, so a reader never waits for a server's writes. A
-	// registry of another schema version is refused.
+	// nexus journal): no table is created, migrated or written, and no
+	// write lock is taken, so a reader never waits for a server's writes
+	// (SQLite may still make the -wal and -shm files a reader of a WAL
+	// database needs). A registry of another schema version is refused.
 	ReadOnly bool
 }
 

@@ -214,7 +214,7 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	// a late tick stands for every time it was late for: it is the last
 	// of them, which the record and a process taking over then hold, so
 	// that none of those times is ticked again
-	for n, i := sc.Next(due), 0; !n.IsZero() && !n.After(now) && i < 1000; n, i = sc.Next(n), i+1 {
+	for n := sc.Next(due); !n.IsZero() && n.After(due) && !n.After(now); n = sc.Next(n) {
 		due = n
 	}
 	e.next = sc.Next(now)

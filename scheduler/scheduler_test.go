@@ -380,3 +380,25 @@ func TestLateHolderThenGoneNoDoubleTick(t *testing.T) {
 		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
 }
+
+// TestLateTickRecordsTheLastTimeHoweverLate: a tick late for more than a
+// thousand times of its schedule (an @every 1s process suspended for
+// 2000 s) records the last time it stands for (the loop once stopped at
+// 1000, and a process taking over ticked the rest again).
+func TestLateTickRecordsTheLastTimeHoweverLate(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "often", "@every 1s", "", ""))
+	clk := clocktest.New(st0)
+	e.start("a", clk, time.Hour)
+	clk.WaitCalls(t, 1)
+	n := clk.Calls()
+	late := st0.Add(2000 * time.Second)
+	clk.AdvanceTo(late) // the process was stopped 2000 s: it wakes once
+	clk.WaitCalls(t, n+1)
+	if got := len(e.ticks.all()); got != 1 {
+		t.Fatalf("%d ticks; want the one late tick", got)
+	}
+	if got := e.lastRecord("acme", "often"); !got.Equal(late) {
+		t.Fatalf("the late tick recorded %s; want the last time it stands for, %s", got.Format(time.RFC3339), late.Format(time.RFC3339))
+	}
+}
