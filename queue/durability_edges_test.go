@@ -91,20 +91,20 @@ func TestDeadLetterCacheSeesASameSizeRewrite(t *testing.T) {
 	}
 }
 
-// TestReadCountsCheckpointBeforeSize: ReadCounts reads the checkpoint, then
-// the log's size: a worker moving on between the two reads cannot make the
-// checkpoint look past the end (read the other way round, a processed
-// queue showed none processed).
-func TestReadCountsCheckpointBeforeSize(t *testing.T) {
-	mfs, root := memQueueRoot(t)
-	var armed atomic.Bool
+// processedQueueMovingOn makes a queue of three processed messages whose
+// worker moves on (a message appended and delivered, the checkpoint at the
+// new end) when a reader next opens the checkpoint, once armed is set:
+// the moment a reader that read the size first would see a checkpoint
+// past it.
+func processedQueueMovingOn(t *testing.T) (mfs *memFS, root string, armed *atomic.Bool) {
+	t.Helper()
+	mfs, root = memQueueRoot(t)
+	armed = &atomic.Bool{}
 	var q *Queue
 	mfs.before = func(op, name string) {
 		if op != opOpen || filepath.Base(name) != ckptFile || !armed.CompareAndSwap(true, false) {
 			return
 		}
-		// between ReadCounts' size and its checkpoint: a message appended
-		// and delivered, the checkpoint at the new end
 		if _, err := q.Append(newMessage(9, 40)); err != nil {
 			t.Error(err)
 			return
@@ -130,6 +130,15 @@ func TestReadCountsCheckpointBeforeSize(t *testing.T) {
 	if err := q.SaveCheckpoint(size); err != nil {
 		t.Fatal(err)
 	}
+	return mfs, root, armed
+}
+
+// TestReadCountsCheckpointBeforeSize: ReadCounts reads the checkpoint, then
+// the log's size: a worker moving on between the two reads cannot make the
+// checkpoint look past the end (read the other way round, a processed
+// queue showed none processed).
+func TestReadCountsCheckpointBeforeSize(t *testing.T) {
+	mfs, root, armed := processedQueueMovingOn(t)
 	armed.Store(true)
 	c, err := ReadCounts(root, testTenant, testFlow, mfs)
 	if err != nil {
@@ -147,38 +156,7 @@ func TestReadCountsCheckpointBeforeSize(t *testing.T) {
 // process delivers is read checkpoint first, as ReadCounts and openInfo
 // do (a checkpoint moved past the size read made the whole log its depth).
 func TestInfoOnDiskReadsTheCheckpointFirst(t *testing.T) {
-	mfs, root := memQueueRoot(t)
-	var armed atomic.Bool
-	var q *Queue
-	mfs.before = func(op, name string) {
-		if op != opOpen || filepath.Base(name) != ckptFile || !armed.CompareAndSwap(true, false) {
-			return
-		}
-		if _, err := q.Append(newMessage(9, 40)); err != nil {
-			t.Error(err)
-			return
-		}
-		size, err := q.Size()
-		if err == nil {
-			err = q.SaveCheckpoint(size)
-		}
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	q, _ = openQueue(t, root, Options{FS: mfs})
-	for i := range 3 {
-		if _, err := q.Append(newMessage(i, 40)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	size, err := q.Size()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.SaveCheckpoint(size); err != nil {
-		t.Fatal(err)
-	}
+	mfs, root, armed := processedQueueMovingOn(t)
 	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: HandlerFunc(nil), Poll: time.Hour})
 	armed.Store(true)
 	info, ok := m.Info(testTenant, testFlow)
