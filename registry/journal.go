@@ -140,10 +140,15 @@ func (w *JournalWriter) take(batch []Entry) []Entry {
 // refuses again.
 func (w *JournalWriter) writeOneByOne(batch []Entry, first error) {
 	dropped := 0
+	var busy []Entry // refused for the moment: back to the buffer
 	for i := range batch {
 		err := first
 		if len(batch) > 1 {
 			err = w.r.writeEntries(context.Background(), batch[i:i+1], nil)
+		}
+		if err != nil && len(batch) > 1 && isBusy(err) {
+			busy = append(busy, batch[i])
+			continue
 		}
 		if err != nil {
 			dropped++
@@ -154,6 +159,9 @@ func (w *JournalWriter) writeOneByOne(batch []Entry, first error) {
 		w.written.Add(1)
 	}
 	w.dropped.Add(int64(dropped))
+	if len(busy) > 0 {
+		w.putBack(busy)
+	}
 }
 
 // putBack returns a batch the database refused to the front of the
@@ -176,11 +184,15 @@ func (w *JournalWriter) putBack(batch []Entry) {
 	}
 }
 
-// waiting is the number of entries in the buffer.
-func (w *JournalWriter) waiting() int {
+// discard empties the buffer and returns how many entries it held: a
+// writer started again must not write what was counted as lost.
+func (w *JournalWriter) discard() int {
 	w.bufMu.Lock()
 	defer w.bufMu.Unlock()
-	return w.count
+	n := w.count
+	clear(w.ring)
+	w.head, w.count = 0, 0
+	return n
 }
 
 // Dropped is the number of entries dropped because the buffer was full.
@@ -266,7 +278,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 			// BusyTimeout for the lock) loses what waits: counted
 			for try := 0; writeAll() != nil && try < 2; try++ {
 			}
-			if n := w.waiting(); n > 0 {
+			if n := w.discard(); n > 0 {
 				w.dropped.Add(int64(n))
 				w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
 			}

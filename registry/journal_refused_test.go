@@ -52,3 +52,58 @@ func TestRefusedJournalEntryDropsOnlyItself(t *testing.T) {
 		t.Errorf("written %d, dropped %d; want the 3 good entries written and the refused one dropped", w.Written(), w.Dropped())
 	}
 }
+
+// TestOneByOneBusyEntryGoesBack: a batch refused for what one entry holds
+// is written one entry at a time; an entry refused then only for the
+// moment (the database busy between two single writes) goes back to the
+// buffer like any busy batch, and is written later (it was dropped with
+// the poisoned one). A trigger answers "database is locked" for tenant
+// "later" (what isBusy recognises) until it is removed.
+func TestOneByOneBusyEntryGoesBack(t *testing.T) {
+	r, _ := newRegistry(t)
+	side := sideDB(t, r.Path())
+	exec(t, side, `CREATE TRIGGER poison BEFORE INSERT ON journal WHEN NEW.tenant = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'refused for good'); END`)
+	exec(t, side, `CREATE TRIGGER busy BEFORE INSERT ON journal WHEN NEW.tenant = 'later'
+		BEGIN SELECT RAISE(ABORT, 'database is locked'); END`)
+	w := r.NewJournalWriter(registry.JournalConfig{BatchSize: 2, FlushEvery: 5 * time.Millisecond, Logger: quietLogger()})
+	w.Append(entry(0, "poison", "f", t0))
+	w.Append(entry(1, "later", "f", t0.Add(time.Second)))
+	w.Start()
+	defer w.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Dropped() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	exec(t, side, `DROP TRIGGER busy`) // the lock is gone
+	w.Stop()
+	if w.Written() != 1 || w.Dropped() != 1 {
+		t.Errorf("written %d, dropped %d; want the entry refused as busy kept and written (1), only the poisoned one dropped (1)", w.Written(), w.Dropped())
+	}
+}
+
+// TestStopForgetsWhatItCountsAsDropped: the entries Stop counts as dropped
+// (the database refused them after its tries) leave the buffer, so a
+// writer started again does not write them too (one entry was counted
+// both dropped and written). The busy refusal is a trigger answering
+// "database is locked", without waiting BusyTimeout three times.
+func TestStopForgetsWhatItCountsAsDropped(t *testing.T) {
+	r, _ := newRegistry(t)
+	side := sideDB(t, r.Path())
+	exec(t, side, `CREATE TRIGGER busy BEFORE INSERT ON journal
+		BEGIN SELECT RAISE(ABORT, 'database is locked'); END`)
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: 5 * time.Millisecond, Logger: quietLogger()})
+	w.Append(entry(0, "acme", "f", t0))
+	w.Start()
+	w.Stop() // the entry is refused at every try: lost, counted
+	if w.Dropped() != 1 {
+		t.Fatalf("after Stop: dropped %d, want 1", w.Dropped())
+	}
+	exec(t, side, `DROP TRIGGER busy`)
+	w.Start()
+	w.Stop()
+	if got := len(journal(t, r, registry.JournalQuery{})); w.Written()+w.Dropped() != 1 {
+		t.Errorf("one entry appended: written %d, dropped %d (%d rows in the journal); an entry counted lost must not be written later (or not be counted lost)", w.Written(), w.Dropped(), got)
+	}
+}
