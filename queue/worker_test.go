@@ -1292,6 +1292,12 @@ func TestHousekeepingReportsDamagedDeadLetter(t *testing.T) {
 	if len(evs) != 1 || evs[0]["file"] != "dlq.log" || evs[0]["torn"] != false || evs[0]["flow"] != q.Flow {
 		t.Errorf("queue_damage events %v, want one for the damaged frame of dlq.log", evs)
 	}
+	// each key once: a JSON line with a duplicate key is refused by strict readers
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"queue_damage"`) && strings.Count(line, `"flow":`) != 1 {
+			t.Errorf("the queue_damage line names its flow %d times: %s", strings.Count(line, `"flow":`), line)
+		}
+	}
 	if dl := deadLetters(t, q); len(dl) != 1 || string(dl[0].Payload) != `{"n":3}` {
 		t.Errorf("pending dead letters after the rewrite = %+v, want the third", dl)
 	}

@@ -146,7 +146,7 @@ func (w *JournalWriter) writeOneByOne(batch []Entry, first error) {
 		if len(batch) > 1 {
 			err = w.r.writeEntries(context.Background(), batch[i:i+1], nil)
 		}
-		if err != nil && len(batch) > 1 && isBusy(err) {
+		if err != nil && len(batch) > 1 && isTransient(err) {
 			busy = append(busy, batch[i])
 			continue
 		}
@@ -241,7 +241,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				}
 			}
 			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
-				if !isBusy(err) {
+				if !isTransient(err) {
 					// refused for what it holds, not for the moment: tried
 					// again it would block every entry behind it. One at a
 					// time, so that only the refused ones are dropped.
@@ -437,3 +437,16 @@ func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...an
 
 // pruneBreath is the pause between two batches of a prune.
 const pruneBreath = 150 * time.Millisecond
+
+// isTransient reports a refusal for the moment, not for what a batch
+// holds: the database locked by another process, or the disk full or
+// failing, which an operator mends. Entries so refused stay in the buffer
+// (which drops its oldest when full, counted) rather than being dropped.
+func isTransient(err error) bool {
+	if isBusy(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_FULL") || strings.Contains(msg, "database or disk is full") ||
+		strings.Contains(msg, "SQLITE_IOERR") || strings.Contains(msg, "disk I/O error")
+}

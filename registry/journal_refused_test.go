@@ -1,9 +1,11 @@
 package registry_test
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -105,5 +107,31 @@ func TestStopForgetsWhatItCountsAsDropped(t *testing.T) {
 	w.Stop()
 	if got := len(journal(t, r, registry.JournalQuery{})); w.Written()+w.Dropped() != 1 {
 		t.Errorf("one entry appended: written %d, dropped %d (%d rows in the journal); an entry counted lost must not be written later (or not be counted lost)", w.Written(), w.Dropped(), got)
+	}
+}
+
+// TestJournalKeepsWhatAFullDiskRefuses: a disk full (or failing) refuses
+// a batch for the moment, not for what it holds: the entries stay in the
+// buffer and are written once the operator made room (they were dropped).
+// A trigger answers "database or disk is full" until it is removed.
+func TestJournalKeepsWhatAFullDiskRefuses(t *testing.T) {
+	r, _ := newRegistry(t)
+	side := sideDB(t, r.Path())
+	exec(t, side, `CREATE TRIGGER full BEFORE INSERT ON journal
+		BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
+	logs := &jsonlogtest.Buffer{}
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: 5 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)})
+	w.Append(entry(0, "acme", "f", t0))
+	w.Append(entry(1, "acme", "f", t0.Add(time.Second)))
+	w.Start()
+	defer w.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(logs.Events(t, "journal_write_failed")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	exec(t, side, `DROP TRIGGER full`) // room made
+	w.Stop()
+	if w.Written() != 2 || w.Dropped() != 0 {
+		t.Errorf("written %d, dropped %d; want both entries kept through the full disk and written", w.Written(), w.Dropped())
 	}
 }
