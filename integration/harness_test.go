@@ -41,6 +41,12 @@ func newConfigRepo(t *testing.T, files map[string]string) *configRepo {
 		t.Fatal(err)
 	}
 	r.git("init", "-q", "-b", "main")
+	// no automatic gc: after a few thousand loose objects (a hundred
+	// commits of a deploy test) git starts one in the background, which
+	// removes object folders under the next git add ("unable to create
+	// temporary file")
+	r.git("config", "gc.auto", "0")
+	r.git("config", "maintenance.auto", "false")
 	r.commit(files)
 	return r
 }
