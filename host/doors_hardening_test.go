@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,17 +30,7 @@ func TestHandleAbsorbedDuplicate(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(be.Close)
-	fx := newFixture(t, nil)
-	files := testFlows()
-	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
-		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\n")
-	fx.publish(files, testAccessYAML(), "c2")
-	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
-		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
-	delivery := func(id uint64, attempt int) queue.Delivery {
-		return queue.Delivery{Message: queue.Message{ID: id, Source: engine.DoorEnqueue, CorrelationID: fmt.Sprint("m", id),
-			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: attempt}
-	}
+	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "", "")
 	if v := srv.Handle(context.Background(), delivery(1, 1)); v.Kind != queue.VerdictRetry {
 		t.Fatalf("message 1, attempt 1: %+v, want a retry (the backend answers 503)", v)
 	}

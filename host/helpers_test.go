@@ -25,6 +25,7 @@ import (
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -295,4 +296,23 @@ func quote(s string) string { return strconv.Quote(s) }
 func hashHex(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
+}
+
+// absorbServer publishes, beside the test flows, acme/absorb: a flow with
+// dedup_key and dedup_on_failure: absorb whose one step calls backend
+// (front and step add to its front matter and step keys), and returns a
+// server over fx's registry with the registry's dedup store, and a
+// delivery of its message {"orderId":"A-1"} as id at attempt.
+func absorbServer(t *testing.T, fx *fixture, backend, front, step string) (*host.Server, func(id uint64, attempt int) queue.Delivery) {
+	t.Helper()
+	files := testFlows()
+	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n"+front,
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+backend+"/ingest\nmethod: POST\n"+step)
+	fx.publish(files, testAccessYAML(), "c2")
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
+		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	return srv, func(id uint64, attempt int) queue.Delivery {
+		return queue.Delivery{Message: queue.Message{ID: id, Source: engine.DoorEnqueue, CorrelationID: fmt.Sprint("m", id),
+			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: attempt}
+	}
 }

@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -13,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/host"
-	"github.com/nexushq/nexus/queue"
 )
 
 // settledGoroutines waits for the goroutine count to stop falling and
@@ -154,15 +151,8 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 		}
 	}))
 	t.Cleanup(be.Close)
-	fx := newFixture(t, nil)
-	files := testFlows()
-	files["flows/acme/absorb.md"] = flowFile("acme", "absorb", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\ntimeout_ms: 20000\n",
-		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\nread_timeout_ms: 15000\n")
-	fx.publish(files, testAccessYAML(), "c2")
-	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
-		Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
-	d := queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1",
-		Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: 1}
+	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "timeout_ms: 20000\n", "read_timeout_ms: 15000\n")
+	d := delivery(1, 1)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
