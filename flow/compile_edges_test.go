@@ -271,24 +271,32 @@ func TestQuotedVersionKeyIsAFlowFile(t *testing.T) {
 // TestStepInsideHTMLCommentIsDocumentation: flow-file.md: "A flow is one
 // Markdown file: ... `## Step:` sections ... Anything else in the file
 // (prose, other headings) is documentation and is ignored." In Markdown a
-// line inside an HTML comment (<!-- … -->, CommonMark HTML block type 2) is
-// not a heading: a step "commented out" that way does not show in the
-// rendered file, yet the compiler makes it a step that runs (the split
-// skips fenced blocks as Markdown does, but not HTML comments).
+// line inside an HTML comment (<!-- … -->, CommonMark's HTML block of kind
+// 2) is not a heading, so a step "commented out" that way is no step (it
+// once ran). The block ends on the line holding "-->", its opening line
+// included: "<!-->" (an empty comment since CommonMark 0.31, and GitHub's)
+// ends where it begins, and the steps below it count.
 func TestStepInsideHTMLCommentIsDocumentation(t *testing.T) {
-	src := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\n---\n\n" +
-		"## Step: answer\n```ntd\n{\"v\": 1}\n```\n\n" +
-		"<!--\n## Step: old-answer\n```ntd\n{\"v\": 0}\n```\n-->\n"
-	f, err := Compile("f.md", []byte(src))
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	var names []string
-	for s := range f.Steps() {
-		names = append(names, s.Name())
-	}
-	if len(names) != 1 || names[0] != "answer" {
-		t.Errorf("steps %q, want only [answer]: the commented-out step is not a section", names)
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\n---\n\n"
+	answer := "## Step: answer\n```ntd\n{\"v\": 1}\n```\n\n"
+	for name, src := range map[string]string{
+		"a step in a comment":         head + answer + "<!--\n## Step: old-answer\n```ntd\n{\"v\": 0}\n```\n-->\n",
+		"a step after <!-->":          head + "<!-->\n\n" + answer,
+		"a step after <!-- x -->":     head + "<!-- the old answer was removed -->\n" + answer,
+		"a step after a long <!---> ": head + "<!--->\n" + answer,
+	} {
+		f, err := Compile("f.md", []byte(src))
+		if err != nil {
+			t.Errorf("%s: Compile: %v", name, err)
+			continue
+		}
+		var names []string
+		for s := range f.Steps() {
+			names = append(names, s.Name())
+		}
+		if len(names) != 1 || names[0] != "answer" {
+			t.Errorf("%s: steps %q, want only [answer]", name, names)
+		}
 	}
 }
 
