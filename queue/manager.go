@@ -57,7 +57,7 @@ type Manager struct {
 	// the stamp of the files it was counted from, so that describing the
 	// queues (/metrics, which anyone may call) reads dlq.log only when it
 	// changed
-	deadLetters map[[2]string]deadLetterCount
+	deadLetters map[[2]string]cachedCount
 	// stopping is set when Stop begins: no worker starts any more, but
 	// the queues take appends until the workers have stopped (a delivery
 	// in flight may publish); closed is set once they have
@@ -86,7 +86,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 		cfg.Clock = clock.Real{}
 	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{},
-		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]deadLetterCount{}, done: make(chan struct{})}
+		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
@@ -480,8 +480,9 @@ func (m *Manager) String() string { return fmt.Sprintf("queues at %s", m.cfg.Roo
 // than any file system's time step.
 const stampSettle = 2 * time.Second
 
-// deadLetterCount is the cached count of a queue's pending dead letters.
-type deadLetterCount struct {
+// cachedCount is a queue's count of pending dead letters with the stamp of
+// the files it was counted from.
+type cachedCount struct {
 	stamp dlqStamp
 	n     int
 }
@@ -507,7 +508,7 @@ func (m *Manager) deadLetterCount(q *Queue) (int, error) {
 	// size): only a settled one is cached, as git treats its index
 	if err == nil && ok && time.Since(stamp.changed()) > stampSettle {
 		m.mu.Lock()
-		m.deadLetters[k] = deadLetterCount{stamp: stamp, n: n}
+		m.deadLetters[k] = cachedCount{stamp: stamp, n: n}
 		m.mu.Unlock()
 	}
 	return n, err

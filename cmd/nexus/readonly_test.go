@@ -47,6 +47,23 @@ func schemaOf(t *testing.T, path string) ([]string, int, string) {
 	return names, v, mode
 }
 
+// newRegistryFile makes a registry of the current schema, closed, and
+// returns its path and a handle of the test's own on the file.
+func newRegistryFile(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "registry.db")
+	r, err := registry.Open(t.Context(), p, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, db
+}
+
 // TestReadOnlyCommandsDoNotWriteTheSchema: nexus status and nexus
 // journal only read (docs/decisions.md: "Commands that only read ... create
 // nothing"). Given --db naming an SQLite database that is not a registry
@@ -79,16 +96,7 @@ func TestReadOnlyCommandsDoNotWriteTheSchema(t *testing.T) {
 			}
 		})
 		t.Run(cmd+"/older registry", func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "registry.db")
-			r, err := registry.Open(t.Context(), p, registry.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.Close()
-			db, err := sql.Open("sqlite", "file:"+p+"?_pragma=busy_timeout(10000)")
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, db := newRegistryFile(t)
 			for _, q := range []string{`DROP INDEX journal_flow_at`, `CREATE INDEX journal_flow ON journal (tenant, flow, id)`, `PRAGMA user_version = 1`} {
 				if _, err := db.Exec(q); err != nil {
 					t.Fatal(err)
@@ -116,16 +124,7 @@ func TestReadOnlyCommandsDoNotWriteTheSchema(t *testing.T) {
 // (they once took the write lock to check the migrations, and failed with
 // "database is locked" after 10 s).
 func TestReadOnlyCommandsNeedNoWriteLock(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "registry.db")
-	r, err := registry.Open(t.Context(), p, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
-	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, db := newRegistryFile(t)
 	defer db.Close()
 	conn, err := db.Conn(t.Context())
 	if err != nil {
