@@ -117,11 +117,11 @@ func New(cfg Config) *Server {
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
-		writeError(w, http.StatusNotFound, "no such endpoint: "+req.Method+" "+oneLine(req.URL.Path))
+		writeError(w, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
-		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+oneLine(req.URL.Path))
+		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
 		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path,
@@ -137,6 +137,12 @@ func (s *Server) Handler() http.Handler { return s.router }
 
 // writeError writes the platform's refusal body {"ok":false,"error":"…"}.
 func writeError(w http.ResponseWriter, status int, msg string) {
+	if strings.ContainsFunc(msg, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		// an error is one line, whatever it echoes (a path's decoded %0A):
+		// its control characters are written escaped
+		q := strconv.Quote(msg)
+		msg = q[1 : len(q)-1]
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	// a refusal may echo what the caller sent (a path, a name): never
@@ -149,12 +155,3 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // nosniff is the value of X-Content-Type-Options, shared (never modified).
 var nosniff = []string{"nosniff"}
-
-// oneLine is s as it is, or quoted when it holds a control character (a
-// decoded %0A in a path): an error is one line.
-func oneLine(s string) string {
-	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return strconv.Quote(s)
-	}
-	return s
-}
