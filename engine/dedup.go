@@ -62,7 +62,9 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		return e.errorResult(req, &Error{Kind: KindStateUnavailable, Msg: msg}, nil)
+		res := e.errorResult(req, &Error{Kind: KindStateUnavailable, Msg: msg}, nil)
+		res.Interrupted = cutShort(ctx, res) // nothing of it was recorded
+		return res
 	}
 	if e.dedup == nil {
 		return unavailable("no dedup store is configured", nil)
@@ -124,7 +126,9 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	defer cancel()
 	res := e.execute(ectx, req)
 	if claim == 0 {
-		return res // a retry that could not hold the key: what holds it stands
+		// a retry that could not hold the key: what holds it stands
+		res.Interrupted = cutShort(ctx, res)
+		return res
 	}
 	// The record outlives this execution's deadline: write it even when the
 	// ceiling was reached.
@@ -133,11 +137,13 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	// ctx cancelled, not the flow's own ceiling) did not end: the key is
 	// released, so that the delivery made again at the next start runs,
 	// rather than finding a failure recorded (replayed under absorb, and
-	// the message lost).
-	// (A success or a handled fault stands: the worker acknowledges it.)
-	interrupted := ctx.Err() != nil && res.Outcome == Failed
+	// the message lost). A success or a handled fault stands: the worker
+	// acknowledges it. This is the one read of ctx that decides it:
+	// res.Interrupted tells the runner, which must not read its context
+	// again (ended a moment later, it would disagree with the record).
+	res.Interrupted = cutShort(ctx, res)
 	platform := res.Err != nil && res.Err.Kind == KindInternal || res.HandlerErr != nil && res.HandlerErr.Kind == KindInternal
-	if interrupted || res.Status == http.StatusServiceUnavailable || platform && res.Outcome == Failed {
+	if res.Interrupted || res.Status == http.StatusServiceUnavailable || platform && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
 			return unavailable("releasing a dedup key", err)
 		}

@@ -77,3 +77,59 @@ queue: order-fulfilment
 		t.Fatalf("second delivery of the key: replay %v (status %d), %d publications; want it run again (the platform's failure is not recorded)", second.Replay, second.Status, pub.calls.Load())
 	}
 }
+
+// stallingPublisher holds every publication until its context ends, then
+// fails it; it says when one began.
+type stallingPublisher struct{ began chan struct{} }
+
+func (p *stallingPublisher) Publish(ctx context.Context, _, _ string, _ []byte, _ string) error {
+	p.began <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestResultSaysWhetherTheRunnerCutItShort: Result.Interrupted is the
+// engine's one decision that an execution failed because its runner's
+// context ended (a worker stopping past its grace), so that the worker
+// does not read its context again and disagree with the dedup store. The
+// flow's own ceiling, a failure of the flow's own, and a success as the
+// context ends are not interruptions.
+func TestResultSaysWhetherTheRunnerCutItShort(t *testing.T) {
+	publish := "\n## Step: hand-off\neffects: [queue_publish]\nqueue: order-fulfilment\n"
+	for _, c := range []struct {
+		name, front, body string
+		cancel            bool // the runner's context ends once the publication began
+		want              bool
+	}{
+		{"cut short", "", publish, true, true},
+		{"cut short, with a dedup key", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n", publish, true, true},
+		{"the flow's ceiling", "timeout_ms: 50\n", publish, false, false},
+		{"the flow's ceiling, with a dedup key", "timeout_ms: 50\ndedup_key: \"{{ $.orderId }}\"\n", publish, false, false},
+		{"a failure of the flow's own", "", "\n## Step: check\n~~~validate\n$.ok == true | \"not ok\"\n~~~\n", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := compile(t, flowSource("cut-short", c.front, c.body))
+			pub := &stallingPublisher{began: make(chan struct{}, 1)}
+			e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}, Publisher: pub})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				<-pub.began
+				if c.cancel {
+					cancel()
+				}
+			}()
+			res := e.Run(ctx, newRequest(t, f, `{"orderId":"A-1","ok":false}`))
+			if res.Outcome != engine.Failed || res.Interrupted != c.want {
+				t.Errorf("outcome %v (%v), interrupted %v; want failed, interrupted %v", res.Outcome, res.Err, res.Interrupted, c.want)
+			}
+		})
+	}
+	// a success as the context ends stands
+	f := compile(t, flowSource("cut-short", "", publish))
+	ctx, cancel := context.WithCancel(context.Background())
+	e := engine.New(engine.Config{Publisher: &cancellingPublisher{cancel: cancel}})
+	if res := e.Run(ctx, newRequest(t, f, `{"orderId":"A-1"}`)); res.Outcome != engine.Succeeded || res.Interrupted {
+		t.Errorf("a success as the context ended: outcome %v (%v), interrupted %v", res.Outcome, res.Err, res.Interrupted)
+	}
+}

@@ -188,6 +188,13 @@ type Result struct {
 	Step string
 	// Replay is true when the answer is a recorded one (deduplication).
 	Replay bool
+	// Interrupted is true when the execution failed because its runner's
+	// context ended (a queue worker stopping past its grace), not the
+	// flow's own ceiling: it did not end, and nothing of it was recorded
+	// as a dedup key's answer. It is decided once, where the answer is
+	// recorded or not, so that a runner reading its context a moment
+	// later cannot disagree with the dedup store.
+	Interrupted bool
 }
 
 // Run executes req and returns its answer. It never panics: a panic in a
@@ -202,14 +209,24 @@ func (e *Engine) Run(ctx context.Context, req Request) (res Result) {
 		req.Attempt = 1
 	}
 	if !waitsOnContext(req.Flow) {
-		return e.execute(&deadlineCtx{Context: ctx, deadline: time.Now().Add(req.Flow.Timeout())}, req)
+		res = e.execute(&deadlineCtx{Context: ctx, deadline: time.Now().Add(req.Flow.Timeout())}, req)
+		res.Interrupted = cutShort(ctx, res)
+		return res
 	}
 	if d := req.Flow.Dedup(); d != nil {
 		return e.runDeduplicated(ctx, req, d) // the ceiling counts from the claim
 	}
-	ctx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
+	ectx, cancel := context.WithTimeout(ctx, req.Flow.Timeout())
 	defer cancel()
-	return e.execute(ctx, req)
+	res = e.execute(ectx, req)
+	res.Interrupted = cutShort(ctx, res)
+	return res
+}
+
+// cutShort reports whether res, an answer nothing recorded, is an
+// execution its runner's context (ctx, not the ceiling's) cut short.
+func cutShort(ctx context.Context, res Result) bool {
+	return ctx.Err() != nil && res.Outcome == Failed && !res.Replay
 }
 
 // waitsOnContext reports whether an execution of f hands its context to

@@ -122,6 +122,10 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	attrs := executionAttrs(lf, res, elapsed, make([]slog.Attr, 0, 5))
 
 	switch {
+	case res.Interrupted:
+		// the worker's stop cut it short: the engine decided so where it
+		// recorded nothing, so the worker does not read its context again
+		return queue.Verdict{Kind: queue.VerdictInterrupted, Error: errorText(res), Attrs: attrs}
 	case res.Outcome == engine.Succeeded, res.Outcome == engine.Filtered, res.Outcome == engine.FaultHandled:
 		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
 	case res.Replay:
@@ -130,10 +134,7 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		// duplicate on /run does; nothing to retry
 		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs} // replay: in executionAttrs
 	}
-	text := "internal error"
-	if res.Err != nil {
-		text = res.Err.Error()
-	}
+	text := errorText(res)
 	if res.Status == http.StatusServiceUnavailable {
 		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: text, Attrs: attrs}
 	}
@@ -141,6 +142,14 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: queue.RetryPolicy{
 		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
 	}}
+}
+
+// errorText is the error a failed execution's verdict carries.
+func errorText(res engine.Result) string {
+	if res.Err != nil {
+		return res.Err.Error()
+	}
+	return "internal error"
 }
 
 // Publish puts a message on another flow's queue for queue_publish: same

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
 )
 
 // settledGoroutines waits for the goroutine count to stop falling and
@@ -167,7 +168,10 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 		}
 		cancel() // Stop's grace ran out: the worker cancels the delivery
 	}()
-	cut := srv.Handle(ctx, d) // the worker discards this verdict (errInterrupted)
+	cut := srv.Handle(ctx, d)
+	if cut.Kind != queue.VerdictInterrupted {
+		t.Errorf("the delivery cut short: verdict %+v, want VerdictInterrupted (the worker takes the engine's word for it)", cut)
+	}
 	again := srv.Handle(context.Background(), d)
 	if calls.Load() != 2 {
 		t.Errorf("message 1 cut short by the stop (verdict %+v), delivered again at the next start: verdict %+v after %d backend calls; want it run again (2 calls), not acknowledged with the cut-short execution's recorded answer",

@@ -66,6 +66,13 @@ const (
 	// VerdictDrop: the message can never succeed (no such flow); it is
 	// dropped and logged.
 	VerdictDrop
+	// VerdictInterrupted: the delivery's context ended (the stop's grace
+	// ran out) before the delivery did, and nothing of it stands: it is
+	// neither the message's failure nor an attempt, and the next start
+	// delivers it again. Only the handler can say so: a failure it
+	// recorded as it ended (a dedup key's answer) is a VerdictRetry even
+	// when the context ended a moment later.
+	VerdictInterrupted
 )
 
 // Verdict is a handler's decision for one delivery.
@@ -494,7 +501,12 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
-	if ctx.Err() != nil && v.Kind != VerdictAck {
+	if v.Kind == VerdictInterrupted && ctx.Err() == nil {
+		// a context of the handler's own ended, not the worker's: the
+		// worker goes on, and the message comes back in a second
+		v.Kind = VerdictRetryLater
+	}
+	if v.Kind == VerdictInterrupted {
 		// the stop's grace ran out and cut the delivery short: that is
 		// not the message's failure, and not an attempt; the checkpoint
 		// stays before it (or its retry as it was), so the next start

@@ -1211,6 +1211,65 @@ func TestHousekeepingCompactsMarkedDeadLetters(t *testing.T) {
 	}
 }
 
+// Whether a delivery was cut short is the handler's to say, not a second
+// read of the context: a handler that recorded its failure (a dedup key's
+// answer) as the stop's grace ran out returns VerdictRetry, and the
+// failure is an attempt like any other, though the context had ended when
+// the worker looked. (The worker once read its context again and called it
+// interrupted: delivered again, the message found the recorded failure.)
+func TestStopGraceKeepsAFailureTheHandlerRecorded(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	logs := &jsonlogtest.Buffer{}
+	rec := newRecorder(clk)
+	policy := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: 0, BackoffFactor: 2, MaxDelay: time.Minute}
+	m := put(t, q, "recorded")
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), StopGrace: 50 * time.Millisecond,
+		Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+			<-ctx.Done() // the failure was recorded just before
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "HTTP 500"}
+		})})
+	rec.wait(t, 1)
+	w.Stop()
+	if evs := logs.Events(t, "queue_interrupted"); len(evs) != 0 {
+		t.Errorf("a failure the handler stood by was logged as interrupted: %v", evs)
+	}
+	if evs := logs.Events(t, "queue_retry_scheduled"); len(evs) != 1 || evs[0]["next_attempt"] != float64(2) {
+		t.Errorf("queue_retry_scheduled events %v, want one for attempt 2", evs)
+	}
+	again := newRecorder(clk)
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: again.handler("w2", ack)})
+	if got := again.wait(t, 1); got[0].ID != m.ID || got[0].Attempt != 2 {
+		t.Errorf("after a restart: %+v, want message %d at attempt 2", got, m.ID)
+	}
+}
+
+// A handler that answers VerdictInterrupted while the worker runs on (a
+// context of its own ended, not the worker's) does not stop the worker:
+// the message comes back after RetryLaterDelay without using an attempt.
+func TestInterruptedVerdictWithoutAStopRetriesLater(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	m := put(t, q, "own context")
+	calls := 0
+	startWorker(t, q, queue.WorkerConfig{Clock: clk,
+		Handler: rec.handler("w", func(context.Context, queue.Delivery) queue.Verdict {
+			if calls++; calls == 1 {
+				return queue.Verdict{Kind: queue.VerdictInterrupted, Error: "context canceled"}
+			}
+			return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"}
+		})})
+	clk.WaitCalls(t, 1)
+	if rs := retries(t, q); len(rs) != 1 || rs[0].Attempt != 1 || !rs[0].Due.Equal(wt0.Add(queue.RetryLaterDelay)) || rs[0].ID != m.ID {
+		t.Errorf("after the verdict the schedule is %+v, want attempt 1 due at +1s", rs)
+	}
+	stepFor(t, clk, queue.RetryLaterDelay)
+	if got := rec.wait(t, 2); got[1].ID != m.ID || got[1].Attempt != 1 || got[1].At != queue.RetryLaterDelay {
+		t.Errorf("deliveries %+v, want message %d again at attempt 1, 1 s later", got, m.ID)
+	}
+}
+
 // A delivery still running when the stop's grace runs out is cut short:
 // that is neither the message's failure nor an attempt. No retry is
 // scheduled and nothing is dead-lettered; the checkpoint stays before the
@@ -1231,7 +1290,7 @@ func TestStopGraceCutsADeliveryShortWithoutAnAttempt(t *testing.T) {
 					return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "HTTP 503"}
 				}
 				<-ctx.Done() // a backend that never answers; the last attempt
-				return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "context canceled"}
+				return queue.Verdict{Kind: queue.VerdictInterrupted, Error: "context canceled"}
 			})})
 		want := 1
 		if retry {
