@@ -218,11 +218,12 @@ func statusLine(code int) string {
 	return fmt.Sprint(code)
 }
 
-// excerpt keeps the start of a downstream's body for the operational log.
+// excerpt keeps the start of a downstream's body for the operational log,
+// cut between characters (a character the cut would split is left out).
 func excerpt(b []byte) string {
 	const max = 512
 	if len(b) > max {
-		return string(b[:max]) + "…"
+		return strings.ToValidUTF8(string(b[:max]), "") + "…"
 	}
 	return string(b)
 }

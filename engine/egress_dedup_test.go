@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/engine/enginetest"
@@ -82,6 +83,24 @@ response_status: "{{ ctx.HTTP_SC }}"
 	want := `{"detail":"effect handler failed: HTTP 503 Service Unavailable"}`
 	if res.Status != 503 || string(res.Body) != want {
 		t.Errorf("got %d %s (err %v, handler err %v); want 503 %s", res.Status, res.Body, res.Err, res.HandlerErr, want)
+	}
+}
+
+// TestHTTPEgressFailureExcerptEndsOnACharacter: the excerpt of a failed
+// call's body kept for the log (Err.Detail) is cut between characters: a
+// body of two-byte characters cut at 512 bytes once ended on half a
+// character, which the log's JSON wrote as U+FFFD.
+func TestHTTPEgressFailureExcerptEndsOnACharacter(t *testing.T) {
+	b := newBackend(t, answer(502, "text/plain; charset=utf-8", "x"+strings.Repeat("é", 400)))
+	src := flowSource("excerpt", "", "\n## Step: forward\neffects: [http_egress]\nendpoint: BACKEND/ingest\n")
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`)
+	if res.Err == nil {
+		t.Fatalf("got %d %s, want the call's failure", res.Status, res.Body)
+	}
+	want := "x" + strings.Repeat("é", 255) + "…"
+	if d := res.Err.Detail; d != want {
+		t.Errorf("the excerpt is %d bytes ending %q (valid UTF-8: %v); want %d bytes ending %q",
+			len(d), d[max(len(d)-7, 0):], utf8.ValidString(d), len(want), want[len(want)-7:])
 	}
 }
 
