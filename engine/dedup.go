@@ -71,9 +71,9 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	}
 	// A duplicate waits for the first delivery up to the flow's ceiling;
 	// the execution, once it holds the key, has a whole ceiling of its own.
-	// Its lease outlasts the ceiling by leaseGrace, so that an execution
-	// stopped at its ceiling can still record its answer before a
-	// duplicate may take the key.
+	// Its lease outlasts the ceiling by e.leaseGrace, so that an execution
+	// stopped at its ceiling can still record its answer (waiting for the
+	// store's lock, if need be) before a duplicate may take the key.
 	waitCtx, cancelWait := context.WithTimeout(ctx, f.Timeout())
 	defer cancelWait()
 	if req.Caller != nil {
@@ -86,7 +86,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout()+leaseGrace)
+		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout()+e.leaseGrace)
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}
@@ -157,9 +157,8 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	return res
 }
 
-// leaseGrace is how long a claim outlasts the flow's ceiling: the time an
-// execution stopped at its ceiling has to record its answer.
-const leaseGrace = 5 * time.Second
+// DefaultDedupCommitWait is Config.DedupCommitWait's default.
+const DefaultDedupCommitWait = 10 * time.Second
 
 // withoutCorrelation is the header set an answer is recorded with: the
 // platform's X-Correlation-Id (the execution's own correlation ID) is left

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/engine/enginetest"
@@ -131,5 +132,30 @@ func TestResultSaysWhetherTheRunnerCutItShort(t *testing.T) {
 	e := engine.New(engine.Config{Publisher: &cancellingPublisher{cancel: cancel}})
 	if res := e.Run(ctx, newRequest(t, f, `{"orderId":"A-1"}`)); res.Outcome != engine.Succeeded || res.Interrupted {
 		t.Errorf("a success as the context ended: outcome %v (%v), interrupted %v", res.Outcome, res.Err, res.Interrupted)
+	}
+}
+
+// TestDedupLeaseOutlastsTheStoresWait: a claim's lease outlasts the flow's
+// ceiling by the longest the store may wait to record the answer
+// (Config.DedupCommitWait; the registry's busy timeout) and 5 s more. It
+// was 5 s in all, shorter than the registry's 10 s wait for another
+// process's write lock: an execution stopped at its ceiling whose record
+// waited for the lock could lose its key to a duplicate, which ran too.
+func TestDedupLeaseOutlastsTheStoresWait(t *testing.T) {
+	f := compile(t, flowSource("lease", "timeout_ms: 2000\ndedup_key: \"{{ $.orderId }}\"\n", "\n## Step: answer\n~~~ntd\n{}\n~~~\n"))
+	for _, c := range []struct {
+		wait, want time.Duration
+	}{
+		{0, 2*time.Second + engine.DefaultDedupCommitWait + 5*time.Second},
+		{30 * time.Second, 2*time.Second + 35*time.Second},
+	} {
+		store := &enginetest.Dedup{}
+		res := engine.New(engine.Config{Dedup: store, DedupCommitWait: c.wait}).Run(context.Background(), newRequest(t, f, `{"orderId":"A-1"}`))
+		if res.Outcome != engine.Succeeded {
+			t.Fatalf("outcome %v (%v)", res.Outcome, res.Err)
+		}
+		if got := store.Leases(); len(got) != 1 || got[0] != c.want {
+			t.Errorf("DedupCommitWait %v: leases %v, want [%v]", c.wait, got, c.want)
+		}
 	}
 }

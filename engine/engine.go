@@ -67,6 +67,12 @@ type Config struct {
 	// DedupPoll is how often a duplicate waiting for the first delivery
 	// checks again; 0 means 20 ms.
 	DedupPoll time.Duration
+	// DedupCommitWait is the longest Dedup may wait to record an answer (a
+	// SQLite store waits for another writer's lock up to its busy
+	// timeout); a claim's lease outlasts the flow's ceiling by this and
+	// 5 s more, so that no duplicate takes the key while the answer
+	// waits to be recorded. 0 means 10 s.
+	DedupCommitWait time.Duration
 }
 
 // Engine runs compiled flows. It is safe for concurrent use.
@@ -77,6 +83,9 @@ type Engine struct {
 	now       func() time.Time
 	maxBody   int64
 	dedupPoll time.Duration
+	// leaseGrace is how long a claim outlasts the flow's ceiling: the time
+	// an execution stopped at its ceiling has to record its answer.
+	leaseGrace time.Duration
 }
 
 // New returns an Engine.
@@ -97,6 +106,11 @@ func New(cfg Config) *Engine {
 	if e.dedupPoll <= 0 {
 		e.dedupPoll = 20 * time.Millisecond
 	}
+	e.leaseGrace = cfg.DedupCommitWait
+	if e.leaseGrace <= 0 {
+		e.leaseGrace = DefaultDedupCommitWait
+	}
+	e.leaseGrace += 5 * time.Second
 	tr := cfg.Transport
 	if tr == nil {
 		tr = NewTransport()

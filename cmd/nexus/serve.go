@@ -335,7 +335,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	// The host is the engine's Publisher and the queues' Handler; it is
 	// made last, so both reach it through these two functions.
 	var doors *host.Server
-	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: publisherFunc(func(ctx context.Context, tenant, flow string, payload []byte, cid string) error {
+	eng := engine.New(engine.Config{Dedup: reg.Dedup(), DedupCommitWait: registry.BusyTimeout, Publisher: publisherFunc(func(ctx context.Context, tenant, flow string, payload []byte, cid string) error {
 		return doors.Publish(ctx, tenant, flow, payload, cid)
 	})})
 	queues := queue.NewManager(queue.ManagerConfig{

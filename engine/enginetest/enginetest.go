@@ -4,6 +4,7 @@ package enginetest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,7 +24,8 @@ type Dedup struct {
 	mu      sync.Mutex
 	err     error
 	records map[string]*dedupRecord
-	claims  int64 // the last claim handed out
+	claims  int64           // the last claim handed out
+	leases  []time.Duration // of every Claim call, in order
 }
 
 type dedupRecord struct {
@@ -38,6 +40,13 @@ func (d *Dedup) Fail(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.err = err
+}
+
+// Leases returns the lease of every Claim call made, in order.
+func (d *Dedup) Leases() []time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.leases)
 }
 
 func (d *Dedup) now() time.Time {
@@ -59,6 +68,7 @@ func (d *Dedup) Claim(_ context.Context, tenant, flow, key string, rerunFailed b
 	if d.records == nil {
 		d.records = map[string]*dedupRecord{}
 	}
+	d.leases = append(d.leases, lease)
 	id := dedupID(tenant, flow, key)
 	now := d.now()
 	r, ok := d.records[id]
