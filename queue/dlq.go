@@ -86,10 +86,14 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 		return err
 	}
 	// a torn tail left by a crash is cut first, so that new frames follow
-	// the last good one
-	end, _, err := scan(f, name, 0, size, func([]byte, int64) error { return nil })
+	// the last good one; a damaged last frame is kept, after which they
+	// follow (it is reported, and left out when dlq.log is rewritten)
+	end, damage, err := scan(f, name, 0, size, func([]byte, int64) error { return nil })
 	if err != nil {
 		return err
+	}
+	if n := len(damage); n > 0 && !damage[n-1].Torn && damage[n-1].Offset+damage[n-1].Length == size {
+		end = size
 	}
 	if _, err := f.WriteAt(frames, end); err != nil {
 		f.Truncate(end)
@@ -142,11 +146,13 @@ func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
 	return recs, damage, err
 }
 
-// marks returns the ids marked in dlq.log.acked.
-func (q *Queue) marks() (map[uint64]mark, error) {
-	recs, _, err := q.readRecords(ackedFile)
+// marks returns the ids marked in dlq.log.acked, and the damage found in
+// it. A damaged mark is not applied (its id may be the damaged part): the
+// dead letter it marked reads as pending again, and the damage says so.
+func (q *Queue) marks() (map[uint64]mark, []Damage, error) {
+	recs, damage, err := q.readRecords(ackedFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[uint64]mark, len(recs))
 	for _, rec := range recs {
@@ -154,7 +160,7 @@ func (q *Queue) marks() (map[uint64]mark, error) {
 			out[m.id] = m
 		}
 	}
-	return out, nil
+	return out, damage, nil
 }
 
 // errStop ends a scan early; it is never returned.
@@ -163,9 +169,10 @@ var errStop = errors.New("stop")
 // eachPending calls fn with each verified dead-letter record of dlq.log
 // whose entry is pending (not marked), in file order: one record is in
 // memory at a time, so a large dlq.log costs reading, not memory. fn may
-// return errStop to end the scan.
+// return errStop to end the scan. The damage returned is that of
+// dlq.log.acked, then dlq.log's.
 func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
-	marked, err := q.marks()
+	marked, markDamage, err := q.marks()
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +200,7 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	return damage, err
+	return append(markDamage, damage...), err
 }
 
 // DeadLetters returns the pending dead letters (not marked), by id, with
@@ -420,23 +427,25 @@ type Marked struct {
 
 // CompactDLQ rewrites dlq.log without the marked entries and clears the
 // marks, so that a discarded body leaves the disk. It returns the marks it
-// applied, by id, and the damaged frames of dlq.log it left out (which no
-// reader could use: the caller reports them, as they leave the disk); it
-// does nothing when no entry is marked.
+// applied, by id, and the damaged frames of dlq.log.acked and dlq.log it
+// left out (which no reader could use: the caller reports them, as they
+// leave the disk); it does nothing when dlq.log.acked holds neither a mark
+// nor damage.
 func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	unlock, err := q.lockAppend()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unlock()
-	marked, err := q.marks()
-	if err != nil || len(marked) == 0 {
+	marked, markDamage, err := q.marks()
+	if err != nil || len(marked) == 0 && len(markDamage) == 0 {
 		return nil, nil, err
 	}
 	recs, damage, err := q.readRecords(dlqFile)
 	if err != nil {
 		return nil, nil, err
 	}
+	damage = append(markDamage, damage...)
 	var keep []byte
 	for _, rec := range recs {
 		if d, err := decodeDeadLetter(rec); err == nil {

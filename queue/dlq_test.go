@@ -317,6 +317,89 @@ func TestCompactDLQReportsDamage(t *testing.T) {
 	checkDeadLetters(t, q, 3)
 }
 
+// TestDeadLetterAfterADamagedLastOne: a whole last dead letter whose
+// checksum fails (damage, not a write a crash cut short) is kept when the
+// next dead letter is written after it, so the listing reports it and the
+// rewrite drops it with a report. The append once wrote over it as over a
+// torn tail: a dead letter vanished with nothing said.
+func TestDeadLetterAfterADamagedLastOne(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	dlq := filepath.Join(root, testTenant, testFlow, dlqFile)
+	moveToDLQ(t, q, 1)
+	first, _ := os.ReadFile(dlq)
+	moveToDLQ(t, q, 2)
+	b, _ := os.ReadFile(dlq)
+	b[len(b)-3] ^= 0x10 // inside dead letter 2's record
+	if err := os.WriteFile(dlq, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	moveToDLQ(t, q, 3)
+	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, d := range got {
+		ids = append(ids, d.ID)
+	}
+	if diff := cmp.Diff([]uint64{1, 3}, ids); diff != "" {
+		t.Errorf("listed ids (-want +got):\n%s", diff)
+	}
+	if len(damage) != 1 || damage[0].Offset != int64(len(first)) || damage[0].ID != 2 || damage[0].Torn {
+		t.Errorf("damage %+v, want dead letter 2's frame at offset %d", damage, len(first))
+	}
+	if err := q.Mark(1, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	if _, damage, err := q.CompactDLQ(); err != nil || len(damage) != 1 || damage[0].ID != 2 {
+		t.Errorf("CompactDLQ: damage %+v, %v; want dead letter 2's frame reported", damage, err)
+	}
+	checkDeadLetters(t, q, 3)
+}
+
+// TestDamagedMarkIsReported: a damaged frame in dlq.log.acked (a replay
+// or discard mark that no longer verifies) leaves the dead letter it
+// marked pending again; that is said, by the listing and by the worker's
+// rewrite, which then clears the marks file even when no other mark is
+// in it. (The damage was dropped silently: a discarded dead letter came
+// back, and could be replayed, with nothing to say why.)
+func TestDamagedMarkIsReported(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	moveToDLQ(t, q, 1, 2)
+	if err := q.Mark(1, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	acked := filepath.Join(root, testTenant, testFlow, ackedFile)
+	b, err := os.ReadFile(acked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff // inside the mark's record: the frame is whole, its checksum fails
+	if err := os.WriteFile(acked, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("ReadDeadLetters: %v, %v; want dead letters 1 and 2 pending", got, err)
+	}
+	if len(damage) != 1 || damage[0].File != ackedFile || damage[0].Offset != 0 {
+		t.Errorf("listing damage %+v, want the mark at offset 0 of %s", damage, ackedFile)
+	}
+	applied, damage, err := q.CompactDLQ()
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("CompactDLQ: %v, %v; want no mark applied", applied, err)
+	}
+	if len(damage) != 1 || damage[0].File != ackedFile {
+		t.Errorf("rewrite damage %+v, want the mark of %s", damage, ackedFile)
+	}
+	if st, err := os.Stat(acked); err != nil || st.Size() != 0 {
+		t.Errorf("%s after the rewrite: %v, %v; want it empty", ackedFile, st, err)
+	}
+	checkDeadLetters(t, q, 1, 2)
+}
+
 // The words of a dead letter that is not pending are nexus dlq's, and the
 // error is ErrNotPending.
 func TestNotPendingError(t *testing.T) {

@@ -105,7 +105,14 @@
 //
 // Open scans segment.log under the append lock. A torn tail (a last frame
 // cut short, a zeroed or garbled tail with no valid frame after it) is
-// truncated and reported. A damaged frame with valid frames after it is
+// truncated and reported. A last frame that is whole but fails its CRC is
+// torn only when a 512-byte sector of it (counted from the file's start)
+// is all zeros, as etcd's WAL decides: a write a crash cut short leaves
+// such a sector, a flipped bit does not. Otherwise it is reported as
+// damage (not torn), and truncated all the same. The dead-letter files
+// keep such a frame instead: the next append goes after it, so that the
+// listing reports it and the rewrite drops it with a report, rather than
+// an append overwriting it unsaid. A damaged frame with valid frames after it is
 // quarantined: it is reported (tenant, flow, offset, and id when readable),
 // never delivered, and the frames after it, found by their magic, are
 // delivered. A length field larger than the file is damage, never an

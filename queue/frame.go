@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -198,7 +199,10 @@ type Damage struct {
 	Length int64
 	// ID is the damaged message's id when its record was readable, else 0.
 	ID uint64
-	// Torn is true for a torn tail, which recovery truncated.
+	// Torn is true for a torn tail: no frame verifies after it, and it is
+	// a write a crash cut short (a frame incomplete, or a whole one with a
+	// zeroed sector), which recovery truncates. A last frame that is whole
+	// but damaged otherwise is damage like any other, Torn false.
 	Torn   bool
 	Reason string
 }
@@ -302,7 +306,15 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 			}
 		}
 		if next < 0 {
-			d.Torn, d.Length = true, size-off
+			d.Length = size - off
+			d.Torn = true
+			if rec != nil {
+				// whole, but its checksum fails: torn only if a
+				// sector of it is zeros
+				if d.Torn, err = tornWrite(r, off, headerSize+int64(len(rec))); err != nil {
+					return off, damage, err
+				}
+			}
 			return off, append(damage, d), nil
 		}
 		d.Length = next - off
@@ -310,6 +322,31 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 		off = next
 	}
 	return off, damage, nil
+}
+
+// sectorSize is the unit a disk writes whole, or not at all.
+const sectorSize = 512
+
+// tornWrite reports whether the frame of n bytes at off, whole in the file
+// but failing its checksum, is a write a crash cut short rather than
+// damage done after it was written. As etcd's WAL decides: a write cut
+// short leaves a sector of it zeroed (the file's size reached the end of
+// the write before all its data did), while damage (a flipped bit, a
+// garbled block) leaves none. The frame is at the end of the file: at
+// most a record's length is read.
+func tornWrite(r io.ReaderAt, off, n int64) (bool, error) {
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, off); err != nil {
+		return false, err
+	}
+	for start := off; start < off+n; {
+		end := min((start/sectorSize+1)*sectorSize, off+n)
+		if !slices.ContainsFunc(buf[start-off:end-off], func(b byte) bool { return b != 0 }) {
+			return true, nil
+		}
+		start = end
+	}
+	return false, nil
 }
 
 // frameIn verifies the frame at the start of b and returns its record and

@@ -106,14 +106,14 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	if rs, err := q.Retries(); err != nil || len(rs) > 0 {
 		return false, err
 	}
-	// pending dead letters, damaged ones (which only the worker's rewrite
-	// drops, reporting them) and marks not yet applied (which the worker
+	// pending dead letters, damage (dead letters or marks, which only the
+	// worker's rewrite drops, reporting it) and marks not yet applied (which the worker
 	// logs as it applies them) all keep the queue for its worker
 	dl, damage, err := q.deadLetters(false)
 	if err != nil || len(dl) > 0 || slices.ContainsFunc(damage, func(d Damage) bool { return !d.Torn }) {
 		return false, err
 	}
-	if marks, err := q.marks(); err != nil || len(marks) > 0 {
+	if marks, _, err := q.marks(); err != nil || len(marks) > 0 {
 		return false, err
 	}
 	if size > 0 {

@@ -454,7 +454,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				w.logger.Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
 			}
 			for _, d := range damage {
-				w.logger.Error("dlq.log held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
+				w.logger.Error("a dead-letter file held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
 					"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
 			}
 			for _, m := range applied {

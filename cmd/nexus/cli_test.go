@@ -171,6 +171,47 @@ func TestDLQListReportsDamage(t *testing.T) {
 	}
 }
 
+// TestDLQListReportsADamagedMark: a replay or discard mark whose frame in
+// dlq.log.acked is damaged no longer hides its dead letter; nexus dlq list
+// lists it as pending and says why on stderr, in one line.
+func TestDLQListReportsADamagedMark(t *testing.T) {
+	state := t.TempDir()
+	root := filepath.Join(state, "queues")
+	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for id := uint64(1); id <= 2; id++ {
+		if err := q.MoveToDLQ(queue.DeadLetter{ID: id, EnqueuedAt: at, FailedAt: at, Attempts: 5, LastError: "HTTP 503", Payload: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Mark(1, queue.MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	acked := filepath.Join(root, "acme", "orders", "dlq.log.acked")
+	b, err := os.ReadFile(acked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff
+	if err := os.WriteFile(acked, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dlq", "list", "--db", filepath.Join(state, "registry.db")}, &stdout, &stderr)
+	if code != exitOK || !strings.HasPrefix(stdout.String(), "DLQ: 2 pending message(s)\n") {
+		t.Errorf("exit %d, stdout:\n%s\nwant exit 0 and dead letters 1 and 2", code, stdout.String())
+	}
+	want := "nexus dlq list: acme/orders: dlq.log.acked: a damaged replay or discard mark at offset 0 ("
+	if lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], want) ||
+		!strings.Contains(lines[0], "the dead letter it marked is listed as pending") {
+		t.Errorf("stderr %q, want one line beginning %q", stderr.String(), want)
+	}
+}
+
 // TestValidateReadsAsGitSyncDoes: a folder's .md link (which could take a
 // flow from outside it) is refused, as git sync refuses it; a file that is
 // not a regular file (/dev/zero) or is over 1 MiB is refused without being

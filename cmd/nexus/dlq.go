@@ -127,7 +127,11 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 			if d.ID != 0 {
 				id = fmt.Sprintf(", id=%d", d.ID)
 			}
-			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s: a damaged dead letter at offset %d (%d bytes%s) is not listed: %s\n",
+			what := "a damaged dead letter at offset %d (%d bytes%s) is not listed"
+			if d.File != "dlq.log" {
+				what = "a damaged replay or discard mark at offset %d (%d bytes%s): the dead letter it marked is listed as pending"
+			}
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s: "+what+": %s\n",
 				n[0], n[1], d.File, d.Offset, d.Length, id, d.Reason)
 		}
 		for _, d := range dl {
