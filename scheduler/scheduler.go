@@ -115,12 +115,25 @@ type entry struct {
 	// replayed: a time becomes pending only at a process that was running
 	// at it, while another, running too, held the lock.
 	pending time.Time
+	// unqueued is a tick this process made (its .last record written)
+	// whose append failed (a worker budget spent, a full disk), zero when
+	// none; cid is its correlation ID. While this process holds the flow,
+	// the append is tried again at every pass, until it goes through or
+	// the next tick is due, which stands for it (and the older one is
+	// logged as lost). A process that stops meanwhile loses it: the record
+	// says it was made, and ticks are at most once.
+	unqueued    time.Time
+	unqueuedCID string
 }
 
 func (s *Scheduler) run(ctx context.Context) {
 	entries := map[[2]string]*entry{}
 	defer func() {
 		for _, e := range entries {
+			if !e.unqueued.IsZero() {
+				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped: it is lost", "event", "cron_failed",
+					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+			}
 			if e.held {
 				e.lock.Unlock()
 			}
@@ -143,6 +156,8 @@ func (s *Scheduler) run(ctx context.Context) {
 			e.fresh = false
 			if !e.next.After(now) {
 				s.tick(e, now)
+			} else if e.held && !e.unqueued.IsZero() {
+				s.requeue(e)
 			}
 			if d := e.next.Sub(now); d < wait {
 				wait = max(d, 0)
@@ -287,6 +302,11 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		e.next = next
 		return
 	}
+	if !e.unqueued.IsZero() {
+		log.Error("a cron tick could not be queued before the next one was due: it is lost", "event", "cron_failed",
+			"scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+		e.unqueued, e.unqueuedCID = time.Time{}, ""
+	}
 	if err := s.saveLastTick(e, due); err != nil {
 		log.Error("the last tick could not be recorded; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
@@ -295,13 +315,34 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 	if s.cfg.NewID != nil {
 		cid = s.cfg.NewID()
 	}
-	payload := appendInput(sc.Input())
-	msg, err := s.cfg.Queues.Append(e.tenant, e.flow, queue.NewMessage{Source: Source, CorrelationID: cid, Payload: payload})
+	if err := s.queueTick(e, sc, due, cid, log); err != nil {
+		log.Error("a cron tick could not be queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
+			"scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "error", err.Error())
+		e.unqueued, e.unqueuedCID = due, cid
+	}
+}
+
+// requeue tries again to append the tick this process made and could not
+// queue (e.unqueued), for the flow's live schedule_input.
+func (s *Scheduler) requeue(e *entry) {
+	lf, ok := s.cfg.Live.Live().Lookup(e.tenant, e.flow)
+	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
+		return // withdrawn or unscheduled: follow drops the entry
+	}
+	if s.queueTick(e, lf.Flow.Schedule(), e.unqueued, e.unqueuedCID, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)) == nil {
+		e.unqueued, e.unqueuedCID = time.Time{}, ""
+	}
+}
+
+// queueTick appends the schedule's input for the tick due and logs
+// cron_tick; it returns the append's error.
+func (s *Scheduler) queueTick(e *entry, sc *flow.Schedule, due time.Time, cid string, log *slog.Logger) error {
+	msg, err := s.cfg.Queues.Append(e.tenant, e.flow, queue.NewMessage{Source: Source, CorrelationID: cid, Payload: appendInput(sc.Input())})
 	if err != nil {
-		log.Error("a cron tick could not be queued: it is lost", "event", "cron_failed", "scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "error", err.Error())
-		return
+		return err
 	}
 	log.Info("cron tick", "event", "cron_tick", "scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "msg_id", msg.ID)
+	return nil
 }
 
 func (s *Scheduler) lastPath(e *entry) string {
