@@ -167,10 +167,20 @@ func (q *Queue) marks() (map[uint64]mark, []Damage, error) {
 var errStop = errors.New("stop")
 
 // eachPending calls fn with each verified dead-letter record of dlq.log
-// whose entry is pending (not marked), in file order: one record is in
-// memory at a time, so a large dlq.log costs reading, not memory. fn may
-// return errStop to end the scan. The damage returned is that of
-// dlq.log.acked, then dlq.log's.
+// whose entry is pending (not marked), the first of each id, in file
+// order: one record is in memory at a time, so a large dlq.log costs
+// reading (and 8 bytes or so per id), not payloads' memory. fn may return
+// errStop to end the scan. The damage returned is that of dlq.log.acked,
+// then dlq.log's.
+//
+// A message can be dead-lettered twice. The worker saves its checkpoint
+// every CheckpointEvery messages and its retry schedule after each
+// attempt, so a process killed after MoveToDLQ but before either delivers
+// the message again at the next start, and if it fails again it is
+// appended to dlq.log again, with the same id. A dead letter keeps its
+// message's id, which is unique in its queue: readers take the first
+// entry of an id and pass over the others, a mark applies to all of them,
+// and CompactDLQ keeps the first only.
 func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 	marked, markDamage, err := q.marks()
 	if err != nil {
@@ -188,13 +198,19 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 	if err != nil {
 		return nil, err
 	}
+	seen := map[uint64]struct{}{}
 	_, damage, err := scan(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
 		if len(rec) < 33 || rec[0] != kindDeadLetter {
 			return nil
 		}
-		if _, done := marked[binary.BigEndian.Uint64(rec[1:9])]; done {
+		id := binary.BigEndian.Uint64(rec[1:9])
+		if _, done := marked[id]; done {
 			return nil
 		}
+		if _, again := seen[id]; again {
+			return nil // dead-lettered again after a crash: see above
+		}
+		seen[id] = struct{}{}
 		return fn(rec)
 	})
 	if errors.Is(err, errStop) {
@@ -447,11 +463,16 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	}
 	damage = append(markDamage, damage...)
 	var keep []byte
+	seen := map[uint64]struct{}{}
 	for _, rec := range recs {
 		if d, err := decodeDeadLetter(rec); err == nil {
 			if _, done := marked[d.ID]; done {
 				continue
 			}
+			if _, again := seen[d.ID]; again {
+				continue // dead-lettered again after a crash (see eachPending)
+			}
+			seen[d.ID] = struct{}{}
 		}
 		keep = appendFrame(keep, rec)
 	}

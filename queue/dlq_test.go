@@ -358,6 +358,40 @@ func TestDeadLetterAfterADamagedLastOne(t *testing.T) {
 	checkDeadLetters(t, q, 3)
 }
 
+// TestDeadLetteredTwiceIsOneDeadLetter: a message dead-lettered again
+// after a crash (delivered again because the checkpoint had not passed
+// it) is one pending dead letter: listed, counted, paged and replayed
+// once; a mark hides both entries and the rewrite keeps one. It was
+// listed twice, with two Replay buttons that would deliver it twice.
+func TestDeadLetteredTwiceIsOneDeadLetter(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	moveToDLQ(t, q, 1, 2, 1)
+	checkDeadLetters(t, q, 1, 2)
+	if n, err := q.DeadLetterCount(); err != nil || n != 2 {
+		t.Errorf("DeadLetterCount = %d, %v; want 2", n, err)
+	}
+	if page, err := q.DeadLetterPage(0, 10, 100); err != nil || page.Total != 2 || len(page.Entries) != 2 {
+		t.Errorf("DeadLetterPage: total %d, %d entries, %v; want 2 and 2", page.Total, len(page.Entries), err)
+	}
+	if _, err := q.Replay(1, "replay", "c-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Replay(1, "replay", "c-2"); !errors.Is(err, ErrNotPending) {
+		t.Errorf("a second replay of id 1: %v, want ErrNotPending", err)
+	}
+	checkDeadLetters(t, q, 2)
+	moveToDLQ(t, q, 2)
+	if _, _, err := q.CompactDLQ(); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := q.readRecords(dlqFile)
+	if err != nil || len(recs) != 1 {
+		t.Errorf("dlq.log holds %d records after the rewrite (%v), want dead letter 2 once", len(recs), err)
+	}
+	checkDeadLetters(t, q, 2)
+}
+
 // TestDamagedMarkIsReported: a damaged frame in dlq.log.acked (a replay
 // or discard mark that no longer verifies) leaves the dead letter it
 // marked pending again; that is said, by the listing and by the worker's
