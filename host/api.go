@@ -22,28 +22,28 @@ import (
 // key has them: without one, every method on their paths is an unknown
 // path (404), as on /status.
 func (s *Server) routeManagement(r *httprouter.Router) {
-	r.GET("/api/flows", s.api(s.apiFlows))
-	r.GET("/api/queues", s.api(s.apiQueues))
-	r.GET("/api/queues/:tenant/:flow/dlq", s.api(s.apiDeadLetters))
-	r.GET("/api/queues/:tenant/:flow/dlq/:id/payload", s.api(s.payload))
+	get(r, "/api/flows", s.api(s.apiFlows))
+	get(r, "/api/queues", s.api(s.apiQueues))
+	get(r, "/api/queues/:tenant/:flow/dlq", s.api(s.apiDeadLetters))
+	get(r, "/api/queues/:tenant/:flow/dlq/:id/payload", s.api(s.payload))
 	r.POST("/api/queues/:tenant/:flow/dlq/:id/:action", s.api(s.apiDLQAction))
-	r.GET("/api/journal", s.api(s.apiJournal))
+	get(r, "/api/journal", s.api(s.apiJournal))
 
-	r.GET("/ui", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	get(r, "/ui", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 		correlationID(w, req)
 		http.Redirect(w, req, "/ui/", http.StatusMovedPermanently)
 	})
-	r.GET("/ui/login", s.uiLoginForm)
+	get(r, "/ui/login", s.uiLoginForm)
 	r.POST("/ui/login", s.uiLogin)
 	r.POST("/ui/logout", s.page(s.uiLogout))
-	r.GET("/ui/", s.page(s.uiFlows))
-	r.GET("/ui/queues", s.page(s.uiQueues))
-	r.GET("/ui/queues/:tenant/:flow", s.page(s.uiQueue))
-	r.GET("/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ string) {
+	get(r, "/ui/", s.page(s.uiFlows))
+	get(r, "/ui/queues", s.page(s.uiQueues))
+	get(r, "/ui/queues/:tenant/:flow", s.page(s.uiQueue))
+	get(r, "/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ string) {
 		s.payload(w, r, ps)
 	}))
 	r.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
-	r.GET("/ui/journal", s.page(s.uiJournal))
+	get(r, "/ui/journal", s.page(s.uiJournal))
 }
 
 // api wraps an API handler with the admin key check: 401 without it, 403
@@ -225,6 +225,13 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 // from.
 func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, tenant, flowName string, id uint64) (uint64, int, error) {
 	if action == "replay" && !s.isLive(tenant, flowName) {
+		// an id that is not pending is a 404 first, as it would be once
+		// the flow is published
+		if q, err := s.cfg.Queues.Peek(tenant, flowName); err == nil {
+			if _, err := q.DeadLetter(id); errors.Is(err, queue.ErrNotPending) {
+				return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
+			}
+		}
 		return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
 	}
 	newID, err := s.dlqAction(action, tenant, flowName, id)

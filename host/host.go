@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-
 	"sync"
 	"time"
 
@@ -91,6 +91,10 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	// a key read from a file or a secret store may end in a newline,
+	// which no header or password field can carry: trimmed, as callers'
+	// keys are
+	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	s := &Server{cfg: cfg}
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
@@ -102,17 +106,17 @@ func New(cfg Config) *Server {
 	r.HandleOPTIONS = false // an OPTIONS is a 405 like any other method, with our headers
 	r.POST("/flows/:tenant/:flow/run", s.run)
 	r.POST("/flows/:tenant/:flow/enqueue", s.enqueue)
-	r.GET("/healthz", s.healthz)
-	r.GET("/readyz", s.readyz)
+	get(r, "/healthz", s.healthz)
+	get(r, "/readyz", s.readyz)
 	metrics := cfg.Metrics.Handler()
-	r.GET("/metrics", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	get(r, "/metrics", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 		correlationID(w, req)
 		metrics.ServeHTTP(w, req)
 	})
 	r.POST("/hooks/git", s.hookGit)
 	if cfg.AdminKey != "" {
 		// without an admin key these paths do not exist (404 for any method)
-		r.GET("/status", s.status)
+		get(r, "/status", s.status)
 		s.routeManagement(r)
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -121,6 +125,9 @@ func New(cfg Config) *Server {
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
+		// the router lists OPTIONS, which it does not answer here
+		allow := slices.DeleteFunc(strings.Split(w.Header().Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions })
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
@@ -130,6 +137,14 @@ func New(cfg Config) *Server {
 	}
 	s.router = r
 	return s
+}
+
+// get routes GET and HEAD of path to h: a HEAD answers what a GET would,
+// without the body (net/http leaves it out), as RFC 9110 asks of every
+// server (a load balancer's health check may be a HEAD).
+func get(r *httprouter.Router, path string, h httprouter.Handle) {
+	r.GET(path, h)
+	r.HEAD(path, h)
 }
 
 // Handler is the server's HTTP handler.

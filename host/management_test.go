@@ -3,6 +3,7 @@ package host_test
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -136,5 +138,88 @@ func TestUIQueueNextPageKeepsLimit(t *testing.T) {
 	if !strings.Contains(body, `?after=10&amp;limit=10" rel="next"`) {
 		m := regexp.MustCompile(`<a href="[^"]*" rel="next">`).FindString(body)
 		t.Errorf("the next link of a 10-a-page listing is %s: its page holds 50, not 10", m)
+	}
+}
+
+// TestDeadLetterRedeliveredAfterACrashIsListedOnce: a message dead-lettered,
+// then delivered again after a crash (its checkpoint had not moved past it)
+// and dead-lettered again, is one row of the Queue page and one entry of
+// the API's list, as its id is one message (server.md: "a dead letter keeps
+// its message's id"). It was listed twice, with two Replay buttons.
+func TestDeadLetterRedeliveredAfterACrashIsListedOnce(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	files := adminFlows()
+	files["flows/acme/fails.md"] = flowFile("acme", "fails", "queue_max_attempts: 1\n",
+		"## Step: check\n```validate\n$.never != null | \"never set\" | syntactic\n```\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	// the state a process killed mid-backlog leaves: message 1 failed and
+	// was dead-lettered (dlq.log is synced), the checkpoint not yet moved
+	// past it
+	seedQueue(t, fx.root, "acme", "fails", fx.clock.Now, func(q *queue.Queue) {
+		msgs := appendMessages(t, q, `{"n":1}`)
+		deadLetter(t, q, msgs[0], t0, 1, "step check: never set")
+	})
+	if got := fx.pendingIDs(t, "acme", "fails"); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("seeded dead letters: %v, want [1]", got)
+	}
+	// the first submission after the restart starts the worker
+	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/fails/enqueue", `{"n":2}`,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+	}
+	fx.waitJournal(t, "acme", "fails", 2)
+	deadline := time.Now().Add(5 * time.Second)
+	var got []uint64
+	for {
+		got = fx.pendingIDs(t, "acme", "fails")
+		if len(got) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("pending dead letters listed by the API: %v, want [1 2] (each id once)", got)
+	}
+	body := fx.admin(http.MethodGet, "/ui/queues/acme/fails").Body.String()
+	if n := strings.Count(body, `<tr data-id="1">`); n != 1 {
+		t.Errorf("the Queue page has %d rows for dead letter 1, want 1", n)
+	}
+}
+
+// TestReplayOfAnIDNotPendingIsA404WhenTheFlowIsNotLive: replaying an id
+// that is not a pending dead letter answers 404 with the CLI's words
+// (docs/management.md) whether or not the flow is live; the 409 "not live"
+// is for a pending one. It answered 409, and after the operator published
+// the flow, 404 anyway.
+func TestReplayOfAnIDNotPendingIsA404WhenTheFlowIsNotLive(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedDeadLetters(t, fx.root, "acme", "gone", `{"n":1}`)
+	// id 1 is discarded (by the CLI, another server, a colleague)
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/1/discard"), `{"tenant":"acme","flow":"gone","id":1,"discarded":true}`)
+	for _, id := range []string{"1", "9"} {
+		wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/"+id+"/replay"), http.StatusNotFound,
+			"no pending dead letter id="+id+" tenant=acme flow=gone")
+		w := fx.admin(http.MethodPost, "/ui/queues/acme/gone/dlq/"+id+"/replay")
+		if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "no pending dead letter id="+id+" tenant=acme flow=gone") {
+			t.Errorf("UI replay of %s: %d, want 404 naming the dead letter; page: %.200s", id, w.Code,
+				regexp.MustCompile(`(?s)<div class="error"[^>]*>.*?</div>`).FindString(w.Body.String()))
+		}
+	}
+}
+
+// TestAdminKeyIsTrimmed: an admin key configured with a trailing newline (a
+// key read from a secret file) is the key without it, as a caller's key is
+// read. It locked everyone out of /status, the API and the UI: no header or
+// password field can carry the newline.
+func TestAdminKeyIsTrimmed(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey + "\n"})
+	for _, path := range []string{"/status", "/api/flows", "/ui/"} {
+		if w := fx.admin(http.MethodGet, path); w.Code != http.StatusOK {
+			t.Errorf("GET %s with the admin key (configured with a trailing newline): %d %.100s", path, w.Code, w.Body)
+		}
+	}
+	if w := fx.serve(loginRequest(adminKey, "")); w.Code != http.StatusSeeOther {
+		t.Errorf("logging in with the admin key (configured with a trailing newline): %d", w.Code)
 	}
 }

@@ -362,3 +362,60 @@ func TestStatusIsNotCacheable(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadAnswersAsGet: a HEAD request to a GET endpoint answers what a GET
+// does, without the body (RFC 9110 §9.1: every general-purpose server
+// supports GET and HEAD). It was refused with 405, so a load balancer or an
+// uptime probe checking /healthz with HEAD saw a healthy host as down.
+func TestHeadAnswersAsGet(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/status", "/ui/", "/ui/login", "/api/flows"} {
+		get := fx.serve(newRequest(http.MethodGet, path, "", bearerAdmin...))
+		head := fx.serve(newRequest(http.MethodHead, path, "", bearerAdmin...))
+		if get.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, get.Code, get.Body)
+		}
+		if head.Code != get.Code {
+			t.Errorf("HEAD %s = %d (%s), want %d as GET answers", path, head.Code, strings.TrimSpace(head.Body.String()), get.Code)
+			continue
+		}
+		if g, h := get.Header().Get("Content-Type"), head.Header().Get("Content-Type"); g != h {
+			t.Errorf("HEAD %s: Content-Type %q, GET's is %q", path, h, g)
+		}
+	}
+}
+
+// TestAllowListsTheMethodsAnswered: a 405's Allow names only the methods the
+// path answers (RFC 9110 §10.2.1). It listed OPTIONS, which the host refuses
+// with 405 like any method it does not route.
+func TestAllowListsTheMethodsAnswered(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodPost, "/healthz"},
+		{http.MethodDelete, "/metrics"},
+		{http.MethodPost, "/status"},
+		{http.MethodPost, "/ui/queues"},
+		{http.MethodDelete, "/api/flows"},
+		{http.MethodGet, "/api/queues/acme/echo/dlq/1/replay"},
+		{http.MethodGet, "/flows/acme/echo/run"},
+	} {
+		w := fx.serve(newRequest(tc.method, tc.path, "", bearerAdmin...))
+		if w.Code != http.StatusMethodNotAllowed {
+			t.Fatalf("%s %s = %d, want 405", tc.method, tc.path, w.Code)
+		}
+		allow := w.Header().Get("Allow")
+		if allow == "" {
+			t.Errorf("%s %s: 405 without Allow", tc.method, tc.path)
+			continue
+		}
+		for _, m := range strings.Split(allow, ", ") {
+			if m == tc.method {
+				continue
+			}
+			probe := fx.serve(newRequest(m, tc.path, "", bearerAdmin...))
+			if probe.Code == http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: 405 with Allow %q, but %s %s answers 405 too", tc.method, tc.path, allow, m, tc.path)
+			}
+		}
+	}
+}

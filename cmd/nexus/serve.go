@@ -105,6 +105,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	cfg := *cfgp // the flags parsed into it
+	// blanks around the admin key are not part of it, as host.New takes it
+	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	if err == nil {
 		err = checkServeConfig(cfg, rest)
 	}
