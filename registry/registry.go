@@ -52,6 +52,9 @@ const BusyTimeout = 10 * time.Second
 // Open opens (creating it and its folder if needed) the registry at path and
 // runs the schema migrations it has not seen yet.
 func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return nil, fmt.Errorf("registry %s is a directory: give the registry file, such as %s", path, filepath.Join(path, "registry.db"))
+	}
 	// the state directory and the registry are the owner's alone (0700,
 	// 0600: queue.DirMode and queue.FileMode, which this package does not
 	// import); SQLite gives its -wal and -shm files the database's mode
@@ -78,22 +81,14 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
-	q := url.Values{}
-	q.Add("_pragma", "busy_timeout("+strconv.Itoa(int(BusyTimeout.Milliseconds()))+")")
-	if opts.ReadOnly {
-		// the file's journal mode as it is (switching it is a write), and
-		// no statement may change the database
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Add("_pragma", "journal_mode(WAL)")
+	if info, err := os.Stat(path); err == nil && info.Size() > 0 && !opts.ReadOnly {
+		// another program's database (a mistyped --db) is refused before
+		// anything is written to it, as the read-only open refuses it
+		if err := checkNotForeign(ctx, abs); err != nil {
+			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
 	}
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Set("_txlock", "immediate")
-	// a file: URI with the path escaped, so that '#' or '?' in a folder
-	// name cannot cut the path short
-	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", dataSource(abs, opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
@@ -123,6 +118,48 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// dataSource is the driver's name for the registry file abs: a file: URI
+// with the path escaped (so that '#' or '?' in a folder name cannot cut it
+// short) and the connection's pragmas.
+func dataSource(abs string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.Itoa(int(BusyTimeout.Milliseconds()))+")")
+	if readOnly {
+		// the file's journal mode as it is (switching it is a write), and
+		// no statement may change the database
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+	}
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	return (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String()
+}
+
+// checkNotForeign refuses an SQLite database that holds tables but no
+// registry schema: another program's, which migrating would change (the
+// migrations and the schema version are written in one transaction, so a
+// registry with tables always has a version). It only reads.
+func checkNotForeign(ctx context.Context, abs string) error {
+	db, err := sql.Open("sqlite", dataSource(abs, true))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var version, tables int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&tables); err != nil {
+		return err
+	}
+	if version == 0 && tables > 0 {
+		return errors.New("not a registry (an SQLite database of another program: it holds tables, none of them nexus's); give a registry or a new file")
+	}
+	return nil
 }
 
 // isBusy reports whether err is SQLite's "database is locked".

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -84,21 +85,51 @@ func TestOpenTwice(t *testing.T) {
 	}
 }
 
-// TestOpenMigratesAnExistingFile: a SQLite file without the schema (user
-// version 0) gets it, and keeps what it held.
-func TestOpenMigratesAnExistingFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "registry.db")
+// TestOpenRefusesAnotherProgramsDatabase: a SQLite file that holds tables
+// but no registry schema (another program's database, a mistyped --db) is
+// refused, and left byte for byte as it was: no table added, no switch to
+// WAL. It was migrated (nexus deploy published into it), though the
+// read-only commands refused the same file as not a registry. A file
+// without tables is a new registry.
+func TestOpenRefusesAnotherProgramsDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
 	db := sideDB(t, path)
 	exec(t, db, `CREATE TABLE notes (text TEXT)`)
 	exec(t, db, `INSERT INTO notes VALUES ('kept')`)
-	r := open(t, path, registry.Options{})
-	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
-	var text string
-	if err := db.QueryRow(`SELECT text FROM notes`).Scan(&text); err != nil || text != "kept" {
-		t.Errorf("the file's own table: %q, %v", text, err)
+	db.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if v := userVersion(t, path); v != 2 {
+	_, err = registry.Open(context.Background(), path, registry.Options{})
+	if err == nil || !strings.Contains(err.Error(), "not a registry (an SQLite database of another program") {
+		t.Fatalf("Open: %v, want it refused as another program's database", err)
+	}
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(before, after) {
+		t.Errorf("the refused file changed (%d bytes before, %d after, %v)", len(before), len(after), err)
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		t.Errorf("the refused file was switched to WAL")
+	}
+
+	empty := filepath.Join(t.TempDir(), "registry.db")
+	exec(t, sideDB(t, empty), `PRAGMA user_version = 0`) // an SQLite file with no table
+	r := open(t, empty, registry.Options{})
+	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}})
+	if v := userVersion(t, empty); v != 2 {
 		t.Errorf("user_version %d, want 2", v)
+	}
+}
+
+// TestOpenRefusesADirectory: a --db naming a folder (the state directory
+// instead of the file in it) is refused with one line naming the file
+// expected, not SQLite's "unable to open database file (14)".
+func TestOpenRefusesADirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, err := registry.Open(context.Background(), dir, registry.Options{})
+	want := "registry " + dir + " is a directory: give the registry file, such as " + filepath.Join(dir, "registry.db")
+	if err == nil || err.Error() != want {
+		t.Errorf("Open(a folder): %v, want %q", err, want)
 	}
 }
 
