@@ -110,13 +110,10 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.FlowsDir == "" {
 		cfg.FlowsDir = "flows"
 	}
-	cfg.FlowsDir = strings.Trim(path.Clean("/"+filepath.ToSlash(cfg.FlowsDir)), "/")
-	if cfg.FlowsDir == "" {
-		return nil, errors.New("gitsync: the flows folder cannot be the repo's root")
+	if err := CheckSource(cfg.Repo, cfg.Branch, cfg.FlowsDir); err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
 	}
-	if err := plumbing.NewBranchReferenceName(cfg.Branch).Validate(); err != nil || strings.ContainsAny(cfg.Branch, " :") || strings.HasPrefix(cfg.Branch, "-") {
-		return nil, fmt.Errorf("gitsync: %q is not a branch name", cfg.Branch)
-	}
+	cfg.FlowsDir = cleanFlowsDir(cfg.FlowsDir)
 	if cfg.Poll <= 0 {
 		cfg.Poll = 10 * time.Second
 	}
@@ -138,12 +135,6 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = DefaultFetchTimeout
 	}
-	if strings.Contains(cfg.Repo, "://") {
-		if _, err := url.Parse(cfg.Repo); err != nil {
-			// not the URL itself: it may hold a password
-			return nil, errors.New("gitsync: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")
-		}
-	}
 	// the state directory is its owner's alone (queue.DirMode, which this
 	// package does not import)
 	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o700); err != nil {
@@ -160,6 +151,38 @@ func New(cfg Config) (*Syncer, error) {
 		lock:    flock.New(cfg.Dir+".lock", flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW)),
 		trigger: make(chan struct{}, 1),
 	}, nil
+}
+
+// CheckSource checks what a Syncer would follow: the repo (a URL whose
+// scheme git speaks here, https://, http://, ssh://, git:// or file://,
+// or a path or scp-like user@host:path), the branch's name, and the flows
+// folder (not the repo's root). It touches nothing; its errors name the
+// value (never a URL, which may hold a password) in one line.
+func CheckSource(repo, branch, flowsDir string) error {
+	if scheme, _, ok := strings.Cut(repo, "://"); ok {
+		u, err := url.Parse(repo)
+		if err != nil {
+			return errors.New("the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "https", "http", "ssh", "git", "file":
+		default:
+			return fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)
+		}
+	}
+	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
+		return fmt.Errorf("%q is not a branch name", branch)
+	}
+	if cleanFlowsDir(flowsDir) == "" {
+		return fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)
+	}
+	return nil
+}
+
+// cleanFlowsDir is the flows folder as a slash path inside the repo, ""
+// for its root.
+func cleanFlowsDir(dir string) string {
+	return strings.Trim(path.Clean("/"+filepath.ToSlash(dir)), "/")
 }
 
 // Result is what one Sync did.

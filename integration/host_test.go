@@ -1465,3 +1465,26 @@ func firstLineOnATerminal(t *testing.T, format string) string {
 	}
 	return first
 }
+
+// TestDevBannerKeepsAGivenAdminKey: the development mode prints the admin
+// key it generates; one the operator gave (NEXUS_ADMIN_KEY, perhaps the
+// production key exported in the shell) is a secret it does not print,
+// as the usage does not. The banner printed it on stdout.
+func TestDevBannerKeepsAGivenAdminKey(t *testing.T) {
+	const secret = "given-admin-key-5c1e0f7a9b2d4e6f8a0c"
+	cwd := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	_, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
+		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, []string{"NEXUS_ADMIN_KEY=" + secret}, secret)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner within 10 s; stdout:\n%s", stdout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	banner := stdout.String()
+	if strings.Contains(banner, secret) || !strings.Contains(banner, "admin key (/status, UI):  the one given (--admin-key or NEXUS_ADMIN_KEY; not shown)") {
+		t.Errorf("the banner shows the given admin key, or does not say it is not shown:\n%s", banner)
+	}
+}

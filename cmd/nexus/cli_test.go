@@ -299,3 +299,50 @@ func TestKeyGenerateEntryErrors(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, stdout %q; want exit 1 and %q", code, stderr.String(), stdout.String(), want)
 	}
 }
+
+// TestHelpOfAnUnknownCommand: nexus help bogus says the command is
+// unknown and exits 2, as nexus bogus does; it printed the general usage
+// and exited 0.
+func TestHelpOfAnUnknownCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"help", "bogus"}, &stdout, &stderr)
+	if want := "nexus: unknown command \"bogus\"; run 'nexus help' for the list\n"; code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestEmptyDBIsBadUsage: --db "" (what --db "$DB" gives with DB unset) is
+// bad usage for every command that takes it; the read-only commands read
+// it as an empty registry and exited 0 ("flows: 0", "DLQ is empty").
+func TestEmptyDBIsBadUsage(t *testing.T) {
+	for _, args := range [][]string{{"status", "--db", ""}, {"journal", "--db", ""}, {"dlq", "list", "--db", ""},
+		{"deploy", "--db", "", "x.md"}, {"serve", "--db", ""}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		want := "nexus " + args[0] + ": --db is empty: give the registry file (such as ~/.nexus/registry.db)"
+		if args[0] == "dlq" {
+			want = "nexus dlq list: --db is empty: give the registry file (such as ~/.nexus/registry.db)"
+		}
+		if code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("nexus %s: exit %d, %q; want exit 2 and %q", strings.Join(args, " "), code, firstLine(stderr.String()), want)
+		}
+	}
+}
+
+// TestKeyGenerateSaysWhenTheKeyIsLost: a key is shown once and stored
+// nowhere, so when it cannot be written out (stdout a full disk) nexus key
+// generate says so and exits 1; it exited 0, and a script went on without
+// the key.
+func TestKeyGenerateSaysWhenTheKeyIsLost(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("/dev/full (Linux's full disk) cannot be opened: %v", err)
+	}
+	defer full.Close()
+	var stderr bytes.Buffer
+	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "hello"}, full, &stderr)
+	want := "nexus key generate: the key could not be written out (write /dev/full: no space left on device): it is lost; generate another\n"
+	if code != exitError || stderr.String() != want {
+		t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, stderr.String(), want)
+	}
+}

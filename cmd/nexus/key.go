@@ -75,7 +75,11 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitError
 	}
-	fmt.Fprintf(stdout, "key: %s\n\nKeep the key now: it is shown once and stored nowhere.\nAdd this entry under keys: in access.yaml and commit it:\n\n%s", key, entry)
+	if _, err := fmt.Fprintf(stdout, "key: %s\n\nKeep the key now: it is shown once and stored nowhere.\nAdd this entry under keys: in access.yaml and commit it:\n\n%s", key, entry); err != nil {
+		// the key is stored nowhere: a script must not go on without it
+		fmt.Fprintf(stderr, "nexus key generate: the key could not be written out (%v): it is lost; generate another\n", err)
+		return exitError
+	}
 	return exitOK
 }
 

@@ -51,9 +51,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
-			if c, ok := cmds[args[1]]; ok {
-				return c.run([]string{"--help"}, stdout, stderr)
+			c, ok := cmds[args[1]]
+			if !ok {
+				fmt.Fprintf(stderr, "nexus: unknown command %q; run 'nexus help' for the list\n", args[1])
+				return exitUsage
 			}
+			return c.run([]string{"--help"}, stdout, stderr)
 		}
 		usage(stdout, cmds)
 		return exitOK

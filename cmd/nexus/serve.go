@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -67,11 +68,18 @@ const exampleKey = "nxk_example_acme_5f2c9d0e7b1a4c3d8e6f"
 
 // serveFlags reads the host's configuration from the environment, and
 // returns it with the flag set that overrides it (each flag's usage names
-// its variable).
+// its variable). The flag set is made even when a variable cannot be read,
+// so that --help still works; the error says which variable (envError).
 func serveFlags() (*serveConfig, *flag.FlagSet, error) {
 	var cfg serveConfig
-	if err := env.Parse(&cfg); err != nil {
-		return nil, nil, err
+	envErr := env.Parse(&cfg)
+	if envErr != nil {
+		// the defaults, under the variables that could be read
+		var def serveConfig
+		if err := env.ParseWithOptions(&def, env.Options{Environment: map[string]string{}}); err == nil {
+			cfg = def
+		}
+		envErr = envError(envErr)
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -90,40 +98,85 @@ func serveFlags() (*serveConfig, *flag.FlagSet, error) {
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
-	return &cfg, fs, nil
+	return &cfg, fs, envErr
+}
+
+// envError is env.Parse's error in the operator's terms: for each
+// variable that could not be read, its name, its value and what it takes,
+// in one line (not the Go field and type it fills).
+func envError(err error) error {
+	errs := []error{err}
+	var agg env.AggregateError
+	if errors.As(err, &agg) {
+		errs = agg.Errors
+	}
+	lines := make([]string, 0, len(errs))
+	for _, e := range errs {
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			lines = append(lines, e.Error())
+			continue
+		}
+		f, ok := reflect.TypeFor[serveConfig]().FieldByName(pe.Name)
+		if !ok || f.Tag.Get("env") == "" {
+			lines = append(lines, e.Error())
+			continue
+		}
+		name := f.Tag.Get("env")
+		want := "a " + pe.Type.String()
+		switch {
+		case pe.Type == reflect.TypeFor[time.Duration]():
+			want = "a duration (such as 10s, 5m or 168h)"
+		case pe.Type.Kind() >= reflect.Int && pe.Type.Kind() <= reflect.Uint64:
+			want = "a whole number"
+		case pe.Type.Kind() == reflect.Bool:
+			want = "true or false"
+		}
+		lines = append(lines, fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), want))
+	}
+	return errors.New(strings.Join(lines, "; "))
+}
+
+// settingName names where a setting's value came from: its flag when the
+// flag was given, else its variable when that is set, else the flag.
+func settingName(set map[string]bool, flagName string) string {
+	if !set[flagName] {
+		v := "NEXUS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+		if os.Getenv(v) != "" {
+			return v
+		}
+	}
+	return "--" + flagName
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
-	cfgp, fs, err := serveFlags()
-	if err != nil {
-		fmt.Fprintf(stderr, "nexus serve: the environment: %v\n", err)
-		return exitUsage
-	}
+	cfgp, fs, envErr := serveFlags()
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, serveUsage, fs)
 		return exitOK
 	}
+	if envErr != nil {
+		fmt.Fprintf(stderr, "nexus serve: %v\n", envErr)
+		return exitUsage
+	}
 	cfg := *cfgp // the flags parsed into it
 	// blanks around the admin key are not part of it, as host.New takes it
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err == nil {
-		err = checkServeConfig(cfg, rest)
+		err = checkServeConfig(cfg, rest, set)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		printUsage(stderr, serveUsage, fs)
 		return exitUsage
 	}
-	dbSet, formatSet := false, false
-	fs.Visit(func(f *flag.Flag) {
-		dbSet = dbSet || f.Name == "db"
-		formatSet = formatSet || f.Name == "log-format"
-	})
-	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !formatSet && !inEnv && isTerminal(stderr) {
+	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !set["log-format"] && !inEnv && isTerminal(stderr) {
 		cfg.LogFormat = "text" // a person reads it
 	}
-	if cfg.Dev && !dbSet && os.Getenv("NEXUS_DB") == "" {
+	if cfg.Dev && !set["db"] && os.Getenv("NEXUS_DB") == "" {
 		cfg.DB = filepath.Join(".nexus-dev", "registry.db")
 	}
 	if cfg.DB, err = expandHome(cfg.DB); err != nil {
@@ -185,26 +238,63 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, s
 	}
 }
 
-func checkServeConfig(cfg serveConfig, rest []string) error {
+// checkServeConfig refuses a configuration nexus serve cannot run with,
+// before anything is made on disk; set holds the flags given, so that an
+// error names the setting as the operator wrote it (--poll or NEXUS_POLL).
+func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error {
+	name := func(flagName string) string { return settingName(set, flagName) }
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected argument %q", rest[0])
 	case cfg.LogFormat != "json" && cfg.LogFormat != "text":
-		return fmt.Errorf("--log-format must be json or text, not %q", cfg.LogFormat)
+		return fmt.Errorf("%s must be json or text, not %q", name("log-format"), cfg.LogFormat)
 	case cfg.Poll < 100*time.Millisecond:
-		return fmt.Errorf("--poll must be at least 100ms, not %s", cfg.Poll)
+		return fmt.Errorf("%s must be at least 100ms, not %s", name("poll"), cfg.Poll)
 	case cfg.MaxBodyBytes < 1:
-		return fmt.Errorf("--max-body-bytes must be at least 1, not %d", cfg.MaxBodyBytes)
+		return fmt.Errorf("%s must be at least 1, not %d", name("max-body-bytes"), cfg.MaxBodyBytes)
 	case cfg.MaxWorkers < 1:
-		return fmt.Errorf("--max-workers must be at least 1, not %d", cfg.MaxWorkers)
+		return fmt.Errorf("%s must be at least 1, not %d", name("max-workers"), cfg.MaxWorkers)
 	case cfg.JournalRetention < 0:
-		return fmt.Errorf("--journal-retention must not be negative")
+		return fmt.Errorf("%s must not be negative", name("journal-retention"))
 	case cfg.Dev && cfg.Repo != "":
-		return errors.New("--dev serves --dev-flows through its own repo: leave --repo out")
+		return fmt.Errorf("--dev serves --dev-flows through its own repo: leave %s out", name("repo"))
+	case cfg.Dev && (cfg.Branch != "main" || cfg.FlowsDir != "flows"):
+		// its repo has --dev-flows on main, under flows/
+		what := name("branch")
+		if cfg.Branch == "main" {
+			what = name("flows-dir")
+		}
+		return fmt.Errorf("--dev serves --dev-flows through its own repo (branch main, folder flows): leave %s out", what)
 	case cfg.Secret != "" && slices.ContainsFunc(strings.Split(cfg.Secret, ","), func(p string) bool { return strings.TrimSpace(p) == "" }):
 		// dropped quietly, a blank part could leave the doors unsigned
 		// when the operator asked for signatures
-		return errors.New("--secret holds an empty secret: give one or more secrets, comma-separated, none blank")
+		return fmt.Errorf("%s holds an empty secret: give one or more secrets, comma-separated, none blank", name("secret"))
+	}
+	if cfg.Dev {
+		if _, err := checkDevFlows(cfg.DevFlows); err != nil {
+			return err
+		}
+	}
+	if err := checkListen(cfg.Listen); err != nil {
+		return fmt.Errorf("%s %q: %v", name("listen"), cfg.Listen, err)
+	}
+	if cfg.Repo != "" {
+		if err := gitsync.CheckSource(cfg.Repo, cfg.Branch, cfg.FlowsDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkListen refuses an address net.Listen would: one without a port, or
+// with one out of range or unknown.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("not an address: give host:port, such as :9090 or 127.0.0.1:9090")
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("the port %q is not a port number (0 to 65535)", port)
 	}
 	return nil
 }
@@ -254,6 +344,21 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		debug.SetGCPercent(serveGCPercent)
 	}
 	stateDir := filepath.Dir(cfg.DB)
+	// what can be refused without making anything is refused first (bad
+	// usage was, by checkServeConfig): the address is taken now, so that a
+	// port in use leaves no state directory behind (connections wait in
+	// its backlog until the host serves)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // when the host did not get to serve it
+	var devSrc string
+	if cfg.Dev {
+		if devSrc, err = checkDevFlows(cfg.DevFlows); err != nil {
+			return err
+		}
+	}
 	// made first, the owner's alone: the development mode's repo goes in
 	// it, and go-git makes missing folders open to everyone
 	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
@@ -273,15 +378,17 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		}
 	}
 	var devKey string
+	keyShown := false // the banner prints a key it generated, not one given
 	if cfg.Dev {
 		var err error
-		if cfg.Repo, devKey, err = prepareDev(cfg, stateDir); err != nil {
+		if cfg.Repo, devKey, err = prepareDev(devSrc, stateDir); err != nil {
 			return fmt.Errorf("development mode: %w", err)
 		}
 		if cfg.AdminKey == "" {
 			if cfg.AdminKey, err = access.Generate(); err != nil {
 				return err
 			}
+			keyShown = true
 		}
 	}
 
@@ -366,10 +473,6 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		// like every answer), not net/http's silent 200
 		DisableGeneralOptionsHandler: true,
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
 
 	journal.Start()
 	watcher.Start()
@@ -383,7 +486,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
 	if cfg.Dev {
-		printDevBanner(stdout, ln.Addr(), devKey, cfg)
+		printDevBanner(stdout, ln.Addr(), devKey, keyShown, cfg)
 	}
 
 	select {
@@ -429,18 +532,27 @@ func splitSecrets(s string) []string {
 	return out
 }
 
-// prepareDev commits the development flows folder into a local git repo in
-// the state directory, so that the host serves it through the same git
-// sync as production. It returns the repo and a key that can call the
-// example flows.
-func prepareDev(cfg serveConfig, stateDir string) (repo, key string, err error) {
-	src, err := filepath.Abs(cfg.DevFlows)
+// checkDevFlows checks that dir, --dev-flows, is a config repo folder, and
+// returns its absolute path.
+func checkDevFlows(dir string) (string, error) {
+	src, err := filepath.Abs(dir)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
+	if _, err := os.Stat(filepath.Join(src, "access.yaml")); err != nil {
+		return "", fmt.Errorf("--dev-flows %s is not a config repo folder (flows/ and access.yaml): access.yaml: %w", dir, pathError(err))
+	}
+	return src, nil
+}
+
+// prepareDev commits the development flows folder src (checkDevFlows's
+// answer) into a local git repo in the state directory, so that the host
+// serves it through the same git sync as production. It returns the repo
+// and a key that can call the example flows.
+func prepareDev(src, stateDir string) (repo, key string, err error) {
 	data, err := os.ReadFile(filepath.Join(src, "access.yaml"))
 	if err != nil {
-		return "", "", fmt.Errorf("%s is not a config repo folder (flows/ and access.yaml): %w", cfg.DevFlows, err)
+		return "", "", err
 	}
 	repo = filepath.Join(stateDir, "dev-repo")
 	if _, err := gitsync.CommitFolder(repo, src); err != nil {
@@ -454,13 +566,17 @@ func prepareDev(cfg serveConfig, stateDir string) (repo, key string, err error) 
 	return repo, key, nil
 }
 
-func printDevBanner(w io.Writer, addr net.Addr, key string, cfg serveConfig) {
+func printDevBanner(w io.Writer, addr net.Addr, key string, keyShown bool, cfg serveConfig) {
 	port := "9090"
 	if ta, ok := addr.(*net.TCPAddr); ok {
 		port = fmt.Sprint(ta.Port)
 	}
 	fmt.Fprintf(w, "\nNexus development mode: serving %s through the git repo %s\n", cfg.DevFlows, filepath.Join(filepath.Dir(cfg.DB), "dev-repo"))
-	fmt.Fprintf(w, "  admin key (/status, UI):  %s\n", cfg.AdminKey)
+	if keyShown {
+		fmt.Fprintf(w, "  admin key (/status, UI):  %s\n", cfg.AdminKey)
+	} else {
+		fmt.Fprintf(w, "  admin key (/status, UI):  the one given (--admin-key or NEXUS_ADMIN_KEY; not shown)\n")
+	}
 	fmt.Fprintf(w, "  management UI:            http://localhost:%s/ui/ (log in with the admin key)\n", port)
 	if key != "" {
 		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it:\n\n", key)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,5 +101,125 @@ func TestServeFlagsAndVariables(t *testing.T) {
 		if !named[v] {
 			t.Errorf("no flag of nexus serve names %s", v)
 		}
+	}
+}
+
+// TestServeEnvironmentErrorsNameTheVariable: a variable nexus serve cannot
+// read, or whose value it refuses, is named as the operator set it, with
+// its value and what it takes, in one line, exit 2. A value that could not
+// be read was reported as caarlos0/env's error (the Go field and type,
+// strconv's words), and one out of range as a flag that was never given.
+func TestServeEnvironmentErrorsNameTheVariable(t *testing.T) {
+	for _, c := range []struct{ name, value, want string }{
+		{"NEXUS_POLL", "10", `nexus serve: NEXUS_POLL="10" is not a duration (such as 10s, 5m or 168h)`},
+		{"NEXUS_MAX_WORKERS", "many", `nexus serve: NEXUS_MAX_WORKERS="many" is not a whole number`},
+		{"NEXUS_JOURNAL_RETENTION", "7d", `nexus serve: NEXUS_JOURNAL_RETENTION="7d" is not a duration (such as 10s, 5m or 168h)`},
+		{"NEXUS_MAX_BODY_BYTES", "1e6", `nexus serve: NEXUS_MAX_BODY_BYTES="1e6" is not a whole number`},
+		{"NEXUS_POLL", "50ms", "nexus serve: NEXUS_POLL must be at least 100ms, not 50ms"},
+		{"NEXUS_MAX_WORKERS", "0", "nexus serve: NEXUS_MAX_WORKERS must be at least 1, not 0"},
+		{"NEXUS_LOG_FORMAT", "JSON", `nexus serve: NEXUS_LOG_FORMAT must be json or text, not "JSON"`},
+		{"NEXUS_LISTEN", "9090", `nexus serve: NEXUS_LISTEN "9090": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
+	} {
+		t.Run(c.name+"="+c.value, func(t *testing.T) {
+			t.Setenv(c.name, c.value)
+			state := filepath.Join(t.TempDir(), "state")
+			var stdout, stderr bytes.Buffer
+			code := runServe([]string{"--db", filepath.Join(state, "registry.db")}, &stdout, &stderr)
+			if got := firstLine(stderr.String()); code != exitUsage || got != c.want {
+				t.Errorf("exit %d, %q; want exit 2 and %q", code, got, c.want)
+			}
+			if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused command made the state directory (%v)", err)
+			}
+		})
+	}
+	// the flag given wins, and is named
+	t.Setenv("NEXUS_POLL", "10s")
+	var stdout, stderr bytes.Buffer
+	code := runServe([]string{"--db", filepath.Join(t.TempDir(), "registry.db"), "--poll", "1ms"}, &stdout, &stderr)
+	if want := "nexus serve: --poll must be at least 100ms, not 1ms"; code != exitUsage || firstLine(stderr.String()) != want {
+		t.Errorf("--poll 1ms: exit %d, %q; want %q", code, firstLine(stderr.String()), want)
+	}
+}
+
+// TestServeHelpWithABadVariable: nexus serve --help (and nexus help
+// serve) print the usage whatever the environment holds: that is where an
+// operator learns what a variable takes. A variable that could not be
+// read made both fail without the usage.
+func TestServeHelpWithABadVariable(t *testing.T) {
+	t.Setenv("NEXUS_POLL", "soon")
+	for _, args := range [][]string{{"serve", "--help"}, {"help", "serve"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != exitOK || !strings.HasPrefix(stdout.String(), "Usage: nexus serve") {
+			t.Errorf("NEXUS_POLL=soon nexus %s: exit %d, stdout %q, stderr %q; want exit 0 and the usage",
+				strings.Join(args, " "), code, firstLine(stdout.String()), firstLine(stderr.String()))
+		}
+	}
+}
+
+// TestServeRefusedConfigCreatesNothing: a configuration nexus serve
+// refuses leaves nothing on disk: a --listen that is not an address or
+// whose port is out of range, a --branch that is not a branch name, a
+// --flows-dir that is the repo's root, a --repo URL that does not parse or
+// whose scheme git does not speak here (a typo it once retried for ever),
+// --dev with a branch of its own, are bad usage (exit 2), refused before
+// the state directory is made; a port already in use is refused (exit 1)
+// before it too. They all made the state directory and a registry.db.
+func TestServeRefusedConfigCreatesNothing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	repo := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		env  string // NAME=VALUE
+		code int
+		want string // the first line of stderr
+	}{
+		{[]string{"--listen", "bogus"}, "", exitUsage, `nexus serve: --listen "bogus": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
+		{[]string{"--listen", "127.0.0.1:99999"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:99999": the port "99999" is not a port number (0 to 65535)`},
+		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: "a..b" is not a branch name`},
+		{[]string{"--repo", repo, "--flows-dir", "/"}, "", exitUsage, `nexus serve: the flows folder "/" is the repo's root: flows live in a folder of the repo, such as flows`},
+		{[]string{"--repo", "https://ops:p%zz@git.example.com/x.git"}, "", exitUsage, "nexus serve: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"},
+		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path`},
+		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
+		{[]string{"--dev", "--flows-dir", "config"}, "", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave --flows-dir out"},
+		{[]string{"--listen", taken.Addr().String()}, "", exitError, ""},
+	} {
+		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
+			if name, value, ok := strings.Cut(c.env, "="); ok {
+				t.Setenv(name, value)
+			}
+			state := filepath.Join(t.TempDir(), "state")
+			args := append([]string{"--log-format", "text", "--listen", "127.0.0.1:0", "--db", filepath.Join(state, "registry.db")}, c.args...)
+			var stdout, stderr bytes.Buffer
+			code := runServe(args, &stdout, &stderr)
+			if code != c.code || c.want != "" && firstLine(stderr.String()) != c.want {
+				t.Errorf("exit %d, %q; want exit %d and %q", code, firstLine(stderr.String()), c.code, c.want)
+			}
+			if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+				entries, _ := os.ReadDir(state)
+				t.Errorf("the refused command left the state directory behind, holding %d entries", len(entries))
+			}
+		})
+	}
+}
+
+// TestDevModeRefusedCreatesNothing: nexus serve --dev where --dev-flows
+// is not a config repo folder (run outside the repository's root, or a
+// mistyped --dev-flows) is bad usage, refused before ./.nexus-dev is made;
+// it left an empty one in the operator's folder.
+func TestDevModeRefusedCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var stdout, stderr bytes.Buffer
+	code := runServe([]string{"--dev", "--dev-flows", "no-such-folder", "--log-format", "text", "--listen", "127.0.0.1:0"}, &stdout, &stderr)
+	if want := "nexus serve: --dev-flows no-such-folder is not a config repo folder (flows/ and access.yaml): access.yaml: no such file or directory"; code != exitUsage || firstLine(stderr.String()) != want {
+		t.Errorf("exit %d, %q; want exit 2 and %q", code, firstLine(stderr.String()), want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".nexus-dev")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused command made ./.nexus-dev (%v)", err)
 	}
 }

@@ -159,8 +159,18 @@ func pathError(err error) error {
 }
 
 // parseInterleaved parses flags that may come before, between or after the
-// positional arguments, and returns the positional ones.
+// positional arguments, and returns the positional ones. An empty --db
+// (what --db "$DB" gives with DB unset) is refused, for every command that
+// has one: it would read as an empty registry.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	positional, err := parseFlagsAndArgs(fs, args)
+	if f := fs.Lookup("db"); err == nil && f != nil && f.Value.String() == "" {
+		return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
+	}
+	return positional, err
+}
+
+func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
