@@ -138,3 +138,34 @@ func TestSyncReclonesWhenTheFlowsTreeIsLost(t *testing.T) {
 		t.Fatalf("Sync of the good commit %s over a clone that lost the flows tree: %+v, %v; want it applied (sync_repaired, cloned anew)", c2[:8], res, err)
 	}
 }
+
+// TestTornCloneConfigIsRepaired: a clone whose config file is torn (a
+// crash while go-git rewrote it in place, unsynced, as it does when the
+// clone is made and when --repo changes) is damage: it is cloned anew and
+// the head applied, as other damage to the clone is (docs/decisions.md).
+// Every round failed with "opening the clone …" until someone deleted
+// {state}/repo by hand.
+func TestTornCloneConfigIsRepaired(t *testing.T) {
+	for name, torn := range map[string][]byte{
+		"zeros":           make([]byte, 256),
+		"cut mid-section": []byte("[core]\n\tbare = true\n[remote \"ori"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			e.mustApply(e.src.commit("one"), "published acme/x v1")
+			if err := os.WriteFile(filepath.Join(e.cfg.Dir, "config"), torn, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
+			c2 := e.src.commit("two")
+			res, err := e.s.Sync(context.Background())
+			if err != nil {
+				t.Fatalf("Sync with a torn clone config: %v (every later round fails the same way)", err)
+			}
+			if !res.Applied() || res.Commit != c2 {
+				t.Errorf("Sync = %+v, want %s applied", res, c2[:8])
+			}
+		})
+	}
+}

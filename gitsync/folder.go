@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5"
@@ -15,8 +16,19 @@ import (
 // CommitFolder makes the git repository at repoDir hold exactly the files of
 // srcDir, committing on branch main when anything changed, and returns the
 // head commit. It creates the repository on first use. The development mode
-// uses it to serve a folder through the same git sync as production.
+// uses it to serve a folder through the same git sync as production. When
+// repoDir lies inside srcDir (nexus serve --dev --dev-flows . keeps its
+// state in ./.nexus-dev), the folder of srcDir holding it is left out: the
+// repository never copies itself, nor the state around it.
 func CommitFolder(repoDir, srcDir string) (string, error) {
+	absRepo, err := filepath.Abs(repoDir)
+	if err != nil {
+		return "", err
+	}
+	absSrc, err := filepath.Abs(srcDir)
+	if err != nil {
+		return "", err
+	}
 	repo, err := git.PlainOpen(repoDir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		// the folder is the owner's alone, as the state directory around
@@ -46,14 +58,17 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 			}
 		}
 	}
-	err = filepath.WalkDir(srcDir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(absSrc, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(srcDir, p)
+		rel, _ := filepath.Rel(absSrc, p)
 		if d.IsDir() {
 			if d.Name() == ".git" {
 				return filepath.SkipDir
+			}
+			if inside, err := filepath.Rel(p, absRepo); p != absSrc && err == nil && inside != ".." && !strings.HasPrefix(inside, ".."+string(filepath.Separator)) {
+				return filepath.SkipDir // holds the repository being written
 			}
 			return os.MkdirAll(filepath.Join(repoDir, rel), 0o700)
 		}

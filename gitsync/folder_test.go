@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
@@ -87,4 +88,53 @@ func TestCommitFolder(t *testing.T) {
 		t.Errorf("the commit holds %q, want %q", got, want)
 	}
 	apply(c3, "published acme/x v2", "withdrawn acme/y v1")
+}
+
+// TestCommitFolderDoesNotCopyItsOwnStateDir: nexus serve --dev
+// --dev-flows . run in a config repo keeps its state in ./.nexus-dev and
+// its repo in ./.nexus-dev/dev-repo, inside the folder served: the folder
+// holding the repository is left out of the copy. CommitFolder copied it
+// into itself, recursing into what it had just written until a path was too
+// long.
+func TestCommitFolderDoesNotCopyItsOwnStateDir(t *testing.T) {
+	src := t.TempDir()
+	for p, data := range map[string][]byte{
+		"access.yaml":             accessFile(acmeKey),
+		"flows/acme/x.md":         flowtest.Marked("acme", "x", "one"),
+		".nexus-dev/registry.db":  []byte("SQLite format 3 (the dev registry)"),
+		".nexus-dev/queues/q.log": []byte("queued messages"),
+	} {
+		full := filepath.Join(src, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repoDir := filepath.Join(src, ".nexus-dev", "dev-repo")
+	done := make(chan error, 1)
+	var commit string
+	go func() {
+		var err error
+		commit, err = gitsync.CommitFolder(repoDir, src)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("CommitFolder(%s inside %s): %v", repoDir, src, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("CommitFolder of a folder holding its own repo did not return within 20 s")
+	}
+	var leaked []string
+	for _, f := range strings.Fields(runGit(t, repoDir, "ls-tree", "-r", "--name-only", commit)) {
+		if strings.HasPrefix(f, ".nexus-dev/") {
+			leaked = append(leaked, f)
+		}
+	}
+	if len(leaked) > 0 {
+		t.Errorf("the dev repo's commit holds its own state directory (%d files), e.g. %q", len(leaked), leaked[:min(len(leaked), 5)])
+	}
 }

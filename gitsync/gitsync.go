@@ -218,10 +218,10 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	defer s.lock.Unlock()
 
 	repo, err := s.open()
-	if err != nil {
-		return Result{}, err
+	var commit *object.Commit
+	if err == nil {
+		commit, err = s.fetch(ctx, repo)
 	}
-	commit, err := s.fetch(ctx, repo)
 	if damage := (*cloneDamage)(nil); errors.As(err, &damage) {
 		repo, commit, err = s.reclone(ctx, damage)
 	}
@@ -239,6 +239,12 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		// registry says: a commit is only "up to date" or "already
 		// refused" for the settings and the compiler that judged it, and
 		// a restart is how both change (--flows-dir, a new nexus)
+	case st.LastError != nil && st.LastError.Commit == res.Commit:
+		// the live commit itself, when this process's first round refused
+		// it (settings or a compiler that judge it otherwise): it stays
+		// reported, as any refused head does
+		res.Skipped = "already refused"
+		return res, nil
 	case st.Commit == res.Commit:
 		res.Skipped = "up to date"
 		if st.LastError != nil {
@@ -248,9 +254,6 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 				return res, fmt.Errorf("clearing the refused commit: %w", err)
 			}
 		}
-		return res, nil
-	case st.LastError != nil && st.LastError.Commit == res.Commit:
-		res.Skipped = "already refused"
 		return res, nil
 	}
 
@@ -337,17 +340,22 @@ func (s *Syncer) reclone(ctx context.Context, damage error) (*git.Repository, *o
 func (s *Syncer) open() (*git.Repository, error) {
 	repo, err := git.PlainOpen(s.cfg.Dir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
-		repo, err = git.PlainInit(s.cfg.Dir, true)
+		if repo, err = git.PlainInit(s.cfg.Dir, true); err != nil {
+			return nil, fmt.Errorf("making the clone %s: %w", s.cfg.Dir, err)
+		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening the clone %s: %w", s.cfg.Dir, err)
+		// a clone that exists but cannot be opened (its config or HEAD
+		// torn by a crash while go-git rewrote it) is damage: the clone
+		// is a cache of the remote, cloned anew
+		return nil, &cloneDamage{fmt.Errorf("opening the clone %s: %w", s.cfg.Dir, err)}
 	}
 	remoteURL := s.remoteURL()
 	remote, err := repo.Remote("origin")
 	switch {
 	case errors.Is(err, git.ErrRemoteNotFound):
 	case err != nil:
-		return nil, fmt.Errorf("reading the clone's origin: %w", err)
+		return nil, &cloneDamage{fmt.Errorf("reading the clone's origin: %w", err)}
 	case len(remote.Config().URLs) == 1 && remote.Config().URLs[0] == remoteURL:
 		return repo, nil
 	default:
@@ -379,11 +387,13 @@ func (s *Syncer) remoteURL() string {
 	return Redact(s.cfg.Repo)
 }
 
-// Redact returns repo as logs and errors may show it: a URL keeps its user
-// name but not its password, and an http or https URL with a user name
-// alone shows it as "redacted" (https://TOKEN@host/… is how a token is
-// often given); one that does not parse (New refuses it) is reduced to its
-// scheme. A local path or user@host:path is returned as is.
+// Redact returns repo as logs and errors may show it: an http or https
+// URL's user information shows as "redacted", whatever its shape (a token
+// may be the user name, the password or both: https://TOKEN@host/…,
+// https://TOKEN:x-oauth-basic@github.com/…); another URL keeps its user
+// name (ssh's git@) but not its password; one that does not parse (New
+// refuses it) is reduced to its scheme. A local path or user@host:path is
+// returned as is.
 func Redact(repo string) string {
 	scheme, _, isURL := strings.Cut(repo, "://")
 	if !isURL {
@@ -394,12 +404,13 @@ func Redact(repo string) string {
 		return scheme + "://(a URL that does not parse)"
 	}
 	if u.User != nil {
-		_, hasPassword := u.User.Password()
 		switch {
-		case hasPassword:
-			u.User = url.User(u.User.Username())
 		case u.Scheme == "http" || u.Scheme == "https":
+			// a token may be the user name (https://TOKEN@host/…,
+			// https://TOKEN:x-oauth-basic@github.com/…): none of it shows
 			u.User = url.User("redacted")
+		default:
+			u.User = url.User(u.User.Username()) // ssh's git@, without a password
 		}
 	}
 	return u.String()

@@ -78,8 +78,13 @@ func TestRepoPasswordsStaySecret(t *testing.T) {
 		if strings.Contains(logs.String(), "s3cr3t") {
 			t.Errorf("%s: the log holds the password:\n%s", repo, logs.String())
 		}
-		if got := gitsync.Redact(repo); strings.Contains(got, "s3cr3t") || !strings.Contains(got, "deploy@127.0.0.1:1") {
-			t.Errorf("Redact(%s) = %s", repo, got)
+		// an https URL's user information may be a token: none shows
+		user := "deploy@127.0.0.1:1"
+		if strings.HasPrefix(repo, "https:") {
+			user = "redacted@127.0.0.1:1"
+		}
+		if got := gitsync.Redact(repo); strings.Contains(got, "s3cr3t") || !strings.Contains(got, user) {
+			t.Errorf("Redact(%s) = %s, want the user shown as %s", repo, got, user)
 		}
 	}
 	// a token given as the user name of an https URL
@@ -101,6 +106,13 @@ func TestRepoPasswordsStaySecret(t *testing.T) {
 		}
 		if got, want := gitsync.Redact(repo), strings.Replace(repo, "ghp_s3cr3tT0KEN", "redacted", 1); got != want {
 			t.Errorf("Redact(%s) = %s, want %s", repo, got, want)
+		}
+	}
+	// a token as the user name, beside a password (GitHub's TOKEN:x-oauth-basic
+	// form) or an empty one: it once showed whole
+	for _, repo := range []string{"https://ghp_s3cr3tT0KEN:x-oauth-basic@github.com/acme/flows.git", "https://ghp_s3cr3tT0KEN:@git.example.com/ops/flows.git"} {
+		if got := gitsync.Redact(repo); strings.Contains(got, "s3cr3t") || !strings.Contains(got, "://redacted@") {
+			t.Errorf("Redact(%s) = %s, want the user information shown as redacted", repo, got)
 		}
 	}
 	if got, want := gitsync.Redact("ssh://git@127.0.0.1:1/config.git"), "ssh://git@127.0.0.1:1/config.git"; got != want {

@@ -453,3 +453,39 @@ func TestTriggerFloodIsPaced(t *testing.T) {
 		t.Errorf("%d syncs in %v of triggers every 2 ms, want 1 to %d", n, took.Round(time.Millisecond), int64(took/time.Second)+2)
 	}
 }
+
+// TestRefusalOfTheLiveCommitStaysReported: when a restart's first round
+// refuses the live commit itself (a mistyped --flows-dir, or a stricter
+// compiler), the refusal stays reported at the next rounds, as a refused
+// head does (docs/decisions.md): the branch never moved. The next poll took
+// the head's being the live commit for the branch having gone back to it,
+// and cleared the refusal: /status said last_error null while the host did
+// not serve what its settings said.
+func TestRefusalOfTheLiveCommitStaysReported(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	c := e.src.commit("one")
+	e.mustApply(c, "published acme/x v1")
+
+	// a restart with a mistyped --flows-dir: the live commit is refused
+	cfg := e.cfg
+	cfg.FlowsDir = "flow"
+	s, err := gitsync.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sync(context.Background())
+	if err != nil || len(res.Errors) == 0 {
+		t.Fatalf("first round after the restart: %+v, %v; want the head refused", res, err)
+	}
+	if st := e.status(); st.LastError == nil || st.LastError.Commit != c {
+		t.Fatalf("after the refusal: LastError = %+v, want commit %s", st.LastError, c)
+	}
+	// the next poll: nothing has changed, the branch is where it was
+	if _, err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(); st.LastError == nil {
+		t.Errorf("one poll later the refusal of %s is gone from the status (last_error null) although the branch never moved and the settings still refuse it", c[:8])
+	}
+}
