@@ -42,8 +42,9 @@ const (
 	DefaultMaxFileBytes  = 1 << 20  // a file under the flows folder, and access.yaml
 	DefaultMaxFiles      = 10000    // entries under the flows folder
 	DefaultMaxTotalBytes = 64 << 20 // all the Markdown read from one commit
-	// DefaultFetchTimeout bounds one fetch: a server or proxy that takes the
-	// connection and never answers must not hold the sync lock for ever.
+	// DefaultFetchTimeout bounds a fetch's silence: a server or proxy that
+	// takes the connection and then sends nothing for this long ends the
+	// round, so that it does not hold the sync lock for ever.
 	DefaultFetchTimeout = 2 * time.Minute
 	maxDepth            = 64  // nested folders under the flows folder
 	maxLoggedErrors     = 100 // errors of a refused commit in its sync_failed line
@@ -80,7 +81,9 @@ type Config struct {
 	MaxFileBytes  int64
 	MaxFiles      int
 	MaxTotalBytes int64
-	// FetchTimeout bounds one fetch; default DefaultFetchTimeout. A fetch
+	// FetchTimeout bounds how long a fetch's connection may move no byte
+	// (a dial, a read or a write); default DefaultFetchTimeout. A transfer
+	// that keeps moving may take longer, up to 30 minutes in all. A fetch
 	// that times out is an unreachable repo (retried with backoff).
 	FetchTimeout time.Duration
 	// Observe, when set, is told the outcome of every round the loop runs
@@ -455,14 +458,21 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	}
 	remoteRef := plumbing.NewRemoteReferenceName("origin", s.cfg.Branch)
 	spec := config.RefSpec("+" + plumbing.NewBranchReferenceName(s.cfg.Branch).String() + ":" + remoteRef.String())
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	// the connections are watched (fetchconn.go): a remote silent for
+	// FetchTimeout ends the round; maxFetchTime caps a slow transfer
+	ctx, cancel := context.WithTimeout(ctx, maxFetchTime)
 	defer cancel()
+	ctx, w, proxyURL, unwatch := watch(ctx, s.cfg.FetchTimeout)
+	defer unwatch()
 	opts := &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},
 		Auth:       auth,
 		Tags:       git.NoTags,
 		Force:      true,
+	}
+	if ep, err := transport.NewEndpoint(s.cfg.Repo); err == nil && ep.Protocol == "ssh" {
+		opts.ProxyOptions = transport.ProxyOptions{URL: proxyURL}
 	}
 	err = repo.FetchContext(ctx, opts)
 	if errors.Is(err, dotgit.ErrEmptyRefFile) {
@@ -478,8 +488,13 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		}
 		err = repo.FetchContext(ctx, opts)
 	}
-	if ctx.Err() != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && err != nil {
-		err = fmt.Errorf("no answer within %v: %w", s.cfg.FetchTimeout, err)
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		switch {
+		case w.timedOut.Load():
+			err = fmt.Errorf("no answer within %v: %w", s.cfg.FetchTimeout, err)
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			err = fmt.Errorf("not done within %v: %w", maxFetchTime, err)
+		}
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return nil, fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)
