@@ -346,3 +346,23 @@ func TestKeyGenerateSaysWhenTheKeyIsLost(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, stderr.String(), want)
 	}
 }
+
+// TestJournalFilterNames: a --tenant or --flow the name rule refuses is
+// said, in the rule's words, exit 1, as nexus dlq says it; it printed "the
+// journal is empty", as if the filter had matched nothing.
+func TestJournalFilterNames(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "registry.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant", "../x"}, `nexus journal: invalid name "../x" for tenant (flow ""): character '.' at position 1 is not allowed`},
+		{[]string{"--tenant", "acme", "--flow", "a.b"}, `nexus journal: invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"journal", "--db", db}, c.args...), &stdout, &stderr)
+		if code != exitError || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus journal %v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+}
