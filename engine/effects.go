@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nexushq/nexus/flow"
 )
@@ -223,7 +224,14 @@ func statusLine(code int) string {
 func excerpt(b []byte) string {
 	const max = 512
 	if len(b) > max {
-		return strings.ToValidUTF8(string(b[:max]), "") + "…"
+		cut := max
+		for i := max; i > max-utf8.UTFMax && i > 0; i-- {
+			if utf8.RuneStart(b[i]) {
+				cut = i // the character at max starts here: it goes whole
+				break
+			}
+		}
+		return string(b[:cut]) + "…"
 	}
 	return string(b)
 }

@@ -243,3 +243,21 @@ response_header_x_correlation_id: abc123
 		t.Errorf("replayed answer: X-Correlation-Id %q, want the flow's %q (as recorded)", got, want)
 	}
 }
+
+// TestExcerptKeepsWhatTheCutDoesNotSplit: the excerpt is cut between
+// characters by moving the cut back, not by deleting every byte that is
+// not UTF-8: a Latin-1 error body longer than 512 bytes lost its letters
+// ("Ung\xfcltig" became "Ungltig"), while a shorter one kept them.
+func TestExcerptKeepsWhatTheCutDoesNotSplit(t *testing.T) {
+	body := "Ung\xfcltig: " + strings.Repeat("a", 600)
+	b := newBackend(t, answer(502, "text/plain; charset=iso-8859-1", body))
+	src := flowSource("excerpt", "", "\n## Step: forward\neffects: [http_egress]\nendpoint: BACKEND/ingest\n")
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`)
+	if res.Err == nil {
+		t.Fatalf("got %d %s, want the call's failure", res.Status, res.Body)
+	}
+	want := body[:512] + "…"
+	if d := res.Err.Detail; d != want {
+		t.Errorf("the excerpt starts %q (%d bytes); want %q… (%d bytes): only a character the cut splits may be left out", d[:12], len(d), want[:12], len(want))
+	}
+}

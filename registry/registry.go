@@ -149,11 +149,11 @@ func checkNotForeign(ctx context.Context, abs string) error {
 		return err
 	}
 	defer db.Close()
+	// one statement, so one read of the file: another process may be
+	// making this registry now, and its tables and version come in one
+	// transaction
 	var version, tables int
-	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
-		return err
-	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&tables); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)`).Scan(&version, &tables); err != nil {
 		return err
 	}
 	if version == 0 && tables > 0 {

@@ -3,9 +3,11 @@ package registry_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -230,6 +232,36 @@ func TestRegistryFileThatIsALinkIsRefused(t *testing.T) {
 	for _, side := range []string{"-wal", "-shm"} {
 		if _, err := os.Lstat(outside + side); err == nil {
 			t.Errorf("%s was created beside the link's target", filepath.Base(outside+side))
+		}
+	}
+}
+
+// TestConcurrentOpenOfANewRegistry: processes opening a new registry at
+// once (nexus serve and a CLI command) each open it. The check that refuses
+// another program's database read the schema version and the tables in two
+// statements, and a migration committed between them made nexus's own
+// registry, being made, look like another program's.
+func TestConcurrentOpenOfANewRegistry(t *testing.T) {
+	for round := 0; round < 150; round++ {
+		path := filepath.Join(t.TempDir(), fmt.Sprint(round), "registry.db")
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := registry.Open(context.Background(), path, registry.Options{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				r.Close()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: concurrent Open of a new registry: %v", round, err)
 		}
 	}
 }

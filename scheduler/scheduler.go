@@ -208,6 +208,10 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 	}
 	for k, e := range entries {
 		if !seen[k] {
+			if !e.unqueued.IsZero() {
+				s.cfg.Logger.Error("a cron tick could not be queued before its flow was withdrawn or unscheduled: it is lost", "event", "cron_failed",
+					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+			}
 			if e.held {
 				e.lock.Unlock()
 			}

@@ -425,3 +425,36 @@ func TestLateTickRecordsTheLastTimeHoweverLate(t *testing.T) {
 		t.Fatalf("the late tick recorded %s; want the last time it stands for, %s", got.Format(time.RFC3339), late.Format(time.RFC3339))
 	}
 }
+
+// TestUnqueuedTickOfAWithdrawnFlowIsLoggedAsLost: a tick whose append
+// failed, and whose flow is withdrawn (or unscheduled) before a retry goes
+// through, is logged as lost, as it is when the next tick is due or the
+// process stops (docs/decisions.md); it was dropped with the flow's entry,
+// unsaid.
+func TestUnqueuedTickOfAWithdrawnFlowIsLoggedAsLost(t *testing.T) {
+	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
+	e.ticks.fail = func(tick) error { return queue.ErrBudget }
+	clk := clocktest.New(st0)
+	s := e.start("p1", clk, time.Second)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, st0.Add(12*time.Second), 100)
+	if len(logs.Events(t, "cron_failed")) == 0 {
+		t.Fatal("the +10 s tick's append did not fail")
+	}
+	e.publish() // the flow is withdrawn
+	clk.StepEarliest(t)
+	clk.StepEarliest(t)
+	s.Stop()
+	lost := 0
+	for _, ev := range logs.Events(t, "cron_failed") {
+		if strings.Contains(ev["msg"].(string), "it is lost") {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d cron_failed lines say the +10 s tick is lost, want 1: it was never queued", lost)
+	}
+}
