@@ -106,9 +106,12 @@
 // Open scans segment.log under the append lock. A torn tail (a last frame
 // cut short, a zeroed or garbled tail with no valid frame after it) is
 // truncated and reported. A last frame that is whole but fails its CRC is
-// torn only when a 512-byte sector of it (counted from the file's start)
-// is all zeros, as etcd's WAL decides: a write a crash cut short leaves
-// such a sector, a flipped bit does not. Otherwise it is reported as
+// torn only when the part of it in some 512-byte sector (sectors counted
+// from the file's start, the part cut at the frame's ends) is all zeros,
+// as etcd's WAL decides: a write a crash cut short leaves such a part, a
+// flipped bit does not. (Like etcd's, the rule cannot tell damage from a
+// torn write in a frame whose own last bytes, past a sector boundary, are
+// zeros: such damage reads as a torn tail.) Otherwise it is reported as
 // damage (not torn), and truncated all the same. The dead-letter files
 // keep such a frame instead: the next append goes after it, so that the
 // listing reports it and the rewrite drops it with a report, rather than

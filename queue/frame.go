@@ -330,10 +330,13 @@ const sectorSize = 512
 // tornWrite reports whether the frame of n bytes at off, whole in the file
 // but failing its checksum, is a write a crash cut short rather than
 // damage done after it was written. As etcd's WAL decides: a write cut
-// short leaves a sector of it zeroed (the file's size reached the end of
-// the write before all its data did), while damage (a flipped bit, a
-// garbled block) leaves none. The frame is at the end of the file: at
-// most a record's length is read.
+// short leaves the frame's part in some sector zeroed (the file's size
+// reached the end of the write before all its data did), while damage (a
+// flipped bit, a garbled block) leaves none. The parts are the frame's
+// bytes in each 512-byte sector of the file, so the first and the last
+// may be short: a frame whose own last bytes past a boundary are zeros
+// cannot be told from a torn one (etcd's rule has the same limit). The
+// frame is at the end of the file: at most a record's length is read.
 func tornWrite(r io.ReaderAt, off, n int64) (bool, error) {
 	buf := make([]byte, n)
 	if _, err := r.ReadAt(buf, off); err != nil {
