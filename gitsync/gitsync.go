@@ -165,22 +165,31 @@ func CheckSource(repo, branch, flowsDir string) error {
 	if scheme, _, ok := strings.Cut(repo, "://"); ok {
 		u, err := url.Parse(repo)
 		if err != nil {
-			return errors.New("the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")
+			return &SourceError{"Repo", errors.New("the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")}
 		}
 		switch strings.ToLower(u.Scheme) {
 		case "https", "http", "ssh", "git", "file":
 		default:
-			return fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)
+			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)}
 		}
 	}
 	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
-		return fmt.Errorf("%q is not a branch name", branch)
+		return &SourceError{"Branch", fmt.Errorf("%q is not a branch name", branch)}
 	}
 	if cleanFlowsDir(flowsDir) == "" {
-		return fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)
+		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)}
 	}
 	return nil
 }
+
+// SourceError is CheckSource's refusal of one setting.
+type SourceError struct {
+	Field string // the Config field refused: Repo, Branch or FlowsDir
+	Err   error
+}
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
 
 // cleanFlowsDir is the flows folder as a slash path inside the repo, ""
 // for its root.
@@ -348,10 +357,14 @@ func (s *Syncer) open() (*git.Repository, error) {
 		}
 	}
 	if err != nil {
+		err = fmt.Errorf("opening the clone %s: %w", s.cfg.Dir, err)
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return nil, err // the process's, not the clone's: removing it would not help
+		}
 		// a clone that exists but cannot be opened (its config or HEAD
 		// torn by a crash while go-git rewrote it) is damage: the clone
 		// is a cache of the remote, cloned anew
-		return nil, &cloneDamage{fmt.Errorf("opening the clone %s: %w", s.cfg.Dir, err)}
+		return nil, &cloneDamage{err}
 	}
 	remoteURL := s.remoteURL()
 	remote, err := repo.Remote("origin")

@@ -280,6 +280,11 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 	}
 	if cfg.Repo != "" {
 		if err := gitsync.CheckSource(cfg.Repo, cfg.Branch, cfg.FlowsDir); err != nil {
+			var se *gitsync.SourceError
+			if errors.As(err, &se) {
+				flagName := map[string]string{"Repo": "repo", "Branch": "branch", "FlowsDir": "flows-dir"}[se.Field]
+				return fmt.Errorf("%s: %v", name(flagName), se.Err)
+			}
 			return err
 		}
 	}
