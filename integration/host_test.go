@@ -1150,12 +1150,14 @@ func TestServeWarnsOfAShortAdminKey(t *testing.T) {
 	}
 }
 
-// The password of an https repo URL (basic auth) is in no log line.
+// The password of an https repo URL (basic auth) is in no log line, nor
+// its user name (which may be a token: the started line shows it as
+// redacted).
 func TestServeLogsNoRepoPassword(t *testing.T) {
 	h := startHost(t, hostOptions{repo: "https://deploy:ghp_SECRETTOKEN123@127.0.0.1:1/config.git"})
 	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
 	started := h.events("started")
-	if len(started) != 1 || started[0]["repo"] != "https://deploy@127.0.0.1:1/config.git" {
+	if len(started) != 1 || started[0]["repo"] != "https://redacted@127.0.0.1:1/config.git" {
 		t.Errorf("the started line's repo: %v", started)
 	}
 	for _, line := range h.logLines() {
