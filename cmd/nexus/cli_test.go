@@ -311,9 +311,10 @@ func TestHelpOfAnUnknownCommand(t *testing.T) {
 	}
 }
 
-// TestEmptyDBIsBadUsage: --db "" (what --db "$DB" gives with DB unset) is
-// bad usage for every command that takes it; the read-only commands read
-// it as an empty registry and exited 0 ("flows: 0", "DLQ is empty").
+// TestEmptyDBIsBadUsage: --db "" (what --db "$DB" gives with DB unset),
+// or a --db naming a folder, is bad usage for every command that takes
+// it; the read-only commands read it as an empty registry and exited 0
+// ("flows: 0", "DLQ is empty").
 func TestEmptyDBIsBadUsage(t *testing.T) {
 	for _, args := range [][]string{{"status", "--db", ""}, {"journal", "--db", ""}, {"dlq", "list", "--db", ""},
 		{"deploy", "--db", "", "x.md"}, {"serve", "--db", ""}} {
@@ -325,6 +326,17 @@ func TestEmptyDBIsBadUsage(t *testing.T) {
 		}
 		if code != exitUsage || firstLine(stderr.String()) != want {
 			t.Errorf("nexus %s: exit %d, %q; want exit 2 and %q", strings.Join(args, " "), code, firstLine(stderr.String()), want)
+		}
+	}
+	// a folder (the state directory instead of the file in it): dlq list
+	// read the queues beside it and said "DLQ is empty"
+	dir := t.TempDir()
+	for _, args := range [][]string{{"dlq", "list", "--db", dir}, {"status", "--db", dir}, {"journal", "--db", dir}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		want := "--db " + dir + " is a directory: give the registry file, such as " + filepath.Join(dir, "registry.db")
+		if code != exitUsage || !strings.HasSuffix(firstLine(stderr.String()), want) || stdout.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(args, " "), code, stdout.String(), firstLine(stderr.String()), want)
 		}
 	}
 }

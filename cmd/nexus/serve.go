@@ -69,17 +69,16 @@ const exampleKey = "nxk_example_acme_5f2c9d0e7b1a4c3d8e6f"
 // serveFlags reads the host's configuration from the environment, and
 // returns it with the flag set that overrides it (each flag's usage names
 // its variable). The flag set is made even when a variable cannot be read,
-// so that --help still works; the error says which variable (envError).
-func serveFlags() (*serveConfig, *flag.FlagSet, error) {
+// so that --help still works, and a setting whose variable cannot be read
+// takes its default, which its flag may override; the problems say which
+// variables could not be read.
+func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	var cfg serveConfig
-	envErr := env.Parse(&cfg)
-	if envErr != nil {
-		// the defaults, under the variables that could be read
+	var problems envProblems
+	if err := env.Parse(&cfg); err != nil {
 		var def serveConfig
-		if err := env.ParseWithOptions(&def, env.Options{Environment: map[string]string{}}); err == nil {
-			cfg = def
-		}
-		envErr = envError(envErr)
+		_ = env.ParseWithOptions(&def, env.Options{Environment: map[string]string{}}) // the defaults parse
+		problems = envError(err, &cfg, &def)
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -98,30 +97,54 @@ func serveFlags() (*serveConfig, *flag.FlagSet, error) {
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
-	return &cfg, fs, envErr
+	return &cfg, fs, problems
 }
 
-// envError is env.Parse's error in the operator's terms: for each
-// variable that could not be read, its name, its value and what it takes,
-// in one line (not the Go field and type it fills).
-func envError(err error) error {
+// envProblem is a variable env.Parse could not read: its flag (which, when
+// given, overrides it) and what to say, in the operator's terms.
+type envProblem struct{ flag, msg string }
+
+// envProblems are the variables that could not be read.
+type envProblems []envProblem
+
+// unlessGiven returns the problems of the variables whose flag was not
+// given (set), as one error; nil when there are none.
+func (ps envProblems) unlessGiven(set map[string]bool) error {
+	var lines []string
+	for _, p := range ps {
+		if p.flag == "" || !set[p.flag] {
+			lines = append(lines, p.msg)
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(lines, "; "))
+}
+
+// envError turns env.Parse's error into problems: for each variable that
+// could not be read, its name, its value and what it takes (not the Go
+// field and type it fills). Each such field of cfg takes its default,
+// from def.
+func envError(err error, cfg, def *serveConfig) envProblems {
 	errs := []error{err}
 	var agg env.AggregateError
 	if errors.As(err, &agg) {
 		errs = agg.Errors
 	}
-	lines := make([]string, 0, len(errs))
+	problems := make(envProblems, 0, len(errs))
 	for _, e := range errs {
 		var pe env.ParseError
 		if !errors.As(e, &pe) {
-			lines = append(lines, e.Error())
+			problems = append(problems, envProblem{msg: e.Error()})
 			continue
 		}
 		f, ok := reflect.TypeFor[serveConfig]().FieldByName(pe.Name)
 		if !ok || f.Tag.Get("env") == "" {
-			lines = append(lines, e.Error())
+			problems = append(problems, envProblem{msg: e.Error()})
 			continue
 		}
+		reflect.ValueOf(cfg).Elem().FieldByIndex(f.Index).Set(reflect.ValueOf(def).Elem().FieldByIndex(f.Index))
 		name := f.Tag.Get("env")
 		want := "a " + pe.Type.String()
 		switch {
@@ -132,9 +155,12 @@ func envError(err error) error {
 		case pe.Type.Kind() == reflect.Bool:
 			want = "true or false"
 		}
-		lines = append(lines, fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), want))
+		problems = append(problems, envProblem{
+			flag: strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "NEXUS_")), "_", "-"),
+			msg:  fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), want),
+		})
 	}
-	return errors.New(strings.Join(lines, "; "))
+	return problems
 }
 
 // settingName names where a setting's value came from: its flag when the
@@ -150,21 +176,21 @@ func settingName(set map[string]bool, flagName string) string {
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
-	cfgp, fs, envErr := serveFlags()
+	cfgp, fs, problems := serveFlags()
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, serveUsage, fs)
 		return exitOK
 	}
-	if envErr != nil {
-		fmt.Fprintf(stderr, "nexus serve: %v\n", envErr)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := problems.unlessGiven(set); err != nil {
+		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		return exitUsage
 	}
 	cfg := *cfgp // the flags parsed into it
 	// blanks around the admin key are not part of it, as host.New takes it
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err == nil {
 		err = checkServeConfig(cfg, rest, set)
 	}

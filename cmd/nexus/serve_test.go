@@ -133,6 +133,18 @@ func TestServeEnvironmentErrorsNameTheVariable(t *testing.T) {
 			}
 		})
 	}
+	// a variable that cannot be read does not matter when its flag is
+	// given (the flag wins), and the variables that can be read still are:
+	// here NEXUS_POLL's value is refused, not NEXUS_MAX_WORKERS's
+	t.Run("the flag wins over a variable that cannot be read", func(t *testing.T) {
+		t.Setenv("NEXUS_MAX_WORKERS", "abc")
+		t.Setenv("NEXUS_POLL", "50ms")
+		var stdout, stderr bytes.Buffer
+		code := runServe([]string{"--db", filepath.Join(t.TempDir(), "registry.db"), "--max-workers", "4"}, &stdout, &stderr)
+		if want := "nexus serve: NEXUS_POLL must be at least 100ms, not 50ms"; code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("exit %d, %q; want %q", code, firstLine(stderr.String()), want)
+		}
+	})
 	// the flag given wins, and is named
 	t.Setenv("NEXUS_POLL", "10s")
 	var stdout, stderr bytes.Buffer

@@ -160,12 +160,21 @@ func pathError(err error) error {
 
 // parseInterleaved parses flags that may come before, between or after the
 // positional arguments, and returns the positional ones. An empty --db
-// (what --db "$DB" gives with DB unset) is refused, for every command that
-// has one: it would read as an empty registry.
+// (what --db "$DB" gives with DB unset) or one naming a folder is refused,
+// for every command that has one: it would read as an empty registry.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	positional, err := parseFlagsAndArgs(fs, args)
-	if f := fs.Lookup("db"); err == nil && f != nil && f.Value.String() == "" {
-		return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
+	if f := fs.Lookup("db"); err == nil && f != nil {
+		if f.Value.String() == "" {
+			return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
+		}
+		// a folder (the state directory) would be read as a registry
+		// with no queue beside it: "DLQ is empty"
+		if p, perr := expandHome(f.Value.String()); perr == nil {
+			if info, serr := os.Stat(p); serr == nil && info.IsDir() {
+				return nil, fmt.Errorf("--db %s is a directory: give the registry file, such as %s", p, filepath.Join(p, "registry.db"))
+			}
+		}
 	}
 	return positional, err
 }
