@@ -259,6 +259,9 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return res, nil
 	case st.Commit == res.Commit:
 		res.Skipped = "up to date"
+		if err := s.cfg.Registry.ConfirmSync(ctx, res.Commit); err != nil {
+			return res, fmt.Errorf("recording the sync: %w", err)
+		}
 		if st.LastError != nil {
 			// the refused commit is no longer the branch's head (the branch
 			// went back to the live commit): its failure is history

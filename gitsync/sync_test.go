@@ -489,3 +489,32 @@ func TestRefusalOfTheLiveCommitStaysReported(t *testing.T) {
 		t.Errorf("one poll later the refusal of %s is gone from the status (last_error null) although the branch never moved and the settings still refuse it", c[:8])
 	}
 }
+
+// TestSyncedAtIsTheLastSuccessfulSync: synced_at (GET /status, nexus
+// status) is the time of the last round that found the branch's head live,
+// as server.md says ("time of last sync"), not of the last publication: a
+// host polling a quiet repo moves it at every poll, so it tells such a
+// host from one that cannot reach its repo. A round whose head is refused
+// does not move it.
+func TestSyncedAtIsTheLastSuccessfulSync(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.mustApply(e.src.commit("one"))
+	published := e.status().SyncedAt
+	if res := e.sync(); res.Skipped != "up to date" {
+		t.Fatalf("second round: %+v, want up to date", res)
+	}
+	confirmed := e.status().SyncedAt
+	if !confirmed.After(published) {
+		t.Errorf("synced_at after an up-to-date round: %v, want later than the publication's %v", confirmed, published)
+	}
+	e.src.write("flows/acme/x.md", []byte("not a flow file at all, but named .md\n---\nflowmarkdown_version: \"0.1\"\nflow: x\n"))
+	e.src.commit("broken")
+	if res := e.sync(); len(res.Errors) == 0 {
+		t.Fatalf("the broken commit: %+v, want it refused", res)
+	}
+	e.sync() // already refused
+	if got := e.status().SyncedAt; !got.Equal(confirmed) {
+		t.Errorf("synced_at after refused rounds: %v, want it kept at %v", got, confirmed)
+	}
+}

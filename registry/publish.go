@@ -264,6 +264,19 @@ func (r *Registry) ClearSyncFailure(ctx context.Context) error {
 	})
 }
 
+// ConfirmSync records that a sync found the branch's head to be commit,
+// the live one, now: synced_at is the time of the last successful sync,
+// not of the last publication, so that a host polling a quiet repo does
+// not look like one that cannot reach it. Nothing is written when commit
+// is not the live one.
+func (r *Registry) ConfirmSync(ctx context.Context, commit string) error {
+	return r.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE state SET value = ? WHERE key = 'synced_at'
+			AND (SELECT value FROM state WHERE key = 'commit') = ?`, []byte(r.now().UTC().Format(time.RFC3339Nano)), []byte(commit))
+		return err
+	})
+}
+
 // SyncError is a refused commit and its errors.
 type SyncError struct {
 	Commit string
