@@ -893,6 +893,19 @@ func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hos
 	return h, stdout
 }
 
+// waitBanner waits up to 10 s for the development mode's banner, which
+// ends with "Ctrl-C stops", on stdout.
+func waitBanner(t *testing.T, stdout *jsonlogtest.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner within 10 s; stdout:\n%s", stdout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // shellWords splits a shell command line: words separated by blanks,
 // single and double quotes, backslash-newline continuations.
 func shellWords(s string) ([]string, error) {
@@ -948,13 +961,7 @@ func TestDevMode(t *testing.T) {
 		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, nil, "")
 
 	// the banner follows the start
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner within 10 s; stdout:\n%s", stdout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBanner(t, stdout)
 	banner := stdout.String()
 	key := regexp.MustCompile(`example key \(tenant acme\):\s+(\S+)`).FindStringSubmatch(banner)
 	admin := regexp.MustCompile(`admin key \(/status, UI\):\s+(\S+)`).FindStringSubmatch(banner)
@@ -1379,13 +1386,7 @@ func TestDevRepoIsTheOwnersAlone(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	_, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
 		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, nil, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBanner(t, stdout)
 	for _, rel := range []string{"dev-repo", "dev-repo/flows", "dev-repo/access.yaml", "dev-repo/flows/acme/hello.md"} {
 		info, err := os.Stat(filepath.Join(state, rel))
 		if err != nil {
@@ -1478,13 +1479,7 @@ func TestDevBannerKeepsAGivenAdminKey(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	_, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
 		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, []string{"NEXUS_ADMIN_KEY=" + secret}, secret)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stdout.String(), "Ctrl-C stops") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner within 10 s; stdout:\n%s", stdout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBanner(t, stdout)
 	banner := stdout.String()
 	if strings.Contains(banner, secret) || !strings.Contains(banner, "admin key (/status, UI):  the one given (--admin-key or NEXUS_ADMIN_KEY; not shown)") {
 		t.Errorf("the banner shows the given admin key, or does not say it is not shown:\n%s", banner)

@@ -256,6 +256,24 @@ func TestReadDeadLetters(t *testing.T) {
 	}
 }
 
+// checkListed checks that ReadDeadLetters lists the dead letters ids of
+// the test queue under root, and returns the damage it reported.
+func checkListed(t *testing.T, root string, ids ...uint64) []Damage {
+	t.Helper()
+	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []uint64
+	for _, d := range got {
+		listed = append(listed, d.ID)
+	}
+	if diff := cmp.Diff(ids, listed); diff != "" {
+		t.Errorf("listed ids (-want +got):\n%s", diff)
+	}
+	return damage
+}
+
 // damageSecondDeadLetter dead-letters 1, 2 and 3 in q (under root), flips
 // a byte inside 2's record and appends tail to dlq.log; it returns the
 // damaged frame's offset.
@@ -281,17 +299,7 @@ func TestReadDeadLettersReportsDamage(t *testing.T) {
 	q, _ := openQueue(t, root, Options{})
 	torn := appendFrame(nil, appendDeadLetterRecord(nil, ptr(deadLetter(4))))
 	first := damageSecondDeadLetter(t, q, root, torn[:len(torn)/2])
-	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []uint64
-	for _, d := range got {
-		ids = append(ids, d.ID)
-	}
-	if diff := cmp.Diff([]uint64{1, 3}, ids); diff != "" {
-		t.Errorf("listed ids (-want +got):\n%s", diff)
-	}
+	damage := checkListed(t, root, 1, 3)
 	if len(damage) != 1 || damage[0].File != dlqFile || damage[0].Offset != int64(first) || damage[0].Torn {
 		t.Errorf("damage %+v, want the frame at offset %d of dlq.log, and not the torn tail", damage, first)
 	}
@@ -335,17 +343,7 @@ func TestDeadLetterAfterADamagedLastOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	moveToDLQ(t, q, 3)
-	got, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []uint64
-	for _, d := range got {
-		ids = append(ids, d.ID)
-	}
-	if diff := cmp.Diff([]uint64{1, 3}, ids); diff != "" {
-		t.Errorf("listed ids (-want +got):\n%s", diff)
-	}
+	damage := checkListed(t, root, 1, 3)
 	if len(damage) != 1 || damage[0].Offset != int64(len(first)) || damage[0].ID != 2 || damage[0].Torn {
 		t.Errorf("damage %+v, want dead letter 2's frame at offset %d", damage, len(first))
 	}

@@ -127,30 +127,54 @@ func TestServeRefusesABlankSecret(t *testing.T) {
 	}
 }
 
+// deadLetterQueue opens the queue acme/orders of the state directory
+// state and dead-letters its messages 1 to n in it; it returns the queue
+// and its folder. The caller closes the queue.
+func deadLetterQueue(t *testing.T, state string, n uint64) (*queue.Queue, string) {
+	t.Helper()
+	root := filepath.Join(state, "queues")
+	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= n; id++ {
+		if err := q.MoveToDLQ(testDeadLetter(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q, filepath.Join(root, "acme", "orders")
+}
+
+// testDeadLetter is deadLetterQueue's dead letter id.
+func testDeadLetter(id uint64) queue.DeadLetter {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	return queue.DeadLetter{ID: id, EnqueuedAt: at, FailedAt: at, Attempts: 5, LastError: "HTTP 503", Payload: []byte(`{"n":1}`)}
+}
+
+// deadLetterBytes is what dlq.log holds after testDeadLetter(1) to
+// testDeadLetter(n) alone: its length is the offset of the next dead
+// letter's frame.
+func deadLetterBytes(t *testing.T, n uint64) []byte {
+	t.Helper()
+	q, dir := deadLetterQueue(t, t.TempDir(), n)
+	q.Close()
+	b, err := os.ReadFile(filepath.Join(dir, "dlq.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestDLQListReportsDamage: a dead letter whose frame in dlq.log is
 // damaged cannot be listed; nexus dlq list lists the others and says so on
 // stderr, in one line naming the queue, the file and the offset, instead
 // of leaving it out silently.
 func TestDLQListReportsDamage(t *testing.T) {
 	state := t.TempDir()
-	root := filepath.Join(state, "queues")
-	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	dlq := filepath.Join(root, "acme", "orders", "dlq.log")
-	var first int
-	for id := uint64(1); id <= 3; id++ {
-		if err := q.MoveToDLQ(queue.DeadLetter{ID: id, EnqueuedAt: at, FailedAt: at, Attempts: 5, LastError: "HTTP 503", Payload: []byte(`{"n":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-		if id == 1 {
-			b, _ := os.ReadFile(dlq)
-			first = len(b)
-		}
-	}
+	q, dir := deadLetterQueue(t, state, 3)
 	q.Close()
+	dlq := filepath.Join(dir, "dlq.log")
+	first := len(deadLetterBytes(t, 1))
 	b, err := os.ReadFile(dlq)
 	if err != nil {
 		t.Fatal(err)
@@ -176,22 +200,12 @@ func TestDLQListReportsDamage(t *testing.T) {
 // lists it as pending and says why on stderr, in one line.
 func TestDLQListReportsADamagedMark(t *testing.T) {
 	state := t.TempDir()
-	root := filepath.Join(state, "queues")
-	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	for id := uint64(1); id <= 2; id++ {
-		if err := q.MoveToDLQ(queue.DeadLetter{ID: id, EnqueuedAt: at, FailedAt: at, Attempts: 5, LastError: "HTTP 503", Payload: []byte(`{"n":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	q, dir := deadLetterQueue(t, state, 2)
 	if err := q.Mark(1, queue.MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
 	q.Close()
-	acked := filepath.Join(root, "acme", "orders", "dlq.log.acked")
+	acked := filepath.Join(dir, "dlq.log.acked")
 	b, err := os.ReadFile(acked)
 	if err != nil {
 		t.Fatal(err)
