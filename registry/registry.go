@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,6 +62,10 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("registry %s: %w", path, err)
+		}
+		if err := syscall.Access(filepath.Dir(path), 2 /* W_OK */); errors.Is(err, syscall.EROFS) {
+			// said, rather than SQLite's "unable to open database file"
+			return nil, fmt.Errorf("registry %s: the file system is read-only: nexus serve and nexus deploy write the registry (nexus status and nexus journal only read it)", path)
 		}
 	}
 	// no symbolic link where the registry or its side files should be:
@@ -130,6 +135,17 @@ func dataSource(abs string, readOnly bool) string {
 		// the file's journal mode as it is (switching it is a write), and
 		// no statement may change the database
 		q.Add("_pragma", "query_only(1)")
+		if err := syscall.Access(filepath.Dir(abs), 2 /* W_OK */); err != nil {
+			// a folder this process cannot write (a read-only mount, a
+			// snapshot): SQLite cannot make the -shm file a WAL
+			// database's reader needs, so the file is opened read-only,
+			// and, without a -wal file (nothing beyond the database
+			// file itself), as immutable, which needs none
+			q.Set("mode", "ro")
+			if _, err := os.Lstat(abs + "-wal"); errors.Is(err, fs.ErrNotExist) {
+				q.Set("immutable", "1")
+			}
+		}
 	} else {
 		q.Add("_pragma", "journal_mode(WAL)")
 	}

@@ -1,0 +1,78 @@
+//go:build linux
+
+package registry_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
+)
+
+// readOnlyView bind-mounts dir read-only at a new folder and returns it;
+// the mount goes when the test ends. It skips the test where this process
+// may not mount (it needs CAP_SYS_ADMIN, which CI's machines, root like
+// these, have).
+func readOnlyView(t *testing.T, dir string) string {
+	t.Helper()
+	view := t.TempDir()
+	if err := syscall.Mount(dir, view, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("this process may not mount a folder (%v): the read-only view of a registry cannot be made here", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(view, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", view, err)
+		}
+	})
+	if err := syscall.Mount("", view, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+		t.Skipf("this process may not remount a folder read-only (%v)", err)
+	}
+	return view
+}
+
+// TestReadOnlyOpenOnAReadOnlyFileSystem: nexus status and nexus journal
+// read a registry on a read-only file system (a snapshot, a volume
+// mounted read-only), with or without the -wal and -shm files a running
+// server leaves. They failed with SQLite's "unable to open database file
+// (14)": a WAL database's reader makes a -shm file, and could not.
+func TestReadOnlyOpenOnAReadOnlyFileSystem(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "registry.db")
+		r := open(t, path, registry.Options{})
+		publish(t, r, registry.Publication{Flows: compileAll(t, "a", "b"), Commit: "c1"})
+		if !running {
+			r.Close() // the last connection checkpoints the -wal away
+		} else if _, err := os.Stat(path + "-wal"); err != nil {
+			t.Fatalf("a registry in use has no -wal file: %v", err)
+		}
+		view := readOnlyView(t, dir)
+		ro, err := registry.Open(context.Background(), filepath.Join(view, "registry.db"), registry.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("running=%v: Open read-only on a read-only file system: %v", running, err)
+		}
+		if st := status(t, ro); st.Commit != "c1" || st.Flows != 2 {
+			t.Errorf("running=%v: status %+v, want commit c1 and 2 flows", running, st)
+		}
+		ro.Close()
+		// a write open says why it cannot be, in one line
+		_, err = registry.Open(context.Background(), filepath.Join(view, "registry.db"), registry.Options{})
+		want := "registry " + filepath.Join(view, "registry.db") + ": the file system is read-only: nexus serve and nexus deploy write the registry (nexus status and nexus journal only read it)"
+		if err == nil || err.Error() != want {
+			t.Errorf("running=%v: Open for writing: %v, want %q", running, err, want)
+		}
+	}
+}
+
+func compileAll(t *testing.T, names ...string) []*flow.Flow {
+	t.Helper()
+	var out []*flow.Flow
+	for _, n := range names {
+		out = append(out, compile(t, "acme", n, "1"))
+	}
+	return out
+}
