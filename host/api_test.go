@@ -502,6 +502,14 @@ type (
 		SyncedAt  string        `json:"synced_at"`
 		LastError *lastErrorDoc `json:"last_error"`
 		Flows     []flowDoc     `json:"flows"`
+		Keys      []keyDoc      `json:"keys"`
+	}
+	keyDoc struct {
+		ID     string   `json:"id"`
+		Tenant string   `json:"tenant"`
+		Flows  []string `json:"flows"`
+		Rate   float64  `json:"rate"`
+		Burst  int      `json:"burst"`
 	}
 	lastErrorDoc struct {
 		Commit string   `json:"commit"`
@@ -569,7 +577,7 @@ func TestAPIFlows(t *testing.T) {
 
 	t.Run("the live set", func(t *testing.T) {
 		w := fx.admin(http.MethodGet, "/api/flows")
-		wantDocument(t, w, mustJSON(t, flowsDoc{Commit: fixtureCommit, SyncedAt: "2026-08-09T14:02:11Z", Flows: flows}))
+		wantDocument(t, w, mustJSON(t, flowsDoc{Commit: fixtureCommit, SyncedAt: "2026-08-09T14:02:11Z", Flows: flows, Keys: testKeys}))
 		if !strings.Contains(w.Body.String(), `"last_error":null`) || !strings.Contains(w.Body.String(), `"schedule":null`) {
 			t.Errorf("last_error and a flow without a schedule must be null: %s", w.Body)
 		}
@@ -582,7 +590,7 @@ func TestAPIFlows(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantDocument(t, fx.admin(http.MethodGet, "/api/flows"), mustJSON(t, flowsDoc{
-			Commit: fixtureCommit, SyncedAt: "2026-08-09T14:02:11Z", LastError: &lastErrorDoc{Commit: bad, Errors: errs}, Flows: flows,
+			Commit: fixtureCommit, SyncedAt: "2026-08-09T14:02:11Z", LastError: &lastErrorDoc{Commit: bad, Errors: errs}, Flows: flows, Keys: testKeys,
 		}))
 	})
 
@@ -601,7 +609,7 @@ func TestAPIFlows(t *testing.T) {
 				want[i].Schedule = &scheduleDoc{Spec: "0 3 * * *", Zone: "Europe/Paris", Next: "2026-08-10T01:00:00Z"}
 			}
 		}
-		wantDocument(t, fx.admin(http.MethodGet, "/api/flows"), mustJSON(t, flowsDoc{Commit: commit, SyncedAt: "2026-08-09T14:32:11Z", Flows: want}))
+		wantDocument(t, fx.admin(http.MethodGet, "/api/flows"), mustJSON(t, flowsDoc{Commit: commit, SyncedAt: "2026-08-09T14:32:11Z", Flows: want, Keys: testKeys}))
 	})
 
 	t.Run("nothing loaded", func(t *testing.T) {
@@ -614,11 +622,21 @@ func TestAPIFlows(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
 			t.Fatal(err)
 		}
-		if string(doc["flows"]) != "[]" || string(doc["last_error"]) != "null" || string(doc["commit"]) != "null" || string(doc["synced_at"]) != "null" {
-			t.Errorf("flows = %s, last_error = %s, commit = %s, synced_at = %s; want [] and three nulls, as /status says (%s)",
-				doc["flows"], doc["last_error"], doc["commit"], doc["synced_at"], w.Body)
+		if string(doc["flows"]) != "[]" || string(doc["keys"]) != "[]" || string(doc["last_error"]) != "null" || string(doc["commit"]) != "null" || string(doc["synced_at"]) != "null" {
+			t.Errorf("flows = %s, keys = %s, last_error = %s, commit = %s, synced_at = %s; want [], [] and three nulls, as /status says (%s)",
+				doc["flows"], doc["keys"], doc["last_error"], doc["commit"], doc["synced_at"], w.Body)
 		}
 	})
+}
+
+// testKeys are testAccessYAML's keys as GET /api/flows lists them: by id,
+// never the key or its hash.
+var testKeys = []keyDoc{
+	{ID: "acme-all", Tenant: "acme", Flows: []string{"*"}},
+	{ID: "acme-orders", Tenant: "acme", Flows: []string{"order-intake"}},
+	{ID: "globex-all", Tenant: "globex", Flows: []string{"*"}},
+	{ID: "acme-limited", Tenant: "acme", Flows: []string{"*"}, Rate: 1, Burst: 1},
+	{ID: "acme-slow", Tenant: "acme", Flows: []string{"*"}, Rate: 0.4, Burst: 1},
 }
 
 // queueDoc is one queue of GET /api/queues.

@@ -58,7 +58,7 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 	}
 	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
 		slog.String("tenant", tenant), slog.String("flow", flowName), slog.String("correlation_id", a.correlationID),
-		slog.Uint64("msg_id", msg.ID), slog.Int64("offset", msg.Offset))
+		slog.String("key", a.key.ID), slog.Uint64("msg_id", msg.ID), slog.Int64("offset", msg.Offset))
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Nexus-Message-Id", strconv.FormatUint(msg.ID, 10))

@@ -153,3 +153,27 @@ func TestEnqueuedXMLIsDeliverable(t *testing.T) {
 	}
 	t.Fatal("the message was neither delivered nor dead-lettered within 10 s")
 }
+
+// TestDoorLinesNameTheKey: run_completed and queue_enqueued name the key
+// that called, by its id (server.md: "id: … named in logs and the UI;
+// never the secret"). No log line named it, so the log could not say who
+// sent a message.
+func TestDoorLinesNameTheKey(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for _, door := range []string{"run", "enqueue"} {
+		w := fx.serve(newRequest(http.MethodPost, "/flows/acme/echo/"+door, `{"n":1}`,
+			"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json", "X-Correlation-ID", "trace-"+door))
+		if w.Code >= 300 {
+			t.Fatalf("%s: %d %s", door, w.Code, w.Body)
+		}
+	}
+	for event, cid := range map[string]string{"run_completed": "trace-run", "queue_enqueued": "trace-enqueue"} {
+		evs := fx.logs.Events(t, event)
+		if len(evs) != 1 || evs[0]["correlation_id"] != cid || evs[0]["key"] != "acme-all" {
+			t.Errorf("%s events %v, want one naming the key acme-all", event, evs)
+		}
+		if strings.Contains(fx.logs.String(), keyAcmeAll) {
+			t.Errorf("the log holds the key itself:\n%s", fx.logs.String())
+		}
+	}
+}

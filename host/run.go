@@ -53,7 +53,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 	lf := a.flow
 	if lf.Corrupt != nil {
 		s.cfg.Logger.Error("a corrupt artifact was not run", "event", "run_completed", "tenant", tenant, "flow", flowName,
-			"version", lf.Version, "correlation_id", a.correlationID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
+			"version", lf.Version, "correlation_id", a.correlationID, "key", a.key.ID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
 		writeError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
@@ -67,7 +67,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 	writeResult(w, res)
 	elapsed := s.cfg.Now().Sub(start)
 	s.cfg.Metrics.execution(engine.DoorRun, elapsed)
-	s.record(lf, a.correlationID, res, start, elapsed)
+	s.record(lf, a.correlationID, a.key.ID, res, start, elapsed)
 }
 
 // admit runs everything a door does before the flow: the gate, the body
@@ -102,14 +102,15 @@ func writeResult(w http.ResponseWriter, res engine.Result) {
 	}
 }
 
-// record logs a /run execution (run_completed) and appends its journal
+// record logs a /run execution (run_completed), naming the key that
+// called (its id: server.md's "named in logs"), and appends its journal
 // entry. A queued delivery is logged by its worker instead, in one line
 // that carries executionAttrs.
-func (s *Server) record(lf *registry.LiveFlow, correlationID string, res engine.Result, start time.Time, elapsed time.Duration) {
+func (s *Server) record(lf *registry.LiveFlow, correlationID, keyID string, res engine.Result, start time.Time, elapsed time.Duration) {
 	level := slog.LevelInfo
 	attrs := executionAttrs(lf, res, elapsed, []slog.Attr{
 		slog.String("event", "run_completed"), slog.String("tenant", lf.Tenant), slog.String("flow", lf.Name),
-		slog.String("correlation_id", correlationID), slog.String("outcome", string(res.Outcome)),
+		slog.String("correlation_id", correlationID), slog.String("key", keyID), slog.String("outcome", string(res.Outcome)),
 	})
 	if res.Err != nil {
 		level = slog.LevelWarn

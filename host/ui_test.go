@@ -2,6 +2,8 @@ package host_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"html"
 	"net/http"
@@ -602,6 +604,20 @@ func TestUIFlowsPage(t *testing.T) {
 	}
 	if strings.Contains(body, "<b>report</b>") {
 		t.Error("the description is not escaped")
+	}
+	// the access keys, by id (server.md: "named in logs and the UI; never
+	// the secret"): the page named none
+	for _, want := range []string{
+		"<tr data-key=\"acme-all\">\n<td>acme-all</td><td>acme</td><td>*</td>",
+		"<tr data-key=\"acme-orders\">\n<td>acme-orders</td><td>acme</td><td>order-intake</td>",
+		"<tr data-key=\"acme-slow\">\n<td>acme-slow</td><td>acme</td><td>*</td>\n<td class=\"n\">0.4/s</td><td class=\"n\">1</td>",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if sum := sha256.Sum256([]byte(keyAcmeAll)); strings.Contains(body, keyAcmeAll) || strings.Contains(body, hex.EncodeToString(sum[:])) {
+		t.Error("the page shows a key or its hash")
 	}
 	if strings.Contains(body, `name="csrf"`) || strings.Contains(body, "/ui/logout") {
 		t.Error("a page seen with the Bearer key shows the session's forms")

@@ -30,6 +30,17 @@ type flowsView struct {
 	SyncedAt  optional    `json:"synced_at"`
 	LastError *syncError  `json:"last_error"`
 	Flows     []flowEntry `json:"flows"`
+	Keys      []keyEntry  `json:"keys"`
+}
+
+// keyEntry is an access key of the live set, named by its id (never the
+// secret, nor its hash): what it may call and at what rate.
+type keyEntry struct {
+	ID     string   `json:"id"`
+	Tenant string   `json:"tenant"`
+	Flows  []string `json:"flows"` // ["*"] for every flow of the tenant
+	Rate   float64  `json:"rate"`  // requests per second; 0 for no limit
+	Burst  int      `json:"burst"`
 }
 
 type syncError struct {
@@ -78,7 +89,7 @@ func uiTime(t time.Time) string {
 }
 
 func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
-	v := flowsView{Flows: []flowEntry{}}
+	v := flowsView{Flows: []flowEntry{}, Keys: []keyEntry{}}
 	if s.cfg.Status != nil {
 		st, err := s.cfg.Status.Status(ctx)
 		if err != nil {
@@ -108,6 +119,13 @@ func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
 			}
 		}
 		v.Flows = append(v.Flows, e)
+	}
+	for _, k := range live.Access().Keys() {
+		flows := k.Flows
+		if k.AllFlows {
+			flows = []string{"*"}
+		}
+		v.Keys = append(v.Keys, keyEntry{ID: k.ID, Tenant: k.Tenant, Flows: flows, Rate: k.Rate, Burst: k.Burst})
 	}
 	return v, nil
 }
