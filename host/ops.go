@@ -49,7 +49,8 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // status answers what is deployed:
-// {"commit":…,"synced_at":…,"flows":N,"last_error":null|{"commit":…,"errors":[…]}}.
+// {"commit":…,"synced_at":…,"flows":N,"last_error":null|{"commit":…,"errors":[…]},
+// "generation":G,"schedules":[…]}.
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	// the refusals too: the answer holds a refused commit's errors
 	w.Header().Set("Cache-Control", "no-store")
@@ -95,9 +96,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if schedules == nil {
 		schedules = []any{}
 	}
+	// server.md's four keys first, in its order; what this host adds after
 	doc := flow.NewObject(
-		[]string{"commit", "synced_at", "flows", "generation", "last_error", "schedules"},
-		[]any{str(st.Commit), syncedAt, st.Flows, int(st.Generation), lastError, schedules},
+		[]string{"commit", "synced_at", "flows", "last_error", "generation", "schedules"},
+		[]any{str(st.Commit), syncedAt, st.Flows, lastError, int(st.Generation), schedules},
 	)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header()["X-Content-Type-Options"] = nosniff

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,11 @@ func TestStatus(t *testing.T) {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
 			t.Fatalf("%s: %v", w.Body, err)
+		}
+		// server.md's four keys come first, in its order (generation once
+		// stood between flows and last_error); what the host adds follows
+		if !regexp.MustCompile(`^\{"commit":[^,]*,"synced_at":[^,]*,"flows":\d+,"last_error":`).Match(w.Body.Bytes()) {
+			t.Errorf("the body does not begin as server.md's: %s", w.Body)
 		}
 		for _, k := range []string{"commit", "synced_at", "flows", "last_error"} {
 			if _, ok := m[k]; !ok {
