@@ -100,17 +100,16 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		return queue.Verdict{Kind: queue.VerdictDrop, Error: fmt.Sprintf("no flow %s/%s is deployed", d.Tenant, d.Flow)}
 	}
 	if lf.Corrupt != nil {
-		// the same bytes will fail the same way: no retries
+		// the same bytes will fail the same way: no retries (and a
+		// journal row, as for any delivery: it did not run)
+		s.journal(deliveryDoor(d), lf, d.CorrelationID, int64(d.ID), d.Attempt, corruptResult(lf), s.cfg.Now(), 0)
 		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: fmt.Sprintf("artifact %s/%s v%d failed its integrity check", lf.Tenant, lf.Name, lf.Version)}
 	}
 	doc, err := flow.ParseJSON(d.Payload, queuedMaxDepth)
 	if err != nil {
 		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "the stored message is not a JSON document: " + err.Error()}
 	}
-	door := d.Source
-	if door != engine.DoorCron {
-		door = engine.DoorEnqueue
-	}
+	door := deliveryDoor(d)
 	start := s.cfg.Now()
 	res := s.cfg.Engine.Run(ctx, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
@@ -126,7 +125,11 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		// the worker's stop cut it short: the engine decided so where it
 		// recorded nothing, so the worker does not read its context again
 		return queue.Verdict{Kind: queue.VerdictInterrupted, Error: errorText(res), Attrs: attrs}
-	case res.Outcome == engine.Succeeded, res.Outcome == engine.Filtered, res.Outcome == engine.FaultHandled:
+	case res.Outcome == engine.FaultHandled:
+		// the main sequence's failure, which the handler answered: said,
+		// as run_completed says it
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: append(attrs, slog.String("error", errorText(res)))}
+	case res.Outcome == engine.Succeeded, res.Outcome == engine.Filtered:
 		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
 	case res.Replay:
 		// a duplicate's recorded answer (a failure absorbed by
@@ -142,6 +145,15 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: queue.RetryPolicy{
 		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
 	}}
+}
+
+// deliveryDoor is the door a queued message came in by: cron for a tick,
+// enqueue for the rest (a replay, a queue_publish).
+func deliveryDoor(d queue.Delivery) string {
+	if d.Source == engine.DoorCron {
+		return engine.DoorCron
+	}
+	return engine.DoorEnqueue
 }
 
 // errorText is the error a failed execution's verdict carries.

@@ -177,3 +177,29 @@ func TestDoorLinesNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultHandledDeliveryLineSaysTheError: the worker's queue_processed
+// line of a delivery the fault sequence answered carries the main
+// sequence's error, as run_completed does for /run: it is the line
+// queues-retries-dlq.md has operators watch for a handler that keeps
+// failures from the dead-letter queue. It said the outcome and the step,
+// not the error.
+func TestFaultHandledDeliveryLineSaysTheError(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	files := adminFlows()
+	files["flows/acme/guarded.md"] = flowFile("acme", "guarded", "",
+		"## Step: check\n```validate\n$.orderId != null | \"orderId is required\"\n```\n\n## Fault: answer\n```ntd\n{\"rejected\": true}\n```\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/guarded/enqueue", `{}`,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+	}
+	var evs []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); len(evs) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		evs = fx.logs.Events(t, "queue_processed")
+	}
+	if len(evs) != 1 || evs[0]["outcome"] != "fault_handled" || evs[0]["error"] != "step 'check': validation failed (Semantic): orderId is required" {
+		t.Errorf("queue_processed events %v, want one fault_handled naming the error", evs)
+	}
+}

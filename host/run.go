@@ -55,6 +55,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 		s.cfg.Logger.Error("a corrupt artifact was not run", "event", "run_completed", "tenant", tenant, "flow", flowName,
 			"version", lf.Version, "correlation_id", a.correlationID, "key", a.key.ID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
 		writeError(w, http.StatusInternalServerError, "internal error")
+		s.journal(engine.DoorRun, lf, a.correlationID, 0, 1, corruptResult(lf), start, s.cfg.Now().Sub(start))
 		return
 	}
 	// The execution outlives a caller who hangs up (its ceiling still
@@ -142,6 +143,13 @@ func executionAttrs(lf *registry.LiveFlow, res engine.Result, elapsed time.Durat
 }
 
 // journal appends an execution's journal entry.
+// corruptResult is the journal's record of a delivery of lf, a corrupt
+// artifact, which did not run: a failure of the platform (500).
+func corruptResult(lf *registry.LiveFlow) engine.Result {
+	return engine.Result{Status: http.StatusInternalServerError, Outcome: engine.Failed,
+		Err: &engine.Error{Kind: engine.KindInternal, Msg: lf.Corrupt.Error()}}
+}
+
 func (s *Server) journal(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
 	if s.cfg.Journal == nil {
 		return

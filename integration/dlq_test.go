@@ -435,4 +435,19 @@ func TestDLQCorruptArtifact(t *testing.T) {
 	if n := len(be.received()); n != 0 {
 		t.Errorf("%d calls to the backend from a corrupt artifact", n)
 	}
+	// both deliveries are in the journal (server.md: it "records every
+	// execution"), though neither ran: they were missing from it
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); len(lines) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r := nexus(t, "", "journal", "--db", db)
+		lines = strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		if r.stdout == "the journal is empty\n" {
+			lines = nil
+		}
+	}
+	const errText = `error="artifact acme/forward-order v1 failed its integrity check"`
+	if len(lines) != 2 || !strings.Contains(lines[0], " enqueue acme/forward-order v1 failed 500 ") || !strings.Contains(lines[0], "correlation_id=trace-corrupt msg_id=1 "+errText) ||
+		!strings.Contains(lines[1], " run     acme/forward-order v1 failed 500 ") || !strings.HasSuffix(lines[1], errText) {
+		t.Errorf("nexus journal:\n%s\nwant the enqueue and the run of the corrupt artifact, failed 500", strings.Join(lines, "\n"))
+	}
 }
