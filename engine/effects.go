@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/nexushq/nexus/flow"
 )
 
@@ -66,10 +68,9 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	h := s.HTTP()
 	// the variables describe this call's answer: a call without one
 	// leaves them unset, not an earlier step's
-	vars := x.ctxVars()
-	delete(vars, "HTTP_SC")
-	delete(vars, "HTTP_RESPONSE_BODY")
-	delete(vars, "HTTP_RESPONSE_HEADERS")
+	x.setVar("HTTP_SC", nil)
+	x.setVar("HTTP_RESPONSE_BODY", nil)
+	x.setVar("HTTP_RESPONSE_HEADERS", nil)
 	env := x.env(doc)
 	fail := func(format string, args ...any) *Error {
 		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + fmt.Sprintf(format, args...)}
@@ -130,6 +131,11 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if err != nil {
 			return nil, &Error{Kind: KindDefect, Step: s.Name(), Msg: "headers: " + ht.Name + ": " + err.Error()}
 		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			// no call can carry it: the flow's value, not a downstream's
+			// failure (502), refused before any call, as a bad endpoint is
+			return nil, &Error{Kind: KindDefect, Step: s.Name(), Msg: "headers: " + ht.Name + ": the value rendered holds a character a header cannot carry (a line break or another control character)"}
+		}
 		req.Header.Set(ht.Name, v)
 	}
 	req.Header.Set(HeaderCorrelationID, x.req.CorrelationID)
@@ -158,8 +164,8 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		}
 		return nil, fail("reading the answer: %v", err)
 	}
-	vars["HTTP_SC"] = resp.StatusCode
-	vars["HTTP_RESPONSE_HEADERS"] = headerObject(resp.Header)
+	x.setVar("HTTP_SC", resp.StatusCode)
+	x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))
 	failed := resp.StatusCode < 200 || resp.StatusCode > 299
 	if int64(len(raw)) > x.e.maxBody && !failed {
 		return nil, fail("the answer's body exceeds %d bytes", x.e.maxBody)
@@ -168,14 +174,14 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		// the status is the failure, whatever the body's size (one
 		// over the ceiling is not kept: HTTP_RESPONSE_BODY stays unset)
 		if int64(len(raw)) <= x.e.maxBody {
-			vars["HTTP_RESPONSE_BODY"] = responseDocument(resp.Header.Get("Content-Type"), raw)
+			x.setVar("HTTP_RESPONSE_BODY", responseDocument(resp.Header.Get("Content-Type"), raw))
 		}
 		e := fail("HTTP %s", statusLine(resp.StatusCode))
 		e.Detail = excerpt(raw)
 		return nil, e
 	}
 	out := responseDocument(resp.Header.Get("Content-Type"), raw)
-	vars["HTTP_RESPONSE_BODY"] = out
+	x.setVar("HTTP_RESPONSE_BODY", out)
 	return out, nil
 }
 

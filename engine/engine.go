@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -297,24 +298,48 @@ func panicDetail(p any) string {
 
 // execution is the state of one run of a flow.
 type execution struct {
-	e      *Engine
-	req    Request
-	vars   map[string]any // ctx, made on first use (see Ctx)
-	status int            // the declared status, 0 when none
-	header http.Header    // response headers collected from the steps that ran
-	envBuf flow.Env       // what env returns, reused from one expression to the next
+	e    *Engine
+	req  Request
+	vars map[string]any // ctx, made on first use (see Ctx)
+	// varsOut is set when Ctx handed vars out (an expression may keep the
+	// map itself: {{ ctx }} in a document): the next write copies it
+	// first, so what was handed out never changes, and never holds itself
+	varsOut bool
+	status  int         // the declared status, 0 when none
+	header  http.Header // response headers collected from the steps that ran
+	envBuf  flow.Env    // what env returns, reused from one expression to the next
 }
 
 // Ctx returns the ctx variables, making them on first use: an execution
 // whose expressions never name ctx never builds them (x is the flow.Env's
-// LazyCtx).
-func (x *execution) Ctx() any { return x.ctxVars() }
+// LazyCtx). The map handed out is never written again (see setVar).
+func (x *execution) Ctx() any {
+	x.varsOut = true
+	return x.ctxVars()
+}
 
 func (x *execution) ctxVars() map[string]any {
 	if x.vars == nil {
 		x.vars = newVars(x.req)
 	}
 	return x.vars
+}
+
+// setVar sets the ctx variable name (deletes it for a nil v). A map Ctx
+// handed out is copied first: a document holding {{ ctx }} keeps the
+// variables as they were (a save_body of it once made the map hold
+// itself, and encoding it overflowed the stack).
+func (x *execution) setVar(name string, v any) {
+	vars := x.ctxVars()
+	if x.varsOut {
+		vars = maps.Clone(vars)
+		x.vars, x.varsOut = vars, false
+	}
+	if v == nil {
+		delete(vars, name)
+		return
+	}
+	vars[name] = v
 }
 
 // stepError is how a step reports a failure, or a filter (fence false).
@@ -350,7 +375,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 		[]string{"fault_step", "fault_error", "fault_correlation_id"},
 		[]any{failure.Step, failure.FaultError(), req.CorrelationID},
 	)
-	x.ctxVars()["input"] = desc
+	x.setVar("input", desc)
 	doc, stop = x.faultSequence(ctx, f.Faults(), desc)
 	switch {
 	case stop == nil || stop.filtered:
@@ -402,7 +427,7 @@ func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], do
 			return doc, &stepError{err: err}
 		}
 		if name := s.SaveBody(); name != "" {
-			x.ctxVars()[name] = out
+			x.setVar(name, out)
 		}
 		doc = out
 	}

@@ -356,6 +356,9 @@ func fnDiv(a ...any) (any, error) {
 }
 
 func fnNeg(a ...any) (any, error) {
+	if i, ok := a[0].(int); ok && i != math.MinInt {
+		return -i, nil // exact, as 0 - i is: not through float64
+	}
 	x, ok := number(a[0])
 	if !ok {
 		return nil, evalErrorf("cannot use - on %s", TypeName(a[0]))
@@ -444,12 +447,60 @@ func (e *Expr) matches(a ...any) (any, error) {
 	}
 	re := e.regexps[pattern]
 	if re == nil {
+		// a pattern from the message: its cost is bounded before it runs
+		if err := checkDynamicPattern(pattern, len(s)); err != nil {
+			return nil, err
+		}
 		var err error
 		if re, err = regexp.Compile(pattern); err != nil {
-			return nil, evalErrorf("invalid regular expression %q: %s", pattern, regexpReason(err))
+			return nil, evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
 		}
 	}
 	return re.MatchString(s), nil
+}
+
+// Bounds on a matches() pattern that comes from the message, not the
+// flow: Go's regexps run in time linear in the text, times the size of
+// the compiled pattern, and allocate with it, so a short pattern
+// (a{1000}, repeated) on a long value could cost one message seconds of
+// CPU and hundreds of MiB, beyond the duration ceiling (a match cannot be
+// interrupted). The flow's own patterns are its author's, and compiled
+// once.
+const (
+	maxDynamicPatternBytes = 1 << 10  // the pattern's source
+	maxDynamicPatternInsts = 2000     // its compiled program
+	maxDynamicPatternWork  = 20 << 20 // instructions × bytes of the value
+)
+
+// checkDynamicPattern refuses a pattern from the message that would cost
+// too much to run on a value of n bytes.
+func checkDynamicPattern(pattern string, n int) error {
+	if len(pattern) > maxDynamicPatternBytes {
+		return evalErrorf("matches: the pattern from the message is %d bytes, more than %d", len(pattern), maxDynamicPatternBytes)
+	}
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
+	}
+	if insts := len(prog.Inst); insts > maxDynamicPatternInsts || insts*max(n, 1) > maxDynamicPatternWork {
+		return evalErrorf("matches: the pattern from the message is too costly to run on this value (%d instructions on %d bytes)", insts, n)
+	}
+	return nil
+}
+
+// quoteCut quotes s, cut to n bytes at most (at a character's start).
+func quoteCut(s string, n int) string {
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…"
 }
 
 func regexpReason(err error) string {
