@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
@@ -20,12 +21,7 @@ const maxJSONDepth = 64
 // encoding) answers 400.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	if r.ContentLength > limit {
-		// Without it the server, seeing a body of less than 256 KiB
-		// unread, would read it before sending the 413: a caller that
-		// announces a length and sends nothing would hold the answer
-		// until ReadTimeout.
-		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
+		refuseUnread(w, r, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 		return nil, false
 	}
 	// the buffer grows as bytes arrive: an announced length is not
@@ -48,7 +44,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 			if errors.As(err, &tooLarge) {
 				writeError(w, http.StatusRequestEntityTooLarge, "body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 			} else {
-				writeError(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
+				writeBodyError(w, err)
 			}
 			return nil, false
 		}
@@ -56,6 +52,19 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 			buf = append(buf, 0)[:len(buf)]
 		}
 	}
+}
+
+// writeBodyError answers a body that could not be read: 408 when it did
+// not arrive in time (the server's read deadline), else 400 (a broken
+// chunked encoding, a connection cut short). The texts are fixed: the
+// read error names the connection's addresses, which are the host's.
+func writeBodyError(w http.ResponseWriter, err error) {
+	w.Header().Set("Connection", "close") // what is left of the body is not read
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		writeError(w, http.StatusRequestTimeout, "the body did not arrive in time")
+		return
+	}
+	writeError(w, http.StatusBadRequest, "the body could not be read: it was cut short or its chunked encoding is broken")
 }
 
 // serverWriter returns the server's own ResponseWriter from under w's
@@ -80,26 +89,25 @@ func serverWriter(w http.ResponseWriter) http.ResponseWriter {
 // text/xml, +xml) flattened; an empty body is {}. Another type or a
 // Content-Encoding but identity answers 415; a body that does not parse
 // answers 400 naming the problem.
-func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (any, bool) {
+func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, isJSON, ok bool) {
 	// every Content-Encoding line and every coding in each: one gzip
 	// after an identity still encodes the body
 	for _, line := range r.Header["Content-Encoding"] {
 		for enc := range strings.SplitSeq(line, ",") {
 			if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
 				writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
-				return nil, false
+				return nil, false, false
 			}
 		}
 	}
 	kind, err := bodyKind(headerValue(r, "Content-Type"))
 	if err != nil {
 		writeError(w, http.StatusUnsupportedMediaType, err.Error())
-		return nil, false
+		return nil, false, false
 	}
 	if len(body) == 0 {
-		return flow.NewObject(nil, nil), true
+		return flow.NewObject(nil, nil), false, true
 	}
-	var doc any
 	if kind == kindXML {
 		doc, err = flow.FlattenXML(body)
 	} else {
@@ -107,9 +115,9 @@ func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (any, bool) 
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
-		return nil, false
+		return nil, false, false
 	}
-	return doc, true
+	return doc, kind == kindJSON, true
 }
 
 type contentKind int

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -219,4 +220,102 @@ func TestEchoingRefusalsCarryNosniff(t *testing.T) {
 			t.Errorf("%s %s (%d, %s): X-Content-Type-Options = %q, want nosniff", r.Method, r.URL.Path, w.Code, w.Body, got)
 		}
 	}
+}
+
+// TestGateRefusalsDoNotWaitForTheBody: a caller the gate refuses (401,
+// 400 for a name, 403, 404, 429) whose request announces a body it has not
+// sent (a Content-Length under 256 KiB, or chunked) gets its answer at
+// once, the body never pulled off the socket (queues-retries-dlq.md;
+// server.md: the gate runs "before one byte of the body is read"). It got
+// none: net/http read the unread body before writing the refusal, and
+// waited for it (in nexus serve, up to ReadTimeout, 60 s).
+func TestGateRefusalsDoNotWaitForTheBody(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	// spend acme-limited's one token (rate 1, burst 1, and the clock is
+	// fake: it never refills)
+	if w := fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)); w.Code != http.StatusOK {
+		t.Fatalf("first request of the limited key: %d %s", w.Code, w.Body)
+	}
+	srv := httptest.NewServer(fx.handler)
+	t.Cleanup(srv.Close)
+
+	for _, tc := range []struct {
+		name, door, path, key string
+		status                int
+	}{
+		{"401 no key", "run", "/flows/acme/echo/run", "", http.StatusUnauthorized},
+		{"401 no key on enqueue", "enqueue", "/flows/acme/echo/enqueue", "", http.StatusUnauthorized},
+		{"400 bad tenant name", "run", "/flows/Acme/echo/run", keyAcmeAll, http.StatusBadRequest},
+		{"403 another tenant", "run", "/flows/globex/shipment/run", keyAcmeAll, http.StatusForbidden},
+		{"404 not deployed", "enqueue", "/flows/acme/nope/enqueue", keyAcmeAll, http.StatusNotFound},
+		{"429 rate", "run", "/flows/acme/echo/run", keyAcmeLimited, http.StatusTooManyRequests},
+	} {
+		for _, framing := range []string{"Content-Length: 1000", "Transfer-Encoding: chunked"} {
+			t.Run(tc.name+"/"+framing, func(t *testing.T) {
+				t.Parallel()
+				head := "POST " + tc.path + " HTTP/1.1\r\nHost: nexus.test\r\nContent-Type: application/json\r\n" + framing + "\r\n"
+				if tc.key != "" {
+					head += "Authorization: Bearer " + tc.key + "\r\n"
+				}
+				resp, body, err := rawExchange(t, srv, head+"\r\n", 2*time.Second)
+				if err != nil {
+					t.Fatalf("no answer within 2 s while the body was not sent (the refusal waits for the body): %v", err)
+				}
+				if resp.StatusCode != tc.status || !strings.HasPrefix(body, `{"ok":false,"error":`) {
+					t.Errorf("answer %s %s, want %d", resp.Status, body, tc.status)
+				}
+			})
+		}
+	}
+}
+
+// TestBodyReadTimeoutAnswer: a body that does not arrive before the
+// server's read deadline is 408 with fixed words. It was a 400 quoting Go's
+// network error, which names the host's address and port and the caller's.
+func TestBodyReadTimeoutAnswer(t *testing.T) {
+	fx := newFixture(t, nil)
+	srv := httptest.NewUnstartedServer(fx.handler)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	head := "POST /flows/acme/echo/run HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer " + keyAcmeAll +
+		"\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"a\":"
+	resp, body, err := rawExchange(t, srv, head, 5*time.Second)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	host, _, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	if strings.Contains(body, host) || strings.Contains(body, "tcp") || strings.Contains(body, "->") {
+		t.Errorf("the answer shows the connection's addresses (Go's net error): %s", body)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("status %s, want 408 Request Timeout for a body that did not arrive in time", resp.Status)
+	}
+}
+
+// rawExchange writes head (a request line and headers, ended by the blank
+// line) and then nothing else over a fresh connection to srv, and reads one
+// answer, waiting up to wait. It returns the answer, or the error of a
+// caller who got none.
+func rawExchange(t *testing.T, srv *httptest.Server, head string, wait time.Duration) (*http.Response, string, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, "", err
+	}
+	return resp, string(b), nil
 }

@@ -58,6 +58,11 @@ type admission struct {
 	key           *access.Key
 	flow          *registry.LiveFlow
 	live          *registry.LiveSet
+	// rawJSON is the body as received when it is a JSON document (admit
+	// parsed it): what /enqueue stores, so that a message, and its dead
+	// letter, keep the payload as submitted (a whole number past 64 bits
+	// would lose digits re-encoded)
+	rawJSON []byte
 }
 
 // gate runs the access gate, in order, before one byte of the body is read:
@@ -68,7 +73,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 	a := admission{correlationID: correlationID(w, r)}
 	a.live = s.cfg.Live.Live()
 	if a.live == nil {
-		writeError(w, http.StatusServiceUnavailable, "the host is starting: no live set yet")
+		refuseUnread(w, r, http.StatusServiceUnavailable, "the host is starting: no live set yet")
 		return a, false
 	}
 	presented, ok := bearer(r)
@@ -77,29 +82,29 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(w, http.StatusUnauthorized, "missing or unknown API key")
+		refuseUnread(w, r, http.StatusUnauthorized, "missing or unknown API key")
 		return a, false
 	}
 	if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		refuseUnread(w, r, http.StatusBadRequest, err.Error())
 		return a, false
 	}
 	if err := naming.Check(flowName, naming.Flow(tenant)); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		refuseUnread(w, r, http.StatusBadRequest, err.Error())
 		return a, false
 	}
 	if a.key.Tenant != tenant || !a.key.Allows(flowName) {
-		writeError(w, http.StatusForbidden, "key "+a.key.ID+" may not call "+tenant+"/"+flowName)
+		refuseUnread(w, r, http.StatusForbidden, "key "+a.key.ID+" may not call "+tenant+"/"+flowName)
 		return a, false
 	}
 	a.flow, ok = a.live.Lookup(tenant, flowName)
 	if !ok {
-		writeError(w, http.StatusNotFound, "no flow "+tenant+"/"+flowName+" is deployed")
+		refuseUnread(w, r, http.StatusNotFound, "no flow "+tenant+"/"+flowName+" is deployed")
 		return a, false
 	}
 	if wait, ok := s.allow(a.key); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		writeError(w, http.StatusTooManyRequests, "rate limit exceeded")
+		refuseUnread(w, r, http.StatusTooManyRequests, "rate limit exceeded")
 		return a, false
 	}
 	return a, true

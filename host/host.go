@@ -121,14 +121,14 @@ func New(cfg Config) *Server {
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
-		writeError(w, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
+		refuseUnread(w, req, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
 		// the router lists OPTIONS, which it does not answer here
 		allow := slices.DeleteFunc(strings.Split(w.Header().Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions })
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
+		refuseUnread(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
 		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path,
@@ -149,6 +149,20 @@ func get(r *httprouter.Router, path string, h httprouter.Handle) {
 
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.router }
+
+// refuseUnread writes a refusal made before the request's body was read.
+// When the request has one (a length, or chunked), the connection closes
+// after the answer: net/http would otherwise read up to 256 KiB of the
+// body first to keep the connection, so a caller that announced a body
+// and has not sent it would wait for its refusal, and the body would be
+// pulled off the socket after all (server.md: the gate runs "before one
+// byte of the body is read").
+func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, status, msg)
+}
 
 // writeError writes the platform's refusal body {"ok":false,"error":"…"}.
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -124,7 +124,7 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		// arrives, never buffered
 		sig, ok := parseHubSignature(r.Header.Get("X-Hub-Signature-256"))
 		if !ok {
-			writeError(w, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
+			refuseUnread(w, r, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
 			return
 		}
 		macs := make([]hash.Hash, len(s.cfg.Secrets))
@@ -140,9 +140,9 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 			writeError(w, http.StatusRequestEntityTooLarge, "the webhook body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes")
 			return
 		case err != nil:
-			// a broken chunked encoding, a connection cut short: a bad
-			// request, not one too large
-			writeError(w, http.StatusBadRequest, "the webhook body could not be read: "+err.Error())
+			// a broken chunked encoding, a connection cut short, a body
+			// too slow: not one too large
+			writeBodyError(w, err)
 			return
 		}
 		if !slices.ContainsFunc(macs, func(mac hash.Hash) bool { return hmac.Equal(sig, mac.Sum(nil)) }) {

@@ -29,15 +29,19 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, flowName string) {
 	if s.cfg.Queues == nil {
 		correlationID(w, r)
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		refuseUnread(w, r, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 		return
 	}
 	a, doc, ok := s.admit(w, r, tenant, flowName)
 	if !ok {
 		return
 	}
+	payload := a.rawJSON // as submitted; an empty body or XML as the flow reads it
+	if payload == nil {
+		payload = flow.AppendJSON(nil, doc)
+	}
 	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{
-		Source: engine.DoorEnqueue, CorrelationID: a.correlationID, Payload: flow.AppendJSON(nil, doc),
+		Source: engine.DoorEnqueue, CorrelationID: a.correlationID, Payload: payload,
 	})
 	if err != nil {
 		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,

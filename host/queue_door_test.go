@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -201,5 +202,46 @@ func TestFaultHandledDeliveryLineSaysTheError(t *testing.T) {
 	}
 	if len(evs) != 1 || evs[0]["outcome"] != "fault_handled" || evs[0]["error"] != "step 'check': validation failed (Semantic): orderId is required" {
 		t.Errorf("queue_processed events %v, want one fault_handled naming the error", evs)
+	}
+}
+
+// TestDeadLetterKeepsThePayloadAsSubmitted: a message /enqueue took is
+// stored as it was received, so its dead letter keeps the payload as
+// submitted (queues-retries-dlq.md). It was stored re-encoded from the
+// parsed document: a whole number past 64 bits lost its last digits.
+func TestDeadLetterKeepsThePayloadAsSubmitted(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	files := adminFlows()
+	files["flows/acme/reject.md"] = flowFile("acme", "reject", "queue_max_attempts: 1\n",
+		"## Step: check\n```validate\n$.nope != null | \"nope is required\" | semantic\n```\n")
+	fx.publish(files, testAccessYAML(), "2123456789abcdef0123456789abcdef01234567")
+
+	const body = `{"orderId":12345678901234567890}`
+	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/reject/enqueue", body,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+	}
+	var got struct {
+		DeadLetters []struct {
+			Payload string `json:"payload"`
+		} `json:"dead_letters"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got.DeadLetters) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no dead letter within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+		a := fx.admin(http.MethodGet, "/api/queues/acme/reject/dlq")
+		if a.Code != http.StatusOK {
+			t.Fatalf("dlq: %d %s", a.Code, a.Body)
+		}
+		if err := json.Unmarshal(a.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := got.DeadLetters[0].Payload; p != body {
+		t.Errorf("the dead letter's payload is %s, the caller submitted %s", p, body)
 	}
 }

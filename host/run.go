@@ -87,7 +87,10 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName 
 	if !ok || !s.checkSignature(w, r, body) {
 		return a, nil, false
 	}
-	doc, ok := parseBody(w, r, body)
+	doc, isJSON, ok := parseBody(w, r, body)
+	if isJSON {
+		a.rawJSON = body
+	}
 	return a, doc, ok
 }
 
