@@ -92,9 +92,7 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 	if err != nil {
 		return err
 	}
-	if n := len(damage); n > 0 && !damage[n-1].Torn && damage[n-1].Offset+damage[n-1].Length == size {
-		end = size
-	}
+	end = nextAppend(end, size, damage)
 	if _, err := f.WriteAt(frames, end); err != nil {
 		f.Truncate(end)
 		return fmt.Errorf("queue %s/%s: writing %s: %w", q.Tenant, q.Flow, name, err)

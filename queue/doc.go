@@ -103,21 +103,22 @@
 //
 // # Recovery
 //
-// Open scans segment.log under the append lock. A torn tail (a last frame
-// cut short, a zeroed or garbled tail with no valid frame after it) is
-// truncated and reported. A last frame that is whole but fails its CRC is
-// torn only when the part of it in some 512-byte sector (sectors counted
-// from the file's start, the part cut at the frame's ends) is all zeros,
-// as etcd's WAL decides: a write a crash cut short leaves such a part, a
-// flipped bit does not. (Like etcd's, the rule cannot tell damage from a
-// torn write in a frame whose own last bytes, past a sector boundary, are
-// zeros: such damage reads as a torn tail.) Otherwise it is reported as
-// damage (not torn), and truncated all the same. The dead-letter files
-// keep such a frame instead: the next append goes after it, so that the
-// listing reports it and the rewrite drops it with a report, rather than
-// an append overwriting it unsaid. A damaged frame with valid frames after it is
-// quarantined: it is reported (tenant, flow, offset, and id when readable),
-// never delivered, and the frames after it, found by their magic, are
-// delivered. A length field larger than the file is damage, never an
-// allocation.
+// Open scans segment.log under the append lock. A torn tail, a write a
+// crash cut short, is truncated and reported: zeros with no valid frame
+// after them, a frame header cut short, a header whose record did not all
+// arrive (its length past the file's end), or a whole last frame that
+// fails its CRC when the part of it in some 512-byte sector (sectors
+// counted from the file's start, the part cut at the frame's ends) is all
+// zeros, as etcd's WAL decides. (Like etcd's, the rule cannot tell damage
+// from a torn write in a frame whose own last bytes, past a sector
+// boundary, are zeros: such damage reads as a torn tail.) Any other tail
+// is damage (a flipped bit, a changed marker, a length over the limit):
+// reported, never delivered, and kept, the next append going after it, so
+// that offsets never go back under a running reader or a scheduled retry
+// (the dead-letter files do the same). A damaged frame with valid frames
+// after it is quarantined: it is reported (tenant, flow, offset, and id
+// when readable), never delivered, and the frames after it, found by their
+// magic, are delivered. A length field larger than the file is damage or a
+// torn tail, never an allocation. A batch whose fdatasync fails is cut
+// from the file before its callers get their error.
 package queue

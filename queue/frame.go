@@ -307,13 +307,15 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 		}
 		if next < 0 {
 			d.Length = size - off
-			d.Torn = true
 			if rec != nil {
 				// whole, but its checksum fails: torn only if a
-				// sector of it is zeros
-				if d.Torn, err = tornWrite(r, off, headerSize+int64(len(rec))); err != nil {
-					return off, damage, err
-				}
+				// sector's part of it is zeros
+				d.Torn, err = tornWrite(r, off, headerSize+int64(len(rec)))
+			} else {
+				d.Torn, err = tornTail(r, off, size)
+			}
+			if err != nil {
+				return off, damage, err
 			}
 			return off, append(damage, d), nil
 		}
@@ -322,6 +324,51 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 		off = next
 	}
 	return off, damage, nil
+}
+
+// tornTail reports whether the bytes from off to size, where no whole
+// frame is, are a write a crash cut short: zeros (the file's size reached
+// past its data), or a frame's header, whole or a prefix of it, whose
+// record did not all arrive. A header that is not ours (a flipped marker)
+// or whose length is over the limit is damage: a write cut short leaves
+// what was written, not other bytes.
+func tornTail(r io.ReaderAt, off, size int64) (bool, error) {
+	n := min(size-off, headerSize)
+	var h [headerSize]byte
+	if _, err := r.ReadAt(h[:n], off); err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	if !bytes.Equal(h[:min(n, 4)], frameMagic[:min(n, 4)]) {
+		// not our header: torn only as zeros, all the way
+		zero := make([]byte, 64<<10)
+		buf := make([]byte, len(zero))
+		for pos := off; pos < size; pos += int64(len(buf)) {
+			k := min(int64(len(buf)), size-pos)
+			if _, err := r.ReadAt(buf[:k], pos); err != nil && !errors.Is(err, io.EOF) {
+				return false, err
+			}
+			if !bytes.Equal(buf[:k], zero[:k]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	if n < headerSize {
+		return true, nil // a header cut short
+	}
+	return int64(binary.BigEndian.Uint32(h[4:8])) <= MaxRecord, nil
+}
+
+// nextAppend is where the next frame goes in a file of size bytes whose
+// scan ended at end with damage: after a damaged last frame, which is
+// kept (reported, and quarantined once a frame follows it), so that the
+// offsets of a file never go back under a reader; at the start of a torn
+// tail, which is cut.
+func nextAppend(end, size int64, damage []Damage) int64 {
+	if n := len(damage); n > 0 && !damage[n-1].Torn && damage[n-1].Offset+damage[n-1].Length == size {
+		return size
+	}
+	return end
 }
 
 // sectorSize is the unit a disk writes whole, or not at all.

@@ -321,6 +321,7 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return damage, err
 	}
+	end = nextAppend(end, size, damage) // a torn tail is cut, a damaged last frame kept
 	if end < size {
 		if err := q.seg().Truncate(end); err != nil {
 			return damage, err
@@ -605,6 +606,10 @@ func (q *Queue) writeFrames(batch []*appendReq) error {
 	}
 	syncStart := time.Now()
 	if err := q.seg().Sync(); err != nil {
+		// frames not durable must not be read (their callers get a 503):
+		// cut them (best effort), or a reader could deliver what a power
+		// cut then takes away, and the next message would take its offset
+		q.seg().Truncate(tail)
 		return fmt.Errorf("syncing %s: %w", segmentFile, err)
 	}
 	if q.onCommit != nil {

@@ -337,8 +337,11 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// steady trickle of messages does not pay for it each time.
 	var housekept time.Time
 	reader := newLogReader(q)
-	scheduled := func(off int64) bool {
-		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == off })
+	// a message delivered before and waiting in the retry schedule: the
+	// same offset and the same id (an offset can hold another message
+	// after recovery cut a torn tail the schedule pointed into)
+	scheduled := func(m Message) bool {
+		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == m.Offset && r.ID == m.ID })
 	}
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 	// A delivery runs to its end even when the worker is stopped: Stop
@@ -368,6 +371,8 @@ func (w *Worker) deliver(ctx context.Context) error {
 				if err := q.SaveRetries(retries); err != nil {
 					return err
 				}
+				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
+				w.cfg.Counts.add("dropped")
 				continue
 			}
 			next, err := w.attempt(hctx, m, r.Attempt)
@@ -389,7 +394,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 
 		m, after, err := reader.Read(cursor)
 		switch {
-		case err == nil && scheduled(m.Offset):
+		case err == nil && scheduled(m):
 			cursor = after // delivered before, waiting in the retry schedule
 			continue
 		case err == nil:

@@ -1,0 +1,297 @@
+package queue_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"log/slog"
+
+	"github.com/nexushq/nexus/clock/clocktest"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
+	"github.com/nexushq/nexus/queue"
+)
+
+// flipLastByte damages the last frame of segment.log the way bit rot does:
+// one byte of its payload changes, the frame stays whole and its CRC fails
+// (damage, not a torn write: no sector of it is zeros).
+func flipLastByte(t *testing.T, root string) {
+	t.Helper()
+	path := queueFile(root, "segment.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0x01
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedLastFrameWithARetryLosesNoNewMessage: a message with a
+// pending retry whose frame at the log's tail is damaged keeps its place
+// (recovery keeps a damaged last frame), so the next message gets a new
+// offset and is delivered; and the worker takes a message for the one
+// waiting in the retry schedule only when the id matches too. Recovery cut
+// the frame, the next message (answered 202) took its offset, and the
+// worker, matching by offset alone, skipped it as already scheduled, then
+// dropped the old retry: the new message never ran (queues-retries-dlq.md:
+// "At-least-once. That is the whole guarantee").
+func TestDamagedLastFrameWithARetryLosesNoNewMessage(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	slow := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 2, MaxDelay: time.Hour}
+	first := put(t, q1, `{"order":"A-1","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		return queue.Verdict{Kind: queue.VerdictRetry, Policy: slow, Error: "HTTP 503"}
+	})})
+	rec.wait(t, 1)
+	eventually(t, "the retry is scheduled", func() bool { rs, _ := q1.Retries(); return len(rs) == 1 })
+	w1.Stop()
+	q1.Close()
+
+	// the frame of the message waiting for its retry is damaged on disk
+	flipLastByte(t, root)
+
+	// the next start: recovery reports the damage and truncates it
+	q2, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q2.Close() })
+	if len(damage) != 1 || damage[0].Torn {
+		t.Fatalf("recovery damage %+v, want the damaged last frame", damage)
+	}
+	// a new message, answered 202
+	second := put(t, q2, `{"order":"B-2"}`)
+	if second.Offset != first.Offset {
+		t.Logf("the new message is at %d, the old one was at %d", second.Offset, first.Offset)
+	}
+	logs := &jsonlogtest.Buffer{}
+	rec2 := newRecorder(clk)
+	n := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: rec2.handler("w2", ack)})
+	clk.WaitCalls(t, n+1)
+	// past the old retry's due time, and a few polls more
+	stepFor(t, clk, 2*time.Minute)
+	delivered := false
+	for _, d := range rec2.all() {
+		if d.ID == second.ID {
+			delivered = true
+		}
+	}
+	if !delivered {
+		size, _ := q2.Size()
+		t.Errorf("message %d (answered 202 after the restart) was never delivered; deliveries %v; queue_dropped %v; segment.log now %d bytes (emptied by the drain)",
+			second.ID, rec2.all(), logs.Events(t, "queue_dropped"), size)
+	}
+}
+
+// TestReplayWhileAWorkerRunsPastADamagedLastFrame: nexus dlq replay opens
+// the queue (recovering it) while a server's worker runs past a damaged
+// last frame; the replayed message is appended after that frame, ahead of
+// the worker's cursor, and delivered within the poll interval
+// (queues-retries-dlq.md, "Replaying"). Recovery cut the frame, the replay
+// landed behind the cursor, and the running worker never delivered it.
+func TestReplayWhileAWorkerRunsPastADamagedLastFrame(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	const poll = 500 * time.Millisecond
+	// a message waiting for a retry an hour away keeps the log from being
+	// emptied meanwhile (as on any queue with traffic)
+	slow := put(t, q1, `{"order":"slow"}`)
+	dead := put(t, q1, `{"order":"dead"}`)
+	big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
+	hour := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
+	startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		switch d.ID {
+		case slow.ID:
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: hour, Error: "HTTP 503"}
+		case dead.ID:
+			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "HTTP 503"}
+		}
+		return ack(ctx, d)
+	})})
+	rec.wait(t, 3)
+	clk.WaitCalls(t, 1) // idle
+
+	// bit rot in the last frame, already delivered
+	flipLastByte(t, root)
+
+	// nexus dlq replay, in another process: Open, then Replay
+	cli, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(damage) != 1 || damage[0].Torn {
+		t.Fatalf("the CLI's Open found %+v, want the damaged last frame", damage)
+	}
+	replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
+	cli.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		clk.Step(t)
+	}
+	for _, d := range rec.all() {
+		if d.ID == replayed.ID {
+			return
+		}
+	}
+	var ids []uint64
+	for _, d := range rec.all() {
+		ids = append(ids, d.ID)
+	}
+	t.Errorf("the replayed message %d (at offset %d, behind the running worker's cursor, which is past the damaged frame at %d) was not delivered within 10 polls by the running worker; delivered ids %v",
+		replayed.ID, replayed.Offset, big.Offset, ids)
+}
+
+// flipByteAt damages one byte of segment.log at off.
+func flipByteAt(t *testing.T, root string, off int64) {
+	t.Helper()
+	path := queueFile(root, "segment.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x01
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDroppedRetryIsNotCountedAsPending: a due retry whose message is not
+// at its offset any more (its frame quarantined as damaged) is dropped, and
+// the worker's state and counts say so: RetriesPending goes down and the
+// delivery is counted as dropped. nexus_queue_retries_pending and the
+// Queues page went on showing the retry that no longer existed.
+func TestDroppedRetryIsNotCountedAsPending(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	policy := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 2, MaxDelay: time.Hour}
+	a := put(t, q1, `{"order":"A-1"}`)
+	put(t, q1, `{"order":"B-2"}`)
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if d.ID == a.ID {
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: policy, Error: "HTTP 503"}
+		}
+		return ack(ctx, d)
+	})})
+	rec.wait(t, 2)
+	eventually(t, "the retry is scheduled", func() bool { rs, _ := q1.Retries(); return len(rs) == 1 })
+	w1.Stop()
+	q1.Close()
+
+	// bit rot inside the first message's payload: a frame in the middle of
+	// the log, quarantined (never delivered) at the next start
+	flipByteAt(t, root, a.Offset+40)
+	q2, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q2.Close() })
+	if len(damage) != 1 || damage[0].Offset != a.Offset {
+		t.Fatalf("damage %+v, want the first frame", damage)
+	}
+	logs := &jsonlogtest.Buffer{}
+	n := clk.Calls()
+	w2 := startWorker(t, q2, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: newRecorder(clk).handler("w2", ack)})
+	clk.WaitCalls(t, n+1)
+	stepFor(t, clk, 2*time.Minute)
+	if len(logs.Events(t, "queue_dropped")) != 1 {
+		t.Fatalf("queue_dropped %v, want the retry of message %d dropped", logs.Events(t, "queue_dropped"), a.ID)
+	}
+	if rs := retries(t, q2); len(rs) != 0 {
+		t.Fatalf("retry schedule on disk %+v, want it empty", rs)
+	}
+	if got := w2.State().RetriesPending; got != 0 {
+		t.Errorf("RetriesPending = %d after the only retry was dropped (the schedule on disk is empty), want 0", got)
+	}
+}
+
+// TestDamagedHeaderOfLastDeadLetterIsReported: a flipped bit in the header
+// of dlq.log's last dead letter (its frame marker) is damage, reported by
+// the listing and kept when the next dead letter is written after it. The
+// frame, with no record to check, read as a torn tail: the listing said
+// nothing and the next dead letter was written over it, a durable dead
+// letter gone unsaid. A write cut short leaves zeros or a prefix of the
+// frame, never a changed marker.
+func TestDamagedHeaderOfLastDeadLetterIsReported(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	dl := func(id uint64) queue.DeadLetter {
+		return queue.DeadLetter{ID: id, EnqueuedAt: wt0, FailedAt: wt0.Add(3 * time.Second), Attempts: 3,
+			LastError: http503, Payload: []byte(`{"orderId":"A-` + string(rune('0'+id)) + `","total":42}`)}
+	}
+	if err := q.MoveToDLQ(dl(1)); err != nil {
+		t.Fatal(err)
+	}
+	second := fileSize(t, queueFile(root, "dlq.log"))
+	if err := q.MoveToDLQ(dl(2)); err != nil {
+		t.Fatal(err)
+	}
+	end := fileSize(t, queueFile(root, "dlq.log"))
+	path := queueFile(root, "dlq.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[second] ^= 0x01 // 'N' of the second frame's marker
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, damage, err := queue.ReadDeadLetters(root, wTenant, wFlow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(damage) != 1 {
+		t.Errorf("nexus dlq list: %d dead letters and damage %+v; want dead letter 1 and the damaged dead letter 2 reported", len(got), damage)
+	}
+	if err := q.MoveToDLQ(dl(3)); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(after)) < end || string(after[second:end]) != string(b[second:end]) {
+		t.Errorf("the next dead letter was written over the damaged one (dlq.log %d bytes, was %d): it leaves the disk unreported", len(after), end)
+	}
+}
+
+// TestFailedSyncCutsTheFrames: frames whose fdatasync failed (EIO,
+// RELIABILITY.md B.12; their callers answered 503) are cut from
+// segment.log, so no reader delivers them. They stayed in the file: the
+// running worker delivered such a message, failed it and saved its retry at
+// its offset; a power cut then took the never-synced frame away, the next
+// message (answered 202) landed at that offset, and the worker took it for
+// the one waiting in the retry schedule and never delivered it.
+func TestFailedSyncCutsTheFrames(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	hooks := &hookFS{}
+	q1 := openQ(t, root, clk, hooks)
+	rec := newRecorder(clk)
+	first := put(t, q1, `{"order":"A-0"}`)
+	startWorker(t, q1, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", ack)})
+	rec.wait(t, 1)
+	clk.WaitCalls(t, 1)
+	synced := fileSize(t, queueFile(root, "segment.log"))
+
+	hooks.failNextSync()
+	if _, err := q1.Append(queue.NewMessage{Source: "enqueue", CorrelationID: "c-503", Payload: []byte(`{"order":"A-503"}`)}); err == nil {
+		t.Fatal("the append whose fdatasync failed succeeded")
+	}
+	if size := fileSize(t, queueFile(root, "segment.log")); size != synced {
+		t.Errorf("segment.log is %d bytes after the failed fdatasync, want %d: the frames not durable stay readable", size, synced)
+	}
+	clk.Step(t) // the worker's poll
+	if got := rec.all(); len(got) != 1 || got[0].ID != first.ID {
+		t.Errorf("deliveries %v, want message %d alone: the message answered 503 was delivered", got, first.ID)
+	}
+}
