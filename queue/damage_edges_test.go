@@ -19,15 +19,7 @@ import (
 // (damage, not a torn write: no sector of it is zeros).
 func flipLastByte(t *testing.T, root string) {
 	t.Helper()
-	path := queueFile(root, "segment.log")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)-1] ^= 0x01
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipByteAt(t, root, fileSize(t, queueFile(root, "segment.log"))-1)
 }
 
 // TestDamagedLastFrameWithARetryLosesNoNewMessage: a message with a
