@@ -287,3 +287,87 @@ func TestFailedSyncCutsTheFrames(t *testing.T) {
 		t.Errorf("deliveries %v, want message %d alone: the message answered 503 was delivered", got, first.ID)
 	}
 }
+
+// TestDamagedLastFrameDrains: a damaged last frame, which recovery keeps,
+// is passed by the worker's reader, so the checkpoint passes it and the log
+// drains. The reader waited at it as at a write in progress: the log was
+// never emptied, nor the queue of a withdrawn flow deleted.
+func TestDamagedLastFrameDrains(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	put(t, q1, `{"order":"A-1"}`)
+	put(t, q1, `{"order":"B-2","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	q1.Close()
+	flipLastByte(t, root)
+
+	q2, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q2.Close() })
+	if len(damage) != 1 || damage[0].Torn {
+		t.Fatalf("recovery damage %+v, want the damaged last frame", damage)
+	}
+	rec := newRecorder(clk)
+	n := clk.Calls()
+	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: 500 * time.Millisecond, Handler: rec.handler("w", ack)})
+	rec.wait(t, 1)
+	clk.WaitCalls(t, n+1)
+	stepFor(t, clk, time.Hour)
+	if size, _ := q2.Size(); size != 0 {
+		ckpt, _ := q2.Checkpoint()
+		t.Errorf("after an hour of idle polls segment.log is %d bytes, checkpoint %d: every message was delivered, yet the kept damaged last frame keeps the queue from draining (and the janitor from deleting it) until another message is appended", size, ckpt)
+	}
+}
+
+// TestReplayPastALastFrameWithADamagedLength: a last frame whose length
+// field is damaged (past the end of the file) but whose record is all there
+// (its checksum verifies for the length the file holds) is damage, kept,
+// not a torn write: a replay appended while a worker runs goes after it and
+// is delivered. Recovery cut it, and the replay took an offset behind the
+// running worker's cursor.
+func TestReplayPastALastFrameWithADamagedLength(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	const poll = 500 * time.Millisecond
+	slow := put(t, q1, `{"order":"slow"}`)
+	dead := put(t, q1, `{"order":"dead"}`)
+	big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
+	hour := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
+	startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		switch d.ID {
+		case slow.ID:
+			return queue.Verdict{Kind: queue.VerdictRetry, Policy: hour, Error: "HTTP 503"}
+		case dead.ID:
+			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "HTTP 503"}
+		}
+		return ack(ctx, d)
+	})})
+	rec.wait(t, 3)
+	clk.WaitCalls(t, 1) // idle
+
+	// bit rot in the last frame's length field (big-endian, byte 5: +65536)
+	flipByteAt(t, root, big.Offset+5)
+
+	cli, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the CLI's Open found %+v", damage)
+	replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
+	cli.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		clk.Step(t)
+	}
+	for _, d := range rec.all() {
+		if d.ID == replayed.ID {
+			return
+		}
+	}
+	t.Errorf("the replayed message %d (at offset %d; the damaged frame was at %d) was not delivered within 10 polls by the running worker: recovery cut a frame whose length field was damaged as if it were torn",
+		replayed.ID, replayed.Offset, big.Offset)
+}

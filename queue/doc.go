@@ -112,10 +112,13 @@
 // zeros, as etcd's WAL decides. (Like etcd's, the rule cannot tell damage
 // from a torn write in a frame whose own last bytes, past a sector
 // boundary, are zeros: such damage reads as a torn tail.) Any other tail
-// is damage (a flipped bit, a changed marker, a length over the limit):
-// reported, never delivered, and kept, the next append going after it, so
-// that offsets never go back under a running reader or a scheduled retry
-// (the dead-letter files do the same). A damaged frame with valid frames
+// is damage (a flipped bit, a changed marker, a length over the limit, or
+// past the end with a record whose checksum verifies for the length the
+// file holds): reported, never delivered, and kept, the next append going
+// after it, so that offsets never go back under a running reader or a
+// scheduled retry (the dead-letter files do the same). A reader passes
+// such a tail (and waits at a torn one), so the checkpoint passes it and
+// the log drains. A damaged frame with valid frames
 // after it is quarantined: it is reported (tenant, flow, offset, and id
 // when readable), never delivered, and the frames after it, found by their
 // magic, are delivered. A length field larger than the file is damage or a

@@ -307,14 +307,7 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 		}
 		if next < 0 {
 			d.Length = size - off
-			if rec != nil {
-				// whole, but its checksum fails: torn only if a
-				// sector's part of it is zeros
-				d.Torn, err = tornWrite(r, off, headerSize+int64(len(rec)))
-			} else {
-				d.Torn, err = tornTail(r, off, size)
-			}
-			if err != nil {
+			if d.Torn, err = tailTorn(r, off, size, rec); err != nil {
 				return off, damage, err
 			}
 			return off, append(damage, d), nil
@@ -326,12 +319,24 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 	return off, damage, nil
 }
 
+// tailTorn reports whether the tail of a file from off to size, where no
+// frame verifies, is a write a crash cut short; rec is frameAt's record
+// of the frame at off, non-nil when it is whole but fails its checksum.
+func tailTorn(r io.ReaderAt, off, size int64, rec []byte) (bool, error) {
+	if rec != nil {
+		// whole: torn only if a sector's part of it is zeros
+		return tornWrite(r, off, headerSize+int64(len(rec)))
+	}
+	return tornTail(r, off, size)
+}
+
 // tornTail reports whether the bytes from off to size, where no whole
 // frame is, are a write a crash cut short: zeros (the file's size reached
 // past its data), or a frame's header, whole or a prefix of it, whose
-// record did not all arrive. A header that is not ours (a flipped marker)
-// or whose length is over the limit is damage: a write cut short leaves
-// what was written, not other bytes.
+// record did not all arrive. A header that is not ours (a flipped marker),
+// whose length is over the limit, or whose record is all there but for a
+// damaged length (the checksum verifies with the length the file holds)
+// is damage: a write cut short leaves what was written, not other bytes.
 func tornTail(r io.ReaderAt, off, size int64) (bool, error) {
 	n := min(size-off, headerSize)
 	var h [headerSize]byte
@@ -356,7 +361,18 @@ func tornTail(r io.ReaderAt, off, size int64) (bool, error) {
 	if n < headerSize {
 		return true, nil // a header cut short
 	}
-	return int64(binary.BigEndian.Uint32(h[4:8])) <= MaxRecord, nil
+	if int64(binary.BigEndian.Uint32(h[4:8])) > MaxRecord {
+		return false, nil // no length this log writes
+	}
+	// a length past the end: torn, a record that did not all arrive,
+	// unless the rest of the file is the whole record and only the length
+	// is damaged (its checksum verifies with the length the file has)
+	rest := make([]byte, size-off-headerSize)
+	if _, err := r.ReadAt(rest, off+headerSize); err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	binary.BigEndian.PutUint32(h[4:8], uint32(len(rest)))
+	return frameCRC(h[:], rest) != binary.BigEndian.Uint32(h[8:12]), nil
 }
 
 // nextAppend is where the next frame goes in a file of size bytes whose
