@@ -68,9 +68,9 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	h := s.HTTP()
 	// the variables describe this call's answer: a call without one
 	// leaves them unset, not an earlier step's
-	x.setVar("HTTP_SC", nil)
-	x.setVar("HTTP_RESPONSE_BODY", nil)
-	x.setVar("HTTP_RESPONSE_HEADERS", nil)
+	x.unsetVar("HTTP_SC")
+	x.unsetVar("HTTP_RESPONSE_BODY")
+	x.unsetVar("HTTP_RESPONSE_HEADERS")
 	env := x.env(doc)
 	fail := func(format string, args ...any) *Error {
 		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: " + fmt.Sprintf(format, args...)}

@@ -325,21 +325,23 @@ func (x *execution) ctxVars() map[string]any {
 	return x.vars
 }
 
-// setVar sets the ctx variable name (deletes it for a nil v). A map Ctx
+// setVar sets the ctx variable name to v (a JSON null too). A map Ctx
 // handed out is copied first: a document holding {{ ctx }} keeps the
 // variables as they were (a save_body of it once made the map hold
 // itself, and encoding it overflowed the stack).
-func (x *execution) setVar(name string, v any) {
+func (x *execution) setVar(name string, v any) { x.writableVars()[name] = v }
+
+// unsetVar removes the ctx variable name, as setVar writes.
+func (x *execution) unsetVar(name string) { delete(x.writableVars(), name) }
+
+// writableVars is the variable map, copied first when Ctx handed it out.
+func (x *execution) writableVars() map[string]any {
 	vars := x.ctxVars()
 	if x.varsOut {
 		vars = maps.Clone(vars)
 		x.vars, x.varsOut = vars, false
 	}
-	if v == nil {
-		delete(vars, name)
-		return
-	}
-	vars[name] = v
+	return vars
 }
 
 // stepError is how a step reports a failure, or a filter (fence false).

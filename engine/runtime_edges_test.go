@@ -191,3 +191,40 @@ func TestUnaryMinusKeepsAnIntegerExact(t *testing.T) {
 		t.Errorf("answer %d %s; want 200 %s", res.Status, res.Body, want)
 	}
 }
+
+// TestSaveBodyOfNullKeepsTheVariable: save_body of a step whose document is
+// a JSON null sets the variable to null; it removed it.
+func TestSaveBodyOfNullKeepsTheVariable(t *testing.T) {
+	src := flowSource("save-null", "", `
+## Step: first
+save_body: prev
+`+"```ntd\nnull\n```"+`
+
+## Step: second
+`+"```ntd\n{\"saved\": {{ \"prev\" in ctx }}}\n```"+`
+`)
+	res := run(t, engine.New(engine.Config{}), compile(t, src), `{"orderId":"A-1"}`)
+	if res.Status != 200 || string(res.Body) != `{"saved":true}` {
+		t.Errorf("answer %d %s, want 200 {\"saved\":true}: the saved null was deleted from ctx", res.Status, res.Body)
+	}
+}
+
+// TestNullAnswerKeepsHTTPResponseBody: a downstream answering null sets
+// ctx.HTTP_RESPONSE_BODY to null; it removed it.
+func TestNullAnswerKeepsHTTPResponseBody(t *testing.T) {
+	first := newBackend(t, answer(200, "application/json", `null`))
+	src := flowSource("null-answer", "", `
+## Step: lookup
+effects: [http_egress]
+endpoint: FIRST/stock
+method: GET
+
+## Step: check
+`+"```ntd\n{\"kept\": {{ \"HTTP_RESPONSE_BODY\" in ctx }}}\n```"+`
+`)
+	f := compile(t, src, "FIRST", first.URL)
+	res := run(t, engine.New(engine.Config{}), f, `{"sku":"S-1"}`)
+	if res.Status != 200 || string(res.Body) != `{"kept":true}` {
+		t.Errorf("answer %d %s, want 200 {\"kept\":true}: the null answer was deleted from ctx", res.Status, res.Body)
+	}
+}

@@ -131,8 +131,11 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		return queue.Verdict{Kind: queue.VerdictInterrupted, Error: errorText(res), Attrs: attrs}
 	case res.Outcome == engine.FaultHandled:
 		// the main sequence's failure, which the handler answered: said,
-		// as run_completed says it
-		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: append(attrs, slog.String("error", errorText(res)))}
+		// as run_completed says it (a replay of such an answer has none)
+		if res.Err != nil {
+			attrs = append(attrs, slog.String("error", res.Err.Error()))
+		}
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
 	case res.Outcome == engine.Succeeded, res.Outcome == engine.Filtered:
 		return queue.Verdict{Kind: queue.VerdictAck, Outcome: string(res.Outcome), Attrs: attrs}
 	case res.Replay:

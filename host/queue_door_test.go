@@ -245,3 +245,34 @@ func TestDeadLetterKeepsThePayloadAsSubmitted(t *testing.T) {
 		t.Errorf("the dead letter's payload is %s, the caller submitted %s", p, body)
 	}
 }
+
+// TestReplayedFaultHandledDeliveryClaimsNoError: the replay of a
+// fault-handled answer (a duplicate under dedup_on_failure: absorb), in
+// which nothing failed, logs no error; its queue_processed line said
+// "internal error".
+func TestReplayedFaultHandledDeliveryClaimsNoError(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	files := adminFlows()
+	files["flows/acme/guarded.md"] = flowFile("acme", "guarded", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
+		"## Step: check\n```validate\n$.amount != null | \"amount is required\"\n```\n\n## Fault: answer\n```ntd\n{\"rejected\": true}\n```\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	for range 2 {
+		w := fx.serve(newRequest(http.MethodPost, "/flows/acme/guarded/enqueue", `{"orderId":"A-1"}`,
+			"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+		}
+	}
+	var evs []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); len(evs) < 2 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		evs = fx.logs.Events(t, "queue_processed")
+	}
+	if len(evs) != 2 {
+		t.Fatalf("queue_processed events %v, want two", evs)
+	}
+	second := evs[1]
+	t.Logf("second delivery: %v", second)
+	if second["replay"] == true && second["error"] == "internal error" {
+		t.Errorf("the replayed delivery's queue_processed line claims an internal error: %v", second)
+	}
+}
