@@ -136,13 +136,15 @@ func dataSource(abs string, readOnly bool) string {
 		// no statement may change the database
 		q.Add("_pragma", "query_only(1)")
 		if err := syscall.Access(filepath.Dir(abs), 2 /* W_OK */); err != nil {
-			// a folder this process cannot write (a read-only mount, a
-			// snapshot): SQLite cannot make the -shm file a WAL
-			// database's reader needs, so the file is opened read-only,
-			// and, without a -wal file (nothing beyond the database
-			// file itself), as immutable, which needs none
+			// a folder this process cannot write: SQLite cannot make the
+			// -shm file a WAL database's reader needs, so the file is
+			// opened read-only (which works while a server keeps its
+			// -wal and -shm there); on a read-only file system (a
+			// snapshot, a read-only mount), where nothing can change it,
+			// and without a -wal file (nothing beyond the database file
+			// itself), as immutable, which needs none
 			q.Set("mode", "ro")
-			if _, err := os.Lstat(abs + "-wal"); errors.Is(err, fs.ErrNotExist) {
+			if _, werr := os.Lstat(abs + "-wal"); errors.Is(err, syscall.EROFS) && errors.Is(werr, fs.ErrNotExist) {
 				q.Set("immutable", "1")
 			}
 		}
