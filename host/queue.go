@@ -120,8 +120,12 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, NoBody: true,
 	})
 	elapsed := s.cfg.Now().Sub(start)
-	s.cfg.Metrics.execution(door, elapsed)
-	s.journal(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
+	if !res.Interrupted {
+		// one cut short by the stop did not end: it runs again, with
+		// the same attempt, at the next start, which records it
+		s.cfg.Metrics.execution(door, elapsed)
+		s.journal(door, lf, d.CorrelationID, int64(d.ID), d.Attempt, res, start, elapsed)
+	}
 	attrs := executionAttrs(lf, res, elapsed, make([]slog.Attr, 0, 5))
 
 	switch {

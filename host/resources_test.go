@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
 )
 
 // settledGoroutines waits for the goroutine count to stop falling and
@@ -176,5 +179,64 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Errorf("message 1 cut short by the stop (verdict %+v), delivered again at the next start: verdict %+v after %d backend calls; want it run again (2 calls), not acknowledged with the cut-short execution's recorded answer",
 			cut.Kind, again, calls.Load())
+	}
+}
+
+// TestInterruptedDeliveryIsNotAFailedAttempt: a delivery the stop cut short
+// (not the message's failure, nor an attempt: it runs again at the next
+// start with the same attempt) has no journal row; it was recorded as a
+// failed attempt 1, then again as the attempt 1 that succeeded.
+func TestInterruptedDeliveryIsNotAFailedAttempt(t *testing.T) {
+	var calls atomic.Int32
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if calls.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"ok":true}`))
+			return
+		}
+		select { // the first call hangs until the stop cuts it
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	t.Cleanup(be.Close)
+	fx := newFixture(t, nil)
+	files := testFlows()
+	files["flows/acme/forward.md"] = flowFile("acme", "forward", "effects: [http_egress]\ntimeout_ms: 20000\n",
+		"## Step: forward\neffects: [http_egress]\nendpoint: "+be.URL+"/ingest\nmethod: POST\nread_timeout_ms: 15000\n")
+	fx.publish(files, testAccessYAML(), "c2")
+	jw := fx.reg.NewJournalWriter(registry.JournalConfig{FlushEvery: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	jw.Start()
+	defer jw.Stop()
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{Dedup: fx.reg.Dedup()}),
+		Journal: jw, Metrics: host.NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	d := queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1",
+		Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "forward", Attempt: 1}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel() // Stop's grace ran out: the worker cancels the delivery
+	}()
+	if v := srv.Handle(ctx, d); v.Kind != queue.VerdictInterrupted {
+		t.Fatalf("the delivery cut short: verdict %+v, want VerdictInterrupted", v)
+	}
+	if v := srv.Handle(context.Background(), d); v.Kind != queue.VerdictAck {
+		t.Fatalf("delivered again at the next start: verdict %+v, want acknowledged", v)
+	}
+	jw.Stop()
+	got, err := fx.reg.Journal(context.Background(), registry.JournalQuery{Tenant: "acme", Flow: "forward"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range got {
+		if e.Attempt == 1 && e.Outcome == "failed" {
+			t.Errorf("the journal records the delivery cut short by the stop as a failed attempt 1 (status %d, error %q); rows: %d. "+
+				"It was neither a failure nor an attempt: the same attempt then succeeded", e.Status, e.Error, len(got))
+		}
 	}
 }

@@ -44,7 +44,7 @@ func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunF
 			claim = rand.Int64N(math.MaxInt64) + 1
 			_, err = tx.ExecContext(ctx, `INSERT INTO dedup (tenant, flow, key, claimed, answer, failed, expires) VALUES (?, ?, ?, ?, NULL, 0, ?)
 				ON CONFLICT (tenant, flow, key) DO UPDATE SET claimed = excluded.claimed, answer = NULL, failed = 0, expires = excluded.expires`,
-				tenant, flow, key, claim, unixMilli(now.Add(lease)))
+				tenant, flow, key, claim, expiryMilli(now.Add(lease)))
 			if err != nil {
 				claim = 0
 			}
@@ -82,7 +82,7 @@ func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, claim
 	return d.r.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE dedup SET claimed = 0, answer = ?, failed = ?, expires = ?
 			WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`,
-			answer, f, unixMilli(d.r.now().Add(ttl)), tenant, flow, key, claim)
+			answer, f, expiryMilli(d.r.now().Add(ttl)), tenant, flow, key, claim)
 		return err
 	})
 }
@@ -96,6 +96,19 @@ func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string, clai
 		_, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`, tenant, flow, key, claim)
 		return err
 	})
+}
+
+// expiryMilli is an expiry time t as the dedup table keeps it: whole
+// milliseconds rounded up, so that a lease or a record compared with the
+// present in whole milliseconds (rounded down) lasts its whole time, never
+// up to a millisecond less (a duplicate could claim a key still held, or
+// run a key whose answer was still to be kept).
+func expiryMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
 }
 
 // PruneDedup deletes expired dedup records and returns how many.

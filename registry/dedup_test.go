@@ -2,11 +2,13 @@ package registry_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/engine/enginetest"
 	"github.com/nexushq/nexus/registry"
@@ -222,5 +224,53 @@ func TestClaimLeaseCountsFromTheClaim(t *testing.T) {
 	// arriving at once must wait for it
 	if answer, claim, err := second.Claim(ctx, "acme", "f", "order-1", false, lease); err != nil || claim != 0 || answer != nil {
 		t.Errorf("a duplicate's Claim right after the first took the key = %q, %d, %v; want busy (the first's %v lease has just begun)", answer, claim, err, lease)
+	}
+}
+
+// TestLeaseHoldsToItsLastMicrosecond: a dedup claim's lease holds to its
+// end: a duplicate arriving a fraction of a millisecond before it gets no
+// claim of its own. Expiry times were kept in whole milliseconds rounded
+// down, so a lease ended up to a millisecond early and both ran.
+func TestLeaseHoldsToItsLastMicrosecond(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(t0.Add(700 * time.Microsecond)) // a real clock is never on a whole millisecond
+	path := filepath.Join(t.TempDir(), "state", "registry.db")
+	first := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	second := open(t, path, registry.Options{Now: c.Now}).Dedup()
+
+	const lease = 6 * time.Second
+	if _, claim, err := first.Claim(ctx, "acme", "f", "order-1", false, lease); err != nil || claim == 0 {
+		t.Fatalf("first Claim = %d, %v; want the key", claim, err)
+	}
+	// 0.2 ms before the first's lease runs out: it still holds the key
+	c.Advance(lease - 200*time.Microsecond)
+	if answer, claim, err := second.Claim(ctx, "acme", "f", "order-1", false, lease); err != nil || claim != 0 || answer != nil {
+		t.Errorf("a duplicate's Claim %v before the first's lease ends = %q, %d, %v; want busy (no claim: the first still holds the key, so both would run)",
+			200*time.Microsecond, answer, claim, err)
+	}
+}
+
+// TestCommittedAnswerKeptForItsWholeTTL: a recorded answer is kept for its
+// whole dedup_ttl_ms (flow-file.md: "how long a committed key is
+// remembered"); rounded down, it was forgotten up to a millisecond early
+// and a duplicate ran the flow again.
+func TestCommittedAnswerKeptForItsWholeTTL(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(t0.Add(700 * time.Microsecond))
+	r := open(t, filepath.Join(t.TempDir(), "state", "registry.db"), registry.Options{Now: c.Now})
+	d := r.Dedup()
+	_, claim, err := d.Claim(ctx, "acme", "f", "order-1", false, time.Minute)
+	if err != nil || claim == 0 {
+		t.Fatalf("Claim = %d, %v", claim, err)
+	}
+	const ttl = time.Hour
+	if err := d.Commit(ctx, "acme", "f", "order-1", claim, []byte(`{"status":200}`), false, ttl); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(ttl - 200*time.Microsecond) // still within the TTL
+	answer, again, err := d.Claim(ctx, "acme", "f", "order-1", false, time.Minute)
+	if err != nil || again != 0 || string(answer) != `{"status":200}` {
+		t.Errorf("Claim %v before the TTL ends = %q, %d, %v; want the recorded answer (the key is remembered for the whole TTL)",
+			200*time.Microsecond, answer, again, err)
 	}
 }

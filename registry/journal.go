@@ -52,7 +52,11 @@ type JournalWriter struct {
 	r       *Registry
 	cfg     JournalConfig
 	dropped atomic.Int64
-	written atomic.Int64
+	// overflows counts the entries a full buffer dropped in Append alone,
+	// for its warning at the 1st, 2nd, 4th, 8th…: the other drops (Stop,
+	// a refused entry, putBack) are logged where they happen
+	overflows atomic.Int64
+	written   atomic.Int64
 
 	bufMu sync.Mutex
 	ring  []Entry       // waiting entries: a ring that grows up to cfg.Buffer
@@ -107,7 +111,8 @@ func (w *JournalWriter) Append(e Entry) {
 		}
 	}
 	if dropped {
-		if n := w.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
+		w.dropped.Add(1)
+		if n := w.overflows.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
 			w.cfg.Logger.Warn("journal buffer full: dropping the oldest entries", "event", "journal_dropped", "dropped", n)
 		}
 	}
@@ -176,6 +181,7 @@ func (w *JournalWriter) putBack(batch []Entry) {
 		}
 		if w.count == len(w.ring) {
 			w.dropped.Add(int64(i + 1))
+			w.cfg.Logger.Error("journal entries lost: the database refused them and the buffer is full", "event", "journal_dropped", "dropped", i+1)
 			return
 		}
 		w.head = (w.head - 1 + len(w.ring)) % len(w.ring)
