@@ -136,40 +136,6 @@ func TestJournalKeepsWhatAFullDiskRefuses(t *testing.T) {
 	}
 }
 
-// TestPutBackDropIsLogged: entries a refused batch could not put back in a
-// full buffer are logged as journal_dropped, as every loss of the journal
-// is; they were counted and nothing said it.
-func TestPutBackDropIsLogged(t *testing.T) {
-	r, _ := newRegistry(t)
-	side := sideDB(t, r.Path())
-	exec(t, side, `CREATE VIEW slow AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 3000000) SELECT count(*) AS n FROM c`)
-	exec(t, side, `CREATE TRIGGER busy BEFORE INSERT ON journal WHEN (SELECT n FROM slow) > 0
-		BEGIN SELECT RAISE(ABORT, 'database is locked'); END`)
-	var logs jsonlogtest.Buffer
-	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 4, BatchSize: 4, FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
-	w.Start()
-	defer w.Stop()
-	for i := range 4 { // a full batch: the writer takes it at once
-		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
-	}
-	time.Sleep(30 * time.Millisecond) // the batch is out, in the slow transaction
-	for i := 4; i < 8; i++ {          // the doors fill the buffer meanwhile: no drop yet
-		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(logs.Events(t, "journal_write_failed")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	exec(t, side, `DROP TRIGGER busy`)
-	w.Stop()
-	if w.Dropped() == 0 {
-		t.Skipf("the batch came back before the buffer filled (timing): written %d", w.Written())
-	}
-	if got := logs.Events(t, "journal_dropped"); len(got) == 0 {
-		t.Errorf("Dropped() = %d (written %d), yet no journal_dropped line was logged: the lost executions are invisible", w.Dropped(), w.Written())
-	}
-}
-
 // TestBufferFullWarnsEvenAfterOtherDrops: the warning of a full buffer
 // (journal_dropped at its 1st, 2nd, 4th… overflow) counts overflows alone;
 // it shared the count of every drop, so after two entries the database
