@@ -115,9 +115,12 @@ func TestResultSaysWhetherTheRunnerCutItShort(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go func() {
-				<-pub.began
-				if c.cancel {
-					cancel()
+				select {
+				case <-pub.began:
+					if c.cancel {
+						cancel()
+					}
+				case <-ctx.Done(): // nothing was published: the deferred cancel
 				}
 			}()
 			res := e.Run(ctx, newRequest(t, f, `{"orderId":"A-1","ok":false}`))

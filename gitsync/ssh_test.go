@@ -276,12 +276,13 @@ func (s *uploadPackSSH) serveSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	}
 }
 
-// TestSyncOverSSHThroughTheWatchedDial: a successful fetch over ssh://
-// works through the watched dial (fetchconn.go routes go-git's ssh dial
-// through the nexus-fetch "proxy"): a first Sync clones and applies the
-// branch's commit, a second fetches and applies the next one, and the
-// server saw the connections and served git-upload-pack for them.
-func TestSyncOverSSHThroughTheWatchedDial(t *testing.T) {
+// TestSyncOverSSH: a fetch over ssh:// succeeds with the fetch's watch in
+// place (fetchconn.go routes go-git's ssh dial through the nexus-fetch
+// "proxy"; the hung-server tests of fetchconn_test.go prove the routing):
+// a first Sync clones and applies the branch's commit, a second fetches
+// and applies the next one, and the server saw the connections and served
+// git-upload-pack for them.
+func TestSyncOverSSH(t *testing.T) {
 	if _, err := exec.LookPath("git-upload-pack"); err != nil {
 		t.Fatalf("no git-upload-pack command (the gitsync tests need git): %v", err)
 	}

@@ -370,9 +370,10 @@ func TestStatusIsNotCacheable(t *testing.T) {
 }
 
 // TestHeadAnswersAsGet: a HEAD request to a GET endpoint answers what a GET
-// does, without the body (RFC 9110 §9.1: every general-purpose server
-// supports GET and HEAD). It was refused with 405, so a load balancer or an
-// uptime probe checking /healthz with HEAD saw a healthy host as down.
+// does, status and headers (net/http leaves the body out; RFC 9110 §9.1:
+// every general-purpose server supports GET and HEAD). It was refused with
+// 405, so a load balancer or an uptime probe checking /healthz with HEAD
+// saw a healthy host as down.
 func TestHeadAnswersAsGet(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/status", "/ui/", "/ui/login", "/api/flows"} {

@@ -698,9 +698,9 @@ func ackViolations(tr *straceLog, path string, batches []*logBatch, acked []faul
 // reopenViolations checks that after each failed batch the next pwrite64 of
 // the log comes after an openat of the log (the poisoned handle is never
 // written again) and, when verified is set, a pread64 from offset 0 of the
-// fd that openat returned (the log is verified before new frames go in; an
-// empty log has nothing to read, but after a failed fdatasync the log holds
-// at least the frames of the failed batch).
+// fd that openat returned (the log is verified before new frames go in).
+// A failed batch is cut from the log, so one that was the whole log leaves
+// it empty: the next write at offset 0 needs no read before it.
 func reopenViolations(tr *straceLog, path string, batches []*logBatch, verified bool) []string {
 	quoted := strconv.Quote(path)
 	var out []string

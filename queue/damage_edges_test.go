@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,62 +24,74 @@ func flipLastByte(t *testing.T, root string) {
 }
 
 // TestDamagedLastFrameWithARetryLosesNoNewMessage: a message with a
-// pending retry whose frame at the log's tail is damaged keeps its place
-// (recovery keeps a damaged last frame), so the next message gets a new
-// offset and is delivered; and the worker takes a message for the one
-// waiting in the retry schedule only when the id matches too. Recovery cut
-// the frame, the next message (answered 202) took its offset, and the
-// worker, matching by offset alone, skipped it as already scheduled, then
-// dropped the old retry: the new message never ran (queues-retries-dlq.md:
-// "At-least-once. That is the whole guarantee").
+// pending retry whose frame at the log's tail is damaged loses no message
+// appended after the restart (queues-retries-dlq.md: "At-least-once. That
+// is the whole guarantee"). A flipped bit is damage: recovery keeps the
+// frame and the next message gets a new offset. A zeroed frame reads as a
+// torn write and is cut: the next message takes its offset, and the worker
+// takes it for the one waiting in the retry schedule only when the id
+// matches too. Recovery cut both, and the worker, matching by offset
+// alone, skipped the new message as already scheduled, then dropped the
+// old retry: the message answered 202 never ran.
 func TestDamagedLastFrameWithARetryLosesNoNewMessage(t *testing.T) {
-	root, clk := t.TempDir(), clocktest.New(wt0)
-	q1 := openQ(t, root, clk, nil)
-	rec := newRecorder(clk)
-	slow := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 2, MaxDelay: time.Hour}
-	first := put(t, q1, `{"order":"A-1","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
-	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
-		return queue.Verdict{Kind: queue.VerdictRetry, Policy: slow, Error: "HTTP 503"}
-	})})
-	rec.wait(t, 1)
-	eventually(t, "the retry is scheduled", func() bool { rs, _ := q1.Retries(); return len(rs) == 1 })
-	w1.Stop()
-	q1.Close()
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, root string, frame int64)
+		torn   bool // recovery cuts it, and the new message takes its offset
+	}{
+		{"a flipped bit, kept", func(t *testing.T, root string, _ int64) { flipLastByte(t, root) }, false},
+		{"zeroed, cut as torn", func(t *testing.T, root string, frame int64) {
+			path := queueFile(root, "segment.log")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clear(b[frame:])
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, clk := t.TempDir(), clocktest.New(wt0)
+			q1 := openQ(t, root, clk, nil)
+			rec := newRecorder(clk)
+			slow := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 2, MaxDelay: time.Hour}
+			first := put(t, q1, `{"order":"A-1","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+			w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				return queue.Verdict{Kind: queue.VerdictRetry, Policy: slow, Error: "HTTP 503"}
+			})})
+			rec.wait(t, 1)
+			eventually(t, "the retry is scheduled", func() bool { rs, _ := q1.Retries(); return len(rs) == 1 })
+			w1.Stop()
+			q1.Close()
 
-	// the frame of the message waiting for its retry is damaged on disk
-	flipLastByte(t, root)
-
-	// the next start: recovery reports the damage and truncates it
-	q2, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q2.Close() })
-	if len(damage) != 1 || damage[0].Torn {
-		t.Fatalf("recovery damage %+v, want the damaged last frame", damage)
-	}
-	// a new message, answered 202
-	second := put(t, q2, `{"order":"B-2"}`)
-	if second.Offset != first.Offset {
-		t.Logf("the new message is at %d, the old one was at %d", second.Offset, first.Offset)
-	}
-	logs := &jsonlogtest.Buffer{}
-	rec2 := newRecorder(clk)
-	n := clk.Calls()
-	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: rec2.handler("w2", ack)})
-	clk.WaitCalls(t, n+1)
-	// past the old retry's due time, and a few polls more
-	stepFor(t, clk, 2*time.Minute)
-	delivered := false
-	for _, d := range rec2.all() {
-		if d.ID == second.ID {
-			delivered = true
-		}
-	}
-	if !delivered {
-		size, _ := q2.Size()
-		t.Errorf("message %d (answered 202 after the restart) was never delivered; deliveries %v; queue_dropped %v; segment.log now %d bytes (emptied by the drain)",
-			second.ID, rec2.all(), logs.Events(t, "queue_dropped"), size)
+			// the frame of the message waiting for its retry is damaged on disk
+			c.damage(t, root, first.Offset)
+			q2, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { q2.Close() })
+			if len(damage) != 1 || damage[0].Torn != c.torn {
+				t.Fatalf("recovery damage %+v, want the last frame, torn %v", damage, c.torn)
+			}
+			second := put(t, q2, `{"order":"B-2"}`) // answered 202
+			if c.torn && second.Offset != first.Offset || !c.torn && second.Offset <= first.Offset {
+				t.Fatalf("the new message is at %d, the damaged one at %d; want the same offset %v", second.Offset, first.Offset, c.torn)
+			}
+			logs := &jsonlogtest.Buffer{}
+			rec2 := newRecorder(clk)
+			n := clk.Calls()
+			startWorker(t, q2, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: rec2.handler("w2", ack)})
+			clk.WaitCalls(t, n+1)
+			stepFor(t, clk, 2*time.Minute) // past the old retry's due time, and a few polls more
+			if !slices.ContainsFunc(rec2.all(), func(d delivery) bool { return d.ID == second.ID }) {
+				size, _ := q2.Size()
+				t.Errorf("message %d (answered 202 after the restart) was never delivered; deliveries %v; queue_dropped %v; segment.log now %d bytes",
+					second.ID, rec2.all(), logs.Events(t, "queue_dropped"), size)
+			}
+		})
 	}
 }
 
@@ -354,7 +367,9 @@ func TestReplayPastALastFrameWithADamagedLength(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the CLI's Open found %+v", damage)
+	if len(damage) != 1 || damage[0].Torn {
+		t.Fatalf("the CLI's Open found %+v, want the last frame reported as damage (not torn)", damage)
+	}
 	replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
 	cli.Close()
 	if err != nil {

@@ -199,7 +199,7 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path`},
 		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
 		{[]string{"--dev", "--flows-dir", "config"}, "", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave --flows-dir out"},
-		{[]string{"--listen", taken.Addr().String()}, "", exitError, ""},
+		{[]string{"--listen", taken.Addr().String()}, "", exitError, "nexus serve: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
 	} {
 		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
 			if name, value, ok := strings.Cut(c.env, "="); ok {
@@ -209,8 +209,14 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 			args := append([]string{"--log-format", "text", "--listen", "127.0.0.1:0", "--db", filepath.Join(state, "registry.db")}, c.args...)
 			var stdout, stderr bytes.Buffer
 			code := runServe(args, &stdout, &stderr)
-			if code != c.code || c.want != "" && firstLine(stderr.String()) != c.want {
-				t.Errorf("exit %d, %q; want exit %d and %q", code, firstLine(stderr.String()), c.code, c.want)
+			got := firstLine(stderr.String()) // bad usage: the error, then the usage
+			if c.code == exitError {
+				// the host's log line, then the error as the last line
+				lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+				got = lines[len(lines)-1]
+			}
+			if code != c.code || got != c.want {
+				t.Errorf("exit %d, %q; want exit %d and %q", code, got, c.code, c.want)
 			}
 			if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
 				entries, _ := os.ReadDir(state)
