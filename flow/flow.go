@@ -130,6 +130,15 @@ func (s *Schedule) Input() any { return s.input }
 // Next returns the first tick strictly after t, in the schedule's zone.
 func (s *Schedule) Next(t time.Time) time.Time { return s.sched.Next(t.In(s.location)) }
 
+// Every returns the period of an @every schedule, whose times count from
+// when a scheduler started, in any zone; ok is false for the others.
+func (s *Schedule) Every() (period time.Duration, ok bool) {
+	if c, isEvery := s.sched.(cron.ConstantDelaySchedule); isEvery {
+		return c.Delay, true
+	}
+	return 0, false
+}
+
 // Dedup is a flow's deduplication configuration.
 type Dedup struct {
 	// Key renders the deduplication key of a message.

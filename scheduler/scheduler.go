@@ -90,7 +90,8 @@ type entry struct {
 	tenant, flow string
 	spec         string
 	zone         string
-	next         time.Time // the next tick, computed from the time the entry was (re)made
+	every        time.Duration // the period of an @every schedule, 0 for the others
+	next         time.Time     // the next tick, computed from the time the entry was (re)made
 	lock         *flock.Flock
 	held         bool
 	// fresh is true in the pass of the loop that made the entry. Its lock
@@ -187,11 +188,19 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 			if ok && e.spec == sc.Spec() && e.zone == sc.Location().String() {
 				continue
 			}
+			if period, every := sc.Every(); ok && every && period == e.every {
+				// the same @every period written otherwise (60s as 1m)
+				// or with a zone, which @every ignores: the same times,
+				// so the next one and a pending one stand
+				e.spec, e.zone = sc.Spec(), sc.Location().String()
+				continue
+			}
 			if !ok {
 				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: queue.NewFileLock(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true}
 				entries[k] = e
 			}
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
+			e.every, _ = sc.Every()
 			next := sc.Next(now)
 			if ok && !e.next.IsZero() && !e.next.After(now) && sc.Next(e.next.Add(-time.Nanosecond)).Equal(e.next) {
 				// due, and a time of the new schedule as well (changed just
