@@ -139,14 +139,12 @@ func TestSignatureHeaderCountedBeforeItIsSplit(t *testing.T) {
 	}
 }
 
-// TestInterruptedDeliveryIsNotAbsorbed: a delivery the worker's stop cuts
-// short (past its grace) is made again at the next start. For a flow with
-// dedup_key and dedup_on_failure: absorb, the cancelled execution is not
-// recorded as the key's failure, so the delivery made again runs and
-// calls the backend (it once received the recorded "failure", acknowledged
-// as a replay: the message was gone though no attempt had run to its end).
-func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
-	var calls atomic.Int32
+// hangsOnce is a backend whose first call hangs until its caller goes (a
+// stop cutting the delivery short), and whose later calls answer
+// {"ok":true}; calls counts them.
+func hangsOnce(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	calls := new(atomic.Int32)
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if calls.Add(1) > 1 {
@@ -154,23 +152,41 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 			w.Write([]byte(`{"ok":true}`))
 			return
 		}
-		select { // the first call hangs until the stop cuts it
+		select {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second):
 		}
 	}))
 	t.Cleanup(be.Close)
+	return be, calls
+}
+
+// cutAtFirstCall is a delivery's context that ends once the backend has
+// its first call: the stop's grace running out mid-delivery.
+func cutAtFirstCall(t *testing.T, calls *atomic.Int32) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for calls.Load() == 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+// TestInterruptedDeliveryIsNotAbsorbed: a delivery the worker's stop cuts
+// short (past its grace) is made again at the next start. For a flow with
+// dedup_key and dedup_on_failure: absorb, the cancelled execution is not
+// recorded as the key's failure, so the delivery made again runs and
+// calls the backend (it once received the recorded "failure", acknowledged
+// as a replay: the message was gone though no attempt had run to its end).
+func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
+	be, calls := hangsOnce(t)
 	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "timeout_ms: 20000\n", "read_timeout_ms: 15000\n")
 	d := delivery(1, 1)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		for calls.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		cancel() // Stop's grace ran out: the worker cancels the delivery
-	}()
+	ctx := cutAtFirstCall(t, calls)
 	cut := srv.Handle(ctx, d)
 	if cut.Kind != queue.VerdictInterrupted {
 		t.Errorf("the delivery cut short: verdict %+v, want VerdictInterrupted (the worker takes the engine's word for it)", cut)
@@ -187,20 +203,7 @@ func TestInterruptedDeliveryIsNotAbsorbed(t *testing.T) {
 // start with the same attempt) has no journal row; it was recorded as a
 // failed attempt 1, then again as the attempt 1 that succeeded.
 func TestInterruptedDeliveryIsNotAFailedAttempt(t *testing.T) {
-	var calls atomic.Int32
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if calls.Add(1) > 1 {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write([]byte(`{"ok":true}`))
-			return
-		}
-		select { // the first call hangs until the stop cuts it
-		case <-r.Context().Done():
-		case <-time.After(10 * time.Second):
-		}
-	}))
-	t.Cleanup(be.Close)
+	be, calls := hangsOnce(t)
 	fx := newFixture(t, nil)
 	files := testFlows()
 	files["flows/acme/forward.md"] = flowFile("acme", "forward", "effects: [http_egress]\ntimeout_ms: 20000\n",
@@ -214,14 +217,7 @@ func TestInterruptedDeliveryIsNotAFailedAttempt(t *testing.T) {
 	d := queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1",
 		Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "forward", Attempt: 1}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		for calls.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		cancel() // Stop's grace ran out: the worker cancels the delivery
-	}()
+	ctx := cutAtFirstCall(t, calls)
 	if v := srv.Handle(ctx, d); v.Kind != queue.VerdictInterrupted {
 		t.Fatalf("the delivery cut short: verdict %+v, want VerdictInterrupted", v)
 	}

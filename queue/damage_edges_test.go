@@ -97,63 +97,67 @@ func TestDamagedLastFrameWithARetryLosesNoNewMessage(t *testing.T) {
 
 // TestReplayWhileAWorkerRunsPastADamagedLastFrame: nexus dlq replay opens
 // the queue (recovering it) while a server's worker runs past a damaged
-// last frame; the replayed message is appended after that frame, ahead of
-// the worker's cursor, and delivered within the poll interval
-// (queues-retries-dlq.md, "Replaying"). Recovery cut the frame, the replay
-// landed behind the cursor, and the running worker never delivered it.
+// last frame (a flipped bit in its record, or in its length field, past
+// the end of the file though the record is all there); the replayed
+// message is appended after that frame, ahead of the worker's cursor, and
+// delivered within the poll interval (queues-retries-dlq.md, "Replaying").
+// Recovery cut the frame, the replay landed behind the cursor, and the
+// running worker never delivered it.
 func TestReplayWhileAWorkerRunsPastADamagedLastFrame(t *testing.T) {
-	root, clk := t.TempDir(), clocktest.New(wt0)
-	q1 := openQ(t, root, clk, nil)
-	rec := newRecorder(clk)
-	const poll = 500 * time.Millisecond
-	// a message waiting for a retry an hour away keeps the log from being
-	// emptied meanwhile (as on any queue with traffic)
-	slow := put(t, q1, `{"order":"slow"}`)
-	dead := put(t, q1, `{"order":"dead"}`)
-	big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
-	hour := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
-	startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
-		switch d.ID {
-		case slow.ID:
-			return queue.Verdict{Kind: queue.VerdictRetry, Policy: hour, Error: "HTTP 503"}
-		case dead.ID:
-			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "HTTP 503"}
-		}
-		return ack(ctx, d)
-	})})
-	rec.wait(t, 3)
-	clk.WaitCalls(t, 1) // idle
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, root string, last queue.Message)
+	}{
+		{"a flipped bit in the record", func(t *testing.T, root string, _ queue.Message) { flipLastByte(t, root) }},
+		// big-endian, byte 5: +65536, past the end of the file
+		{"a flipped bit in the length", func(t *testing.T, root string, last queue.Message) { flipByteAt(t, root, last.Offset+5) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, clk := t.TempDir(), clocktest.New(wt0)
+			q1 := openQ(t, root, clk, nil)
+			rec := newRecorder(clk)
+			// a message waiting for a retry an hour away keeps the log from
+			// being emptied meanwhile (as on any queue with traffic)
+			slow := put(t, q1, `{"order":"slow"}`)
+			dead := put(t, q1, `{"order":"dead"}`)
+			big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
+			hour := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
+			startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: 500 * time.Millisecond, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				switch d.ID {
+				case slow.ID:
+					return queue.Verdict{Kind: queue.VerdictRetry, Policy: hour, Error: "HTTP 503"}
+				case dead.ID:
+					return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "HTTP 503"}
+				}
+				return ack(ctx, d)
+			})})
+			rec.wait(t, 3)
+			clk.WaitCalls(t, 1) // idle
 
-	// bit rot in the last frame, already delivered
-	flipLastByte(t, root)
+			c.damage(t, root, big) // bit rot in the last frame, already delivered
 
-	// nexus dlq replay, in another process: Open, then Replay
-	cli, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{})
-	if err != nil {
-		t.Fatal(err)
+			// nexus dlq replay, in another process: Open, then Replay
+			cli, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(damage) != 1 || damage[0].Torn {
+				t.Fatalf("the CLI's Open found %+v, want the last frame reported as damage (not torn)", damage)
+			}
+			replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
+			cli.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				clk.Step(t)
+			}
+			if !slices.ContainsFunc(rec.all(), func(d delivery) bool { return d.ID == replayed.ID }) {
+				t.Errorf("the replayed message %d (at offset %d; the damaged frame at %d) was not delivered within 10 polls by the running worker; deliveries %v",
+					replayed.ID, replayed.Offset, big.Offset, rec.all())
+			}
+		})
 	}
-	if len(damage) != 1 || damage[0].Torn {
-		t.Fatalf("the CLI's Open found %+v, want the damaged last frame", damage)
-	}
-	replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
-	cli.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 {
-		clk.Step(t)
-	}
-	for _, d := range rec.all() {
-		if d.ID == replayed.ID {
-			return
-		}
-	}
-	var ids []uint64
-	for _, d := range rec.all() {
-		ids = append(ids, d.ID)
-	}
-	t.Errorf("the replayed message %d (at offset %d, behind the running worker's cursor, which is past the damaged frame at %d) was not delivered within 10 polls by the running worker; delivered ids %v",
-		replayed.ID, replayed.Offset, big.Offset, ids)
 }
 
 // flipByteAt damages one byte of segment.log at off.
@@ -331,58 +335,4 @@ func TestDamagedLastFrameDrains(t *testing.T) {
 		ckpt, _ := q2.Checkpoint()
 		t.Errorf("after an hour of idle polls segment.log is %d bytes, checkpoint %d: every message was delivered, yet the kept damaged last frame keeps the queue from draining (and the janitor from deleting it) until another message is appended", size, ckpt)
 	}
-}
-
-// TestReplayPastALastFrameWithADamagedLength: a last frame whose length
-// field is damaged (past the end of the file) but whose record is all there
-// (its checksum verifies for the length the file holds) is damage, kept,
-// not a torn write: a replay appended while a worker runs goes after it and
-// is delivered. Recovery cut it, and the replay took an offset behind the
-// running worker's cursor.
-func TestReplayPastALastFrameWithADamagedLength(t *testing.T) {
-	root, clk := t.TempDir(), clocktest.New(wt0)
-	q1 := openQ(t, root, clk, nil)
-	rec := newRecorder(clk)
-	const poll = 500 * time.Millisecond
-	slow := put(t, q1, `{"order":"slow"}`)
-	dead := put(t, q1, `{"order":"dead"}`)
-	big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
-	hour := queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Hour, BackoffFactor: 2, MaxDelay: 2 * time.Hour}
-	startWorker(t, q1, queue.WorkerConfig{Clock: clk, Poll: poll, Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
-		switch d.ID {
-		case slow.ID:
-			return queue.Verdict{Kind: queue.VerdictRetry, Policy: hour, Error: "HTTP 503"}
-		case dead.ID:
-			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "HTTP 503"}
-		}
-		return ack(ctx, d)
-	})})
-	rec.wait(t, 3)
-	clk.WaitCalls(t, 1) // idle
-
-	// bit rot in the last frame's length field (big-endian, byte 5: +65536)
-	flipByteAt(t, root, big.Offset+5)
-
-	cli, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(damage) != 1 || damage[0].Torn {
-		t.Fatalf("the CLI's Open found %+v, want the last frame reported as damage (not torn)", damage)
-	}
-	replayed, err := cli.Replay(dead.ID, "enqueue", "fresh-correlation")
-	cli.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 {
-		clk.Step(t)
-	}
-	for _, d := range rec.all() {
-		if d.ID == replayed.ID {
-			return
-		}
-	}
-	t.Errorf("the replayed message %d (at offset %d; the damaged frame was at %d) was not delivered within 10 polls by the running worker: recovery cut a frame whose length field was damaged as if it were torn",
-		replayed.ID, replayed.Offset, big.Offset)
 }
