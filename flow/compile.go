@@ -130,6 +130,9 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	dedup := Dedup{TTL: DefaultDedupTTL}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
+		if v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias // *d reads as the value &d names
+		}
 		key := k.Value
 		if first, dup := seen[key]; dup {
 			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", key, first)
@@ -340,7 +343,11 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 			}
 		}
 		if _, isObj := in.(*Object); err != nil || !isObj {
-			c.errorf(at(inputNode), "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}")
+			msg := "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}"
+			if err != nil {
+				msg += ": " + err.Error()
+			}
+			c.errorf(at(inputNode), "%s", msg)
 			ok = false
 		} else if depth := nesting(in); depth > DefaultMaxDepth {
 			// what a door would refuse in a body, and its worker could not read
@@ -1025,10 +1032,19 @@ func yamlDocument(n *yaml.Node) (any, error) {
 			return i, err
 		case "!!float":
 			var f float64
-			err := n.Decode(&f)
-			return f, err
+			if err := n.Decode(&f); err != nil {
+				return nil, err
+			}
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, fmt.Errorf("%s is not a JSON number", n.Value)
+			}
+			return f, nil
 		}
 		return n.Value, nil
+	case yaml.AliasNode:
+		if n.Alias != nil {
+			return yamlDocument(n.Alias)
+		}
 	}
 	return nil, fmt.Errorf("unsupported YAML value")
 }

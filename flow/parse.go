@@ -69,9 +69,11 @@ type rawBlock struct {
 }
 
 var (
-	sectionHeading = regexp.MustCompile(`^##[ \t]+(Step|Fault):(.*)$`)
-	looseHeading   = regexp.MustCompile(`^#{1,6}[ \t]*(?i:step|fault)[ \t]*[0-9]*[ \t]*:`)
-	anyHeading     = regexp.MustCompile(`^(#{1,6})([ \t]|$)`)
+	// headings as Markdown reads them: up to three spaces before, a
+	// closing sequence of #s after (`## Step: check ##`) not the name's
+	sectionHeading = regexp.MustCompile(`^ {0,3}##[ \t]+(Step|Fault):(.*?)(?:[ \t]+#+)?[ \t]*$`)
+	looseHeading   = regexp.MustCompile(`^ {0,3}#{1,6}[ \t]*(?i:step|fault)[ \t]*[0-9]*[ \t]*:`)
+	anyHeading     = regexp.MustCompile(`^ {0,3}(#{1,6})([ \t]|$)`)
 	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
 	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
 	commentOpen    = regexp.MustCompile(`^ {0,3}<!--`)
