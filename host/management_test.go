@@ -148,10 +148,8 @@ func TestUIQueueNextPageKeepsLimit(t *testing.T) {
 // its message's id"). It was listed twice, with two Replay buttons.
 func TestDeadLetterRedeliveredAfterACrashIsListedOnce(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	files := adminFlows()
-	files["flows/acme/fails.md"] = flowFile("acme", "fails", "queue_max_attempts: 1\n",
+	fx.publishWith("fails", "queue_max_attempts: 1\n",
 		"## Step: check\n```validate\n$.never != null | \"never set\" | syntactic\n```\n")
-	fx.publish(files, testAccessYAML(), "c2")
 	// the state a process killed mid-backlog leaves: message 1 failed and
 	// was dead-lettered (dlq.log is synced), the checkpoint not yet moved
 	// past it
@@ -163,11 +161,7 @@ func TestDeadLetterRedeliveredAfterACrashIsListedOnce(t *testing.T) {
 		t.Fatalf("seeded dead letters: %v, want [1]", got)
 	}
 	// the first submission after the restart starts the worker
-	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/fails/enqueue", `{"n":2}`,
-		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
-	if w.Code != http.StatusAccepted {
-		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
-	}
+	fx.enqueue(t, "fails", `{"n":2}`)
 	fx.waitJournal(t, "acme", "fails", 2)
 	deadline := time.Now().Add(5 * time.Second)
 	var got []uint64

@@ -187,19 +187,10 @@ func TestDoorLinesNameTheKey(t *testing.T) {
 // not the error.
 func TestFaultHandledDeliveryLineSaysTheError(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	files := adminFlows()
-	files["flows/acme/guarded.md"] = flowFile("acme", "guarded", "",
+	fx.publishWith("guarded", "",
 		"## Step: check\n```validate\n$.orderId != null | \"orderId is required\"\n```\n\n## Fault: answer\n```ntd\n{\"rejected\": true}\n```\n")
-	fx.publish(files, testAccessYAML(), "c2")
-	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/guarded/enqueue", `{}`,
-		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
-	if w.Code != http.StatusAccepted {
-		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
-	}
-	var evs []map[string]any
-	for deadline := time.Now().Add(10 * time.Second); len(evs) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		evs = fx.logs.Events(t, "queue_processed")
-	}
+	fx.enqueue(t, "guarded", `{}`)
+	evs := fx.waitLogEvents(t, "queue_processed", 1)
 	if len(evs) != 1 || evs[0]["outcome"] != "fault_handled" || evs[0]["error"] != "step 'check': validation failed (Semantic): orderId is required" {
 		t.Errorf("queue_processed events %v, want one fault_handled naming the error", evs)
 	}
@@ -211,17 +202,10 @@ func TestFaultHandledDeliveryLineSaysTheError(t *testing.T) {
 // parsed document: a whole number past 64 bits lost its last digits.
 func TestDeadLetterKeepsThePayloadAsSubmitted(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	files := adminFlows()
-	files["flows/acme/reject.md"] = flowFile("acme", "reject", "queue_max_attempts: 1\n",
+	fx.publishWith("reject", "queue_max_attempts: 1\n",
 		"## Step: check\n```validate\n$.nope != null | \"nope is required\" | semantic\n```\n")
-	fx.publish(files, testAccessYAML(), "2123456789abcdef0123456789abcdef01234567")
-
 	const body = `{"orderId":12345678901234567890}`
-	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/reject/enqueue", body,
-		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
-	if w.Code != http.StatusAccepted {
-		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
-	}
+	fx.enqueue(t, "reject", body)
 	var got struct {
 		DeadLetters []struct {
 			Payload string `json:"payload"`
@@ -252,30 +236,49 @@ func TestDeadLetterKeepsThePayloadAsSubmitted(t *testing.T) {
 // "internal error".
 func TestReplayedFaultHandledDeliveryClaimsNoError(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	files := adminFlows()
-	files["flows/acme/guarded.md"] = flowFile("acme", "guarded", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
+	fx.publishWith("guarded", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\n",
 		"## Step: check\n```validate\n$.amount != null | \"amount is required\"\n```\n\n## Fault: answer\n```ntd\n{\"rejected\": true}\n```\n")
-	fx.publish(files, testAccessYAML(), "c2")
-	for range 2 {
-		w := fx.serve(newRequest(http.MethodPost, "/flows/acme/guarded/enqueue", `{"orderId":"A-1"}`,
-			"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
-		if w.Code != http.StatusAccepted {
-			t.Fatalf("enqueue: %d %s", w.Code, w.Body)
-		}
-	}
-	var evs []map[string]any
-	for deadline := time.Now().Add(10 * time.Second); len(evs) < 2 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		evs = fx.logs.Events(t, "queue_processed")
-	}
+	fx.enqueue(t, "guarded", `{"orderId":"A-1"}`)
+	fx.enqueue(t, "guarded", `{"orderId":"A-1"}`)
+	evs := fx.waitLogEvents(t, "queue_processed", 2)
 	if len(evs) != 2 {
 		t.Fatalf("queue_processed events %v, want two", evs)
 	}
 	second := evs[1]
-	t.Logf("second delivery: %v", second)
 	if second["replay"] != true {
 		t.Fatalf("the second delivery's line %v is not a replay", second)
 	}
 	if errText, ok := second["error"]; ok {
 		t.Errorf("the replayed delivery's queue_processed line claims an error (%v): %v", errText, second)
 	}
+}
+
+// publishWith publishes the admin fixture's flows and acme/name besides,
+// as commit c2.
+func (fx *adminFixture) publishWith(name, frontMatter, steps string) {
+	files := adminFlows()
+	files["flows/acme/"+name+".md"] = flowFile("acme", name, frontMatter, steps)
+	fx.publish(files, testAccessYAML(), "c2")
+}
+
+// enqueue submits body to acme/name's /enqueue with the all-flows key and
+// wants its 202.
+func (fx *adminFixture) enqueue(t *testing.T, name, body string) {
+	t.Helper()
+	w := fx.serve(newRequest(http.MethodPost, "/flows/acme/"+name+"/enqueue", body,
+		"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %s", w.Code, w.Body)
+	}
+}
+
+// waitLogEvents waits up to 10 s for n log lines of event and returns
+// those there are then.
+func (fx *adminFixture) waitLogEvents(t *testing.T, event string, n int) []map[string]any {
+	t.Helper()
+	evs := fx.logs.Events(t, event)
+	for deadline := time.Now().Add(10 * time.Second); len(evs) < n && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		evs = fx.logs.Events(t, event)
+	}
+	return evs
 }
