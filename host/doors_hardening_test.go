@@ -141,7 +141,8 @@ func TestAnnouncedLengthIsNotReserved(t *testing.T) {
 
 // queue_publish refuses, before anything is written, a message its
 // target's worker could not read (nested deeper than a door accepts),
-// rather than leaving it for the worker to dead-letter.
+// rather than leaving it for the worker to dead-letter, and one its
+// target's doors would refuse as too large.
 func TestPublishRefusesWhatItsTargetCannotRead(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	cfg := fx.cfg
@@ -157,6 +158,16 @@ func TestPublishRefusesWhatItsTargetCannotRead(t *testing.T) {
 	}
 	if err := srv.Publish(context.Background(), "acme", "echo", []byte(`{"a":{"b":1}}`), "cid-2"); err != nil {
 		t.Errorf("Publish of a plain document: %v", err)
+	}
+	// a message over the target's max_body_bytes (16), which its doors
+	// answer with a 413, is refused as well; it was queued
+	big := `{"text":"0123456789"}`
+	err = srv.Publish(context.Background(), "acme", "small", []byte(big), "cid-3")
+	if want := "the message for acme/small is 21 bytes, over its ceiling of 16"; err == nil || err.Error() != want {
+		t.Errorf("Publish of %d bytes to a flow of max_body_bytes 16: %v, want %q", len(big), err, want)
+	}
+	if c := fx.counts(t, "acme", "small"); c.Total != 0 {
+		t.Errorf("the message over the ceiling was written: %+v", c)
 	}
 }
 

@@ -73,6 +73,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 	a := admission{correlationID: correlationID(w, r)}
 	a.live = s.cfg.Live.Live()
 	if a.live == nil {
+		w.Header().Set("Retry-After", "1") // the live set loads in moments
 		refuseUnread(w, r, http.StatusServiceUnavailable, "the host is starting: no live set yet")
 		return a, false
 	}

@@ -27,6 +27,13 @@ func TestHealthAndReadiness(t *testing.T) {
 	if w := get("/readyz"); w.Code != http.StatusServiceUnavailable || w.Header().Get("X-Correlation-Id") == "" {
 		t.Errorf("/readyz before a live set: %d %s, want 503", w.Code, w.Body)
 	}
+	// a door before the live set is loaded: 503 with a Retry-After, as
+	// every 503 of the doors has (it had none)
+	w := fx.serve(runRequest("acme", "echo", keyAcmeAll, `{}`))
+	wantRefusal(t, w, http.StatusServiceUnavailable, "the host is starting: no live set yet")
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("/run before a live set: Retry-After %q, want 1", got)
+	}
 
 	fx.publish(testFlows(), testAccessYAML(), fixtureCommit)
 	if w := get("/readyz"); w.Code != http.StatusOK {

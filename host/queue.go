@@ -186,8 +186,13 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	if live == nil {
 		return errors.New("the registry is not loaded")
 	}
-	if _, ok := live.Lookup(tenant, flowName); !ok {
+	lf, ok := live.Lookup(tenant, flowName)
+	if !ok {
 		return fmt.Errorf("no flow %s/%s is deployed", tenant, flowName)
+	}
+	// the target's ceiling holds for a message whatever door it comes by
+	if limit := s.bodyLimit(lf); int64(len(payload)) > limit {
+		return fmt.Errorf("the message for %s/%s is %d bytes, over its ceiling of %d", tenant, flowName, len(payload), limit)
 	}
 	if err := s.cfg.Queues.Has(tenant, flowName); err != nil {
 		return fmt.Errorf("queue %s/%s: %w", tenant, flowName, err)

@@ -158,7 +158,7 @@ func TestEnqueuedXMLIsDeliverable(t *testing.T) {
 // TestDoorLinesNameTheKey: run_completed and queue_enqueued name the key
 // that called, by its id (server.md: "id: … named in logs and the UI;
 // never the secret"). No log line named it, so the log could not say who
-// sent a message.
+// sent a message. run_completed carries the attempt, 1.
 func TestDoorLinesNameTheKey(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	for _, door := range []string{"run", "enqueue"} {
@@ -172,6 +172,11 @@ func TestDoorLinesNameTheKey(t *testing.T) {
 		evs := fx.logs.Events(t, event)
 		if len(evs) != 1 || evs[0]["correlation_id"] != cid || evs[0]["key"] != "acme-all" {
 			t.Errorf("%s events %v, want one naming the key acme-all", event, evs)
+		}
+		// every /run is attempt 1, as its journal row says (server.md:
+		// "attempt where they apply"); the line had none
+		if event == "run_completed" && (len(evs) != 1 || evs[0]["attempt"] != 1.0) {
+			t.Errorf("run_completed events %v, want attempt 1", evs)
 		}
 		if strings.Contains(fx.logs.String(), keyAcmeAll) {
 			t.Errorf("the log holds the key itself:\n%s", fx.logs.String())

@@ -53,7 +53,7 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowNa
 	lf := a.flow
 	if lf.Corrupt != nil {
 		s.cfg.Logger.Error("a corrupt artifact was not run", "event", "run_completed", "tenant", tenant, "flow", flowName,
-			"version", lf.Version, "correlation_id", a.correlationID, "key", a.key.ID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
+			"version", lf.Version, "correlation_id", a.correlationID, "attempt", 1, "key", a.key.ID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
 		writeError(w, http.StatusInternalServerError, "internal error")
 		s.journal(engine.DoorRun, lf, a.correlationID, 0, 1, corruptResult(lf), start, s.cfg.Now().Sub(start))
 		return
@@ -79,11 +79,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName 
 	if !ok {
 		return a, nil, false
 	}
-	limit := s.cfg.MaxBodyBytes
-	if f := a.flow.Flow; f != nil && f.MaxBodyBytes() > 0 {
-		limit = f.MaxBodyBytes()
-	}
-	body, ok := readBody(w, r, limit)
+	body, ok := readBody(w, r, s.bodyLimit(a.flow))
 	if !ok || !s.checkSignature(w, r, body) {
 		return a, nil, false
 	}
@@ -92,6 +88,15 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName 
 		a.rawJSON = body
 	}
 	return a, doc, ok
+}
+
+// bodyLimit is the message-size ceiling of lf: its max_body_bytes, or the
+// host's.
+func (s *Server) bodyLimit(lf *registry.LiveFlow) int64 {
+	if f := lf.Flow; f != nil && f.MaxBodyBytes() > 0 {
+		return f.MaxBodyBytes()
+	}
+	return s.cfg.MaxBodyBytes
 }
 
 // writeResult writes an engine result as the HTTP answer.
@@ -114,7 +119,7 @@ func (s *Server) record(lf *registry.LiveFlow, correlationID, keyID string, res 
 	level := slog.LevelInfo
 	attrs := executionAttrs(lf, res, elapsed, []slog.Attr{
 		slog.String("event", "run_completed"), slog.String("tenant", lf.Tenant), slog.String("flow", lf.Name),
-		slog.String("correlation_id", correlationID), slog.String("key", keyID), slog.String("outcome", string(res.Outcome)),
+		slog.String("correlation_id", correlationID), slog.Int("attempt", 1), slog.String("key", keyID), slog.String("outcome", string(res.Outcome)),
 	})
 	if res.Err != nil {
 		level = slog.LevelWarn
