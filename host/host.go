@@ -64,6 +64,10 @@ type Config struct {
 	Secrets []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// NextTick gives a schedule's next tick for /status, /api/flows and
+	// the UI (the scheduler's, which knows when an @every schedule last
+	// ticked); nil: the schedule's own Next(now).
+	NextTick registry.NextTick
 }
 
 // DefaultMaxBodyBytes is the ceiling when Config.MaxBodyBytes is 0.

@@ -86,7 +86,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		// the commit this process serves, which may trail the registry's
 		// by the moment between a publication and its swap
 		st.Commit = live.Commit()
-		for _, sc := range live.Schedules(s.cfg.Now()) {
+		for _, sc := range live.Schedules(s.cfg.Now(), s.cfg.NextTick) {
 			schedules = append(schedules, flow.NewObject(
 				[]string{"tenant", "flow", "schedule", "zone", "next", "next_local"},
 				[]any{sc.Tenant, sc.Flow, sc.Spec, sc.Zone, sc.Next.UTC().Format(time.RFC3339), sc.Next.Format(time.RFC3339)},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
 )
 
@@ -431,5 +432,41 @@ func TestAllowListsTheMethodsAnswered(t *testing.T) {
 				t.Errorf("%s %s: 405 with Allow %q, but %s %s answers 405 too", tc.method, tc.path, allow, m, tc.path)
 			}
 		}
+	}
+}
+
+// TestScheduleNextTickIsTheSchedulers: /status and /api/flows show a schedule's next
+// tick as Config.NextTick says (the scheduler's, which counts an @every
+// schedule from its last tick), not the schedule's next time from the
+// request, which for @every moved at every request and was never ticked.
+func TestScheduleNextTickIsTheSchedulers(t *testing.T) {
+	next := time.Date(2026, 9, 1, 7, 0, 0, 0, time.UTC) // not a time of the schedule
+	fx := newFixture(t, func(c *host.Config) {
+		c.AdminKey = adminKey
+		c.NextTick = func(tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
+			if tenant != "globex" || flowName != "nightly" || sc.Spec() != "0 3 * * *" || !now.Equal(t0) {
+				t.Errorf("NextTick(%s, %s, %q, %v)", tenant, flowName, sc.Spec(), now)
+			}
+			return next
+		}
+	})
+	fx.publish(adminFlows(), testAccessYAML(), "c2")
+	w := fx.serve(newRequest(http.MethodGet, "/status", "", "Authorization", "Bearer "+adminKey))
+	var st struct {
+		Schedules []struct {
+			Next      string `json:"next"`
+			NextLocal string `json:"next_local"`
+		} `json:"schedules"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || len(st.Schedules) != 1 {
+		t.Fatalf("/status: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if got := st.Schedules[0]; got.Next != "2026-09-01T07:00:00Z" || got.NextLocal != "2026-09-01T09:00:00+02:00" {
+		t.Errorf("/status schedule next %q, next_local %q; want NextTick's time, 2026-09-01T07:00:00Z and 09:00:00+02:00 in Europe/Paris", got.Next, got.NextLocal)
+	}
+	// the UI's Flows page and /api/flows show it too
+	w = fx.serve(newRequest(http.MethodGet, "/api/flows", "", "Authorization", "Bearer "+adminKey))
+	if !strings.Contains(w.Body.String(), `"schedule":{"spec":"0 3 * * *","zone":"Europe/Paris","next":"2026-09-01T07:00:00Z"}`) {
+		t.Errorf("/api/flows: %d %s\nwant the nightly flow's next tick at 2026-09-01T07:00:00Z", w.Code, w.Body)
 	}
 }

@@ -115,7 +115,11 @@ func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
 		if f := lf.Flow; f != nil {
 			e.Description = f.Description()
 			if sc := f.Schedule(); sc != nil {
-				e.Schedule = &scheduleEntry{Spec: sc.Spec(), Zone: sc.Location().String(), Next: uiTime(sc.Next(now))}
+				next := sc.Next(now)
+				if s.cfg.NextTick != nil {
+					next = s.cfg.NextTick(lf.Tenant, lf.Name, sc, now)
+				}
+				e.Schedule = &scheduleEntry{Spec: sc.Spec(), Zone: sc.Location().String(), Next: uiTime(next)}
 			}
 		}
 		v.Flows = append(v.Flows, e)

@@ -71,16 +71,25 @@ type Schedule struct {
 	Next         time.Time // the next tick after the time asked, in the schedule's zone
 }
 
+// NextTick gives the next tick of a flow's schedule after now (the
+// scheduler's, which knows when an @every schedule last ticked).
+type NextTick func(tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time
+
 // Schedules lists the set's cron flows with their next tick after now, in
-// each schedule's zone, sorted by tenant and flow.
-func (l *LiveSet) Schedules(now time.Time) []Schedule {
+// each schedule's zone, sorted by tenant and flow. The tick is next's, or
+// the schedule's own Next(now) when next is nil.
+func (l *LiveSet) Schedules(now time.Time, next NextTick) []Schedule {
 	var out []Schedule
 	for _, lf := range l.list {
 		if lf.Flow == nil || lf.Flow.Schedule() == nil {
 			continue
 		}
 		sc := lf.Flow.Schedule()
-		out = append(out, Schedule{Tenant: lf.Tenant, Flow: lf.Name, Spec: sc.Spec(), Zone: sc.Location().String(), Next: sc.Next(now)})
+		n := sc.Next(now)
+		if next != nil {
+			n = next(lf.Tenant, lf.Name, sc, now)
+		}
+		out = append(out, Schedule{Tenant: lf.Tenant, Flow: lf.Name, Spec: sc.Spec(), Zone: sc.Location().String(), Next: n.In(sc.Location())})
 	}
 	return out
 }

@@ -828,7 +828,7 @@ schedule_input: '{"hours": 24}'
 		Tenant: "acme", Flow: "nightly", Spec: "0 6 * * *", Zone: "Europe/Paris",
 		Next: time.Date(2026, 8, 10, 6, 0, 0, 0, paris), // t0 is 16:02 in Paris
 	}}
-	if diff := cmp.Diff(want, ls.Schedules(t0)); diff != "" {
+	if diff := cmp.Diff(want, ls.Schedules(t0, nil)); diff != "" {
 		t.Errorf("Schedules (-want +got):\n%s", diff)
 	}
 	if ls.Commit() != "c1" {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -62,6 +63,16 @@ type Scheduler struct {
 	cfg Config
 
 	life lifecycle.Loop
+	// views is what NextTick reads of the entries, which are the loop's
+	// own: each flow's next time and whether this process holds it,
+	// stored at the end of every pass.
+	views atomic.Pointer[map[[2]string]entryView]
+}
+
+// entryView is what NextTick needs of an entry.
+type entryView struct {
+	next time.Time
+	held bool
 }
 
 // New returns a Scheduler; Start runs it.
@@ -164,6 +175,7 @@ func (s *Scheduler) run(ctx context.Context) {
 				wait = max(d, 0)
 			}
 		}
+		s.storeViews(entries)
 		select {
 		case <-ctx.Done():
 		case <-s.cfg.Clock.After(wait):
@@ -186,6 +198,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 			seen[k] = true
 			e, ok := entries[k]
 			if ok && e.spec == sc.Spec() && e.zone == sc.Location().String() {
+				s.followClock(e, sc, now)
 				continue
 			}
 			if period, every := sc.Every(); ok && every && period == e.every {
@@ -193,6 +206,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				// or with a zone, which @every ignores: the same times,
 				// so the next one and a pending one stand
 				e.spec, e.zone = sc.Spec(), sc.Location().String()
+				s.followClock(e, sc, now)
 				continue
 			}
 			if !ok {
@@ -226,6 +240,21 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 			}
 			delete(entries, k)
 		}
+	}
+}
+
+// followClock brings an entry's next time back when the wall clock was
+// set back: a next time later than the schedule's next one from now was
+// computed on the clock before (timers count on a monotonic clock, and
+// the clock's time no longer reaches it when they say). Without this, the
+// flow stayed silent for as long as the clock went back. A time that was
+// ticked already is not ticked again unless the clock went back by more
+// than the gap between two ticks (see fire).
+func (s *Scheduler) followClock(e *entry, sc *flow.Schedule, now time.Time) {
+	if n := sc.Next(now); !n.IsZero() && n.Before(e.next) {
+		s.cfg.Logger.Warn("the clock was set back: the next tick follows it", "event", "cron_clock_set_back",
+			"tenant", e.tenant, "flow", e.flow, "was", e.next.UTC().Format(time.RFC3339), "next", n.UTC().Format(time.RFC3339))
+		e.next = n
 	}
 }
 
@@ -305,6 +334,16 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
 	}
+	if gap := sc.Next(due).Sub(due); gap > 0 && last.Sub(due) > gap {
+		// a record further ahead of the clock than the gap between two
+		// ticks was made before the clock was set back: by more than a
+		// gap, so the times of the gap are new ones, ticked by the clock
+		// (a record a gap ahead or less can be a process's that took the
+		// flow over, and keeps the time it ticked from being ticked again)
+		log.Warn("the last tick's record is ahead of the clock, which was set back: ticking by the clock", "event", "cron_clock_set_back",
+			"last_tick", last.UTC().Format(time.RFC3339), "scheduled_for", due.UTC().Format(time.RFC3339))
+		last = time.Time{}
+	}
 	if !due.After(last) {
 		return // made by the process that held the lock before
 	}
@@ -358,16 +397,85 @@ func (s *Scheduler) queueTick(e *entry, sc *flow.Schedule, due time.Time, cid st
 	return nil
 }
 
-func (s *Scheduler) lastPath(e *entry) string {
-	return filepath.Join(s.cfg.Dir, e.tenant, e.flow+".last")
+// storeViews publishes the entries' next times for NextTick.
+func (s *Scheduler) storeViews(entries map[[2]string]*entry) {
+	views := make(map[[2]string]entryView, len(entries))
+	for k, e := range entries {
+		views[k] = entryView{next: e.next, held: e.held}
+	}
+	s.views.Store(&views)
 }
 
-// lastTick reads the time of the flow's last tick (zero when none). A
+// NextTick is the time the flow's schedule sc will next tick after now, as
+// the processes sharing the state directory tick it, for the UI,
+// /api/flows and /status. A cron expression's times are every process's:
+// sc.Next(now). An @every schedule counts from the tick before: from the
+// flow's last tick (its record, whichever process made it), or, before
+// the first, from when this process began to follow the flow; so its next
+// time is the one of the process that holds the flow, then the last tick
+// plus the period, then this process's own next time, and sc.Next(now)
+// only when none of them is still to come.
+func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
+	if _, every := sc.Every(); !every {
+		return sc.Next(now)
+	}
+	var view entryView
+	if views := s.views.Load(); views != nil {
+		view = (*views)[[2]string{tenant, flowName}]
+	}
+	if view.held && view.next.After(now) {
+		return view.next
+	}
+	if next := nextAfterLast(lastPath(s.cfg.Dir, tenant, flowName), sc, now); !next.IsZero() {
+		return next
+	}
+	if view.next.After(now) {
+		return view.next
+	}
+	return sc.Next(now)
+}
+
+// NextTick is Scheduler.NextTick for a process that runs no scheduler
+// (nexus status), with dir the scheduler's Dir: an @every schedule's next
+// time is its last tick plus the period while that is still to come,
+// sc.Next(now) otherwise.
+func NextTick(dir, tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
+	if _, every := sc.Every(); every {
+		if next := nextAfterLast(lastPath(dir, tenant, flowName), sc, now); !next.IsZero() {
+			return next
+		}
+	}
+	return sc.Next(now)
+}
+
+// nextAfterLast is the tick of sc after the last-tick record at path if
+// that is after now, zero otherwise (no record, or none readable).
+func nextAfterLast(path string, sc *flow.Schedule, now time.Time) time.Time {
+	last, err := readLastTick(path)
+	if err != nil || last.IsZero() {
+		return time.Time{}
+	}
+	if next := sc.Next(last); next.After(now) {
+		return next
+	}
+	return time.Time{}
+}
+
+func (s *Scheduler) lastPath(e *entry) string { return lastPath(s.cfg.Dir, e.tenant, e.flow) }
+
+func lastPath(dir, tenant, flowName string) string {
+	return filepath.Join(dir, tenant, flowName+".last")
+}
+
+// lastTick reads the time of the flow's last tick (zero when none).
+func (s *Scheduler) lastTick(e *entry) (time.Time, error) { return readLastTick(s.lastPath(e)) }
+
+// readLastTick reads the last-tick record at path (zero when none). A
 // symbolic link where the record should be is refused (queue.ErrLink), as
 // everywhere in the state directory: a planted record could silence the
 // flow.
-func (s *Scheduler) lastTick(e *entry) (time.Time, error) {
-	f, err := queue.OS{}.OpenFile(s.lastPath(e), os.O_RDONLY, 0)
+func readLastTick(path string) (time.Time, error) {
+	f, err := queue.OS{}.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return time.Time{}, nil
 	}
@@ -378,7 +486,7 @@ func (s *Scheduler) lastTick(e *entry) (time.Time, error) {
 	b := make([]byte, 32) // a record is at most 20 digits and a newline
 	k, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return time.Time{}, fmt.Errorf("reading %s: %w", s.lastPath(e), err)
+		return time.Time{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b[:k])), 10, 64)
 	if err != nil {

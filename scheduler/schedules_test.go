@@ -27,7 +27,7 @@ func TestLiveSetSchedules(t *testing.T) {
 		{Tenant: "beta", Flow: "report", Spec: "0 9 * * 1-5", Zone: "America/New_York", Next: time.Date(2026, 3, 30, 13, 0, 0, 0, time.UTC)},
 	}
 	for _, asked := range []time.Time{now, now.In(time.FixedZone("JST", 9*3600))} {
-		got := ls.Schedules(asked)
+		got := ls.Schedules(asked, nil)
 		if len(got) != len(want) {
 			t.Fatalf("Schedules(%v) = %+v, want %d entries", asked, got, len(want))
 		}
@@ -41,12 +41,12 @@ func TestLiveSetSchedules(t *testing.T) {
 			}
 		}
 	}
-	if got := fmt.Sprint(ls.Schedules(now)[0].Next); got != "2026-03-30 02:30:00 +0200 CEST" {
+	if got := fmt.Sprint(ls.Schedules(now, nil)[0].Next); got != "2026-03-30 02:30:00 +0200 CEST" {
 		t.Errorf("nightly's next tick reads %s", got)
 	}
 
 	// a set without cron flows has none
-	if got := e.publish(flowSrc("acme", "plain", "")).Schedules(now); len(got) != 0 {
+	if got := e.publish(flowSrc("acme", "plain", "")).Schedules(now, nil); len(got) != 0 {
 		t.Errorf("Schedules without cron flows = %+v", got)
 	}
 }

@@ -103,6 +103,18 @@ func (c *Fake) AdvanceToNext() int {
 	return c.setLocked(next)
 }
 
+// SetBack sets the time back by d, as a wall clock is set back (by NTP, or
+// by hand): the waiters keep their durations, as timers do, which count
+// on a monotonic clock, so none fires.
+func (c *Fake) SetBack(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(-d)
+	for _, w := range c.waiters {
+		w.at = w.at.Add(-d)
+	}
+}
+
 func (c *Fake) setLocked(t time.Time) int {
 	c.now = t
 	var due, keep []*waiter

@@ -392,3 +392,35 @@ func TestJournalFilterNames(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNextTickOfAnEverySchedule: nexus status shows an @every
+// schedule's next tick as the last tick (the scheduler's record in the
+// state directory) plus the period, the time a serving process ticks it.
+// It printed now + period, 50 minutes late here, and moving at every
+// call.
+func TestStatusNextTickOfAnEverySchedule(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: beat\ntenant: acme\nschedule: \"@every 1h\"\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+	if err := os.WriteFile(filepath.Join(dir, "beat.md"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(state, "registry.db")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
+	}
+	last := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
+	if err := os.MkdirAll(filepath.Join(state, "cron", "acme"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "cron", "acme", "beat.last"), fmt.Appendf(nil, "%d\n", last.UnixNano()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"status", "--db", db}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus status: exit %d: %s", code, stderr.String())
+	}
+	want := fmt.Sprintf("schedule: acme/beat \"@every 1h\" UTC next %s\n", last.Add(time.Hour).UTC().Format(time.RFC3339))
+	if !strings.Contains(stdout.String(), want) {
+		t.Errorf("nexus status:\n%s\nwant the line %q", stdout.String(), want)
+	}
+}

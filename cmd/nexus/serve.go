@@ -489,10 +489,11 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	if syncer != nil {
 		hostCfg.Sync = syncer
 	}
-	doors = host.New(hostCfg)
 	cron := scheduler.New(scheduler.Config{
 		Live: reg, Queues: queues, Dir: filepath.Join(stateDir, "cron"), Logger: logger, NewID: flow.NewUUID,
 	})
+	hostCfg.NextTick = cron.NextTick
+	doors = host.New(hostCfg)
 	srv := &http.Server{
 		Handler:           doors.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

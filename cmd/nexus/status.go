@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/registry"
+	"github.com/nexushq/nexus/scheduler"
 )
 
 const statusUsage = `Usage: nexus status [--db FILE]
@@ -58,7 +61,12 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nexus status: reading %s: %v\n", path, err)
 			return exitError
 		}
-		flows, schedules = live.Flows(), live.Schedules(time.Now())
+		// an @every schedule's next tick counts from its last one, which
+		// the scheduler records in the state directory
+		cronDir := filepath.Join(filepath.Dir(path), "cron")
+		flows, schedules = live.Flows(), live.Schedules(time.Now(), func(tenant, name string, sc *flow.Schedule, now time.Time) time.Time {
+			return scheduler.NextTick(cronDir, tenant, name, sc, now)
+		})
 	}
 	fmt.Fprintf(stdout, "registry: %s\n", path)
 	fmt.Fprintf(stdout, "commit: %s\n", orNone(st.Commit))

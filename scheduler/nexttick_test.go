@@ -1,0 +1,75 @@
+package scheduler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/clock/clocktest"
+	"github.com/nexushq/nexus/scheduler"
+)
+
+// TestNextTickOfAnEverySchedule: the next tick the views show (the UI,
+// /api/flows, /status, nexus status) for an @every schedule is the one the
+// scheduler makes: counted from the last tick, whichever process made it,
+// or from when the process began to follow the flow. It was now + period,
+// a time that moved at every reload and was never ticked.
+func TestNextTickOfAnEverySchedule(t *testing.T) {
+	e := newEnv(t)
+	ls := e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
+	lf, _ := ls.Lookup("acme", "minutely")
+	sc := lf.Flow.Schedule()
+
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Second)
+	clkA.WaitCalls(t, 1)
+	clkA.StepUntil(t, st0.Add(30*time.Second), 100)
+	check := func(who string, got, want time.Time) {
+		t.Helper()
+		if !got.Equal(want) {
+			t.Errorf("%s: next tick %v, want %v", who, got.UTC().Format(time.TimeOnly), want.UTC().Format(time.TimeOnly))
+		}
+	}
+	// before the first tick: a period after the process began
+	check("a at +30s", a.NextTick("acme", "minutely", sc, clkA.Now()), st0.Add(time.Minute))
+
+	// b starts 20 s after a; a holds the flow and ticks at +60 s
+	clkB := clocktest.New(st0.Add(20 * time.Second))
+	b := e.start("b", clkB, time.Second)
+	clkB.WaitCalls(t, 1)
+	clkA.StepUntil(t, st0.Add(90*time.Second), 100)
+	clkB.StepUntil(t, st0.Add(90*time.Second), 100)
+	if got := tickTimes(e.ticks.all()); len(got) != 1 || got[0] != "a@14:03:00" {
+		t.Fatalf("ticks %v, want a@14:03:00 alone", got)
+	}
+	check("a at +90s", a.NextTick("acme", "minutely", sc, clkA.Now()), st0.Add(2*time.Minute))
+	// b, standing by, counts from a's tick, not from its own start
+	check("b at +90s", b.NextTick("acme", "minutely", sc, clkB.Now()), st0.Add(2*time.Minute))
+	// a process that runs no scheduler (nexus status) reads the record
+	check("nexus status at +90s", scheduler.NextTick(e.dir, "acme", "minutely", sc, clkB.Now()), st0.Add(2*time.Minute))
+	// with the record behind (no process ticked for a while), nexus status
+	// falls back on a period from now
+	late := st0.Add(10 * time.Minute)
+	check("nexus status at +10m", scheduler.NextTick(e.dir, "acme", "minutely", sc, late), late.Add(time.Minute))
+	// and with no record at all
+	check("nexus status, no record", scheduler.NextTick(t.TempDir(), "acme", "minutely", sc, clkB.Now()), clkB.Now().Add(time.Minute))
+}
+
+// TestNextTickOfACronExpression: a cron expression's next time is the
+// same for every process, whatever ticked before.
+func TestNextTickOfACronExpression(t *testing.T) {
+	e := newEnv(t)
+	ls := e.publish(cronFlow("acme", "quarterly", "*/15 * * * *", "", ""))
+	lf, _ := ls.Lookup("acme", "quarterly")
+	sc := lf.Flow.Schedule()
+	clk := clocktest.New(st0)
+	s := e.start("a", clk, time.Second)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, at(16, 30), 2000)
+	want := at(30, 0)
+	if got := s.NextTick("acme", "quarterly", sc, clk.Now()); !got.Equal(want) {
+		t.Errorf("Scheduler.NextTick = %v, want %v", got, want)
+	}
+	if got := scheduler.NextTick(e.dir, "acme", "quarterly", sc, clk.Now()); !got.Equal(want) {
+		t.Errorf("NextTick = %v, want %v", got, want)
+	}
+}
