@@ -455,6 +455,16 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if err != nil || len(marked) == 0 && len(markDamage) == 0 {
 		return nil, nil, err
 	}
+	// the checkpoint durable first: the worker writes it in place without
+	// fsync, and once the marks are gone, a power cut that took it back
+	// before a marked dead letter's message would deliver that message
+	// again and dead-letter it again, with no mark left to hide it (a
+	// discarded dead letter pending again, a replayed one replayable
+	// twice). The worker calls this at an idle moment, its checkpoint
+	// written past every message it dead-lettered.
+	if err := q.syncCheckpoint(); err != nil {
+		return nil, nil, err
+	}
 	recs, damage, err := q.readRecords(dlqFile)
 	if err != nil {
 		return nil, nil, err

@@ -99,7 +99,14 @@
 //     power cut can only take it back to an older value, or to 0 when it
 //     does not verify: messages are delivered again, never skipped. A
 //     checkpoint past the end of the log (left by an older version's
-//     drain) reads as 0.
+//     drain) reads as 0. It is fsynced too before dlq.log is rewritten
+//     without the replayed and discarded dead letters, so that a power cut
+//     never takes it back before a message whose dead letter's mark is
+//     gone (delivered and dead-lettered again, that message would be
+//     pending again). Another process reads it under the append lock only,
+//     so it may read a write half done (as 0) or a drain marker the worker
+//     is about to replace: Open writes back what it resolved only when no
+//     worker runs (it takes worker.lock), never over a running worker's.
 //
 // # Recovery
 //

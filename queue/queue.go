@@ -342,8 +342,22 @@ func (q *Queue) recover() ([]Damage, error) {
 		return damage, err
 	}
 	if v, ok := decodeValue(ckptMagic, b); len(b) > 0 && (!ok || int64(v) != ckpt) {
-		if err := q.SaveCheckpoint(ckpt); err != nil {
-			return damage, err
+		// written back only when no worker runs, in any process: a
+		// running worker owns the file and rewrites it in place without
+		// the append lock, so what was read here may be its write half
+		// done (read as 0), or a drain marker it is about to replace, and
+		// writing back the older value would take its checkpoint back for
+		// good (it believes its own saved). Every reader resolves what the
+		// file holds the same way, so leaving it is harmless, and a
+		// checkpoint past the end, which needs the rewrite, cannot be
+		// while a worker runs (its cursor stops at a torn tail).
+		wl := NewFileLock(filepath.Join(q.dir, workerLockFile))
+		if held, err := wl.TryLock(); err == nil && held {
+			err := q.SaveCheckpoint(ckpt)
+			wl.Unlock()
+			if err != nil {
+				return damage, err
+			}
 		}
 	}
 	next, err := q.readSeq()
@@ -763,6 +777,26 @@ func (q *Queue) Checkpoint() (int64, error) {
 // processed: the value is rewritten in place and fsynced.
 func (q *Queue) SaveCheckpoint(offset int64) error {
 	return q.saveCheckpointRecord(ckptMagic, uint64(offset))
+}
+
+// syncCheckpoint makes segment.log.ckpt durable as it is (what the worker
+// last wrote in place); a queue with none has nothing to sync.
+func (q *Queue) syncCheckpoint() error {
+	f, err := q.fs.OpenFile(q.path(ckptFile), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", ckptFile, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", ckptFile, err)
+	}
+	return nil
 }
 
 // saveCheckpointRecord rewrites segment.log.ckpt durably with one value:
