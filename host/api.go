@@ -33,17 +33,30 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 		correlationID(w, req)
 		http.Redirect(w, req, "/ui/", http.StatusMovedPermanently)
 	})
-	get(r, "/ui/login", s.uiLoginForm)
-	r.POST("/ui/login", s.uiLogin)
-	r.POST("/ui/logout", s.page(s.uiLogout))
-	get(r, "/ui/", s.page(s.uiFlows))
-	get(r, "/ui/queues", s.page(s.uiQueues))
-	get(r, "/ui/queues/:tenant/:flow", s.page(s.uiQueue))
-	get(r, "/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ string) {
-		s.payload(w, r, ps)
-	}))
-	r.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
-	get(r, "/ui/journal", s.page(s.uiJournal))
+	// the UI's pages have their own router, so that a path or a method it
+	// does not answer gets an HTML page (404, 405), not the API's JSON: a
+	// browser shows it in the UI's layout
+	ui := httprouter.New()
+	ui.RedirectTrailingSlash = false
+	ui.RedirectFixedPath = false
+	ui.HandleMethodNotAllowed = true
+	ui.HandleOPTIONS = false
+	ui.NotFound = http.HandlerFunc(s.uiNotFound)
+	ui.MethodNotAllowed = http.HandlerFunc(s.uiMethodNotAllowed)
+	get(ui, "/ui/login", s.uiLoginForm)
+	ui.POST("/ui/login", s.uiLogin)
+	ui.POST("/ui/logout", s.page(s.uiLogout))
+	get(ui, "/ui/", s.page(s.uiFlows))
+	get(ui, "/ui/queues", s.page(s.uiQueues))
+	get(ui, "/ui/queues/:tenant/:flow", s.page(s.uiQueue))
+	get(ui, "/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(s.uiPayload))
+	ui.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
+	get(ui, "/ui/journal", s.page(s.uiJournal))
+	toUI := func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) { ui.ServeHTTP(w, req) }
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace} {
+		r.Handle(m, "/ui/*page", toUI)
+	}
 }
 
 // api wraps an API handler with the admin key check: 401 without it, 403
@@ -133,13 +146,19 @@ func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httpr
 // pageQuery reads a dead-letter listing's ?after=ID&limit=N.
 func pageQuery(r *http.Request) (after uint64, limit int, err error) {
 	q := r.URL.Query()
+	return pageValues(q.Get("after"), q.Get("limit"))
+}
+
+// pageValues reads a dead-letter listing's after and limit ("" for their
+// defaults: 0 and defaultPageSize).
+func pageValues(a, l string) (after uint64, limit int, err error) {
 	limit = defaultPageSize
-	if a := q.Get("after"); a != "" {
+	if a != "" {
 		if after, err = strconv.ParseUint(a, 10, 64); err != nil {
 			return 0, 0, fmt.Errorf("after %q is not a message id", a)
 		}
 	}
-	if l := q.Get("limit"); l != "" {
+	if l != "" {
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxPageSize {
 			return 0, 0, fmt.Errorf("limit %q is not a number from 1 to %d", l, maxPageSize)
 		}
@@ -148,35 +167,58 @@ func pageQuery(r *http.Request) (after uint64, limit int, err error) {
 }
 
 // payload answers a pending dead letter's whole payload as a download
-// (GET /api/…/dlq/{id}/payload and /ui/…/dlq/{id}/payload): the bytes as
-// stored, never rendered by the browser.
+// (GET /api/…/dlq/{id}/payload): the bytes as stored, never rendered by
+// the browser. The UI's link is uiPayload.
 func (s *Server) payload(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
-	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+	if !s.hasQueues(w, r) {
 		return
+	}
+	d, status, err := s.findPayload(ps)
+	switch {
+	case status == http.StatusInternalServerError:
+		s.internalError(w, r, err)
+	case err != nil:
+		writeError(w, status, err.Error())
+	default:
+		s.writePayload(w, ps, d)
+	}
+}
+
+// findPayload finds the pending dead letter of a payload's download,
+// saying which status refuses it and why: 404 when this host runs no
+// queues or the id is not pending (the CLI's text), 400 for a bad name or
+// id, 500 for a failure (the error is for the log).
+func (s *Server) findPayload(ps httprouter.Params) (queue.DeadLetter, int, error) {
+	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
+	if s.cfg.Queues == nil {
+		return queue.DeadLetter{}, http.StatusNotFound, errors.New("this host runs no queues")
+	}
+	if err := nameError(tenant, flowName); err != nil {
+		return queue.DeadLetter{}, http.StatusBadRequest, err
 	}
 	id, err := strconv.ParseUint(ps.ByName("id"), 10, 64)
 	if err != nil || id == 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a message id (a whole number from the dead letters' list)", ps.ByName("id")))
-		return
+		return queue.DeadLetter{}, http.StatusBadRequest, fmt.Errorf("%q is not a message id (a whole number from the dead letters' list)", ps.ByName("id"))
 	}
 	q, err := s.cfg.Queues.Peek(tenant, flowName)
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return queue.DeadLetter{}, http.StatusInternalServerError, err
 	}
 	d, err := q.DeadLetter(id)
 	switch {
 	case errors.Is(err, queue.ErrNotPending):
-		writeError(w, http.StatusNotFound, errNotPending(tenant, flowName, id).Error())
-		return
+		return d, http.StatusNotFound, errNotPending(tenant, flowName, id)
 	case err != nil:
-		s.internalError(w, r, err)
-		return
+		return d, http.StatusInternalServerError, err
 	}
+	return d, http.StatusOK, nil
+}
+
+// writePayload writes d's payload as a download.
+func (s *Server) writePayload(w http.ResponseWriter, ps httprouter.Params, d queue.DeadLetter) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s-%d.payload"`, tenant, flowName, id))
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s-%d.payload"`, ps.ByName("tenant"), ps.ByName("flow"), d.ID))
 	h.Set("Content-Length", strconv.Itoa(len(d.Payload)))
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,7 @@ type uiPage struct {
 	Data    any
 	LoginTo string // the login form's destination after login
 	Refresh string // a page to send the browser to at once
+	Back    string // an error page's way back to its queue ("": to the flows)
 }
 
 // render executes a page into a buffer first, so that a failing template
@@ -190,10 +192,20 @@ func (s *Server) uiQueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	} else if id, err := strconv.ParseUint(q.Get("discarded"), 10, 64); err == nil {
 		p.Notice = fmt.Sprintf("Dead letter %d was discarded; its body leaves the disk at the queue's next drain.", id)
 	}
-	s.renderQueue(w, r, http.StatusOK, tenant, flowName, p)
+	status := http.StatusOK
+	after, limit, err := pageQuery(r)
+	if err != nil {
+		// a bad link: 400, as the Journal page and the API answer, with
+		// the first page under the error
+		p.Error = "The " + err.Error() + "."
+		after, limit, status = 0, defaultPageSize, http.StatusBadRequest
+	}
+	s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 }
 
-func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int, tenant, flowName string, p uiPage) {
+// renderQueue shows the Queue page: the page of dead letters after after,
+// limit to a page.
+func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int, tenant, flowName string, p uiPage, after uint64, limit int) {
 	if s.cfg.Queues == nil {
 		p.Error = "This host runs no queues."
 		s.render(w, r, http.StatusNotFound, "error", p)
@@ -204,18 +216,8 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		s.render(w, r, http.StatusBadRequest, "error", p)
 		return
 	}
-	after, limit, err := pageQuery(r)
-	if err != nil {
-		// a bad link: 400, as the Journal page and the API answer, with
-		// the first page under the error
-		p.Error = "The " + err.Error() + "."
-		after, limit = 0, defaultPageSize
-		if status < http.StatusBadRequest {
-			status = http.StatusBadRequest
-		}
-	}
 	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
-	if r.URL.Query().Has("limit") && limit != defaultPageSize {
+	if limit != defaultPageSize {
 		data.Limit = limit
 	}
 	if info, ok := s.cfg.Queues.Info(tenant, flowName); ok {
@@ -226,12 +228,63 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		}
 		data.Queue = &e
 	}
+	var err error
 	if data.Page, err = s.deadLetterPage(tenant, flowName, after, limit); err != nil {
 		s.pageError(w, r, err)
 		return
 	}
 	p.Data = data
 	s.render(w, r, status, "queue", p)
+}
+
+// pageAfterAction is the page a button sends the browser back to: its
+// own (after, limit), sent by the form, while it still lists a dead
+// letter; else the last page, as the Next page links count the pages
+// (limit at a time from the first); the first when none is pending. A
+// failure to read keeps after.
+func (s *Server) pageAfterAction(r *http.Request, tenant, flowName string) (after uint64, limit int) {
+	after, limit, err := pageValues(r.PostFormValue("after"), r.PostFormValue("limit"))
+	if err != nil {
+		return 0, defaultPageSize // not sent by the page's form: the first page
+	}
+	if after == 0 {
+		return 0, limit
+	}
+	q, err := s.cfg.Queues.Peek(tenant, flowName)
+	if err != nil {
+		return after, limit
+	}
+	page, err := q.DeadLetterPage(after, 1, 0)
+	switch {
+	case err != nil || len(page.Entries) > 0:
+		return after, limit
+	case page.Total == 0:
+		return 0, limit
+	}
+	first := (page.Total - 1) / limit * limit // the last page's first entry, counted from 0
+	if first == 0 {
+		return 0, limit
+	}
+	// ids only: the payloads are cut to nothing
+	before, err := q.DeadLetterPage(0, first, 0)
+	if err != nil || len(before.Entries) == 0 {
+		return after, limit
+	}
+	return before.Entries[len(before.Entries)-1].ID, limit
+}
+
+// pageLink is the query of the Queue page at (after, limit), "" for the
+// first page at the default size; sep is "?" or "&".
+func pageLink(after uint64, limit int, sep string) string {
+	v := ""
+	if after != 0 {
+		v += fmt.Sprintf("%safter=%d", sep, after)
+		sep = "&"
+	}
+	if limit != defaultPageSize {
+		v += fmt.Sprintf("%slimit=%d", sep, limit)
+	}
+	return v
 }
 
 // uiDLQAction is a Replay or Discard button: on success it sends the
@@ -262,9 +315,11 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		return
 	}
 	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
+	// back to the page the button was on (its form sends after and limit)
+	after, limit := s.pageAfterAction(r, tenant, flowName)
 	if err != nil {
 		p.Error = err.Error()
-		s.renderQueue(w, r, status, tenant, flowName, p)
+		s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 		return
 	}
 	back := "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
@@ -273,7 +328,71 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	} else {
 		back += fmt.Sprintf("?discarded=%d", id)
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	http.Redirect(w, r, back+pageLink(after, limit, "&"), http.StatusSeeOther)
+}
+
+// uiPayload is a dead letter's download link: the payload, or an error
+// page (404 for a dead letter that is no longer pending, a stale link).
+func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter.Params, csrf string) {
+	d, status, err := s.findPayload(ps)
+	if err == nil {
+		s.writePayload(w, ps, d)
+		return
+	}
+	if status == http.StatusInternalServerError {
+		s.pageError(w, r, err)
+		return
+	}
+	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
+	p := uiPage{Title: "Queue " + tenant + "/" + flowName, Nav: "queues", CSRF: csrf, Error: oneLine(err.Error())}
+	if status == http.StatusNotFound && s.cfg.Queues != nil {
+		p.Title = "Dead letter not found"
+		p.Back = "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
+	}
+	s.render(w, r, status, "error", p)
+}
+
+// uiNotFound answers a path under /ui/ that is no page with the UI's 404
+// page (the API's paths keep their JSON).
+func (s *Server) uiNotFound(w http.ResponseWriter, r *http.Request) {
+	s.uiRefusal(w, r, http.StatusNotFound, "Page not found", "There is no page at "+r.URL.Path+".")
+}
+
+// uiMethodNotAllowed answers a method a page of the UI does not take
+// (GET /ui/logout, a form posted to a page) with the UI's 405 page; Allow
+// names the methods it takes.
+func (s *Server) uiMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	// the router lists OPTIONS, which it does not answer here
+	allow := slices.DeleteFunc(strings.Split(w.Header().Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions })
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	s.uiRefusal(w, r, http.StatusMethodNotAllowed, "Method not allowed",
+		"The page "+r.URL.Path+" does not answer "+r.Method+" (it answers "+strings.Join(allow, ", ")+").")
+}
+
+// uiRefusal is the UI's error page for a request no page takes, made
+// before its body is read (the connection closes after it when it has
+// one, as refuseUnread does). The navigation has its Log out button when
+// the request came with a session.
+func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
+	correlationID(w, r)
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	p := uiPage{Title: title, Error: oneLine(msg)}
+	if auth, session := s.adminAuth(r); auth == authSession {
+		p.CSRF = s.csrfToken(session)
+	}
+	s.render(w, r, status, "error", p)
+}
+
+// oneLine writes msg's control characters (a path's decoded %0A) escaped,
+// as the API's refusals do: a message is one line.
+func oneLine(msg string) string {
+	if !strings.ContainsFunc(msg, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return msg
+	}
+	q := strconv.Quote(msg)
+	return q[1 : len(q)-1]
 }
 
 // journalPage is the Journal page's data.

@@ -219,6 +219,32 @@ type deadLetterPage struct {
 	// NextAfter is the after= of the next page; nil on the last.
 	NextAfter   *uint64           `json:"next_after"`
 	DeadLetters []deadLetterEntry `json:"dead_letters"`
+	// Damaged lists the parts of dlq.log and dlq.log.acked that fail
+	// their check, as nexus dlq list reports them (a torn tail, a write in
+	// progress, is not damage); absent when there are none.
+	Damaged []damageEntry `json:"damaged,omitempty"`
+}
+
+// damageEntry is a damaged frame of a queue's dead-letter files: a dead
+// letter of dlq.log that cannot be read, so is not listed, or a mark of
+// dlq.log.acked that is not applied, so the dead letter it marked is
+// listed as pending again. Message says so in nexus dlq list's words.
+type damageEntry struct {
+	File    string  `json:"file"`
+	Offset  int64   `json:"offset"`
+	Length  int64   `json:"length"`
+	ID      *uint64 `json:"id"` // null when the record is unreadable
+	Reason  string  `json:"reason"`
+	Message string  `json:"message"`
+}
+
+// newDamageEntry describes d as nexus dlq list does.
+func newDamageEntry(d queue.Damage) damageEntry {
+	e := damageEntry{File: d.File, Offset: d.Offset, Length: d.Length, Reason: d.Reason, Message: d.DeadLetterText()}
+	if d.ID != 0 {
+		e.ID = &d.ID
+	}
+	return e
 }
 
 func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int) (deadLetterPage, error) {
@@ -245,6 +271,9 @@ func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int
 	if page.More && len(page.Entries) > 0 {
 		last := page.Entries[len(page.Entries)-1].ID
 		v.NextAfter = &last
+	}
+	for _, d := range page.Damage {
+		v.Damaged = append(v.Damaged, newDamageEntry(d))
 	}
 	return v, nil
 }

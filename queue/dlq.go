@@ -312,6 +312,10 @@ type DeadLetterPage struct {
 	Entries []PageEntry
 	Total   int  // the pending dead letters in all
 	More    bool // some come after the page's last entry
+	// Damage is what ReadDeadLetters reports: the damaged frames of
+	// dlq.log and dlq.log.acked, a torn tail (a write in progress) left
+	// out.
+	Damage []Damage
 }
 
 // PageEntry is a dead letter of a page, its payload cut to the page's
@@ -328,15 +332,17 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	var page DeadLetterPage
 	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
 	var ids []uint64
-	if _, err := q.eachPending(func(rec []byte) error {
+	damage, err := q.eachPending(func(rec []byte) error {
 		page.Total++
 		if id := binary.BigEndian.Uint64(rec[1:9]); id > after {
 			ids = append(ids, id)
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return page, err
 	}
+	page.Damage = slices.DeleteFunc(damage, func(d Damage) bool { return d.Torn })
 	slices.Sort(ids)
 	if len(ids) > limit {
 		page.More, ids = true, ids[:limit]
@@ -344,7 +350,7 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	if len(ids) == 0 {
 		return page, nil
 	}
-	_, err := q.eachPending(func(rec []byte) error {
+	_, err = q.eachPending(func(rec []byte) error {
 		if _, want := slices.BinarySearch(ids, binary.BigEndian.Uint64(rec[1:9])); !want {
 			return nil
 		}

@@ -219,6 +219,23 @@ func (d Damage) String() string {
 	return fmt.Sprintf("%s: %s at offset %d (%d bytes%s): %s", d.File, what, d.Offset, d.Length, id, d.Reason)
 }
 
+// DeadLetterText says what damage in a dead-letter file means for the
+// listing, as nexus dlq list and the UI say it: a dead letter of dlq.log
+// that cannot be read is not listed; a mark of dlq.log.acked that cannot
+// be read is not applied, so the dead letter it marked is listed as
+// pending.
+func (d Damage) DeadLetterText() string {
+	id := ""
+	if d.ID != 0 {
+		id = fmt.Sprintf(", id=%d", d.ID)
+	}
+	what := "a damaged dead letter at offset %d (%d bytes%s) is not listed"
+	if d.File != dlqFile {
+		what = "a damaged replay or discard mark at offset %d (%d bytes%s): the dead letter it marked is listed as pending"
+	}
+	return fmt.Sprintf("%s: "+what+": %s", d.File, d.Offset, d.Length, id, d.Reason)
+}
+
 // frameAt reads the frame at off of a file of the given size. It returns
 // the record and the frame's total length, or why the frame does not
 // verify. It never allocates more than the file holds.

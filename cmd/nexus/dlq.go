@@ -123,16 +123,7 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 		for _, d := range damage {
 			// the listing stands without it; the frame leaves the disk
 			// at the queue's next rewrite of dlq.log, logged there
-			id := ""
-			if d.ID != 0 {
-				id = fmt.Sprintf(", id=%d", d.ID)
-			}
-			what := "a damaged dead letter at offset %d (%d bytes%s) is not listed"
-			if d.File != "dlq.log" {
-				what = "a damaged replay or discard mark at offset %d (%d bytes%s): the dead letter it marked is listed as pending"
-			}
-			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s: "+what+": %s\n",
-				n[0], n[1], d.File, d.Offset, d.Length, id, d.Reason)
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s\n", n[0], n[1], d.DeadLetterText())
 		}
 		for _, d := range dl {
 			entries = append(entries, entry{n[0], n[1], d})
