@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -87,38 +88,54 @@ func serverWriter(w http.ResponseWriter) http.ResponseWriter {
 // parseBody turns a body into the document a flow receives: JSON for
 // application/json, +json or no content type; XML (application/xml,
 // text/xml, +xml) flattened; an empty body is {}. Another type or a
-// Content-Encoding but identity answers 415; a body that does not parse
-// answers 400 naming the problem.
-func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, isJSON, ok bool) {
+// Content-Encoding but identity answers 415; a body that does not parse,
+// or a request with two Content-Type lines (which proxies and servers
+// read differently), answers 400 naming the problem. A JSON body may begin
+// with a byte order mark; rawJSON is the JSON parsed, without it (nil for
+// XML and for an empty body).
+func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, rawJSON []byte, ok bool) {
 	// every Content-Encoding line and every coding in each: one gzip
 	// after an identity still encodes the body
 	for _, line := range r.Header["Content-Encoding"] {
 		for enc := range strings.SplitSeq(line, ",") {
 			if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
 				writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
-				return nil, false, false
+				return nil, nil, false
 			}
 		}
+	}
+	if len(r.Header["Content-Type"]) > 1 {
+		writeError(w, http.StatusBadRequest, "more than one Content-Type header")
+		return nil, nil, false
 	}
 	kind, err := bodyKind(headerValue(r, "Content-Type"))
 	if err != nil {
 		writeError(w, http.StatusUnsupportedMediaType, err.Error())
-		return nil, false, false
+		return nil, nil, false
 	}
 	if len(body) == 0 {
-		return flow.NewObject(nil, nil), false, true
+		return flow.NewObject(nil, nil), nil, true
 	}
 	if kind == kindXML {
 		doc, err = flow.FlattenXML(body)
 	} else {
+		// RFC 8259 lets a parser ignore a byte order mark, which some
+		// clients write; XML accepts one too
+		body = bytes.TrimPrefix(body, utf8BOM)
 		doc, err = flow.ParseJSON(body, maxJSONDepth)
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
-		return nil, false, false
+		return nil, nil, false
 	}
-	return doc, kind == kindJSON, true
+	if kind == kindJSON {
+		rawJSON = body
+	}
+	return doc, rawJSON, true
 }
+
+// utf8BOM is the byte order mark of UTF-8.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 type contentKind int
 

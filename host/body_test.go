@@ -239,6 +239,8 @@ func TestContentTypes(t *testing.T) {
 		{"application/xml", `<order><id>A-1</id></order>`, `{"id":"A-1"}`},
 		{"text/xml; charset=UTF-8", `<order><id>A-1</id></order>`, `{"id":"A-1"}`},
 		{"application/soap+xml", `<order><id>A-1</id></order>`, `{"id":"A-1"}`},
+		// RFC 8259 lets a parser ignore a byte order mark; it was a 400
+		{"application/json", "\uFEFF" + `{"a":1}`, `{"a":1}`},
 	} {
 		t.Run("accepted "+tc.contentType, func(t *testing.T) {
 			wantJSON(t, send(tc.contentType, tc.body), tc.want)
@@ -266,6 +268,13 @@ func TestContentTypes(t *testing.T) {
 			}
 		})
 	}
+	// two Content-Type lines, which servers and proxies read differently
+	// (the first or the last): refused; the first was read
+	t.Run("two Content-Type lines", func(t *testing.T) {
+		r := runRequest("acme", "echo", keyAcmeAll, `<order><id>A-1</id></order>`)
+		r.Header["Content-Type"] = []string{"application/xml", "application/json"}
+		wantRefusal(t, fx.serve(r), http.StatusBadRequest, "more than one Content-Type header")
+	})
 	t.Run("Content-Encoding identity", func(t *testing.T) {
 		wantJSON(t, send("application/json", `{"a":1}`, "Content-Encoding", "identity"), `{"a":1}`)
 	})

@@ -83,10 +83,8 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName 
 	if !ok || !s.checkSignature(w, r, body) {
 		return a, nil, false
 	}
-	doc, isJSON, ok := parseBody(w, r, body)
-	if isJSON {
-		a.rawJSON = body
-	}
+	doc, rawJSON, ok := parseBody(w, r, body)
+	a.rawJSON = rawJSON
 	return a, doc, ok
 }
 
