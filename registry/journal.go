@@ -63,6 +63,11 @@ type JournalWriter struct {
 	head  int           // the oldest waiting entry's index in ring
 	count int           // how many wait
 	full  chan struct{} // capacity 1: a batch is waiting
+	// stopped is set by Close once the writer has written what it could:
+	// an entry appended after (an execution that outlived the shutdown)
+	// would never be written, so it is counted and logged as dropped
+	stopped bool
+	late    atomic.Int64 // entries appended after Stop, for their warning
 
 	life lifecycle.Loop
 }
@@ -91,6 +96,15 @@ func (r *Registry) NewJournalWriter(cfg JournalConfig) *JournalWriter {
 // oldest waiting entry is dropped and counted.
 func (w *JournalWriter) Append(e Entry) {
 	w.bufMu.Lock()
+	if w.stopped {
+		w.bufMu.Unlock()
+		w.dropped.Add(1)
+		if n := w.late.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
+			w.cfg.Logger.Warn("journal entries came after the journal was closed: dropped", "event", "journal_dropped", "dropped", n,
+				"tenant", e.Tenant, "flow", e.Flow, "correlation_id", e.CorrelationID)
+		}
+		return
+	}
 	dropped := false
 	switch {
 	case w.count == len(w.ring) && len(w.ring) < w.cfg.Buffer:
@@ -208,11 +222,35 @@ func (w *JournalWriter) Dropped() int64 { return w.dropped.Load() }
 func (w *JournalWriter) Written() int64 { return w.written.Load() }
 
 // Start begins writing in the background and returns at once.
-func (w *JournalWriter) Start() { w.life.Start(w.loop) }
+func (w *JournalWriter) Start() {
+	w.bufMu.Lock()
+	w.stopped = false
+	w.bufMu.Unlock()
+	w.life.Start(w.loop)
+}
 
 // Stop writes what is buffered, then stops the writer and waits for it.
-// It is safe to call more than once, and without Start.
+// Entries appended afterwards wait for the next Start. It is safe to call
+// more than once, and without Start.
 func (w *JournalWriter) Stop() { w.life.Stop() }
+
+// Close is Stop for good, at shutdown: an entry appended from then on (an
+// execution that outlived the shutdown's deadline) is dropped, counted and
+// logged (journal_dropped), as is one that came while the writer wrote its
+// last batch; nothing would write them. Safe to call more than once.
+func (w *JournalWriter) Close() {
+	w.life.Stop()
+	w.bufMu.Lock()
+	w.stopped = true
+	n := w.count
+	clear(w.ring)
+	w.head, w.count = 0, 0
+	w.bufMu.Unlock()
+	if n > 0 {
+		w.dropped.Add(int64(n))
+		w.cfg.Logger.Error("journal entries lost at stop: they came after the last write", "event", "journal_dropped", "dropped", n)
+	}
+}
 
 func (w *JournalWriter) loop(ctx context.Context) {
 	flush := time.NewTicker(w.cfg.FlushEvery)

@@ -420,3 +420,27 @@ func TestCatchUpPruneLetsDoorsIn(t *testing.T) {
 		t.Errorf("a dedup claim made during a prune of 4 batches was done %v after the prune: it got the write lock only when the prune was done", claimed.Sub(done))
 	}
 }
+
+// TestJournalClosedDropsWhatComesAfter: an entry appended after Close (at
+// shutdown: a /run that outlived the deadline) is counted as dropped and
+// logged, never written. It sat in the buffer, neither written nor
+// counted.
+func TestJournalClosedDropsWhatComesAfter(t *testing.T) {
+	r, _ := newRegistry(t)
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
+	w.Start()
+	w.Append(entry(0, "acme", "f", t0))
+	w.Close()
+	w.Close()
+	w.Append(entry(1, "acme", "f", t0.Add(time.Second)))
+	if w.Written() != 1 || w.Dropped() != 1 {
+		t.Errorf("Written() = %d, Dropped() = %d; want 1 and 1", w.Written(), w.Dropped())
+	}
+	if got := logs.Events(t, "journal_dropped"); len(got) != 1 || got[0]["correlation_id"] != entry(1, "acme", "f", t0).CorrelationID {
+		t.Errorf("journal_dropped lines %v, want one naming the entry", got)
+	}
+	if n := len(journal(t, r, registry.JournalQuery{})); n != 1 {
+		t.Errorf("%d entries in the journal, want 1", n)
+	}
+}
