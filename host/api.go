@@ -33,9 +33,10 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 		correlationID(w, req)
 		http.Redirect(w, req, "/ui/", http.StatusMovedPermanently)
 	})
-	// the UI's pages have their own router, so that a path or a method it
-	// does not answer gets an HTML page (404, 405), not the API's JSON: a
-	// browser shows it in the UI's layout
+	// the UI's pages have their own router, which Handler gives every
+	// path under /ui/, whatever the method, so that a path or a method
+	// it does not answer gets an HTML page (404, 405), not the API's
+	// JSON: a browser shows it in the UI's layout
 	ui := httprouter.New()
 	ui.RedirectTrailingSlash = false
 	ui.RedirectFixedPath = false
@@ -52,11 +53,10 @@ func (s *Server) routeManagement(r *httprouter.Router) {
 	get(ui, "/ui/queues/:tenant/:flow/dlq/:id/payload", s.page(s.uiPayload))
 	ui.POST("/ui/queues/:tenant/:flow/dlq/:id/:action", s.page(s.uiDLQAction))
 	get(ui, "/ui/journal", s.page(s.uiJournal))
-	toUI := func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) { ui.ServeHTTP(w, req) }
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace} {
-		r.Handle(m, "/ui/*page", toUI)
+	ui.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
+		s.pageError(w, req, fmt.Errorf("panic: %v", p))
 	}
+	s.ui = ui
 }
 
 // api wraps an API handler with the admin key check: 401 without it, 403

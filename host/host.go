@@ -78,7 +78,8 @@ const DefaultMaxBodyBytes = 1 << 20
 type Server struct {
 	cfg      Config
 	router   *httprouter.Router
-	limiters sync.Map // a key's hash ([32]byte) → *limiter
+	ui       *httprouter.Router // the UI's pages; nil without an admin key
+	limiters sync.Map           // a key's hash ([32]byte) → *limiter
 }
 
 // New returns a Server for cfg.
@@ -151,8 +152,20 @@ func get(r *httprouter.Router, path string, h httprouter.Handle) {
 	r.HEAD(path, h)
 }
 
-// Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.router }
+// Handler is the server's HTTP handler: the UI's router for the paths
+// under /ui/ (a host with an admin key), the main router for the others.
+func (s *Server) Handler() http.Handler {
+	if s.ui == nil {
+		return s.router
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/ui/") {
+			s.ui.ServeHTTP(w, r)
+			return
+		}
+		s.router.ServeHTTP(w, r)
+	})
+}
 
 // refuseUnread writes a refusal made before the request's body was read.
 // When the request has one (a length, or chunked), the connection closes

@@ -254,23 +254,21 @@ func (s *Server) pageAfterAction(r *http.Request, tenant, flowName string) (afte
 	if err != nil {
 		return after, limit
 	}
-	page, err := q.DeadLetterPage(after, 1, 0)
+	// the ids alone, in one scan: what a page lists is known from them
+	ids, err := q.PendingIDs()
 	switch {
-	case err != nil || len(page.Entries) > 0:
+	case err != nil:
 		return after, limit
-	case page.Total == 0:
+	case len(ids) == 0:
 		return 0, limit
+	case ids[len(ids)-1] > after:
+		return after, limit // the page still lists a dead letter
 	}
-	first := (page.Total - 1) / limit * limit // the last page's first entry, counted from 0
+	first := (len(ids) - 1) / limit * limit // the last page's first entry, counted from 0
 	if first == 0 {
 		return 0, limit
 	}
-	// ids only: the payloads are cut to nothing
-	before, err := q.DeadLetterPage(0, first, 0)
-	if err != nil || len(before.Entries) == 0 {
-		return after, limit
-	}
-	return before.Entries[len(before.Entries)-1].ID, limit
+	return ids[first-1], limit
 }
 
 // pageLink is the query of the Queue page at (after, limit), "" for the

@@ -207,7 +207,6 @@ func TestUIAnswersArePages(t *testing.T) {
 		t.Fatalf("discard: %d %s", w.Code, w.Body)
 	}
 
-	errorLine := regexp.MustCompile(`<div class="error" role="alert">([^\n<]*)</div>`)
 	const (
 		session = iota
 		bearer

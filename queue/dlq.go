@@ -369,6 +369,21 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	return page, err
 }
 
+// PendingIDs returns the ids of the pending dead letters, sorted: one scan
+// of dlq.log that decodes no record and keeps 8 bytes a dead letter (the
+// first pass of DeadLetterPage keeps as much).
+func (q *Queue) PendingIDs() ([]uint64, error) {
+	var ids []uint64
+	if _, err := q.eachPending(func(rec []byte) error {
+		ids = append(ids, binary.BigEndian.Uint64(rec[1:9]))
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // Mark records that the pending dead letter id was replayed or discarded
 // (MarkReplayed, MarkDiscarded): it no longer appears among the pending
 // ones. An id that is not pending is ErrNotPending, and nothing is written.

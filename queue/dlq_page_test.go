@@ -578,6 +578,10 @@ func TestDeadLetterPage(t *testing.T) {
 			}
 		})
 	}
+	// the ids alone, sorted, the discarded 7 left out
+	if ids, err := q.PendingIDs(); err != nil || !slices.Equal(ids, pending) {
+		t.Errorf("PendingIDs() = %v, %v; want %v", ids, err, pending)
+	}
 
 	t.Run("walking the pages", func(t *testing.T) {
 		var seen []uint64
