@@ -35,6 +35,12 @@ func TestClockSetBack(t *testing.T) {
 			[]string{"a@14:15:00", "a@14:30:00", "a@14:45:00"}, 1},
 		{"a cron expression by more than its gap", "*/15 * * * *", time.Hour, at(45, 30).Add(-time.Hour),
 			[]string{"a@14:15:00", "a@13:30:00", "a@13:45:00"}, 2},
+		// 14:00 is 15 minutes from the record, but the clock went back by
+		// 20, more than the gap: the times since 13:56 are new ones (the
+		// record was compared with the time due, and nothing ticked until
+		// 14:30)
+		{"a cron expression by between one and two gaps", "*/15 * * * *", 20 * time.Minute, at(15, 30),
+			[]string{"a@14:15:00", "a@14:00:00", "a@14:15:00"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -59,5 +65,160 @@ func TestClockSetBack(t *testing.T) {
 				t.Errorf("cron_clock_set_back lines %v, want %d", got, c.logged)
 			}
 		})
+	}
+}
+
+// TestChathamFallBackDoesNotSpin: in Pacific/Chatham the clock falls
+// back at 03:45 (+1345) to 02:45 (+1245), so 03:00 happens twice (13:15 and
+// 14:15 UTC on 2026-04-04); both tick (docs: a time that happens twice
+// ticks twice). Between 14:00 and 14:15 UTC robfig/cron's Next returns
+// 13:15 UTC, a time in the past. A set back is now read from the clock
+// itself; when it was read from Next going back, this was one (a false
+// cron_clock_set_back), the next time became 13:15 UTC, and the loop
+// waited 0 at every pass until 14:15: it spun.
+func TestChathamFallBackDoesNotSpin(t *testing.T) {
+	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	e.publish(cronFlow("acme", "nightly", "0 3 * * *", "Pacific/Chatham", ""))
+	start := time.Date(2026, 4, 4, 13, 0, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	e.start("a", clk, time.Minute)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, start.Add(80*time.Minute), 200)
+	if got, want := tickTimes(e.ticks.all()), []string{"a@13:15:00", "a@14:15:00"}; !cmp.Equal(got, want) {
+		t.Errorf("ticks %v, want %v", got, want)
+	}
+	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+		t.Errorf("the clock was not set back, yet: %v", got)
+	}
+}
+
+// TestLordHoweNoFalseClockSetBack: in Australia/Lord_Howe robfig/cron
+// steps over the daily 12:00 of the day the clock moves (docs: Daylight
+// saving), so Next is not monotonic: Next(01:00 UTC) is 04-06, Next(15:30
+// UTC) is 04-05, which was taken for a clock set back.
+func TestLordHoweNoFalseClockSetBack(t *testing.T) {
+	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	e.publish(cronFlow("acme", "noon", "0 12 * * *", "Australia/Lord_Howe", ""))
+	start := time.Date(2026, 4, 4, 0, 30, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	e.start("a", clk, time.Minute)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, time.Date(2026, 4, 5, 2, 0, 0, 0, time.UTC), 3000)
+	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+		t.Errorf("the clock was not set back, yet: %v (ticks %v)", got, tickTimes(e.ticks.all()))
+	}
+}
+
+// TestNoFalseClockSetBackInNormalOperation: irregular gaps, a DST
+// change in a zone, a late holder, a standby with a clock a little behind:
+// no cron_clock_set_back, each time ticked once.
+func TestNoFalseClockSetBackInNormalOperation(t *testing.T) {
+	for _, c := range []struct {
+		name, spec, zone string
+		start            time.Time
+		span             time.Duration
+		poll             time.Duration
+	}{
+		{"twice a day", "0 9,17 * * *", "", st0, 72 * time.Hour, time.Hour},
+		{"monthly", "0 0 1 * *", "", st0, 100 * 24 * time.Hour, 24 * time.Hour},
+		{"New York fall back, 01:30 twice", "30 1 * * *", "America/New_York", time.Date(2026, 10, 31, 0, 0, 0, 0, time.UTC), 72 * time.Hour, 10 * time.Minute},
+		{"New York spring forward", "30 2 * * *", "America/New_York", time.Date(2026, 3, 7, 0, 0, 0, 0, time.UTC), 72 * time.Hour, 10 * time.Minute},
+		{"Berlin hourly across fall back", "0 * * * *", "Europe/Berlin", time.Date(2026, 10, 24, 20, 0, 0, 0, time.UTC), 30 * time.Hour, 7 * time.Minute},
+		{"@every with a zone", "@every 7m", "Asia/Kolkata", st0, 3 * time.Hour, time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			logs := &jsonlogtest.Buffer{}
+			e.log = logs.Logger(slog.LevelInfo)
+			e.publish(cronFlow("acme", "f", c.spec, c.zone, ""))
+			clkA := clocktest.New(c.start)
+			e.start("a", clkA, c.poll)
+			clkA.WaitCalls(t, 1)
+			clkA.StepUntil(t, c.start.Add(c.span), 20000)
+			if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+				t.Errorf("%d false cron_clock_set_back: %v", len(got), got)
+			}
+			seen := map[string]bool{}
+			for _, ev := range logs.Events(t, "cron_tick") {
+				s, _ := ev["scheduled_for"].(string)
+				if seen[s] {
+					t.Errorf("%s ticked twice", s)
+				}
+				seen[s] = true
+			}
+			if len(seen) == 0 {
+				t.Error("no tick")
+			}
+		})
+	}
+}
+
+// TestStandbyBehindTakesOverNoDoubleTick: a standby whose clock is
+// 5 s behind the holder's, on a "* * * * *" flow, takes it over at a poll
+// after the holder ticked 14:04 and stopped: no time is ticked twice, none
+// of the holder's record is taken for a clock set back, and the standby
+// goes on.
+func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
+	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Hour)
+	clkA.WaitCalls(t, 1)
+	clkA.StepEarliest(t) // 14:03 a ticks
+	clkB := clocktest.New(st0.Add(-5 * time.Second))
+	e.start("b", clkB, time.Second)
+	clkB.WaitCalls(t, 1)
+	clkA.StepEarliest(t) // 14:04 a ticks
+	clkB.StepUntil(t, at(3, 57), 400)
+	a.Stop()
+	clkB.StepUntil(t, at(6, 30), 400)
+	want := []string{"a@14:03:00", "a@14:04:00", "b@14:05:00", "b@14:06:00"}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+		t.Errorf("false cron_clock_set_back: %v", got)
+	}
+}
+
+// TestStandbyFarBehindNoDoubleTick: the same with a standby 90 s
+// behind (more than the schedule's gap, a minute). a ticks 14:03 and 14:04
+// and stops at 14:04:10 (b's 14:02:40); b takes over with 14:02 pending.
+// The record, 14:04, is 2 min ahead of that due time, more than a gap,
+// but b's clock was never set back: the record holds and b ticks from
+// 14:05. When a record more than a gap ahead was taken for a set back, b
+// ticked 14:02, then 14:03 and 14:04 a second time.
+func TestStandbyFarBehindNoDoubleTick(t *testing.T) {
+	e := newEnv(t)
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Hour)
+	clkA.WaitCalls(t, 1)
+	clkA.StepEarliest(t) // 14:03 a ticks
+	clkB := clocktest.New(st0.Add(-90 * time.Second))
+	e.start("b", clkB, 10*time.Second)
+	clkB.WaitCalls(t, 1)
+	clkA.StepEarliest(t)              // 14:04 a ticks
+	clkB.StepUntil(t, at(2, 40), 400) // b refused at 14:02:00: pending
+	a.Stop()
+	clkB.StepUntil(t, at(6, 30), 400)
+	seen := map[string]int{}
+	for _, ev := range logs.Events(t, "cron_tick") {
+		s, _ := ev["scheduled_for"].(string)
+		seen[s]++
+		if seen[s] == 2 {
+			t.Errorf("%s ticked twice (ticks %v)", s, tickTimes(e.ticks.all()))
+		}
+	}
+	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+		t.Errorf("no clock was set back, yet: %v", got)
 	}
 }

@@ -1,8 +1,11 @@
 package scheduler_test
 
 import (
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/scheduler"
@@ -73,3 +76,86 @@ func TestNextTickOfACronExpression(t *testing.T) {
 		t.Errorf("NextTick = %v, want %v", got, want)
 	}
 }
+
+// TestNextTickAfterATakeoverAtAPoll: b stands by an @every 1m
+// flow that a holds (a's times are :00, b's :20). a ticks 14:04:00 and
+// stops; b takes the lock at its 14:04:10 poll (its pending 14:03:20 was
+// ticked, the record says). Its next tick is 14:05:00 (a period after the
+// record: fire defers its own 14:04:20), and NextTick says so while b
+// stands by and once it holds the flow. It showed b's own 14:04:20, never
+// ticked, once b held the flow.
+func TestNextTickAfterATakeoverAtAPoll(t *testing.T) {
+	e := newEnv(t)
+	ls := e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
+	lf, _ := ls.Lookup("acme", "minutely")
+	sc := lf.Flow.Schedule()
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Hour)
+	clkA.WaitCalls(t, 1)
+	clkA.StepEarliest(t) // 14:03:00: a ticks
+	clkB := clocktest.New(at(2, 20))
+	b := e.start("b", clkB, 10*time.Second)
+	clkB.WaitCalls(t, 1)
+	clkB.StepUntil(t, at(3, 50), 100) // refused at 14:03:20: pending
+	clkA.StepEarliest(t)              // 14:04:00: a ticks
+	clkB.StepUntil(t, at(4, 0), 100)
+	if got, want := b.NextTick("acme", "minutely", sc, clkB.Now()), at(5, 0); !got.Equal(want) {
+		t.Errorf("b standing by at 14:04:00: NextTick %v, want %v", hhmmss(got), hhmmss(want))
+	}
+	a.Stop()
+	now := clkB.StepEarliest(t) // 14:04:10: b takes over
+	if !e.lockHeld("acme", "minutely") {
+		t.Fatalf("b has not taken the lock at %v", hhmmss(now))
+	}
+	shown := b.NextTick("acme", "minutely", sc, now)
+	clkB.StepUntil(t, at(6, 30), 100)
+	want := []string{"a@14:03:00", "a@14:04:00", "b@14:05:00", "b@14:06:00"}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+	if !shown.Equal(at(5, 0)) {
+		t.Errorf("b, holding the flow at %v: NextTick %v, but its next tick is 14:05:00", hhmmss(now), hhmmss(shown))
+	}
+}
+
+// TestNextTickConcurrent: NextTick from other goroutines (HTTP
+// handlers) while the loop runs, a takeover and a publication happen (run
+// with -race).
+func TestNextTickConcurrent(t *testing.T) {
+	e := newEnv(t)
+	ls := e.publish(cronFlow("acme", "f", "@every 10s", "", ""), cronFlow("acme", "g", "*/5 * * * *", "Europe/Berlin", ""))
+	clk := clocktest.New(st0)
+	a := e.start("a", clk, time.Second)
+	b := e.start("b", clk, time.Second)
+	clk.WaitCalls(t, 2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range []*scheduler.Scheduler{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, name := range []string{"f", "g"} {
+					lf, _ := e.live.Live().Lookup("acme", name)
+					if lf.Flow != nil && lf.Flow.Schedule() != nil {
+						s.NextTick("acme", name, lf.Flow.Schedule(), clk.Now())
+						scheduler.NextTick(e.dir, "acme", name, lf.Flow.Schedule(), clk.Now())
+					}
+				}
+			}
+		}()
+	}
+	_ = ls
+	clk.StepUntil(t, st0.Add(time.Minute), 200)
+	e.publish(cronFlow("acme", "f", "@every 20s", "", ""), cronFlow("acme", "g", "*/5 * * * *", "Europe/Berlin", ""))
+	clk.StepUntil(t, st0.Add(2*time.Minute), 200)
+	close(stop)
+	wg.Wait()
+}
+
+func hhmmss(t time.Time) string { return t.UTC().Format(time.TimeOnly) }

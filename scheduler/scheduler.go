@@ -136,6 +136,11 @@ type entry struct {
 	// says it was made, and ticks are at most once.
 	unqueued    time.Time
 	unqueuedCID string
+	// setBack is how far this process saw the wall clock go back since
+	// the entry last fired, zero when it did not: the next fire ignores
+	// the last tick's record if it went back by more than the gap
+	// between two ticks (see fire)
+	setBack time.Duration
 }
 
 func (s *Scheduler) run(ctx context.Context) {
@@ -151,9 +156,18 @@ func (s *Scheduler) run(ctx context.Context) {
 			}
 		}
 	}()
+	var lastWall time.Time // the clock at the previous pass
 	for ctx.Err() == nil {
 		now := s.cfg.Clock.Now()
-		s.follow(entries, now)
+		// the wall clock alone (Round(0) drops the monotonic reading,
+		// which never goes back): how far it was set back since the
+		// previous pass, zero when it was not
+		var back time.Duration
+		if wall := now.Round(0); !lastWall.IsZero() && wall.Before(lastWall) {
+			back = lastWall.Sub(wall)
+		}
+		lastWall = now.Round(0)
+		s.follow(entries, now, back)
 		wait := s.cfg.Poll
 		for _, e := range entries {
 			if e.next.IsZero() {
@@ -185,7 +199,7 @@ func (s *Scheduler) run(ctx context.Context) {
 
 // follow brings the entries in line with the live set: a schedule added,
 // changed or removed by a publication takes effect here, at the swap.
-func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
+func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back time.Duration) {
 	live := s.cfg.Live.Live()
 	seen := map[[2]string]bool{}
 	if live != nil {
@@ -198,7 +212,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 			seen[k] = true
 			e, ok := entries[k]
 			if ok && e.spec == sc.Spec() && e.zone == sc.Location().String() {
-				s.followClock(e, sc, now)
+				s.followClock(e, sc, now, back)
 				continue
 			}
 			if period, every := sc.Every(); ok && every && period == e.every {
@@ -206,7 +220,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 				// or with a zone, which @every ignores: the same times,
 				// so the next one and a pending one stand
 				e.spec, e.zone = sc.Spec(), sc.Location().String()
-				s.followClock(e, sc, now)
+				s.followClock(e, sc, now, back)
 				continue
 			}
 			if !ok {
@@ -243,17 +257,24 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time) {
 	}
 }
 
-// followClock brings an entry's next time back when the wall clock was
-// set back: a next time later than the schedule's next one from now was
-// computed on the clock before (timers count on a monotonic clock, and
-// the clock's time no longer reaches it when they say). Without this, the
-// flow stayed silent for as long as the clock went back. A time that was
-// ticked already is not ticked again unless the clock went back by more
-// than the gap between two ticks (see fire).
-func (s *Scheduler) followClock(e *entry, sc *flow.Schedule, now time.Time) {
-	if n := sc.Next(now); !n.IsZero() && n.Before(e.next) {
+// followClock follows the wall clock set back by back (zero when it was
+// not) since the previous pass: the entry's next time, computed on the
+// clock before, is brought back to the schedule's next time from now
+// (timers count on a monotonic clock, and the clock's time would not
+// reach it when they say: the flow stayed silent for as long as the clock
+// went back), and the entry remembers how far the clock went back, for
+// its next fire.
+func (s *Scheduler) followClock(e *entry, sc *flow.Schedule, now time.Time, back time.Duration) {
+	if back <= 0 {
+		return
+	}
+	e.setBack = max(e.setBack, back)
+	// only a time still to come (robfig/cron can answer a past one around
+	// some zones' changes of offset)
+	if n := sc.Next(now); n.After(now) && n.Before(e.next) {
 		s.cfg.Logger.Warn("the clock was set back: the next tick follows it", "event", "cron_clock_set_back",
-			"tenant", e.tenant, "flow", e.flow, "was", e.next.UTC().Format(time.RFC3339), "next", n.UTC().Format(time.RFC3339))
+			"tenant", e.tenant, "flow", e.flow, "set_back_ms", back.Milliseconds(),
+			"was", e.next.UTC().Format(time.RFC3339), "next", n.UTC().Format(time.RFC3339))
 		e.next = n
 	}
 }
@@ -334,15 +355,20 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
 	}
-	if gap := sc.Next(due).Sub(due); gap > 0 && last.Sub(due) > gap {
-		// a record further ahead of the clock than the gap between two
-		// ticks was made before the clock was set back: by more than a
-		// gap, so the times of the gap are new ones, ticked by the clock
-		// (a record a gap ahead or less can be a process's that took the
-		// flow over, and keeps the time it ticked from being ticked again)
-		log.Warn("the last tick's record is ahead of the clock, which was set back: ticking by the clock", "event", "cron_clock_set_back",
-			"last_tick", last.UTC().Format(time.RFC3339), "scheduled_for", due.UTC().Format(time.RFC3339))
-		last = time.Time{}
+	if back := e.setBack; back > 0 {
+		e.setBack = 0
+		if gap := sc.Next(due).Sub(due); gap > 0 && back > gap && last.After(due) {
+			// the record was made before this process saw the clock go
+			// back by more than the gap between two ticks: the times of
+			// the gap are new ones, ticked by the clock. (A record ahead
+			// of the time due without a set back is another process's,
+			// whose clock runs a little ahead, and keeps a time it ticked
+			// from being ticked again.)
+			log.Warn("the last tick's record is ahead of the clock, which was set back by more than the gap between two ticks: ticking by the clock",
+				"event", "cron_clock_set_back", "set_back_ms", back.Milliseconds(),
+				"last_tick", last.UTC().Format(time.RFC3339), "scheduled_for", due.UTC().Format(time.RFC3339))
+			last = time.Time{}
+		}
 	}
 	if !due.After(last) {
 		return // made by the process that held the lock before
@@ -423,11 +449,15 @@ func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now tim
 	if views := s.views.Load(); views != nil {
 		view = (*views)[[2]string{tenant, flowName}]
 	}
+	afterLast := nextAfterLast(lastPath(s.cfg.Dir, tenant, flowName), sc, now)
 	if view.held && view.next.After(now) {
-		return view.next
+		// a process that took the flow over ticks no sooner than a
+		// period after the last tick (fire), which its own next time,
+		// counted from when it began to follow the flow, may precede
+		return maxTime(view.next, afterLast)
 	}
-	if next := nextAfterLast(lastPath(s.cfg.Dir, tenant, flowName), sc, now); !next.IsZero() {
-		return next
+	if !afterLast.IsZero() {
+		return afterLast
 	}
 	if view.next.After(now) {
 		return view.next
@@ -446,6 +476,13 @@ func NextTick(dir, tenant, flowName string, sc *flow.Schedule, now time.Time) ti
 		}
 	}
 	return sc.Next(now)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // nextAfterLast is the tick of sc after the last-tick record at path if
