@@ -268,6 +268,35 @@ func TestQuotedVersionKeyIsAFlowFile(t *testing.T) {
 	}
 }
 
+// TestFlowStyleFrontMatterIsAFlowFile: a front matter written in YAML's
+// flow style, one mapping in braces, holds the key too. The file was
+// skipped silently as documentation.
+func TestFlowStyleFrontMatterIsAFlowFile(t *testing.T) {
+	for _, fm := range []string{
+		"{flowmarkdown_version: \"0.1\", flow: orders, tenant: acme}",
+		"{\n  \"flowmarkdown_version\": \"0.1\",\n  \"flow\": \"orders\",\n  \"tenant\": \"acme\"\n}",
+	} {
+		src := "---\n" + fm + "\n---\n\n## Step: a\n```ntd\n{}\n```\n"
+		if !IsFlowFile([]byte(src)) {
+			t.Errorf("IsFlowFile = false for the front matter %q", fm)
+		}
+		f, err := Compile("f.md", []byte(src))
+		if err != nil {
+			t.Errorf("Compile(%q): %v", fm, err)
+			continue
+		}
+		if f.Tenant() != "acme" || f.Name() != "orders" {
+			t.Errorf("compiled %s/%s, want acme/orders", f.Tenant(), f.Name())
+		}
+	}
+	// the key's name in a value, or in a nested mapping, is not the key
+	for _, fm := range []string{"{title: flowmarkdown_version}", "{meta: {flowmarkdown_version: \"0.1\"}}", "title: \"{flowmarkdown_version: 1}\""} {
+		if IsFlowFile([]byte("---\n" + fm + "\n---\n# Notes\n")) {
+			t.Errorf("IsFlowFile = true for the front matter %q", fm)
+		}
+	}
+}
+
 // TestStepInsideHTMLCommentIsDocumentation: flow-file.md: "A flow is one
 // Markdown file: ... `## Step:` sections ... Anything else in the file
 // (prose, other headings) is documentation and is ignored." In Markdown a

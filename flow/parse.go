@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"regexp"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Canonical returns the canonical form of a flow file's bytes: a leading
@@ -25,11 +27,33 @@ func IsFlowFile(src []byte) bool {
 	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" {
 		return false
 	}
-	for _, l := range lines[1:] {
+	for i, l := range lines[1:] {
 		if t := strings.TrimRight(l, " \t"); t == "---" || t == "..." {
-			return false
+			// no line starts with the key: a front matter written in
+			// YAML's flow style ({flowmarkdown_version: "0.1", …}) may
+			// still hold it
+			return hasVersionKey(strings.Join(lines[1:i+1], "\n"))
 		}
 		if versionLine.MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasVersionKey reports whether a front matter is a YAML mapping with the
+// key flowmarkdown_version.
+func hasVersionKey(frontMatter string) bool {
+	if !strings.Contains(frontMatter, "flowmarkdown_version") {
+		return false // most Markdown: no YAML to parse
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal([]byte(frontMatter), &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == "flowmarkdown_version" {
 			return true
 		}
 	}
@@ -77,6 +101,10 @@ var (
 	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
 	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
 	commentOpen    = regexp.MustCompile(`^ {0,3}<!--`)
+	// a setext heading's underline, or a thematic break (---) when no
+	// paragraph is above it; the key lines under a step's heading are the
+	// flow's, not a paragraph
+	setextUnderline = regexp.MustCompile(`^ {0,3}(=+|-+)[ \t]*$`)
 )
 
 // split cuts a canonical flow file into front matter and sections. Errors
@@ -101,8 +129,11 @@ func (c *compiler) split(src string) *rawFile {
 	var cur *rawSection
 	keysOpen := false // still reading the key lines right under a heading
 	seenFault := false
+	prose := false // the line before is a paragraph's, which a setext underline makes a heading
 	for i := end + 1; i < len(lines); i++ {
 		line, n := lines[i], i+1
+		afterProse := prose
+		prose = false
 		if m := fenceOpen.FindStringSubmatch(line); m != nil {
 			fence, info := m[1], m[2]
 			j := i + 1
@@ -176,7 +207,17 @@ func (c *compiler) split(src string) *rawFile {
 			cur, keysOpen = nil, false // documentation, up to the next section
 			continue
 		}
+		if setextUnderline.MatchString(line) {
+			if afterProse {
+				// the paragraph above is a heading (setext, `Notes` over
+				// `-----`): documentation, up to the next section
+				cur, keysOpen = nil, false
+			}
+			continue // or a thematic break
+		}
+		text := strings.TrimSpace(line) != ""
 		if cur == nil {
+			prose = text
 			continue
 		}
 		m := keyLine.FindStringSubmatch(line)
@@ -193,6 +234,7 @@ func (c *compiler) split(src string) *rawFile {
 			c.errorf(n, "key %s is not directly under the heading of step %q: write the keys right after the heading, with no blank line, before the block", m[1], cur.name)
 		default:
 			keysOpen = false
+			prose = text
 		}
 	}
 	return f
