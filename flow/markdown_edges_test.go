@@ -42,30 +42,6 @@ func TestIndentedHeadingEndsSection(t *testing.T) {
 	}
 }
 
-// TestSetextHeadingEndsSection: a paragraph underlined with = or - is a
-// heading, as Markdown reads it, and ends the step section; the json
-// sample under it was the step's unknown fenced block. A thematic break
-// (--- after a blank line) is no heading, and the key lines under a step's
-// heading are the flow's, not a paragraph.
-func TestSetextHeadingEndsSection(t *testing.T) {
-	for _, under := range []string{"-----", "=====", "  ---"} {
-		src := mdHead + mdCheck + "\nNotes on the check.\n" + under + "\n\n```json\n{\"x\": 1}\n```\n"
-		if _, errs := mdCompile(t, src); errs != nil {
-			t.Errorf("underline %q: %v\nwant: a heading, the json sample under it documentation", under, errs)
-		}
-	}
-	// a thematic break is no heading: the step's section goes on
-	src := mdHead + "## Step: answer\n\nSome words.\n\n---\n\n```ntd\n{\"ok\": true}\n```\n"
-	if f, errs := mdCompile(t, src); errs != nil || len(f.steps) != 1 || f.steps[0].NTD() == nil {
-		t.Errorf("a thematic break in a step: %v, want the block the step's", errs)
-	}
-	// keys, then a line of dashes: still the step's keys
-	src = mdHead + "## Step: answer\nwhen: $.x != null\n---\n```ntd\n{\"ok\": true}\n```\n"
-	if f, errs := mdCompile(t, src); errs != nil || len(f.steps) != 1 || f.steps[0].NTD() == nil {
-		t.Errorf("keys over a line of dashes: %v, want one step with its key and its block", errs)
-	}
-}
-
 // TestIndentedStepHeadingIsAStep: ` ## Step: forward` is a step heading,
 // as Markdown reads it; its block was taken for a second block of the step
 // above, an error about a step the author had not touched.

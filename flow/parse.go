@@ -41,14 +41,20 @@ func IsFlowFile(src []byte) bool {
 	return false
 }
 
-// hasVersionKey reports whether a front matter is a YAML mapping with the
-// key flowmarkdown_version.
+// hasVersionKey reports whether a front matter written in YAML's flow
+// style (a mapping in braces) has the key flowmarkdown_version at its top
+// level. One that does not parse is a flow file when the key follows a
+// brace or a comma, so that Compile reports its YAML error rather than
+// the file being skipped.
 func hasVersionKey(frontMatter string) bool {
-	if !strings.Contains(frontMatter, "flowmarkdown_version") {
+	if t := strings.TrimSpace(frontMatter); !strings.HasPrefix(t, "{") || !strings.Contains(t, "flowmarkdown_version") {
 		return false // most Markdown: no YAML to parse
 	}
 	var doc yaml.Node
-	if yaml.Unmarshal([]byte(frontMatter), &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+	if err := yaml.Unmarshal([]byte(frontMatter), &doc); err != nil {
+		return flowStyleKey.MatchString(frontMatter)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return false
 	}
 	m := doc.Content[0]
@@ -59,6 +65,9 @@ func hasVersionKey(frontMatter string) bool {
 	}
 	return false
 }
+
+// flowStyleKey is the key after a brace or a comma, bare or quoted.
+var flowStyleKey = regexp.MustCompile(`[{,]\s*("flowmarkdown_version"|'flowmarkdown_version'|flowmarkdown_version)\s*:`)
 
 // versionLine is the key at the start of a line, bare or quoted as YAML
 // allows.
@@ -101,10 +110,6 @@ var (
 	keyLine        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*?))?[ \t]*$`)
 	fenceOpen      = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})[ \t]*([^ \t`]*)")
 	commentOpen    = regexp.MustCompile(`^ {0,3}<!--`)
-	// a setext heading's underline, or a thematic break (---) when no
-	// paragraph is above it; the key lines under a step's heading are the
-	// flow's, not a paragraph
-	setextUnderline = regexp.MustCompile(`^ {0,3}(=+|-+)[ \t]*$`)
 )
 
 // split cuts a canonical flow file into front matter and sections. Errors
@@ -129,11 +134,8 @@ func (c *compiler) split(src string) *rawFile {
 	var cur *rawSection
 	keysOpen := false // still reading the key lines right under a heading
 	seenFault := false
-	prose := false // the line before is a paragraph's, which a setext underline makes a heading
 	for i := end + 1; i < len(lines); i++ {
 		line, n := lines[i], i+1
-		afterProse := prose
-		prose = false
 		if m := fenceOpen.FindStringSubmatch(line); m != nil {
 			fence, info := m[1], m[2]
 			j := i + 1
@@ -207,17 +209,7 @@ func (c *compiler) split(src string) *rawFile {
 			cur, keysOpen = nil, false // documentation, up to the next section
 			continue
 		}
-		if setextUnderline.MatchString(line) {
-			if afterProse {
-				// the paragraph above is a heading (setext, `Notes` over
-				// `-----`): documentation, up to the next section
-				cur, keysOpen = nil, false
-			}
-			continue // or a thematic break
-		}
-		text := strings.TrimSpace(line) != ""
 		if cur == nil {
-			prose = text
 			continue
 		}
 		m := keyLine.FindStringSubmatch(line)
@@ -234,7 +226,6 @@ func (c *compiler) split(src string) *rawFile {
 			c.errorf(n, "key %s is not directly under the heading of step %q: write the keys right after the heading, with no blank line, before the block", m[1], cur.name)
 		default:
 			keysOpen = false
-			prose = text
 		}
 	}
 	return f
