@@ -72,7 +72,8 @@ type Config struct {
 	SSHKeyFile string
 	// Registry receives the publications and the refused commits.
 	Registry *registry.Registry
-	// Logger receives sync_applied, sync_failed and sync_unreachable events.
+	// Logger receives sync_applied, sync_failed, sync_unreachable and
+	// sync_error events.
 	Logger *slog.Logger
 	// MaxFileBytes, MaxFiles and MaxTotalBytes are the operational limits;
 	// 0 means the defaults. MaxTotalBytes bounds the Markdown one commit
@@ -513,7 +514,7 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		}
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return nil, fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)
+		return nil, &fetchError{fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)}
 	}
 	ref, err := repo.Reference(remoteRef, true)
 	if err != nil {
@@ -526,6 +527,15 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	}
 	return commit, nil
 }
+
+// fetchError is a fetch from the remote that failed: the repo unreachable
+// or silent, its branch missing, the credentials refused. The loop logs it
+// as sync_unreachable, and any other failed round (the registry or the
+// clone unwritable, the sync lock) as sync_error.
+type fetchError struct{ err error }
+
+func (e *fetchError) Error() string { return e.err.Error() }
+func (e *fetchError) Unwrap() error { return e.err }
 
 // cloneDamage is an object the clone should hold and cannot read: a pack
 // lost or torn by a crash or a power cut while go-git wrote it.
@@ -818,7 +828,11 @@ func (s *Syncer) loop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = Backoff(s.cfg.Poll, s.cfg.MaxBackoff, failures, rand.Float64())
-			s.cfg.Logger.Warn("the config repo could not be synced; retrying", "event", "sync_unreachable",
+			msg, event := "the config repo could not be fetched; retrying", "sync_unreachable"
+			if fe := (*fetchError)(nil); !errors.As(err, &fe) {
+				msg, event = "a sync could not be done here (the registry or the clone); retrying", "sync_error"
+			}
+			s.cfg.Logger.Warn(msg, "event", event,
 				"repo", s.remoteURL(), "attempt", failures, "retry_in", wait.Round(time.Millisecond).String(), "error", err.Error())
 		} else {
 			failures = 0

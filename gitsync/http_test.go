@@ -294,3 +294,32 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A round that fails here, not at the remote (the registry closed, as a
+// disk gone read-only or full would make it fail), logs sync_error, not
+// sync_unreachable: an alert on the latter means the repo. Both were
+// sync_unreachable.
+func TestStartLogsALocalFailureAsSyncError(t *testing.T) {
+	src := newSrcRepo(t)
+	src.write("flows/README.md", []byte("# Flows\n"))
+	src.commit("first")
+	logs := &jsonlogtest.Buffer{}
+	reg := openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))
+	reg.Close()
+	s, err := gitsync.New(gitsync.Config{
+		Repo: src.dir, Dir: filepath.Join(t.TempDir(), "repo"), Registry: reg, Logger: logs.Logger(slog.LevelDebug),
+		Poll: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	waitFor(t, 10*time.Second, "a sync_error event", func() bool { return len(logs.Events(t, "sync_error")) > 0 })
+	s.Stop()
+	if ev := logs.Events(t, "sync_unreachable"); len(ev) != 0 {
+		t.Errorf("a reachable repo logged as unreachable: %v", ev)
+	}
+	if ev := logs.Events(t, "sync_error")[0]; ev["level"] != "WARN" || ev["attempt"] != 1.0 {
+		t.Errorf("sync_error: %v", ev)
+	}
+}
