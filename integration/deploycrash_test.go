@@ -285,7 +285,7 @@ func (h *hostProc) eventsFor(event, commit string) []map[string]any {
 // fatal error.
 func deployLogErrors(t *testing.T, cycle int, who string, h *hostProc) {
 	t.Helper()
-	for _, event := range []string{"sync_failed", "sync_unreachable", "live_set_refresh_failed", "internal_error", "fatal"} {
+	for _, event := range []string{"sync_failed", "sync_unreachable", "sync_error", "live_set_refresh_failed", "internal_error", "fatal"} {
 		for _, e := range h.events(event) {
 			if cycle > 0 {
 				t.Errorf("cycle %d: %s logged %v", cycle, who, e)
