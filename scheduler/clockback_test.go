@@ -1,14 +1,12 @@
 package scheduler_test
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
-	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
 
 // TestClockSetBack: when the wall clock is set back, the flow goes on
@@ -44,8 +42,7 @@ func TestClockSetBack(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			logs := &jsonlogtest.Buffer{}
-			e.log = logs.Logger(slog.LevelInfo)
+			logs := e.captureLog()
 			e.publish(cronFlow("acme", "beat", c.spec, "", ""))
 			clk := clocktest.New(st0)
 			e.start("a", clk, time.Second)
@@ -78,8 +75,7 @@ func TestClockSetBack(t *testing.T) {
 // waited 0 at every pass until 14:15: it spun.
 func TestChathamFallBackDoesNotSpin(t *testing.T) {
 	e := newEnv(t)
-	logs := &jsonlogtest.Buffer{}
-	e.log = logs.Logger(slog.LevelInfo)
+	logs := e.captureLog()
 	e.publish(cronFlow("acme", "nightly", "0 3 * * *", "Pacific/Chatham", ""))
 	start := time.Date(2026, 4, 4, 13, 0, 0, 0, time.UTC)
 	clk := clocktest.New(start)
@@ -89,9 +85,7 @@ func TestChathamFallBackDoesNotSpin(t *testing.T) {
 	if got, want := tickTimes(e.ticks.all()), []string{"a@13:15:00", "a@14:15:00"}; !cmp.Equal(got, want) {
 		t.Errorf("ticks %v, want %v", got, want)
 	}
-	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
-		t.Errorf("the clock was not set back, yet: %v", got)
-	}
+	wantNoSetBack(t, logs)
 }
 
 // TestLordHoweNoFalseClockSetBack: in Australia/Lord_Howe robfig/cron
@@ -100,17 +94,14 @@ func TestChathamFallBackDoesNotSpin(t *testing.T) {
 // UTC) is 04-05, which was taken for a clock set back.
 func TestLordHoweNoFalseClockSetBack(t *testing.T) {
 	e := newEnv(t)
-	logs := &jsonlogtest.Buffer{}
-	e.log = logs.Logger(slog.LevelInfo)
+	logs := e.captureLog()
 	e.publish(cronFlow("acme", "noon", "0 12 * * *", "Australia/Lord_Howe", ""))
 	start := time.Date(2026, 4, 4, 0, 30, 0, 0, time.UTC)
 	clk := clocktest.New(start)
 	e.start("a", clk, time.Minute)
 	clk.WaitCalls(t, 1)
 	clk.StepUntil(t, time.Date(2026, 4, 5, 2, 0, 0, 0, time.UTC), 3000)
-	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
-		t.Errorf("the clock was not set back, yet: %v (ticks %v)", got, tickTimes(e.ticks.all()))
-	}
+	wantNoSetBack(t, logs)
 }
 
 // TestNoFalseClockSetBackInNormalOperation: irregular gaps, a DST
@@ -132,16 +123,13 @@ func TestNoFalseClockSetBackInNormalOperation(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			logs := &jsonlogtest.Buffer{}
-			e.log = logs.Logger(slog.LevelInfo)
+			logs := e.captureLog()
 			e.publish(cronFlow("acme", "f", c.spec, c.zone, ""))
 			clkA := clocktest.New(c.start)
 			e.start("a", clkA, c.poll)
 			clkA.WaitCalls(t, 1)
 			clkA.StepUntil(t, c.start.Add(c.span), 20000)
-			if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
-				t.Errorf("%d false cron_clock_set_back: %v", len(got), got)
-			}
+			wantNoSetBack(t, logs)
 			seen := map[string]bool{}
 			for _, ev := range logs.Events(t, "cron_tick") {
 				s, _ := ev["scheduled_for"].(string)
@@ -164,8 +152,7 @@ func TestNoFalseClockSetBackInNormalOperation(t *testing.T) {
 // goes on.
 func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
 	e := newEnv(t)
-	logs := &jsonlogtest.Buffer{}
-	e.log = logs.Logger(slog.LevelInfo)
+	logs := e.captureLog()
 	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
 	clkA := clocktest.New(st0)
 	a := e.start("a", clkA, time.Hour)
@@ -182,9 +169,7 @@ func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
 	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
 		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
-	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
-		t.Errorf("false cron_clock_set_back: %v", got)
-	}
+	wantNoSetBack(t, logs)
 }
 
 // TestStandbyFarBehindNoDoubleTick: the same with a standby 90 s
@@ -196,8 +181,7 @@ func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
 // ticked 14:02, then 14:03 and 14:04 a second time.
 func TestStandbyFarBehindNoDoubleTick(t *testing.T) {
 	e := newEnv(t)
-	logs := &jsonlogtest.Buffer{}
-	e.log = logs.Logger(slog.LevelInfo)
+	logs := e.captureLog()
 	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
 	clkA := clocktest.New(st0)
 	a := e.start("a", clkA, time.Hour)
@@ -218,7 +202,5 @@ func TestStandbyFarBehindNoDoubleTick(t *testing.T) {
 			t.Errorf("%s ticked twice (ticks %v)", s, tickTimes(e.ticks.all()))
 		}
 	}
-	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
-		t.Errorf("no clock was set back, yet: %v", got)
-	}
+	wantNoSetBack(t, logs)
 }

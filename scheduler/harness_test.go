@@ -14,6 +14,7 @@ import (
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 	"github.com/nexushq/nexus/scheduler"
@@ -172,4 +173,21 @@ func secs(ns ...int) []time.Duration {
 		out[i] = time.Duration(n) * time.Second
 	}
 	return out
+}
+
+// captureLog makes the schedulers the test starts log to a buffer, and
+// returns it.
+func (e *env) captureLog() *jsonlogtest.Buffer {
+	logs := &jsonlogtest.Buffer{}
+	e.log = logs.Logger(slog.LevelInfo)
+	return logs
+}
+
+// wantNoSetBack fails the test for each cron_clock_set_back line: the
+// clock was not set back.
+func wantNoSetBack(t *testing.T, logs *jsonlogtest.Buffer) {
+	t.Helper()
+	if got := logs.Events(t, "cron_clock_set_back"); len(got) != 0 {
+		t.Errorf("the clock was not set back, yet %d cron_clock_set_back lines: %v", len(got), got)
+	}
 }

@@ -2,7 +2,6 @@ package scheduler_test
 
 import (
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/flow"
-	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/scheduler"
 )
@@ -305,8 +303,7 @@ func TestSchedulerRetriesAFailedAppend(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			logs := &jsonlogtest.Buffer{}
-			e.log = logs.Logger(slog.LevelInfo)
+			logs := e.captureLog()
 			e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
 			failed := 0
 			e.ticks.fail = func(tick) error {
@@ -433,8 +430,7 @@ func TestLateTickRecordsTheLastTimeHoweverLate(t *testing.T) {
 // unsaid.
 func TestUnqueuedTickOfAWithdrawnFlowIsLoggedAsLost(t *testing.T) {
 	e := newEnv(t)
-	logs := &jsonlogtest.Buffer{}
-	e.log = logs.Logger(slog.LevelInfo)
+	logs := e.captureLog()
 	e.publish(cronFlow("acme", "nightly", "@every 10s", "", ""))
 	e.ticks.fail = func(tick) error { return queue.ErrBudget }
 	clk := clocktest.New(st0)
