@@ -130,9 +130,7 @@ func New(cfg Config) *Server {
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
-		// the router lists OPTIONS, which it does not answer here
-		allow := slices.DeleteFunc(strings.Split(w.Header().Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions })
-		w.Header().Set("Allow", strings.Join(allow, ", "))
+		allowWithoutOptions(w.Header())
 		refuseUnread(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
@@ -183,12 +181,7 @@ func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string
 
 // writeError writes the platform's refusal body {"ok":false,"error":"…"}.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	if strings.ContainsFunc(msg, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		// an error is one line, whatever it echoes (a path's decoded %0A):
-		// its control characters are written escaped
-		q := strconv.Quote(msg)
-		msg = q[1 : len(q)-1]
-	}
+	msg = oneLine(msg)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	// a refusal may echo what the caller sent (a path, a name): never
@@ -197,6 +190,25 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	b := flow.AppendJSON([]byte(`{"ok":false,"error":`), msg)
 	w.Write(append(b, '}'))
+}
+
+// oneLine writes msg's control characters escaped: an error is one line,
+// whatever it echoes (a path's decoded %0A).
+func oneLine(msg string) string {
+	if !strings.ContainsFunc(msg, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return msg
+	}
+	q := strconv.Quote(msg)
+	return q[1 : len(q)-1]
+}
+
+// allowWithoutOptions sets the Allow header a router wrote for a 405 to
+// the same methods less OPTIONS, which the routers do not answer, and
+// returns them.
+func allowWithoutOptions(h http.Header) string {
+	allow := strings.Join(slices.DeleteFunc(strings.Split(h.Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions }), ", ")
+	h.Set("Allow", allow)
+	return allow
 }
 
 // nosniff is the value of X-Content-Type-Options, shared (never modified).

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -360,11 +359,9 @@ func (s *Server) uiNotFound(w http.ResponseWriter, r *http.Request) {
 // (GET /ui/logout, a form posted to a page) with the UI's 405 page; Allow
 // names the methods it takes.
 func (s *Server) uiMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	// the router lists OPTIONS, which it does not answer here
-	allow := slices.DeleteFunc(strings.Split(w.Header().Get("Allow"), ", "), func(m string) bool { return m == http.MethodOptions })
-	w.Header().Set("Allow", strings.Join(allow, ", "))
+	allow := allowWithoutOptions(w.Header())
 	s.uiRefusal(w, r, http.StatusMethodNotAllowed, "Method not allowed",
-		"The page "+r.URL.Path+" does not answer "+r.Method+" (it answers "+strings.Join(allow, ", ")+").")
+		"The page "+r.URL.Path+" does not answer "+r.Method+" (it answers "+allow+").")
 }
 
 // uiRefusal is the UI's error page for a request no page takes, made
@@ -381,16 +378,6 @@ func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, t
 		p.CSRF = s.csrfToken(session)
 	}
 	s.render(w, r, status, "error", p)
-}
-
-// oneLine writes msg's control characters (a path's decoded %0A) escaped,
-// as the API's refusals do: a message is one line.
-func oneLine(msg string) string {
-	if !strings.ContainsFunc(msg, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return msg
-	}
-	q := strconv.Quote(msg)
-	return q[1 : len(q)-1]
 }
 
 // journalPage is the Journal page's data.
