@@ -106,7 +106,10 @@
 //     pending again). Another process reads it under the append lock only,
 //     so it may read a write half done (as 0) or a drain marker the worker
 //     is about to replace: Open writes back what it resolved only when no
-//     worker runs (it takes worker.lock), never over a running worker's.
+//     worker runs (it takes worker.lock, and reads the file again under
+//     it), never over a running worker's. The worker, as it starts, writes
+//     back whatever the file holds that is not a plain checkpoint, so that
+//     a value past the end never lives on into a log grown past it.
 //
 // # Recovery
 //

@@ -333,32 +333,8 @@ func (q *Queue) recover() ([]Damage, error) {
 	q.durable.Store(end)
 	// a drain stopped midway, or a checkpoint past the recovered end,
 	// resolves to a plain checkpoint (see resolveCheckpoint)
-	b, err := readFile(q.fs, q.path(ckptFile))
-	if err != nil {
+	if _, err := q.resolveCheckpointFile(end, false); err != nil {
 		return damage, err
-	}
-	ckpt, err := resolveCheckpoint(b, q.seg(), end)
-	if err != nil {
-		return damage, err
-	}
-	if v, ok := decodeValue(ckptMagic, b); len(b) > 0 && (!ok || int64(v) != ckpt) {
-		// written back only when no worker runs, in any process: a
-		// running worker owns the file and rewrites it in place without
-		// the append lock, so what was read here may be its write half
-		// done (read as 0), or a drain marker it is about to replace, and
-		// writing back the older value would take its checkpoint back for
-		// good (it believes its own saved). Every reader resolves what the
-		// file holds the same way, so leaving it is harmless, and a
-		// checkpoint past the end, which needs the rewrite, cannot be
-		// while a worker runs (its cursor stops at a torn tail).
-		wl := NewFileLock(filepath.Join(q.dir, workerLockFile))
-		if held, err := wl.TryLock(); err == nil && held {
-			err := q.SaveCheckpoint(ckpt)
-			wl.Unlock()
-			if err != nil {
-				return damage, err
-			}
-		}
 	}
 	next, err := q.readSeq()
 	if err != nil {
@@ -773,10 +749,71 @@ func (q *Queue) Checkpoint() (int64, error) {
 	return resolveCheckpoint(b, q.seg(), size)
 }
 
+// ownCheckpoint is Checkpoint for the queue's worker as it starts: what
+// the file holds is written back as a plain checkpoint when it is not one
+// (see resolveCheckpointFile).
+func (q *Queue) ownCheckpoint() (int64, error) {
+	q.segMu.RLock()
+	defer q.segMu.RUnlock()
+	size, err := fileSize(q.seg())
+	if err != nil {
+		return 0, err
+	}
+	return q.resolveCheckpointFile(size, true)
+}
+
 // SaveCheckpoint records, durably, that everything before offset is
 // processed: the value is rewritten in place and fsynced.
 func (q *Queue) SaveCheckpoint(offset int64) error {
 	return q.saveCheckpointRecord(ckptMagic, uint64(offset))
+}
+
+// resolveCheckpointFile reads segment.log.ckpt, resolves what it holds
+// against a log that ends at end (see resolveCheckpoint) and, when that is
+// not a plain checkpoint holding the same value, writes the value back,
+// fsynced. It returns the value.
+//
+// The worker owns the file: it rewrites it in place without the append
+// lock, so a caller that is not the queue's worker (owner false: Open, in
+// any process) may read its write half done (as 0), or a drain marker it
+// is about to replace; writing that back would take the worker's
+// checkpoint back for good (it believes its own saved). Such a caller
+// writes back only when no worker runs (it takes worker.lock), and reads
+// the file again under that lock: a worker that stopped meanwhile wrote
+// its last value. Leaving the file as it is, is harmless, since every
+// reader resolves it the same way; and the worker (owner true) writes back
+// at its start whatever the file holds, so that a value past the end left
+// by an older version, which a later append would turn into a valid
+// checkpoint past undelivered messages, never outlives the first worker.
+func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
+	b, err := readFile(q.fs, q.path(ckptFile))
+	if err != nil {
+		return 0, err
+	}
+	ckpt, err := resolveCheckpoint(b, q.seg(), end)
+	if err != nil {
+		return 0, err
+	}
+	if v, ok := decodeValue(ckptMagic, b); len(b) == 0 || ok && int64(v) == ckpt {
+		return ckpt, nil
+	}
+	if !owner {
+		wl := NewFileLock(filepath.Join(q.dir, workerLockFile))
+		if held, err := wl.TryLock(); err != nil || !held {
+			return ckpt, nil
+		}
+		defer wl.Unlock()
+		if b, err = readFile(q.fs, q.path(ckptFile)); err != nil {
+			return 0, err
+		}
+		if ckpt, err = resolveCheckpoint(b, q.seg(), end); err != nil {
+			return 0, err
+		}
+		if v, ok := decodeValue(ckptMagic, b); len(b) == 0 || ok && int64(v) == ckpt {
+			return ckpt, nil
+		}
+	}
+	return ckpt, q.SaveCheckpoint(ckpt)
 }
 
 // syncCheckpoint makes segment.log.ckpt durable as it is (what the worker

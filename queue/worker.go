@@ -297,7 +297,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	if err := q.useSegmentAtPath(); err != nil {
 		return err
 	}
-	cursor, err := q.Checkpoint()
+	cursor, err := q.ownCheckpoint()
 	if err != nil {
 		return err
 	}
