@@ -266,7 +266,7 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 // admin_action with how the request proved the admin key and where it came
 // from.
 func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, tenant, flowName string, id uint64) (uint64, int, error) {
-	if action == "replay" && !s.isLive(tenant, flowName) {
+	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); action == "replay" && err != nil {
 		// an id that is not pending is a 404 first, as it would be once
 		// the flow is published
 		if q, err := s.cfg.Queues.Peek(tenant, flowName); err == nil {
@@ -274,7 +274,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 				return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
 			}
 		}
-		return 0, http.StatusConflict, fmt.Errorf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", tenant, flowName)
+		return 0, http.StatusConflict, err
 	}
 	newID, err := s.dlqAction(action, tenant, flowName, id)
 	auth, _ := s.adminAuth(r)
@@ -295,16 +295,6 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 		return newID, http.StatusInternalServerError, fmt.Errorf("dead letter %d was replayed as message %d but could not be marked replayed, so it is still listed: discard it rather than replaying it again", id, newID)
 	}
 	return 0, http.StatusInternalServerError, errors.New("internal error")
-}
-
-// isLive reports whether tenant/flow is in the live set and runnable.
-func (s *Server) isLive(tenant, flowName string) bool {
-	live := s.cfg.Live.Live()
-	if live == nil {
-		return false
-	}
-	lf, ok := live.Lookup(tenant, flowName)
-	return ok && lf.Flow != nil
 }
 
 // dlqRequest checks a replay or discard's action and id, answering 400 or

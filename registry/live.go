@@ -56,6 +56,26 @@ func (l *LiveSet) Lookup(tenant, flow string) (*LiveFlow, bool) {
 	return f, ok
 }
 
+// CanReplay says whether a dead letter of tenant/flow may be replayed: its
+// flow is live (a worker drops a message of a flow that is not, so the
+// replayed message would be lost). A nil set (no registry, or none loaded
+// yet) has no live flow.
+func (l *LiveSet) CanReplay(tenant, flow string) error {
+	if l != nil {
+		if lf, ok := l.Lookup(tenant, flow); ok && lf.Flow != nil {
+			return nil
+		}
+	}
+	return &NotLiveError{Tenant: tenant, Flow: flow}
+}
+
+// NotLiveError is CanReplay's refusal.
+type NotLiveError struct{ Tenant, Flow string }
+
+func (e *NotLiveError) Error() string {
+	return fmt.Sprintf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", e.Tenant, e.Flow)
+}
+
 // Flows lists the set's flows sorted by tenant and name. The caller must
 // not modify the slice.
 func (l *LiveSet) Flows() []*LiveFlow { return l.list }

@@ -424,3 +424,59 @@ func TestStatusNextTickOfAnEverySchedule(t *testing.T) {
 		t.Errorf("nexus status:\n%s\nwant the line %q", stdout.String(), want)
 	}
 }
+
+// TestDLQReplayNeedsTheFlowLive: nexus dlq replay of a dead letter whose
+// flow is not live (withdrawn, renamed, never deployed, or no registry at
+// all) is refused, as the API refuses it, and the dead letter stays
+// pending. It said "replayed", and the running worker dropped the message
+// (queue_dropped): the payload was lost.
+func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
+	state := t.TempDir()
+	db := filepath.Join(state, "registry.db")
+	q, _ := deadLetterQueue(t, state, 2)
+	q.Close()
+	replay := func(id string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"dlq", "replay", "--tenant", "acme", "--flow", "orders", "--id", id, "--db", db}, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	const refusal = "nexus dlq replay: flow acme/orders is not live: its worker would drop a replayed message; publish the flow first\n"
+	// no registry yet, then one where acme/orders is not deployed
+	for _, deployed := range []string{"", "other"} {
+		if deployed != "" {
+			dir := t.TempDir()
+			src := "---\nflowmarkdown_version: \"0.1\"\nflow: " + deployed + "\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+			if err := os.WriteFile(filepath.Join(dir, "f.md"), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
+				t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
+			}
+		}
+		if code, out, errOut := replay("1"); code != exitError || out != "" || errOut != refusal {
+			t.Errorf("replay with %q deployed: exit %d, stdout %q, stderr %q; want exit 1 and %q", deployed, code, out, errOut, refusal)
+		}
+	}
+	// an id that is not pending says so first, as the API's 404 does
+	if code, _, errOut := replay("9"); code != exitError || !strings.Contains(errOut, "no pending dead letter id=9") {
+		t.Errorf("replay of id 9: exit %d, stderr %q", code, errOut)
+	}
+	dl, _, err := queue.ReadDeadLetters(filepath.Join(state, "queues"), "acme", "orders", nil)
+	if err != nil || len(dl) != 2 {
+		t.Fatalf("pending after the refusals: %v %v, want both dead letters", dl, err)
+	}
+	// once the flow is deployed, the replay goes through
+	dir := t.TempDir()
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: orders\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+	if err := os.WriteFile(filepath.Join(dir, "orders.md"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
+	}
+	if code, out, errOut := replay("1"); code != exitOK || out != "replayed  id=1 tenant=acme flow=orders\n" {
+		t.Errorf("replay with acme/orders live: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

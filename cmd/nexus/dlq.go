@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
 )
 
 const dlqUsage = `Usage:
@@ -96,7 +98,7 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	case "list":
 		return dlqList(root, *tenant, *flowName, stdout, stderr)
 	default:
-		return dlqMark(sub, root, *tenant, *flowName, n, stdout, stderr)
+		return dlqMark(sub, dbPath, root, *tenant, *flowName, n, stdout, stderr)
 	}
 }
 
@@ -146,7 +148,7 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
+func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
 	notPending := func() int {
 		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
@@ -158,6 +160,15 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 	}
 	if !slices.ContainsFunc(pending, func(d queue.DeadLetter) bool { return d.ID == id }) {
 		return notPending() // nothing is opened, created or written
+	}
+	if sub == "replay" {
+		// a worker drops a message of a flow that is not live: the replay
+		// would say "replayed" and the message would be lost (the API
+		// refuses it too)
+		if err := replayable(dbPath, tenant, flowName); err != nil {
+			fmt.Fprintf(stderr, "nexus dlq replay: %v\n", err)
+			return exitError
+		}
 	}
 	q, _, err := queue.Open(root, tenant, flowName, queue.Options{})
 	if err != nil {
@@ -182,4 +193,23 @@ func dlqMark(sub, root, tenant, flowName string, id uint64, stdout, stderr io.Wr
 		fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n", id, tenant, flowName)
 	}
 	return exitOK
+}
+
+// replayable says whether the registry at dbPath has tenant/flow live, so
+// that a dead letter of it may be replayed (registry.LiveSet.CanReplay); a
+// registry that does not exist has no live flow.
+func replayable(dbPath, tenant, flowName string) error {
+	ctx := context.Background()
+	reg, path, err := readRegistry(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	var live *registry.LiveSet
+	if reg != nil {
+		defer reg.Close()
+		if live, err = reg.Load(ctx); err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+	}
+	return live.CanReplay(tenant, flowName)
 }
