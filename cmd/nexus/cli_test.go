@@ -127,6 +127,40 @@ func TestServeRefusesABlankSecret(t *testing.T) {
 	}
 }
 
+// TestServeRefusesABlankAdminKey: an admin key of blanks only (an empty
+// secret file, a newline) is refused, as a blank secret is; it closed
+// /status, the API and the UI without a word.
+func TestServeRefusesABlankAdminKey(t *testing.T) {
+	for _, c := range []struct{ flag, env, want string }{
+		{"  ", "", "nexus serve: --admin-key is blank: give a key, or leave it out to close /status, the API and the UI"},
+		{"", "\n", "nexus serve: NEXUS_ADMIN_KEY is blank: give a key, or leave it out to close /status, the API and the UI"},
+	} {
+		t.Setenv("NEXUS_ADMIN_KEY", c.env)
+		args := []string{"serve", "--db", filepath.Join(t.TempDir(), "registry.db")}
+		if c.flag != "" {
+			args = append(args, "--admin-key", c.flag)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != exitUsage || firstLine(stderr.String()) != c.want {
+			t.Errorf("admin key %q / env %q: exit %d, %q; want exit 2 and %q", c.flag, c.env, code, firstLine(stderr.String()), c.want)
+		}
+	}
+}
+
+// TestServeRefusesGitFlagsWithoutARepo: --branch and --flows-dir without
+// --repo (or --dev) do nothing: refused as bad usage; they were accepted
+// silently.
+func TestServeRefusesGitFlagsWithoutARepo(t *testing.T) {
+	for _, c := range []struct{ flag, value string }{{"--branch", "staging"}, {"--flows-dir", "config"}} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"serve", c.flag, c.value, "--db", filepath.Join(t.TempDir(), "registry.db")}, &stdout, &stderr)
+		want := "nexus serve: " + c.flag + " is a setting of the git sync: give --repo too (without it the host serves what nexus deploy published)"
+		if code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("%s without --repo: exit %d, %q; want exit 2 and %q", c.flag, code, firstLine(stderr.String()), want)
+		}
+	}
+}
+
 // deadLetterQueue opens the queue acme/orders of the state directory
 // state and dead-letters its messages 1 to n in it; it returns the queue
 // and its folder. The caller closes the queue.

@@ -93,7 +93,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size `ceiling` of flows that set none (env NEXUS_MAX_BODY_BYTES)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
-	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept` (env NEXUS_JOURNAL_RETENTION)")
+	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
@@ -189,11 +189,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cfg := *cfgp // the flags parsed into it
-	// blanks around the admin key are not part of it, as host.New takes it
-	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	if err == nil {
 		err = checkServeConfig(cfg, rest, set)
 	}
+	// blanks around the admin key are not part of it, as host.New takes it
+	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		printUsage(stderr, serveUsage, fs)
@@ -291,6 +291,18 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			what = name("flows-dir")
 		}
 		return fmt.Errorf("--dev serves --dev-flows through its own repo (branch main, folder flows): leave %s out", what)
+	case !cfg.Dev && cfg.Repo == "" && (set["branch"] || set["flows-dir"]):
+		// without a repo nothing is fetched: the flag would do nothing
+		// (--poll is let be: a command line kept for both ways)
+		given := "--branch"
+		if !set["branch"] {
+			given = "--flows-dir"
+		}
+		return fmt.Errorf("%s is a setting of the git sync: give --repo too (without it the host serves what nexus deploy published)", given)
+	case cfg.AdminKey != "" && strings.TrimSpace(cfg.AdminKey) == "":
+		// an empty secret file mounted by mistake would close the UI and
+		// the API without a word
+		return fmt.Errorf("%s is blank: give a key, or leave it out to close /status, the API and the UI", name("admin-key"))
 	case cfg.Secret != "" && slices.ContainsFunc(strings.Split(cfg.Secret, ","), func(p string) bool { return strings.TrimSpace(p) == "" }):
 		// dropped quietly, a blank part could leave the doors unsigned
 		// when the operator asked for signatures
