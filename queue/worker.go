@@ -384,6 +384,19 @@ func (w *Worker) deliver(ctx context.Context) error {
 			retries = retries[1:]
 			if next != nil {
 				retries = append(retries, *next)
+			} else if err := saveCheckpoint(); err != nil {
+				return err
+			} else if !synced {
+				// its retries over (acknowledged, or dead-lettered), the
+				// message leaves the schedule: the checkpoint past it
+				// must be durable first, or a power cut would take it
+				// back before the message, which, in no schedule any
+				// more, would be delivered again as a first attempt (a
+				// dead letter's budget spent again)
+				if err := ckpt.Sync(); err != nil {
+					return err
+				}
+				synced = true
 			}
 			if err := q.SaveRetries(retries); err != nil {
 				return err
