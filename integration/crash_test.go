@@ -713,3 +713,70 @@ func startQuietHost(t *testing.T, repo, db string) *hostProc {
 	h.watch(args, func(event string) bool { return !noisyEvents[event] }, nil)
 	return h
 }
+
+// TestSIGTERMStartsNoNewDelivery: at SIGTERM the workers finish the
+// delivery in flight and start no other while the HTTP server answers the
+// requests in flight (a /run held 3 s by its backend); the backlog waits
+// in the log for the next start. The workers went on delivering the
+// backlog until every request was answered, which made a shutdown long
+// enough to be killed in the middle of a delivery.
+func TestSIGTERMStartsNoNewDelivery(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setAnswer(func(x hit) int {
+		switch {
+		case strings.HasPrefix(x.path, "/slow"):
+			time.Sleep(3 * time.Second)
+		case strings.HasPrefix(x.path, "/ingest"):
+			time.Sleep(300 * time.Millisecond)
+		}
+		return http.StatusOK
+	})
+	slow := strings.ReplaceAll(strings.ReplaceAll(ceilingFlow, "timeout_ms: 100", "timeout_ms: 20000"), "flow: ceiling", "flow: slowrun")
+	h, repo := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
+		"flows/acme/slowrun.md":       strings.ReplaceAll(slow, "BACKEND", be.URL),
+	}, hostOptions{}, "forward-order", "slowrun")
+	for i := range 10 {
+		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"B-%d"}`, i))
+	}
+	be.waitOn(t, "/ingest", 1, 5*time.Second)
+	ran := make(chan response, 1)
+	go func() { ran <- h.run("acme", "slowrun", acmeKey, `{}`) }()
+	be.waitOn(t, "/slow", 1, 5*time.Second)
+	stopped := time.Now()
+	if code := h.stop(20 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+	if r := <-ran; r.status != http.StatusOK {
+		t.Errorf("the /run in flight at SIGTERM: %d %s, want it answered", r.status, r.body)
+	}
+	// at most the one delivery in flight at the signal began after it
+	// (a poll's moment of slack); the old shutdown began about ten in the
+	// three seconds the /run took
+	var after []string
+	for _, x := range be.on("/ingest") {
+		if x.at.After(stopped.Add(100 * time.Millisecond)) {
+			after = append(after, x.body)
+		}
+	}
+	if len(after) > 1 {
+		t.Errorf("%d deliveries began after SIGTERM: %v", len(after), after)
+	}
+	// and the backlog is delivered by the next start
+	h2 := startHost(t, hostOptions{repo: repo.dir, db: h.db})
+	waitGate(t, h2, "acme", "forward-order", acmeKey)
+	mustEnqueue(t, h2, "acme", "forward-order", acmeKey, `{"orderId":"wake"}`)
+	eventually(t, 20*time.Second, "the backlog delivered after the restart", func() bool {
+		seen := map[string]bool{}
+		for _, x := range be.on("/ingest") {
+			seen[x.body] = true
+		}
+		for i := range 10 {
+			if !seen[fmt.Sprintf(`{"orderId":"B-%d"}`, i)] {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -63,10 +63,11 @@ type Manager struct {
 	// in flight may publish); closed is set once they have
 	stopping, closed bool
 
-	sweeper  lifecycle.Loop // the housekeeping of idle queues (Start)
-	retiring sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
-	done     chan struct{}  // closed by Stop: reopen gives up retrying
-	stopOnce sync.Once
+	sweeper     lifecycle.Loop // the housekeeping of idle queues (Start)
+	retiring    sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
+	done        chan struct{}  // closed by Stop: reopen gives up retrying
+	stopOnce    sync.Once
+	workersOnce sync.Once
 }
 
 type managed struct {
@@ -432,9 +433,22 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 // without starting its worker), and failing it would turn the delivery
 // into a failed attempt. Safe twice, and at once: a second call returns
 // when the first has finished.
-func (m *Manager) Stop() { m.stopOnce.Do(m.stop) }
+func (m *Manager) Stop() {
+	m.StopWorkers()
+	m.stopOnce.Do(m.closeQueues)
+}
 
-func (m *Manager) stop() {
+// StopWorkers is the first half of Stop: every worker finishes the
+// delivery it is in (up to its StopGrace) and starts no other, and none
+// starts any more, while the queues go on taking appends (a /run or an
+// /enqueue still being answered, a delivery in flight that publishes);
+// what they take waits in the log for the next start. nexus serve calls it
+// as soon as it is told to stop, while the HTTP server drains, so that a
+// shutdown does not go on delivering a backlog. Safe to call more than
+// once, and before Stop.
+func (m *Manager) StopWorkers() { m.workersOnce.Do(m.stopWorkers) }
+
+func (m *Manager) stopWorkers() {
 	m.mu.Lock()
 	m.stopping = true // before the sweeper stops: Start cannot start it again
 	m.mu.Unlock()
@@ -448,6 +462,10 @@ func (m *Manager) stop() {
 	}
 	m.mu.Unlock()
 	m.each(running, func(e *managed) { e.w.Stop() })
+}
+
+// closeQueues is the second half of Stop, once the workers have stopped.
+func (m *Manager) closeQueues() {
 	m.mu.Lock()
 	m.closed = true
 	list := make([]*managed, 0, len(m.queues))

@@ -318,6 +318,53 @@ func TestManagerStop(t *testing.T) {
 	}
 }
 
+// TestManagerStopWorkers: StopWorkers, nexus serve's first step at a
+// shutdown, lets a delivery in flight finish and starts no other, while
+// the queues go on taking appends (a request still being answered); Stop
+// then closes them, and the next process delivers what was left. The
+// workers went on delivering a backlog until Stop, which nexus serve calls
+// only after the HTTP server has drained.
+func TestManagerStopWorkers(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	release := make(chan struct{})
+	m, root := newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		if string(d.Payload) == "running" {
+			<-release
+		}
+		return ack(ctx, d)
+	}), 0, nil)
+	for _, p := range []string{"running", "waiting-1", "waiting-2"} {
+		if _, err := m.Append("acme", "a", enqueue(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.wait(t, 1)
+	stopped := make(chan struct{})
+	go func() { m.StopWorkers(); close(stopped) }()
+	close(release)
+	<-stopped
+	// appends are taken, and none is delivered
+	if _, err := m.Append("acme", "a", enqueue("late")); err != nil {
+		t.Errorf("Append after StopWorkers: %v", err)
+	}
+	if _, err := m.Append("acme", "b", enqueue("new queue")); err != nil {
+		t.Errorf("Append to a queue opened after StopWorkers: %v", err)
+	}
+	m.StopWorkers() // safe twice
+	m.Stop()
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"running"}) {
+		t.Errorf("deliveries = %v, want the one in flight only", got)
+	}
+	q := openQueueAt(t, root, "acme", "a", clk)
+	n := clk.Calls()
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("next", ack)})
+	clk.WaitCalls(t, n+1)
+	if got := payloads(rec.all()); !slices.Equal(got, []string{"running", "waiting-1", "waiting-2", "late"}) {
+		t.Errorf("deliveries = %v, want the rest delivered by the next process", got)
+	}
+}
+
 func openQueueAt(t testing.TB, root, tenant, flow string, clk *clocktest.Fake) *queue.Queue {
 	t.Helper()
 	q, _, err := queue.Open(root, tenant, flow, queue.Options{Now: clk.Now})

@@ -541,11 +541,21 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	logger.Info("shutting down: finishing the requests and deliveries in flight (a second SIGINT or SIGTERM stops at once)", "event", "stopping")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// while the requests in flight are answered, no tick is made and no
+	// delivery begins: each worker finishes the one it is in (the queues
+	// still take the appends of the requests being answered, which wait
+	// in the log for the next start)
+	workersStopped := make(chan struct{})
+	go func() {
+		cron.Stop()
+		queues.StopWorkers()
+		close(workersStopped)
+	}()
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		logger.Error("requests were still running at the shutdown deadline", "event", "stopping", "error", serr.Error())
 	}
-	cron.Stop()
-	queues.Stop() // each worker finishes its delivery and writes its checkpoint
+	<-workersStopped
+	queues.Stop() // the workers have written their checkpoints: the queues close
 	if syncer != nil {
 		syncer.Stop()
 	}
