@@ -216,6 +216,7 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 type queueCollector struct {
 	m                                         *queue.Manager
 	depth, inFlight, retries, dead, delivered *prometheus.Desc
+	workers, budget                           *prometheus.Desc
 }
 
 func newQueueCollector(m *queue.Manager) *queueCollector {
@@ -227,6 +228,8 @@ func newQueueCollector(m *queue.Manager) *queueCollector {
 		retries:   prometheus.NewDesc("nexus_queue_retries_pending", "Messages waiting for a retry.", l, nil),
 		dead:      prometheus.NewDesc("nexus_queue_dead_letters", "Dead letters not yet replayed or discarded.", l, nil),
 		delivered: prometheus.NewDesc("nexus_queue_delivered_total", "Deliveries finished, by outcome.", append(l, "outcome"), nil),
+		workers:   prometheus.NewDesc("nexus_queue_workers", "Queues this process holds open, each with its worker: the part of the budget spent.", nil, nil),
+		budget:    prometheus.NewDesc("nexus_queue_worker_budget", "The most queues this process holds open (--max-workers); past it, /enqueue answers 503.", nil, nil),
 	}
 }
 
@@ -236,9 +239,14 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.retries
 	ch <- c.dead
 	ch <- c.delivered
+	ch <- c.workers
+	ch <- c.budget
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	taken, budget := c.m.Budget()
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(taken))
+	ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(budget))
 	for _, q := range c.m.Queues() {
 		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(q.Depth), q.Tenant, q.Flow)
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(q.State.InFlight), q.Tenant, q.Flow)

@@ -820,6 +820,9 @@ method: POST
 		// two enqueues and at least one cron tick were appended
 		{"nexus_queue_commit_messages_sum", nil, func(v float64) bool { return v >= 3 }},
 		{"nexus_queue_fsync_duration_seconds_count", nil, func(v float64) bool { return v >= 1 }},
+		// the worker budget: forward-order's and heartbeat's, of 256
+		{"nexus_queue_workers", nil, func(v float64) bool { return v == 2 }},
+		{"nexus_queue_worker_budget", nil, func(v float64) bool { return v == 256 }},
 	} {
 		if v, ok := metricValue(m.body, c.name, c.labels); !ok || !c.want(v) {
 			t.Errorf("%s%v = %v (found %v)", c.name, c.labels, v, ok)

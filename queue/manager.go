@@ -133,6 +133,14 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	return q, w, nil
 }
 
+// Budget says how much of the residency budget (MaxWorkers) is spent: the
+// queues this process holds open, each with its worker, and the budget.
+func (m *Manager) Budget() (taken, max int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.slotsTaken(), m.cfg.MaxWorkers
+}
+
 // slotsTaken is how much of the budget is spent: the open queues and
 // those being reopened. The caller holds m.mu.
 func (m *Manager) slotsTaken() int {

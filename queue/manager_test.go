@@ -115,6 +115,9 @@ func TestManagerBudget(t *testing.T) {
 	if qs := m.Queues(); len(qs) != 2 {
 		t.Errorf("Queues = %+v", qs)
 	}
+	if taken, max := m.Budget(); taken != 2 || max != 2 {
+		t.Errorf("Budget() = %d, %d; want 2 of 2", taken, max)
+	}
 }
 
 func TestManagerDefaultBudgetIs256(t *testing.T) {
