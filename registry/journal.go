@@ -270,6 +270,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		pruning atomic.Bool
 		pruned  sync.WaitGroup
 	)
+	failures := 0 // rounds refused in a row, for the log
 	// writeAll writes what waits, a batch at a time; a batch the database
 	// refuses (locked by another process past BusyTimeout, say) goes back
 	// to the buffer for the next round
@@ -292,9 +293,19 @@ func (w *JournalWriter) loop(ctx context.Context) {
 					w.writeOneByOne(batch, err)
 					continue
 				}
-				w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed", "entries", len(batch), "error", err.Error())
+				// logged at the 1st, 2nd, 4th, 8th… round of a run of
+				// failures: a full disk failed every round (every
+				// FlushEvery) and filled the log with the same line
+				if failures++; failures&(failures-1) == 0 {
+					w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed",
+						"entries", len(batch), "failures", failures, "error", err.Error())
+				}
 				w.putBack(batch)
 				return err
+			}
+			if failures > 0 {
+				w.cfg.Logger.Info("journal entries are written again", "event", "journal_write_resumed", "failures", failures)
+				failures = 0
 			}
 			w.written.Add(int64(len(batch)))
 		}

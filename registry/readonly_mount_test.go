@@ -5,12 +5,15 @@ package registry_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -87,4 +90,77 @@ func compileAll(t *testing.T, names ...string) []*flow.Flow {
 		out = append(out, compile(t, "acme", n, "1"))
 	}
 	return out
+}
+
+// smallDisk mounts a tmpfs of size bytes at a new folder and returns it;
+// the mount goes when the test ends.
+func smallDisk(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		cannotMount(t, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestJournalOnAFullDiskLogsNotEveryRound: a full disk refuses every round
+// of the journal writer (every FlushEvery); the refusal is logged at the
+// 1st, 2nd, 4th, 8th… round of the run, not at each (a full disk filled
+// the log with the same line five times a second), and the writes going
+// through again are logged once (journal_write_resumed), with the entries
+// kept meanwhile written.
+func TestJournalOnAFullDiskLogsNotEveryRound(t *testing.T) {
+	dir := smallDisk(t, 4<<20)
+	path := filepath.Join(dir, "registry.db")
+	r := open(t, path, registry.Options{})
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: 2 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)})
+	w.Start()
+	defer w.Stop()
+	// fill the disk
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
+	}
+	f.Close()
+	for i := range 200 {
+		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(logs.Events(t, "journal_write_failed")) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d journal_write_failed lines in 10 s of a full disk, want 4 at least; log:\n%s", len(logs.Events(t, "journal_write_failed")), logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	failed := logs.Events(t, "journal_write_failed")
+	for i, e := range failed[:4] {
+		if want := float64(int(1) << i); e["failures"] != want {
+			t.Errorf("journal_write_failed line %d: failures %v, want %v (lines at the 1st, 2nd, 4th, 8th round)", i, e["failures"], want)
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for len(logs.Events(t, "journal_write_resumed")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no journal_write_resumed once the disk had room; log:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	w.Stop()
+	if got := journal(t, r, registry.JournalQuery{Limit: 1000}); len(got) != 200 {
+		t.Errorf("%d journal entries, want the 200 appended on the full disk", len(got))
+	}
 }
