@@ -501,8 +501,14 @@ type (
 		Commit    string        `json:"commit"`
 		SyncedAt  string        `json:"synced_at"`
 		LastError *lastErrorDoc `json:"last_error"`
+		SyncError *syncErrorDoc `json:"sync_error"`
 		Flows     []flowDoc     `json:"flows"`
 		Keys      []keyDoc      `json:"keys"`
+	}
+	syncErrorDoc struct {
+		Since    string `json:"since"`
+		Failures int    `json:"failures"`
+		Error    string `json:"error"`
 	}
 	keyDoc struct {
 		ID     string   `json:"id"`

@@ -64,6 +64,9 @@ type Config struct {
 	Secrets []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SyncHealth is the git sync's run of rounds that could not run, for
+	// /status, /api/flows and the UI; nil: none shown.
+	SyncHealth *SyncHealth
 	// NextTick gives a schedule's next tick for /status, /api/flows and
 	// the UI (the scheduler's, which knows when an @every schedule last
 	// ticked); nil: the schedule's own Next(now).

@@ -96,10 +96,14 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if schedules == nil {
 		schedules = []any{}
 	}
+	syncError := any(nil)
+	if f := s.cfg.SyncHealth.failure(); f != nil {
+		syncError = flow.NewObject([]string{"since", "failures", "error"}, []any{f.Since, f.Failures, f.Error})
+	}
 	// server.md's four keys first, in its order; what this host adds after
 	doc := flow.NewObject(
-		[]string{"commit", "synced_at", "flows", "last_error", "generation", "schedules"},
-		[]any{str(st.Commit), syncedAt, st.Flows, lastError, int(st.Generation), schedules},
+		[]string{"commit", "synced_at", "flows", "last_error", "sync_error", "generation", "schedules"},
+		[]any{str(st.Commit), syncedAt, st.Flows, lastError, syncError, int(st.Generation), schedules},
 	)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header()["X-Content-Type-Options"] = nosniff

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -468,5 +469,47 @@ func TestScheduleNextTickIsTheSchedulers(t *testing.T) {
 	w = fx.serve(newRequest(http.MethodGet, "/api/flows", "", "Authorization", "Bearer "+adminKey))
 	if !strings.Contains(w.Body.String(), `"schedule":{"spec":"0 3 * * *","zone":"Europe/Paris","next":"2026-09-01T07:00:00Z"}`) {
 		t.Errorf("/api/flows: %d %s\nwant the nightly flow's next tick at 2026-09-01T07:00:00Z", w.Code, w.Body)
+	}
+}
+
+// TestSyncErrorShown: a run of sync rounds that could not run (the repo
+// unreachable) shows in /status, /api/flows and the UI's Flows page as
+// sync_error, with when it began, how many rounds failed and the last
+// error; the next round that runs clears it. A host that had stopped
+// following git looked healthy there: a refused commit was all they
+// showed.
+func TestSyncErrorShown(t *testing.T) {
+	health := &host.SyncHealth{}
+	fx := newFixture(t, func(c *host.Config) {
+		c.AdminKey = adminKey
+		c.SyncHealth = health
+	})
+	get := func(path string) string {
+		w := fx.serve(newRequest(http.MethodGet, path, "", "Authorization", "Bearer "+adminKey))
+		if w.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
+		}
+		return w.Body.String()
+	}
+	for _, path := range []string{"/status", "/api/flows"} {
+		if body := get(path); !strings.Contains(body, `"sync_error":null`) {
+			t.Errorf("GET %s before any failure: %s, want sync_error null", path, body)
+		}
+	}
+	unreachable := errors.New("fetching main from https://git.example.com/config.git: dial tcp: connection refused")
+	health.Observe(unreachable, time.Date(2026, 8, 9, 14, 0, 0, 0, time.UTC))
+	health.Observe(unreachable, time.Date(2026, 8, 9, 14, 0, 5, 0, time.UTC))
+	want := `"sync_error":{"since":"2026-08-09T14:00:00Z","failures":2,"error":"fetching main from https://git.example.com/config.git: dial tcp: connection refused"}`
+	for _, path := range []string{"/status", "/api/flows"} {
+		if body := get(path); !strings.Contains(body, want) {
+			t.Errorf("GET %s after two failed rounds: %s\nwant %s", path, body, want)
+		}
+	}
+	if body := get("/ui/"); !strings.Contains(body, `id="sync-error"`) || !strings.Contains(body, "has failed 2 times in a row since 2026-08-09T14:00:00Z") {
+		t.Errorf("the Flows page after two failed rounds:\n%s", body)
+	}
+	health.Observe(nil, time.Date(2026, 8, 9, 14, 0, 10, 0, time.UTC))
+	if body := get("/status"); !strings.Contains(body, `"sync_error":null`) {
+		t.Errorf("GET /status after a round that ran: %s, want sync_error null", body)
 	}
 }

@@ -26,11 +26,14 @@ type JournalReader interface {
 
 // flowsView is the live set: GET /api/flows and the UI's Flows page.
 type flowsView struct {
-	Commit    optional    `json:"commit"`
-	SyncedAt  optional    `json:"synced_at"`
-	LastError *syncError  `json:"last_error"`
-	Flows     []flowEntry `json:"flows"`
-	Keys      []keyEntry  `json:"keys"`
+	Commit    optional   `json:"commit"`
+	SyncedAt  optional   `json:"synced_at"`
+	LastError *syncError `json:"last_error"`
+	// SyncError is the run of sync rounds that could not run (the repo
+	// unreachable, the registry unwritable), null when the last one ran.
+	SyncError *syncFailure `json:"sync_error"`
+	Flows     []flowEntry  `json:"flows"`
+	Keys      []keyEntry   `json:"keys"`
 }
 
 // keyEntry is an access key of the live set, named by its id (never the
@@ -99,6 +102,7 @@ func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
 		if le := st.LastError; le != nil {
 			v.LastError = &syncError{Commit: optional(le.Commit), Errors: append([]string{}, le.Errors...)}
 		}
+		v.SyncError = s.cfg.SyncHealth.failure()
 	}
 	live := s.cfg.Live.Live()
 	if live == nil {

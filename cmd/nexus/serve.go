@@ -461,11 +461,13 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	journal := reg.NewJournalWriter(registry.JournalConfig{Retention: cfg.JournalRetention, Logger: logger})
 	pruner := &registry.DedupPruner{Registry: reg, Logger: logger}
 	var syncer *gitsync.Syncer
+	syncHealth := &host.SyncHealth{}
 	if cfg.Repo != "" {
 		syncer, err = gitsync.New(gitsync.Config{
 			Repo: cfg.Repo, Branch: cfg.Branch, FlowsDir: cfg.FlowsDir, Poll: cfg.Poll,
 			Dir: filepath.Join(stateDir, "repo"), SSHKeyFile: cfg.SSHKey, Registry: reg, Logger: logger,
 			Observe: func(res gitsync.Result, err error) {
+				syncHealth.Observe(err, time.Now())
 				switch {
 				case err != nil || len(res.Errors) > 0:
 					metrics.SyncFailed()
@@ -499,7 +501,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret),
 	}
 	if syncer != nil {
-		hostCfg.Sync = syncer
+		hostCfg.Sync, hostCfg.SyncHealth = syncer, syncHealth
 	}
 	cron := scheduler.New(scheduler.Config{
 		Live: reg, Queues: queues, Dir: filepath.Join(stateDir, "cron"), Logger: logger, NewID: flow.NewUUID,
