@@ -1159,7 +1159,7 @@ func TestServeWarnsOfAShortAdminKey(t *testing.T) {
 
 // The password of an https repo URL (basic auth) is in no log line, nor
 // its user name (which may be a token: the started line shows it as
-// redacted).
+// redacted), nor in /status, whose sync_error says the repo is unreachable.
 func TestServeLogsNoRepoPassword(t *testing.T) {
 	h := startHost(t, hostOptions{repo: "https://deploy:ghp_SECRETTOKEN123@127.0.0.1:1/config.git"})
 	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
@@ -1171,6 +1171,18 @@ func TestServeLogsNoRepoPassword(t *testing.T) {
 		if strings.Contains(line, "ghp_SECRETTOKEN123") {
 			t.Errorf("a log line holds the password:\n%s", line)
 		}
+	}
+	// /status says the sync keeps failing, without the password either
+	r := h.do(http.MethodGet, "/status", h.adminKey, "", "")
+	var st struct {
+		SyncError *struct {
+			Failures int    `json:"failures"`
+			Error    string `json:"error"`
+		} `json:"sync_error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.SyncError == nil || st.SyncError.Failures < 1 ||
+		!strings.Contains(st.SyncError.Error, "127.0.0.1:1") || strings.Contains(r.body, "ghp_SECRETTOKEN123") {
+		t.Errorf("/status with an unreachable repo: %d %s, want its sync_error, without the password", r.status, r.body)
 	}
 }
 
