@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -12,13 +11,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -554,8 +550,17 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading the tree of %s: %w", commit.Hash, err)
 	}
-	w := &walker{s: s, repo: repo}
-	accessData := w.file(root, "access.yaml", true)
+	w := &walker{
+		maxFileBytes: s.cfg.MaxFileBytes, maxFiles: s.cfg.MaxFiles, maxTotalBytes: s.cfg.MaxTotalBytes,
+		root: s.cfg.FlowsDir, label: s.cfg.FlowsDir,
+		join: func(dir, name string) string { return dir + "/" + name },
+	}
+	w.fail = w.readFailed
+	var accessEntry entry
+	if e, err := root.FindEntry("access.yaml"); err == nil {
+		accessEntry = gitEntry{repo, e}
+	}
+	accessData := w.file(accessEntry, "access.yaml")
 	// found by its entry, not with Tree (which reports a tree object the
 	// clone lost as a folder the commit lacks)
 	e, err := root.FindEntry(s.cfg.FlowsDir)
@@ -567,10 +572,10 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	case err != nil:
 		w.readFailed(s.cfg.FlowsDir+"/", err)
 	default:
-		if dir, err := w.repo.TreeObject(e.Hash); err != nil {
+		if dir, err := repo.TreeObject(e.Hash); err != nil {
 			w.readFailed(s.cfg.FlowsDir+"/", err)
 		} else {
-			w.walk(dir, s.cfg.FlowsDir, 1)
+			w.walk(gitFolder{repo, dir}, s.cfg.FlowsDir, 1)
 		}
 	}
 	if w.damage != nil {
@@ -580,15 +585,22 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		return nil, nil, w.problems, nil
 	}
 	keys, err = access.Parse("access.yaml", accessData)
-	if err != nil {
-		problems = append(problems, strings.Split(err.Error(), "\n")...)
-	}
+	problems = append(problems, AccessProblems(err)...)
 	flows, errs := flow.CompileSet(w.sources)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
 	}
 	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
 	return flows, keys, problems, nil
+}
+
+// AccessProblems is an error of access.Parse as a commit's problems, one
+// line each (nil for nil).
+func AccessProblems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	return strings.Split(err.Error(), "\n")
 }
 
 // lostFlows refuses the silent withdrawal of a live flow whose file is
@@ -625,81 +637,6 @@ func (s *Syncer) lostFlows(sources []flow.Source, flows []*flow.Flow, errs flow.
 	return out
 }
 
-type walker struct {
-	s        *Syncer
-	repo     *git.Repository
-	files    int
-	bytes    int64 // the Markdown read so far
-	sources  []flow.Source
-	problems []string
-	damage   error // the first object of the commit the clone could not read
-}
-
-func (w *walker) problem(format string, args ...any) {
-	w.problems = append(w.problems, fmt.Sprintf(format, args...))
-}
-
-// readFailed records an object of the commit that could not be read: the
-// clone is damaged (the remote had the object, or the commit would not
-// have reached the clone).
-func (w *walker) readFailed(p string, err error) {
-	if w.damage == nil {
-		w.damage = fmt.Errorf("%s: reading it: %w", p, err)
-	}
-}
-
-// file reads a regular file of a tree (entry name), within the size limit.
-func (w *walker) file(t *object.Tree, name string, required bool) []byte {
-	e, err := t.FindEntry(name)
-	if err != nil {
-		if required {
-			w.problem("%s: the commit has no such file at the root of the repo", name)
-		}
-		return nil
-	}
-	if e.Mode != filemode.Regular && e.Mode != filemode.Executable {
-		w.problem("%s: not a regular file", name)
-		return nil
-	}
-	return w.blob(e, name)
-}
-
-// checkSize refuses a file over the size limit without reading it.
-func (w *walker) checkSize(e *object.TreeEntry, p string) {
-	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
-	if err != nil {
-		w.readFailed(p, err)
-		return
-	}
-	if size > w.s.cfg.MaxFileBytes {
-		w.problem("%s: %d bytes, over the limit of %d", p, size, w.s.cfg.MaxFileBytes)
-	}
-}
-
-func (w *walker) blob(e *object.TreeEntry, p string) []byte {
-	b, err := w.repo.BlobObject(e.Hash)
-	if err != nil {
-		w.readFailed(p, err)
-		return nil
-	}
-	if b.Size > w.s.cfg.MaxFileBytes {
-		w.problem("%s: %d bytes, over the limit of %d", p, b.Size, w.s.cfg.MaxFileBytes)
-		return nil
-	}
-	r, err := b.Reader()
-	if err != nil {
-		w.readFailed(p, err)
-		return nil
-	}
-	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, w.s.cfg.MaxFileBytes+1))
-	if err != nil {
-		w.readFailed(p, err)
-		return nil
-	}
-	return data
-}
-
 // removeEmptyRefs removes the empty files under the clone's refs/ and
 // returns their names.
 func (s *Syncer) removeEmptyRefs() ([]string, error) {
@@ -717,81 +654,6 @@ func (s *Syncer) removeEmptyRefs() ([]string, error) {
 		return os.Remove(p)
 	})
 	return removed, err
-}
-
-// markdown reads a Markdown file of the flows folder, counting it
-// against the commit's MaxTotalBytes: past it the commit is refused
-// before more is read.
-func (w *walker) markdown(e *object.TreeEntry, p string) []byte {
-	if w.bytes > w.s.cfg.MaxTotalBytes {
-		return nil // refused already
-	}
-	size, err := w.repo.Storer.EncodedObjectSize(e.Hash)
-	if err != nil {
-		w.readFailed(p, err)
-		return nil
-	}
-	if w.bytes += size; w.bytes > w.s.cfg.MaxTotalBytes {
-		w.problem("%s/: more than %d bytes of Markdown in all (the limit of one commit)", w.s.cfg.FlowsDir, w.s.cfg.MaxTotalBytes)
-		return nil
-	}
-	return w.blob(e, p)
-}
-
-// walk collects the Markdown files under dir, refusing what the flows
-// folder must not hold.
-func (w *walker) walk(t *object.Tree, dir string, depth int) {
-	if depth > maxDepth {
-		w.problem("%s: folders nested deeper than %d levels", dir, maxDepth)
-		return
-	}
-	for i := range t.Entries {
-		e := &t.Entries[i]
-		p := dir + "/" + e.Name
-		if !utf8.ValidString(e.Name) || strings.ContainsFunc(e.Name, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
-			// quoted: the name reaches terminals (nexus status) and logs
-			w.problem("%s: a name with a control or format character, or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.s.cfg.FlowsDir)
-			continue
-		}
-		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\\") {
-			w.problem("%s: a path that would escape %s/", p, w.s.cfg.FlowsDir)
-			continue
-		}
-		if strings.EqualFold(e.Name, ".git") {
-			w.problem("%s: a .git entry: %s/ holds flows only", p, w.s.cfg.FlowsDir)
-			continue
-		}
-		w.files++
-		if w.files > w.s.cfg.MaxFiles {
-			if w.files == w.s.cfg.MaxFiles+1 {
-				w.problem("%s/: more than %d files", w.s.cfg.FlowsDir, w.s.cfg.MaxFiles)
-			}
-			return
-		}
-		switch e.Mode {
-		case filemode.Dir:
-			sub, err := w.repo.TreeObject(e.Hash)
-			if err != nil {
-				w.readFailed(p+"/", err)
-				continue
-			}
-			w.walk(sub, p, depth+1)
-		case filemode.Symlink:
-			w.problem("%s: a symbolic link: %s/ holds regular files only", p, w.s.cfg.FlowsDir)
-		case filemode.Submodule:
-			w.problem("%s: a submodule (gitlink): %s/ holds regular files only", p, w.s.cfg.FlowsDir)
-		case filemode.Regular, filemode.Executable:
-			if !strings.EqualFold(path.Ext(e.Name), ".md") {
-				w.checkSize(e, p) // not read, but a commit with a huge file is refused all the same
-				continue
-			}
-			if data := w.markdown(e, p); data != nil {
-				w.sources = append(w.sources, flow.Source{Path: p, Data: data})
-			}
-		default:
-			w.problem("%s: an entry of mode %s: %s/ holds regular files only", p, e.Mode, w.s.cfg.FlowsDir)
-		}
-	}
 }
 
 // Trigger asks the running loop to sync now (the webhook). It never blocks.

@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -50,47 +48,36 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	// a version names its file: the same file given another way
+	// (./repo, /home/ops/repo, repo/flows/acme/x.md) is the same file,
+	// and an unchanged flow stays unchanged
+	for i, p := range paths {
+		if abs, err := filepath.Abs(p); err == nil {
+			paths[i] = abs
+		}
+	}
+	srcs, accessFiles, _, problems := readPaths(paths)
 	var (
-		flowPaths []string
-		keys      *access.Set
-		problems  []string
+		keys  *access.Set
+		repos int
 	)
-	for _, p := range paths {
-		if info, err := os.Stat(filepath.Join(p, "access.yaml")); err == nil && !info.IsDir() {
+	for _, a := range accessFiles {
+		if a.dir != "" {
 			// a config repo: its flows/ and its access.yaml
-			if keys != nil {
-				problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", p))
+			if repos++; repos > 1 {
+				problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", a.dir))
 				continue
 			}
-			data, err := readSource(filepath.Join(p, "access.yaml"))
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", filepath.Join(p, "access.yaml"), pathError(err)))
-				continue
-			}
-			set, err := access.Parse(filepath.Join(p, "access.yaml"), data)
-			if err != nil {
-				problems = append(problems, err.Error())
-			}
-			keys = set
-			flowPaths = append(flowPaths, filepath.Join(p, "flows"))
+		}
+		if a.refused {
 			continue
 		}
-		flowPaths = append(flowPaths, p)
-	}
-	files, listProblems := markdownFiles(flowPaths)
-	problems = append(problems, listProblems...)
-	for i, f := range files {
-		// a version names its file: the same file given another way
-		// (./repo, /home/ops/repo, repo/flows/acme/x.md) is the same
-		// file, and an unchanged flow stays unchanged
-		if abs, err := filepath.Abs(f); err == nil {
-			files[i] = abs
+		set, err := access.Parse(a.path, a.data)
+		problems = append(problems, gitsync.AccessProblems(err)...)
+		if a.dir != "" {
+			keys = set
 		}
 	}
-	slices.Sort(files)
-	files = slices.Compact(files) // ./x.md and x.md are one file
-	srcs, readProblems := readSources(files)
-	problems = append(problems, readProblems...)
 	flows, errs := flow.CompileSet(srcs)
 	for _, e := range errs {
 		problems = append(problems, e.Error())

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/gitsync"
 )
@@ -20,8 +21,10 @@ const validateUsage = `Usage: nexus validate PATH...
 
 Compiles every flow file among PATH (files, or folders searched recursively
 for *.md) and prints every error as FILE:LINE: message. Markdown that is not
-a flow file (no front matter with flowmarkdown_version) is skipped. Nothing
-is published.
+a flow file (no front matter with flowmarkdown_version) is skipped. A folder
+is read as git sync reads a commit, and refused for what would refuse one; a
+config repo folder (one holding access.yaml) is its access.yaml and flows/.
+Nothing is published.
 
 Exit status: 0 when every flow compiles (it prints "ok: N flows in M files",
 M counting the Markdown files read), 1 on any error, 2 on bad usage.
@@ -47,9 +50,13 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	files, problems := markdownFiles(paths)
-	srcs, readProblems := readSources(files)
-	problems = append(problems, readProblems...)
+	srcs, accessFiles, files, problems := readPaths(paths)
+	for _, a := range accessFiles {
+		if !a.refused {
+			_, err := access.Parse(a.path, a.data)
+			problems = append(problems, gitsync.AccessProblems(err)...)
+		}
+	}
 	flows, errs := flow.CompileSet(srcs)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
@@ -61,18 +68,94 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus validate: %d error%s\n", len(problems), plural(len(problems)))
 		return exitError
 	}
-	fmt.Fprintf(stdout, "ok: %d flow%s in %d file%s\n", len(flows), plural(len(flows)), len(files), plural(len(files)))
+	fmt.Fprintf(stdout, "ok: %d flow%s in %d file%s\n", len(flows), plural(len(flows)), files, plural(files))
 	return exitOK
 }
 
-// readSources reads files, within git sync's limits (a file up to
-// gitsync.DefaultMaxFileBytes, all of them up to
-// gitsync.DefaultMaxTotalBytes); a file that cannot be read, is not a
-// regular file or is over a limit is a problem.
-func readSources(files []string) ([]flow.Source, []string) {
+// accessFile is an access.yaml read by readPaths.
+type accessFile struct {
+	dir     string // the config repo holding it ("" for one named alone)
+	path    string
+	data    []byte
+	refused bool // not read: a problem says why
+}
+
+// readPaths reads the files that PATHs name as git sync reads a commit.
+// A folder is read by gitsync.DiskReader, with git sync's rules, limits
+// and errors: a config repo (a folder holding access.yaml) as a commit,
+// its access.yaml and flows/; any other folder as a commit's flows folder.
+// A file is read as named, even without the .md extension, within the
+// same limits; one named access.yaml is an access file, not Markdown.
+// The sources are sorted by path, each once; files counts the files read
+// (the Markdown, and access files named alone); problems refuse what was
+// read.
+func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, files int, problems []string) {
+	reader := gitsync.NewDiskReader()
+	var named []string
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
+		case info.IsDir():
+			before := len(reader.Problems())
+			if data, repo := reader.Folder(p); repo {
+				refused := len(reader.Problems()) > before && data == nil
+				accessFiles = append(accessFiles, accessFile{dir: p, path: filepath.Join(p, "access.yaml"), data: data, refused: refused})
+			}
+			problems = append(problems, reader.Problems()[before:]...)
+		default:
+			named = append(named, p)
+		}
+	}
+	srcs = reader.Sources()
+	read := make(map[string]bool, len(srcs))
+	for _, src := range srcs {
+		read[src.Path] = true
+	}
+	var markdown []string
+	for _, p := range named {
+		switch {
+		case read[p]: // read already, in its folder
+		case filepath.Base(p) == "access.yaml":
+			data, err := readSource(p)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
+				continue
+			}
+			read[p] = true
+			files++
+			accessFiles = append(accessFiles, accessFile{path: p, data: data})
+		default:
+			read[p] = true
+			markdown = append(markdown, p)
+		}
+	}
+	namedSrcs, readProblems := readSources(markdown, reader.MarkdownBytes())
+	problems = append(problems, readProblems...)
+	srcs = append(srcs, namedSrcs...)
+	slices.SortStableFunc(srcs, func(a, b flow.Source) int { return strings.Compare(a.Path, b.Path) })
+	srcs = slices.CompactFunc(srcs, func(a, b flow.Source) bool { return a.Path == b.Path })
+	// a folder given twice (or inside another given) is read twice: its
+	// problems are said once
+	seen := make(map[string]bool, len(problems))
+	problems = slices.DeleteFunc(problems, func(p string) bool {
+		dup := seen[p]
+		seen[p] = true
+		return dup
+	})
+	return srcs, accessFiles, files + len(srcs), problems
+}
+
+// readSources reads files named alone, within git sync's limits (a file
+// up to gitsync.DefaultMaxFileBytes, all the Markdown read, total bytes
+// already, up to gitsync.DefaultMaxTotalBytes); a file that cannot be
+// read, is not a regular file or is over a limit is a problem.
+func readSources(files []string, total int64) ([]flow.Source, []string) {
 	var srcs []flow.Source
 	var problems []string
-	var total int64
+	slices.Sort(files)
+	files = slices.Compact(files)
 	for _, path := range files {
 		data, err := readSource(path)
 		if err != nil {
@@ -107,46 +190,6 @@ func readSource(path string) ([]byte, error) {
 		err = fmt.Errorf("over the limit of %d bytes", gitsync.DefaultMaxFileBytes)
 	}
 	return data, err
-}
-
-// markdownFiles expands paths: a file is taken as given, a folder is
-// searched recursively for *.md (hidden folders such as .git skipped).
-func markdownFiles(paths []string) (files, problems []string) {
-	for _, p := range paths {
-		info, err := os.Stat(p)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
-			continue
-		}
-		if !info.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", path, pathError(err)))
-				return nil
-			}
-			if d.IsDir() && path != p && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			if !d.IsDir() && strings.EqualFold(filepath.Ext(path), ".md") {
-				if !d.Type().IsRegular() {
-					// as git sync refuses it: a link could take a flow
-					// from outside the folder
-					problems = append(problems, fmt.Sprintf("%s: a symbolic link or special file: a folder of flows holds regular files only", path))
-					return nil
-				}
-				files = append(files, path)
-			}
-			return nil
-		})
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", p, err))
-		}
-	}
-	slices.Sort(files)
-	return slices.Compact(files), problems
 }
 
 // pathError drops the path from an *fs.PathError: callers print it first.

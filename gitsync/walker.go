@@ -1,0 +1,270 @@
+package gitsync
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/nexushq/nexus/flow"
+)
+
+// The walker holds the rules a commit is read by: the limits, what the
+// flows folder may hold, and the errors that refuse it. It reads a commit's
+// tree (gitFolder, for Sync) or a folder on disk (diskFolder, for nexus
+// validate and nexus deploy through DiskReader), so that both refuse the
+// same things with the same words.
+
+// folder is a folder the walker reads.
+type folder interface {
+	// list returns the folder's entries in the order they are read.
+	list() ([]entry, error)
+}
+
+// entry is one entry of a folder.
+type entry interface {
+	name() string
+	// kind is what the entry is; mode names a kindOther.
+	kind() (k entryKind, mode string)
+	// size is a regular file's size, found without reading it.
+	size() (int64, error)
+	// read reads a regular file within max bytes; over it, data is nil
+	// and size says how large the file is.
+	read(max int64) (data []byte, size int64, err error)
+	// open opens a folder.
+	open() (folder, error)
+}
+
+type entryKind int
+
+const (
+	kindRegular   entryKind = iota
+	kindDir                 // a folder
+	kindSymlink             // a symbolic link of a commit
+	kindSubmodule           // a gitlink of a commit
+	kindOnDisk              // a symbolic link or special file on disk
+	kindOther               // any other mode of a commit
+)
+
+type walker struct {
+	maxFileBytes  int64
+	maxFiles      int
+	maxTotalBytes int64
+	root          string                        // the flows folder's path, where a problem of it is
+	label         string                        // the flows folder as a problem's words name it
+	join          func(dir, name string) string // a path of the folder dir
+	fail          func(p string, err error)     // an entry that could not be read
+
+	files    int
+	bytes    int64 // the Markdown read so far
+	sources  []flow.Source
+	problems []string
+	damage   error // the first object of the commit the clone could not read
+}
+
+func (w *walker) problem(format string, args ...any) {
+	w.problems = append(w.problems, fmt.Sprintf(format, args...))
+}
+
+// readFailed records an object of the commit that could not be read: the
+// clone is damaged (the remote had the object, or the commit would not
+// have reached the clone).
+func (w *walker) readFailed(p string, err error) {
+	if w.damage == nil {
+		w.damage = fmt.Errorf("%s: reading it: %w", p, err)
+	}
+}
+
+// file reads a regular file at the root of the repo (access.yaml), within
+// the size limit; e is nil when there is no such entry.
+func (w *walker) file(e entry, p string) []byte {
+	if e == nil {
+		w.problem("%s: the commit has no such file at the root of the repo", p)
+		return nil
+	}
+	if k, _ := e.kind(); k != kindRegular {
+		w.problem("%s: not a regular file", p)
+		return nil
+	}
+	return w.blob(e, p)
+}
+
+// checkSize refuses a file over the size limit without reading it.
+func (w *walker) checkSize(e entry, p string) {
+	size, err := e.size()
+	if err != nil {
+		w.fail(p, err)
+		return
+	}
+	if size > w.maxFileBytes {
+		w.problem("%s: %d bytes, over the limit of %d", p, size, w.maxFileBytes)
+	}
+}
+
+func (w *walker) blob(e entry, p string) []byte {
+	data, size, err := e.read(w.maxFileBytes)
+	if err != nil {
+		w.fail(p, err)
+		return nil
+	}
+	if data == nil && size > w.maxFileBytes {
+		w.problem("%s: %d bytes, over the limit of %d", p, size, w.maxFileBytes)
+		return nil
+	}
+	return data
+}
+
+// markdown reads a Markdown file of the flows folder, counting it
+// against the commit's MaxTotalBytes: past it the commit is refused
+// before more is read.
+func (w *walker) markdown(e entry, p string) []byte {
+	if w.bytes > w.maxTotalBytes {
+		return nil // refused already
+	}
+	size, err := e.size()
+	if err != nil {
+		w.fail(p, err)
+		return nil
+	}
+	if w.bytes += size; w.bytes > w.maxTotalBytes {
+		w.problem("%s/: more than %d bytes of Markdown in all (the limit of one commit)", w.root, w.maxTotalBytes)
+		return nil
+	}
+	return w.blob(e, p)
+}
+
+// walk collects the Markdown files under dir, refusing what the flows
+// folder must not hold.
+func (w *walker) walk(t folder, dir string, depth int) {
+	if depth > maxDepth {
+		w.problem("%s: folders nested deeper than %d levels", dir, maxDepth)
+		return
+	}
+	entries, err := t.list()
+	if err != nil {
+		w.fail(dir+"/", err)
+		return
+	}
+	for _, e := range entries {
+		name := e.name()
+		p := w.join(dir, name)
+		if !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
+			// quoted: the name reaches terminals (nexus status) and logs
+			w.problem("%s: a name with a control or format character, or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.label)
+			continue
+		}
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\") {
+			w.problem("%s: a path that would escape %s/", p, w.label)
+			continue
+		}
+		if strings.EqualFold(name, ".git") {
+			w.problem("%s: a .git entry: %s/ holds flows only", p, w.label)
+			continue
+		}
+		w.files++
+		if w.files > w.maxFiles {
+			if w.files == w.maxFiles+1 {
+				w.problem("%s/: more than %d files", w.root, w.maxFiles)
+			}
+			return
+		}
+		switch k, mode := e.kind(); k {
+		case kindDir:
+			sub, err := e.open()
+			if err != nil {
+				w.fail(p+"/", err)
+				continue
+			}
+			w.walk(sub, p, depth+1)
+		case kindSymlink:
+			w.problem("%s: a symbolic link: %s/ holds regular files only", p, w.label)
+		case kindSubmodule:
+			w.problem("%s: a submodule (gitlink): %s/ holds regular files only", p, w.label)
+		case kindOnDisk:
+			w.problem("%s: a symbolic link or special file: a folder of flows holds regular files only", p)
+		case kindRegular:
+			if !strings.EqualFold(path.Ext(name), ".md") {
+				w.checkSize(e, p) // not read, but a commit with a huge file is refused all the same
+				continue
+			}
+			if data := w.markdown(e, p); data != nil {
+				w.sources = append(w.sources, flow.Source{Path: p, Data: data})
+			}
+		default:
+			w.problem("%s: an entry of mode %s: %s/ holds regular files only", p, mode, w.label)
+		}
+	}
+}
+
+// gitFolder is a tree of a commit.
+type gitFolder struct {
+	repo *git.Repository
+	t    *object.Tree
+}
+
+func (g gitFolder) list() ([]entry, error) {
+	out := make([]entry, len(g.t.Entries))
+	for i := range g.t.Entries {
+		out[i] = gitEntry{g.repo, &g.t.Entries[i]}
+	}
+	return out, nil
+}
+
+// gitEntry is an entry of a commit's tree.
+type gitEntry struct {
+	repo *git.Repository
+	e    *object.TreeEntry
+}
+
+func (g gitEntry) name() string { return g.e.Name }
+
+func (g gitEntry) kind() (entryKind, string) {
+	switch g.e.Mode {
+	case filemode.Regular, filemode.Executable:
+		return kindRegular, ""
+	case filemode.Dir:
+		return kindDir, ""
+	case filemode.Symlink:
+		return kindSymlink, ""
+	case filemode.Submodule:
+		return kindSubmodule, ""
+	}
+	return kindOther, g.e.Mode.String()
+}
+
+func (g gitEntry) size() (int64, error) { return g.repo.Storer.EncodedObjectSize(g.e.Hash) }
+
+func (g gitEntry) read(max int64) ([]byte, int64, error) {
+	b, err := g.repo.BlobObject(g.e.Hash)
+	if err != nil {
+		return nil, 0, err
+	}
+	if b.Size > max {
+		return nil, b.Size, nil
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	return data, b.Size, nil
+}
+
+func (g gitEntry) open() (folder, error) {
+	t, err := g.repo.TreeObject(g.e.Hash)
+	if err != nil {
+		return nil, err
+	}
+	return gitFolder{g.repo, t}, nil
+}
