@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -173,6 +174,11 @@ func CheckSource(repo, branch, flowsDir string) error {
 	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
 		return &SourceError{"Branch", fmt.Errorf("%q is not a branch name", branch)}
 	}
+	if slices.Contains(strings.Split(filepath.ToSlash(flowsDir), "/"), "..") {
+		// cleaned, ../etc would be read as etc/, a folder the operator
+		// did not name
+		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q leaves the repo: give a folder inside it, such as flows", flowsDir)}
+	}
 	if cleanFlowsDir(flowsDir) == "" {
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)}
 	}
@@ -297,7 +303,14 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		}
 		// every error, as /status lists them, up to maxLoggedErrors (a
 		// commit breaking thousands of files makes one bounded line)
-		s.cfg.Logger.Error("commit refused: the last good commit keeps serving",
+		keeps := "the last good commit keeps serving"
+		switch {
+		case st.Commit == "" && st.Flows > 0:
+			keeps = "the flows deployed keep serving" // by nexus deploy
+		case st.Commit == "":
+			keeps = "nothing is deployed yet" // a first commit refused
+		}
+		s.cfg.Logger.Error("commit refused: "+keeps,
 			"event", "sync_failed", "commit", res.Commit, "error_count", len(problems),
 			"errors", problems[:min(len(problems), maxLoggedErrors)])
 		return res, nil

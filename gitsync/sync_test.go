@@ -117,7 +117,7 @@ func TestSyncRefusesAnInvalidCommitWhole(t *testing.T) {
 	}
 	failed := e.logs.Events(t, "sync_failed")
 	if len(failed) != 1 || failed[0]["commit"] != bad || failed[0]["error_count"] != 1.0 ||
-		!cmp.Equal(failed[0]["errors"], []any{badFlowError}) {
+		!cmp.Equal(failed[0]["errors"], []any{badFlowError}) || failed[0]["msg"] != "commit refused: the last good commit keeps serving" {
 		t.Errorf("sync_failed events: %v", failed)
 	}
 
@@ -516,5 +516,18 @@ func TestSyncedAtIsTheLastSuccessfulSync(t *testing.T) {
 	e.sync() // already refused
 	if got := e.status().SyncedAt; !got.Equal(confirmed) {
 		t.Errorf("synced_at after refused rounds: %v, want it kept at %v", got, confirmed)
+	}
+}
+
+// TestRefusedFirstCommitSaysNothingIsDeployed: the sync_failed line of a
+// first commit refused, with nothing deployed, says so; it said "the last
+// good commit keeps serving", where none had ever served.
+func TestRefusedFirstCommitSaysNothingIsDeployed(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/bad.md", []byte(badFlowFile))
+	e.src.commit("a broken first flow")
+	e.mustRefuse(badFlowError)
+	if failed := e.logs.Events(t, "sync_failed"); len(failed) != 1 || failed[0]["msg"] != "commit refused: nothing is deployed yet" {
+		t.Errorf("sync_failed events: %v", failed)
 	}
 }

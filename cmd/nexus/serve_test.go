@@ -195,6 +195,8 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},
 		{[]string{"--repo", repo}, "NEXUS_BRANCH=a..b", exitUsage, `nexus serve: NEXUS_BRANCH: "a..b" is not a branch name`},
 		{[]string{"--repo", repo, "--flows-dir", "/"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "/" is the repo's root: flows live in a folder of the repo, such as flows`},
+		// it was read as etc/, and the commits were blamed for lacking it
+		{[]string{"--repo", repo, "--flows-dir", "../etc"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "../etc" leaves the repo: give a folder inside it, such as flows`},
 		{[]string{"--repo", "https://ops:p%zz@git.example.com/x.git"}, "", exitUsage, "nexus serve: --repo: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"},
 		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path`},
 		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
