@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -315,6 +316,12 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 			"errors", problems[:min(len(problems), maxLoggedErrors)])
 		return res, nil
 	}
+	// a commit that changes access.yaml alone (a key revoked, a rate set)
+	// publishes no flow: the line says so
+	var before []byte
+	if live := s.cfg.Registry.Live(); live != nil {
+		before = live.Access().Source()
+	}
 	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{Flows: flows, Complete: true, Access: keys, Commit: res.Commit})
 	if err != nil {
 		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
@@ -327,7 +334,8 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		counts[c.Action]++
 	}
 	s.cfg.Logger.Info("commit applied", "event", "sync_applied", "commit", res.Commit, "flows", len(flows),
-		"published", counts[registry.Published], "unchanged", counts[registry.Unchanged], "withdrawn", counts[registry.Withdrawn])
+		"published", counts[registry.Published], "unchanged", counts[registry.Unchanged], "withdrawn", counts[registry.Withdrawn],
+		"keys", keys.Len(), "access_changed", !bytes.Equal(before, keys.Source()))
 	return res, nil
 }
 

@@ -531,3 +531,31 @@ func TestRefusedFirstCommitSaysNothingIsDeployed(t *testing.T) {
 		t.Errorf("sync_failed events: %v", failed)
 	}
 }
+
+// TestSyncAppliedSaysTheKeysChanged: a commit that changes access.yaml
+// alone (a key revoked) publishes no flow; its sync_applied line says the
+// keys changed and how many the commit holds. It said "published 0,
+// unchanged N" and nothing of the keys.
+func TestSyncAppliedSaysTheKeysChanged(t *testing.T) {
+	e := newEnv(t)
+	other := key{"acme-other", "acme", "nxk_test_acme_other_0123456789abcdef"}
+	e.src.write("access.yaml", accessFile(acmeKey, other))
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.mustApply(e.src.commit("a flow and two keys"), "published acme/x v1")
+	e.src.write("flows/README.md", []byte("# Flows\n"))
+	e.mustApply(e.src.commit("docs only"), "unchanged acme/x v1")
+	e.src.write("access.yaml", accessFile(acmeKey))
+	e.mustApply(e.src.commit("revoke a key"), "unchanged acme/x v1")
+	applied := e.logs.Events(t, "sync_applied")
+	if len(applied) != 3 {
+		t.Fatalf("sync_applied events: %v", applied)
+	}
+	for i, want := range []struct {
+		keys    float64
+		changed bool
+	}{{2, true}, {2, false}, {1, true}} {
+		if applied[i]["keys"] != want.keys || applied[i]["access_changed"] != want.changed {
+			t.Errorf("sync_applied %d: keys %v, access_changed %v; want %v, %v", i, applied[i]["keys"], applied[i]["access_changed"], want.keys, want.changed)
+		}
+	}
+}
