@@ -307,8 +307,15 @@ func (w *Watcher) Start() {
 				failing = true
 			case swapped:
 				failing = false
+				// a publication this process's sync has not loaded itself:
+				// most often another process's (its sync, nexus deploy;
+				// two processes following different repos into one state
+				// directory show here at every round)
+				ls := w.Registry.Live()
+				log.Info("the live set changed", "event", "live_set_changed",
+					"generation", ls.Generation(), "commit", ls.Commit(), "flows", len(ls.Flows()))
 				if w.OnSwap != nil {
-					w.OnSwap(w.Registry.Live())
+					w.OnSwap(ls)
 				}
 			default:
 				failing = false

@@ -640,10 +640,11 @@ func TestWatcherFollowsAnotherHandle(t *testing.T) {
 	swaps := make(chan *registry.LiveSet, 16)
 	var seenMu sync.Mutex
 	var seen []*registry.LiveSet // every set OnSwap received, in order
+	var logs jsonlogtest.Buffer
 	w := &registry.Watcher{
 		Registry: follower,
 		Interval: 100 * time.Millisecond,
-		Logger:   quietLogger(),
+		Logger:   logs.Logger(slog.LevelInfo),
 		OnSwap: func(ls *registry.LiveSet) {
 			seenMu.Lock()
 			seen = append(seen, ls)
@@ -689,6 +690,13 @@ func TestWatcherFollowsAnotherHandle(t *testing.T) {
 	// OnSwap received the sets in place: the last one it received is the
 	// live set.
 	w.Stop() // no swap after this
+	// each swap is logged: a publication of another process (nexus
+	// deploy, another server's sync) changed what this one serves, and
+	// its log said nothing
+	changed := logs.Events(t, "live_set_changed")
+	if len(changed) == 0 || changed[len(changed)-1]["generation"] != float64(follower.Live().Generation()) {
+		t.Errorf("live_set_changed lines %v, want one per swap, the last at generation %d", changed, follower.Live().Generation())
+	}
 	seenMu.Lock()
 	defer seenMu.Unlock()
 	switch live := follower.Live(); {
