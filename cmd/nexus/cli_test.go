@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
 )
 
 // Bad input and edge cases of the command line, in process.
@@ -512,5 +514,41 @@ func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
 	}
 	if code, out, errOut := replay("1"); code != exitOK || out != "replayed  id=1 tenant=acme flow=orders\n" {
 		t.Errorf("replay with acme/orders live: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestDeployIntoARegistryFollowingGit: nexus deploy into a registry that
+// a server fills from git publishes, and says on stderr that the next
+// commit the server syncs replaces it; into one without git, it says
+// nothing more.
+func TestDeployIntoARegistryFollowingGit(t *testing.T) {
+	dir := t.TempDir()
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: x\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+	if err := os.WriteFile(filepath.Join(dir, "x.md"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []string{"", "0123456789abcdef0123456789abcdef01234567"} {
+		db := filepath.Join(t.TempDir(), "registry.db")
+		if commit != "" {
+			reg, err := registry.Open(context.Background(), db, registry.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reg.Publish(context.Background(), registry.Publication{Commit: commit, Complete: true}); err != nil {
+				t.Fatal(err)
+			}
+			reg.Close()
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK || stdout.String() != "published acme/x v1\n" {
+			t.Fatalf("nexus deploy: exit %d, %q %q", code, stdout.String(), stderr.String())
+		}
+		want := ""
+		if commit != "" {
+			want = "nexus deploy: note: this registry follows git (commit 0123456789ab): the next commit a server syncs replaces what this published\n"
+		}
+		if stderr.String() != want {
+			t.Errorf("deploy into a registry at commit %q: stderr %q, want %q", commit, stderr.String(), want)
+		}
 	}
 }

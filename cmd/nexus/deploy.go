@@ -108,6 +108,11 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	for _, c := range changes {
 		fmt.Fprintln(stdout, c)
 	}
+	// a registry a server fills from git: what this published serves
+	// until that server's next commit replaces it
+	if st, err := reg.Status(ctx); err == nil && st.Commit != "" {
+		fmt.Fprintf(stderr, "nexus deploy: note: this registry follows git (commit %s): the next commit a server syncs replaces what this published\n", st.Commit[:min(12, len(st.Commit))])
+	}
 	return exitOK
 }
 
