@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -25,9 +26,19 @@ type DiskReader struct {
 
 // NewDiskReader returns a DiskReader that has read nothing.
 func NewDiskReader() *DiskReader {
+	seen := map[string]bool{}
 	r := &DiskReader{w: walker{
 		maxFileBytes: DefaultMaxFileBytes, maxFiles: DefaultMaxFiles, maxTotalBytes: DefaultMaxTotalBytes,
 		join: func(dir, name string) string { return filepath.Join(dir, name) },
+		// by absolute path: the same folder given as flows and /abs/flows
+		seen: func(p string) bool {
+			if abs, err := filepath.Abs(p); err == nil {
+				p = abs
+			}
+			was := seen[p]
+			seen[p] = true
+			return was
+		},
 	}}
 	r.w.fail = func(p string, err error) {
 		var pe *fs.PathError
@@ -47,7 +58,8 @@ func NewDiskReader() *DiskReader {
 func (r *DiskReader) Folder(dir string) (accessYAML []byte, configRepo bool) {
 	r.w.files = 0 // MaxFiles bounds each flows folder
 	accessPath := filepath.Join(dir, "access.yaml")
-	if info, err := os.Lstat(accessPath); err == nil && !info.IsDir() {
+	// whatever it is (a folder, a link: refused as sync refuses them)
+	if info, err := os.Lstat(accessPath); err == nil {
 		accessYAML = r.w.file(diskEntry{accessPath, fs.FileInfoToDirEntry(info)}, accessPath)
 		flows := filepath.Join(dir, "flows")
 		r.w.root, r.w.label = flows, "flows"
@@ -57,13 +69,13 @@ func (r *DiskReader) Folder(dir string) (accessYAML []byte, configRepo bool) {
 		case !info.IsDir():
 			r.w.problem("%s: not a folder: a config repo holds its flows in the folder flows/", flows)
 		default:
-			r.w.walk(diskFolder(flows), flows, 1)
+			r.w.walk(diskFolder{path: flows}, flows, 1)
 		}
 		return accessYAML, true
 	}
 	dir = filepath.Clean(dir)
 	r.w.root, r.w.label = dir, filepath.Base(dir)
-	r.w.walk(diskFolder(dir), dir, 1)
+	r.w.walk(diskFolder{path: dir}, dir, 1)
 	return nil, false
 }
 
@@ -77,20 +89,35 @@ func (r *DiskReader) Problems() []string { return r.w.problems }
 // against DefaultMaxTotalBytes.
 func (r *DiskReader) MarkdownBytes() int64 { return r.w.bytes }
 
-// diskFolder is a folder on disk, by its path.
-type diskFolder string
+// diskFolder is a folder on disk, by its path. A folder found in another
+// (nofollow) is opened without following a symbolic link put in its place
+// since its parent was listed; the folder given may be one.
+type diskFolder struct {
+	path     string
+	nofollow bool
+}
 
 func (d diskFolder) list() ([]entry, error) {
-	entries, err := os.ReadDir(string(d))
+	flags := os.O_RDONLY | syscall.O_DIRECTORY
+	if d.nofollow {
+		flags |= syscall.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(d.path, flags, 0)
 	if err != nil {
 		return nil, err
 	}
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := make([]entry, 0, len(entries))
 	for _, e := range entries {
 		if strings.EqualFold(e.Name(), ".git") {
 			continue // the checkout's own (or a nested one's): never in a commit
 		}
-		out = append(out, diskEntry{filepath.Join(string(d), e.Name()), e})
+		out = append(out, diskEntry{filepath.Join(d.path, e.Name()), e})
 	}
 	return out, nil
 }
@@ -107,6 +134,10 @@ func (e diskEntry) name() string { return e.d.Name() }
 func (e diskEntry) kind() (entryKind, string) {
 	switch {
 	case e.d.IsDir():
+		if _, err := os.Lstat(filepath.Join(e.path, ".git")); err == nil {
+			// a checkout of its own, which git commits as a submodule
+			return kindSubmodule, ""
+		}
 		return kindDir, ""
 	case e.d.Type().IsRegular():
 		return kindRegular, ""
@@ -151,4 +182,4 @@ func (e diskEntry) read(max int64) ([]byte, int64, error) {
 	return data, int64(len(data)), nil
 }
 
-func (e diskEntry) open() (folder, error) { return diskFolder(e.path), nil }
+func (e diskEntry) open() (folder, error) { return diskFolder{path: e.path, nofollow: true}, nil }

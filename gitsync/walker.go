@@ -61,6 +61,10 @@ type walker struct {
 	label         string                        // the flows folder as a problem's words name it
 	join          func(dir, name string) string // a path of the folder dir
 	fail          func(p string, err error)     // an entry that could not be read
+	// seen, when set, says whether the entry at p was walked already (and
+	// marks it): a folder on disk given twice, or inside another given,
+	// is read once
+	seen func(p string) bool
 
 	files    int
 	bytes    int64 // the Markdown read so far
@@ -137,7 +141,14 @@ func (w *walker) markdown(e entry, p string) []byte {
 		w.problem("%s/: more than %d bytes of Markdown in all (the limit of one commit)", w.root, w.maxTotalBytes)
 		return nil
 	}
-	return w.blob(e, p)
+	data := w.blob(e, p)
+	// what was read counts (a file on disk may have grown since its size
+	// was taken)
+	if w.bytes += int64(len(data)) - size; w.bytes > w.maxTotalBytes {
+		w.problem("%s/: more than %d bytes of Markdown in all (the limit of one commit)", w.root, w.maxTotalBytes)
+		return nil
+	}
+	return data
 }
 
 // walk collects the Markdown files under dir, refusing what the flows
@@ -166,6 +177,9 @@ func (w *walker) walk(t folder, dir string, depth int) {
 		}
 		if strings.EqualFold(name, ".git") {
 			w.problem("%s: a .git entry: %s/ holds flows only", p, w.label)
+			continue
+		}
+		if w.seen != nil && w.seen(p) {
 			continue
 		}
 		w.files++

@@ -19,12 +19,12 @@ import (
 
 const validateUsage = `Usage: nexus validate PATH...
 
-Compiles every flow file among PATH (files, or folders searched recursively
-for *.md) and prints every error as FILE:LINE: message. Markdown that is not
-a flow file (no front matter with flowmarkdown_version) is skipped. A folder
-is read as git sync reads a commit, and refused for what would refuse one; a
-config repo folder (one holding access.yaml) is its access.yaml and flows/.
-Nothing is published.
+Compiles every flow file among PATH (files, or folders) and prints every
+error as FILE:LINE: message. A folder is read as git sync reads a commit, and
+refused for what would refuse one; every file in it is checked (only .git is
+left out); a config repo folder (one holding access.yaml) is its access.yaml
+and flows/. Markdown that is not a flow file (no front matter with
+flowmarkdown_version) is skipped. Nothing is published.
 
 Exit status: 0 when every flow compiles (it prints "ok: N flows in M files",
 M counting the Markdown files read), 1 on any error, 2 on bad usage.
@@ -99,7 +99,7 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 			problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
 		case info.IsDir():
 			before := len(reader.Problems())
-			if data, repo := reader.Folder(p); repo {
+			if data, repo := reader.Folder(p); repo && !slices.ContainsFunc(accessFiles, func(a accessFile) bool { return a.dir != "" && sameFolder(a.dir, p) }) {
 				refused := len(reader.Problems()) > before && data == nil
 				accessFiles = append(accessFiles, accessFile{dir: p, path: filepath.Join(p, "access.yaml"), data: data, refused: refused})
 			}
@@ -109,25 +109,33 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 		}
 	}
 	srcs = reader.Sources()
+	// by absolute path: the same file named flows/acme/x.md and
+	// ./flows/acme/x.md, or found in a folder given too, is read once
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return filepath.Clean(p)
+	}
 	read := make(map[string]bool, len(srcs))
 	for _, src := range srcs {
-		read[src.Path] = true
+		read[abs(src.Path)] = true
 	}
 	var markdown []string
 	for _, p := range named {
 		switch {
-		case read[p]: // read already, in its folder
+		case read[abs(p)]: // read already, in its folder, or named twice
 		case filepath.Base(p) == "access.yaml":
 			data, err := readSource(p)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
 				continue
 			}
-			read[p] = true
+			read[abs(p)] = true
 			files++
 			accessFiles = append(accessFiles, accessFile{path: p, data: data})
 		default:
-			read[p] = true
+			read[abs(p)] = true
 			markdown = append(markdown, p)
 		}
 	}
@@ -145,6 +153,17 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 		return dup
 	})
 	return srcs, accessFiles, files + len(srcs), problems
+}
+
+// sameFolder reports whether a and b name the same folder (REPO and
+// REPO/, ./REPO and its absolute path).
+func sameFolder(a, b string) bool {
+	if ia, err := os.Stat(a); err == nil {
+		if ib, err := os.Stat(b); err == nil {
+			return os.SameFile(ia, ib)
+		}
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
 }
 
 // readSources reads files named alone, within git sync's limits (a file

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nexushq/nexus/registry"
+)
+
+func runNexus(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func minimalFlow(tenant, name string) string {
+	return fmt.Sprintf("---\nflowmarkdown_version: \"0.1\"\nflow: %s\ntenant: %s\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n", name, tenant)
+}
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestValidateFolderGivenTwice: a folder of 34 MB of Markdown
+// given twice (or with a folder inside it) is 34 MB of Markdown, under
+// the 64 MiB of one commit: each file is read and counted once (when
+// validate and deploy first read folders as git sync does, the same files
+// counted twice and the folder was refused).
+func TestValidateFolderGivenTwice(t *testing.T) {
+	dir := t.TempDir()
+	page := "# notes\n" + strings.Repeat("x", 1_000_000-9) + "\n"
+	files := map[string]string{"acme/x.md": minimalFlow("acme", "x")}
+	for i := range 34 {
+		files[fmt.Sprintf("sub/n%02d.md", i)] = page
+	}
+	writeFiles(t, dir, files)
+	want := "ok: 1 flow in 35 files\n"
+	if code, out, errOut := runNexus(t, "validate", dir); code != exitOK || out != want {
+		t.Fatalf("validate DIR: exit %d %q %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{dir, dir}, {dir, filepath.Join(dir, "sub")}} {
+		if code, out, _ := runNexus(t, append([]string{"validate"}, args...)...); code != exitOK || out != want {
+			t.Errorf("validate %q: exit %d %q; want exit 0 and %q", args, code, out, want)
+		}
+		db := filepath.Join(t.TempDir(), "registry.db")
+		if code, out, _ := runNexus(t, append([]string{"deploy", "--db", db}, args...)...); code != exitOK || out != "published acme/x v1\n" {
+			t.Errorf("deploy %q: exit %d %q; want exit 0 and published acme/x v1", args, code, out)
+		}
+	}
+}
+
+// TestValidateOneFolderTwoSpellings: the same folder (or file)
+// given as a relative and an absolute path is read once (its flows were
+// "declared twice").
+func TestValidateOneFolderTwoSpellings(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"flows/acme/x.md": minimalFlow("acme", "x")})
+	t.Chdir(dir)
+	for _, args := range [][]string{
+		{"flows", filepath.Join(dir, "flows")},
+		{"flows", "./flows/acme/x.md"},
+		{"flows", "flows/acme/../acme/x.md"},
+	} {
+		if code, out, _ := runNexus(t, append([]string{"validate"}, args...)...); code != exitOK || out != "ok: 1 flow in 1 file\n" {
+			t.Errorf("validate %q: exit %d %q; want ok: 1 flow in 1 file", args, code, out)
+		}
+	}
+}
+
+// TestValidateOutput: the summary line, singular and plural, errors
+// one a line on stdout and their count on stderr, exit 1 on an error
+// (a path that does not exist too), exit 2 on bad usage (passes).
+func TestValidateOutput(t *testing.T) {
+	one := t.TempDir()
+	writeFiles(t, one, map[string]string{"acme/x.md": minimalFlow("acme", "x")})
+	if code, out, _ := runNexus(t, "validate", one); code != exitOK || out != "ok: 1 flow in 1 file\n" {
+		t.Errorf("one flow: exit %d %q", code, out)
+	}
+	two := t.TempDir()
+	writeFiles(t, two, map[string]string{"acme/x.md": minimalFlow("acme", "x"), "acme/y.md": minimalFlow("acme", "y"), "README.md": "# r\n"})
+	if code, out, _ := runNexus(t, "validate", two); code != exitOK || out != "ok: 2 flows in 3 files\n" {
+		t.Errorf("two flows: exit %d %q", code, out)
+	}
+	empty := t.TempDir()
+	if code, out, _ := runNexus(t, "validate", empty); code != exitOK || out != "ok: 0 flows in 0 files\n" {
+		t.Errorf("empty: exit %d %q", code, out)
+	}
+	bad := t.TempDir()
+	writeFiles(t, bad, map[string]string{"acme/x.md": strings.Replace(minimalFlow("acme", "x"), "flow: x", "flow: X", 1)})
+	code, out, errOut := runNexus(t, "validate", bad)
+	if code != exitError || !strings.HasPrefix(out, filepath.Join(bad, "acme", "x.md")+":3: ") || strings.Count(out, "\n") != 1 || errOut != "nexus validate: 1 error\n" {
+		t.Errorf("a broken flow: exit %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := runNexus(t, "validate", filepath.Join(bad, "nope")); code != exitError || errOut != "nexus validate: 1 error\n" {
+		t.Errorf("a missing path: exit %d %q", code, errOut)
+	}
+	if code, _, _ := runNexus(t, "validate"); code != exitUsage {
+		t.Errorf("no path: exit %d", code)
+	}
+}
+
+// TestValidateReadmeExamples: the README's validate example holds, and a
+// broken flow in a hidden folder (flows/.wip/) refuses the folder, as it
+// refuses a commit.
+func TestValidateReadmeExamples(t *testing.T) {
+	if code, out, _ := runNexus(t, "validate", "../../flows-example/flows"); code != exitOK || out != "ok: 20 flows in 21 files\n" {
+		t.Errorf("validate flows-example/flows: exit %d %q (README: ok: 20 flows in 21 files)", code, out)
+	}
+	if code, out, _ := runNexus(t, "validate", "../../flows-example"); code != exitOK || out != "ok: 20 flows in 21 files\n" {
+		t.Errorf("validate flows-example: exit %d %q", code, out)
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{".wip/x.md": strings.Replace(minimalFlow("acme", "x"), "flow: x", "flow: X", 1)})
+	if code, _, _ := runNexus(t, "validate", dir); code != exitError {
+		t.Errorf("validate of a folder with a broken .wip/x.md: exit %d, want 1", code)
+	}
+}
+
+// TestDeployAllOrNothing: one broken file among good ones, a link,
+// a broken access.yaml: nothing is published, the registry holds no flow
+// and no key (passes).
+func TestDeployAllOrNothing(t *testing.T) {
+	for name, extra := range map[string]map[string]string{
+		"a broken flow":    {"flows/acme/z.md": strings.Replace(minimalFlow("acme", "z"), "flow: z", "flow: Z", 1)},
+		"a broken access":  {"access.yaml": "keys: [\n"},
+		"a big other file": {"flows/acme/logo.png": strings.Repeat("x", 1<<20+1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := map[string]string{"access.yaml": "keys: []\n", "flows/acme/x.md": minimalFlow("acme", "x"), "flows/acme/y.md": minimalFlow("acme", "y")}
+			for k, v := range extra {
+				files[k] = v
+			}
+			writeFiles(t, dir, files)
+			db := filepath.Join(t.TempDir(), "registry.db")
+			code, _, errOut := runNexus(t, "deploy", "--db", db, dir)
+			if code != exitError || !strings.Contains(errOut, "nothing published") {
+				t.Fatalf("exit %d %q", code, errOut)
+			}
+			if _, err := os.Stat(db); err == nil {
+				reg, err := registry.Open(context.Background(), db, registry.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer reg.Close()
+				ls, err := reg.Load(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(ls.Flows()); n != 0 {
+					t.Errorf("%d flows published", n)
+				}
+			}
+		})
+	}
+}
+
+// TestDeployOneRepoTwoSpellings: the same config repo given as
+// repo and repo/ (or ./repo) is one repo (deploy refused it as "a second
+// config repo in one deploy").
+func TestDeployOneRepoTwoSpellings(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"access.yaml": "keys: []\n", "flows/acme/x.md": minimalFlow("acme", "x")})
+	db := filepath.Join(t.TempDir(), "registry.db")
+	code, out, _ := runNexus(t, "deploy", "--db", db, dir, dir+"/")
+	if code != exitOK || !slices.Equal(strings.Split(strings.TrimSpace(out), "\n"), []string{"published acme/x v1"}) {
+		t.Errorf("deploy DIR DIR/: exit %d %q", code, out)
+	}
+}
