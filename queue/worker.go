@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -304,6 +305,22 @@ func (w *Worker) deliver(ctx context.Context) error {
 	retries, err := q.Retries()
 	if err != nil {
 		return err
+	}
+	// Every message before the furthest one in the retry schedule was
+	// done with before that one was scheduled, and the schedule is
+	// durable before the checkpoint passes what it holds: a checkpoint
+	// before it (written less often, or lost with the process) would have
+	// the reader deliver again, as a first attempt, a message whose retry
+	// runs first and takes it out of the schedule.
+	if last := slices.MaxFunc(append([]Retry{{Offset: -1}}, retries...), func(a, b Retry) int { return cmp.Compare(a.Offset, b.Offset) }); last.Offset >= cursor {
+		if m, after, err := q.Read(last.Offset); err == nil && m.ID == last.ID {
+			// written at once: the retry may run and leave the
+			// schedule before the cursor next moves
+			if err := q.SaveCheckpoint(after); err != nil {
+				return err
+			}
+			cursor = after
+		}
 	}
 	// The checkpoint is rewritten in place as the cursor moves (every
 	// CheckpointEvery messages and whenever the queue goes idle), without
