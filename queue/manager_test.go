@@ -330,10 +330,9 @@ func TestManagerStop(t *testing.T) {
 func TestManagerStopWorkers(t *testing.T) {
 	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
-	release := make(chan struct{})
 	m, root := newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
 		if string(d.Payload) == "running" {
-			<-release
+			<-ctx.Done() // the stop has begun: StopGrace after it
 		}
 		return ack(ctx, d)
 	}), 0, nil)
@@ -343,10 +342,7 @@ func TestManagerStopWorkers(t *testing.T) {
 		}
 	}
 	rec.wait(t, 1)
-	stopped := make(chan struct{})
-	go func() { m.StopWorkers(); close(stopped) }()
-	close(release)
-	<-stopped
+	m.StopWorkers()
 	// appends are taken, and none is delivered
 	if _, err := m.Append("acme", "a", enqueue("late")); err != nil {
 		t.Errorf("Append after StopWorkers: %v", err)
