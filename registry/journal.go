@@ -68,6 +68,7 @@ type JournalWriter struct {
 	// would never be written, so it is counted and logged as dropped
 	stopped bool
 	late    atomic.Int64 // entries appended after Stop, for their warning
+	lost    atomic.Int64 // batches putBack could not keep, for their line
 
 	life lifecycle.Loop
 }
@@ -195,7 +196,12 @@ func (w *JournalWriter) putBack(batch []Entry) {
 		}
 		if w.count == len(w.ring) {
 			w.dropped.Add(int64(i + 1))
-			w.cfg.Logger.Error("journal entries lost: the database refused them and the buffer is full", "event", "journal_dropped", "dropped", i+1)
+			// at the 1st, 2nd, 4th, 8th… time: a full disk under traffic
+			// refuses every round
+			if n := w.lost.Add(1); n&(n-1) == 0 {
+				w.cfg.Logger.Error("journal entries lost: the database refused them and the buffer is full", "event", "journal_dropped",
+					"dropped", i+1, "times", n)
+			}
 			return
 		}
 		w.head = (w.head - 1 + len(w.ring)) % len(w.ring)
