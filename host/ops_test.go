@@ -475,7 +475,8 @@ func TestScheduleNextTickIsTheSchedulers(t *testing.T) {
 // TestSyncErrorShown: a run of sync rounds that could not run (the repo
 // unreachable) shows in /status, /api/flows and the UI's Flows page as
 // sync_error, with when it began, how many rounds failed and the last
-// error; the next round that runs clears it. A host that had stopped
+// error; the next round that runs clears it, not one another process ran
+// (it did, and the page said the sync was healthy). A host that had stopped
 // following git looked healthy there: a refused commit was all they
 // showed.
 func TestSyncErrorShown(t *testing.T) {
@@ -497,8 +498,10 @@ func TestSyncErrorShown(t *testing.T) {
 		}
 	}
 	unreachable := errors.New("fetching main from https://git.example.com/config.git: dial tcp: connection refused")
-	health.Observe(unreachable, time.Date(2026, 8, 9, 14, 0, 0, 0, time.UTC))
-	health.Observe(unreachable, time.Date(2026, 8, 9, 14, 0, 5, 0, time.UTC))
+	health.Observe(true, unreachable, time.Date(2026, 8, 9, 14, 0, 0, 0, time.UTC))
+	health.Observe(true, unreachable, time.Date(2026, 8, 9, 14, 0, 5, 0, time.UTC))
+	// a round another process ran (this one skipped) changes nothing
+	health.Observe(false, nil, time.Date(2026, 8, 9, 14, 0, 7, 0, time.UTC))
 	want := `"sync_error":{"since":"2026-08-09T14:00:00Z","failures":2,"error":"fetching main from https://git.example.com/config.git: dial tcp: connection refused"}`
 	for _, path := range []string{"/status", "/api/flows"} {
 		if body := get(path); !strings.Contains(body, want) {
@@ -508,7 +511,7 @@ func TestSyncErrorShown(t *testing.T) {
 	if body := get("/ui/"); !strings.Contains(body, `id="sync-error"`) || !strings.Contains(body, "has failed 2 times in a row since 2026-08-09T14:00:00Z") {
 		t.Errorf("the Flows page after two failed rounds:\n%s", body)
 	}
-	health.Observe(nil, time.Date(2026, 8, 9, 14, 0, 10, 0, time.UTC))
+	health.Observe(true, nil, time.Date(2026, 8, 9, 14, 0, 10, 0, time.UTC))
 	if body := get("/status"); !strings.Contains(body, `"sync_error":null`) {
 		t.Errorf("GET /status after a round that ran: %s, want sync_error null", body)
 	}

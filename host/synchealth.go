@@ -19,8 +19,13 @@ type SyncHealth struct {
 }
 
 // Observe records the outcome of a round at at: err nil ends a run of
-// failures.
-func (h *SyncHealth) Observe(err error, at time.Time) {
+// failures. A round this process did not run (ran false: another process
+// held the sync lock) changes nothing: it says nothing of this process's
+// sync.
+func (h *SyncHealth) Observe(ran bool, err error, at time.Time) {
+	if !ran {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil {

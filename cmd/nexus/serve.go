@@ -467,7 +467,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 			Repo: cfg.Repo, Branch: cfg.Branch, FlowsDir: cfg.FlowsDir, Poll: cfg.Poll,
 			Dir: filepath.Join(stateDir, "repo"), SSHKeyFile: cfg.SSHKey, Registry: reg, Logger: logger,
 			Observe: func(res gitsync.Result, err error) {
-				syncHealth.Observe(err, time.Now())
+				syncHealth.Observe(err != nil || res.Skipped != "another process is syncing", err, time.Now())
 				switch {
 				case err != nil || len(res.Errors) > 0:
 					metrics.SyncFailed()
