@@ -566,3 +566,88 @@ func TestManagerQueuesReadsDeadLettersOnlyWhenChanged(t *testing.T) {
 		t.Errorf("dead letters after a discard (-want +got):\n%s", diff)
 	}
 }
+
+// TestManagerStopWorkersWithPublishAndReplay: while StopWorkers waits for
+// a delivery in flight, that delivery publishes to a queue not yet open
+// and to one whose worker is being stopped, and a request replays a dead
+// letter of a third queue: nothing deadlocks, all three are taken, none
+// is delivered, and Stop then closes the queues.
+func TestManagerStopWorkersWithPublishAndReplay(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	inFlight := make(chan struct{})
+	release := make(chan struct{})
+	var m *queue.Manager
+	var pubErrs [2]error
+	m, _ = newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		switch string(d.Payload) {
+		case "dl":
+			return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "x"}
+		case "pub":
+			close(inFlight)
+			<-release
+			_, pubErrs[0] = m.Append("acme", "fresh", enqueue("published-fresh"))
+			_, pubErrs[1] = m.Append("acme", "c", enqueue("published-c"))
+		}
+		return ack(ctx, d)
+	}), 0, nil)
+	if _, err := m.Append("acme", "d", enqueue("dl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append("acme", "c", enqueue("c0")); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 2)
+	eventually(t, "the dead letter", func() bool { i, _ := m.Info("acme", "d"); return i.DeadLetters == 1 })
+	if _, err := m.Append("acme", "a", enqueue("pub")); err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+	stopped := make(chan struct{})
+	go func() { m.StopWorkers(); close(stopped) }()
+	time.Sleep(20 * time.Millisecond) // StopWorkers is waiting for the delivery
+	replayed := make(chan error, 1)
+	go func() {
+		dl, err := m.Peek("acme", "d")
+		if err != nil {
+			replayed <- err
+			return
+		}
+		ids, err := dl.PendingIDs()
+		if err != nil || len(ids) != 1 {
+			replayed <- fmt.Errorf("pending %v %v", ids, err)
+			return
+		}
+		_, err = m.Replay("acme", "d", ids[0], "replay", "cid-r")
+		replayed <- err
+	}()
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("StopWorkers did not return: deadlock")
+	}
+	select {
+	case err := <-replayed:
+		if err != nil {
+			t.Errorf("Replay during StopWorkers: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Replay did not return")
+	}
+	if pubErrs[0] != nil || pubErrs[1] != nil {
+		t.Errorf("publishes during StopWorkers: %v", pubErrs)
+	}
+	done := make(chan struct{})
+	go func() { m.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+	for _, d := range rec.all() {
+		if strings.HasPrefix(d.Payload, "published") || d.Source == "replay" {
+			t.Errorf("delivered after StopWorkers: %v", d)
+		}
+	}
+}
