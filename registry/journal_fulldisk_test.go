@@ -4,7 +4,6 @@ package registry_test
 
 import (
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -27,16 +26,7 @@ func TestJournalOnAFullDiskUnderTrafficLogsNotEveryRound(t *testing.T) {
 	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 64, BatchSize: 16, FlushEvery: 2 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)})
 	w.Start()
 	defer w.Stop()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := f.Write(make([]byte, 64<<10)); err != nil {
-			break
-		}
-	}
-	f.Close()
+	fillDisk(t, dir)
 	var stop atomic.Bool
 	done := make(chan struct{})
 	go func() {

@@ -108,6 +108,24 @@ func smallDisk(t *testing.T, size int) string {
 	return dir
 }
 
+// fillDisk writes a file into dir until its disk is full and returns the
+// file's path (removing it gives the room back).
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
+	}
+	f.Close()
+	return filler
+}
+
 // TestJournalOnAFullDiskLogsNotEveryRound: a full disk refuses every round
 // of the journal writer (every FlushEvery); the refusal is logged at the
 // 1st, 2nd, 4th, 8th… round of the run, not at each (a full disk filled
@@ -123,17 +141,7 @@ func TestJournalOnAFullDiskLogsNotEveryRound(t *testing.T) {
 	w.Start()
 	defer w.Stop()
 	// fill the disk
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := f.Write(make([]byte, 64<<10)); err != nil {
-			break
-		}
-	}
-	f.Close()
+	filler := fillDisk(t, dir)
 	for i := range 200 {
 		w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
 	}

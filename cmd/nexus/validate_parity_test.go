@@ -47,15 +47,7 @@ func parityRepo(t *testing.T, files map[string]string) string {
 	for name, data := range files {
 		all[name] = data
 	}
-	for name, data := range all {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, all)
 	return dir
 }
 
