@@ -302,3 +302,47 @@ func TestGateRateUnderConcurrency(t *testing.T) {
 		t.Errorf("%d requests passed in 2 s at rate 1, burst 1 (%d refused); want 1 to 4", n, refused.Load())
 	}
 }
+
+// TestRefusalsAreLogged: a door's refusal is logged (request_refused,
+// with the door, the status, the text the caller got, the correlation ID,
+// the key when known and the remote address), so that a caller quoting
+// its correlation ID can be traced; at most 20 at once and 10 a second
+// after, the first line after a pause saying how many were not logged. No
+// refusal was logged.
+func TestRefusalsAreLogged(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	w := fx.serve(runRequest("acme", "echo", "no-such-key", `{}`, "X-Correlation-ID", "trace-refused"))
+	wantRefusal(t, w, http.StatusUnauthorized, unknownKey)
+	w = fx.serve(newRequest(http.MethodPost, "/flows/globex/shipment/enqueue", `{}`, "Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+	if w.Code != http.StatusForbidden {
+		t.Fatalf("enqueue with another tenant's key: %d %s", w.Code, w.Body)
+	}
+	evs := fx.logs.Events(t, "request_refused")
+	if len(evs) != 2 {
+		t.Fatalf("request_refused lines %v, want 2", evs)
+	}
+	if e := evs[0]; e["door"] != "run" || e["status"] != 401.0 || e["error"] != unknownKey || e["correlation_id"] != "trace-refused" ||
+		e["tenant"] != "acme" || e["flow"] != "echo" || e["key"] != "" || e["remote"] == nil || e["suppressed"] != 0.0 {
+		t.Errorf("the 401's line: %v", e)
+	}
+	if e := evs[1]; e["door"] != "enqueue" || e["status"] != 403.0 || e["key"] != "acme-all" {
+		t.Errorf("the 403's line: %v", e)
+	}
+	if strings.Contains(fx.logs.String(), keyAcmeAll) || strings.Contains(fx.logs.String(), "no-such-key") {
+		t.Errorf("the log holds a presented key:\n%s", fx.logs.String())
+	}
+	// a flood: 18 more lines at once (20 in all), then none until time
+	// passes; the next says how many were left out
+	for range 40 {
+		fx.serve(runRequest("acme", "echo", "no-such-key", `{}`))
+	}
+	if n := len(fx.logs.Events(t, "request_refused")); n != 20 {
+		t.Errorf("%d request_refused lines after a flood of 42 refusals, want 20", n)
+	}
+	fx.clock.Advance(time.Second)
+	fx.serve(runRequest("acme", "echo", "no-such-key", `{}`))
+	evs = fx.logs.Events(t, "request_refused")
+	if last := evs[len(evs)-1]; len(evs) != 21 || last["suppressed"] != 22.0 {
+		t.Errorf("the line after a pause: %d lines, the last %v; want 21, saying 22 were not logged", len(evs), last)
+	}
+}

@@ -83,6 +83,7 @@ type Server struct {
 	router   *httprouter.Router
 	ui       *httprouter.Router // the UI's pages; nil without an admin key
 	limiters sync.Map           // a key's hash ([32]byte) → *limiter
+	refusals *refusalLog        // the doors' request_refused lines
 }
 
 // New returns a Server for cfg.
@@ -103,7 +104,7 @@ func New(cfg Config) *Server {
 	// which no header or password field can carry: trimmed, as callers'
 	// keys are
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, refusals: newRefusalLog()}
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
 	}
@@ -185,6 +186,9 @@ func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string
 // writeError writes the platform's refusal body {"ok":false,"error":"…"}.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	msg = oneLine(msg)
+	if sw, ok := w.(*statusWriter); ok {
+		sw.refusal = msg // for the door's request_refused line
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	// a refusal may echo what the caller sent (a path, a name): never

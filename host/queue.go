@@ -26,7 +26,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	s.cfg.Metrics.request(engine.DoorEnqueue, sw.status)
 }
 
-func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, flowName string) {
+func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName string) {
 	if s.cfg.Queues == nil {
 		correlationID(w, r)
 		refuseUnread(w, r, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
@@ -34,6 +34,7 @@ func (s *Server) serveEnqueue(w http.ResponseWriter, r *http.Request, tenant, fl
 	}
 	a, doc, ok := s.admit(w, r, tenant, flowName)
 	if !ok {
+		s.logRefusal(engine.DoorEnqueue, w, r, tenant, flowName, a)
 		return
 	}
 	payload := a.rawJSON // as submitted; an empty body or XML as the flow reads it

@@ -21,10 +21,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, ps httprouter.Param
 	s.cfg.Metrics.request(engine.DoorRun, sw.status)
 }
 
-// statusWriter remembers the status written, for the metrics.
+// statusWriter remembers the status written, for the metrics, and a
+// refusal's text, for its log line.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	refusal string // what writeError wrote
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -45,9 +47,10 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // the server's writer (see serverWriter).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (s *Server) serveRun(w http.ResponseWriter, r *http.Request, tenant, flowName string, start time.Time) {
+func (s *Server) serveRun(w *statusWriter, r *http.Request, tenant, flowName string, start time.Time) {
 	a, doc, ok := s.admit(w, r, tenant, flowName)
 	if !ok {
+		s.logRefusal(engine.DoorRun, w, r, tenant, flowName, a)
 		return
 	}
 	lf := a.flow

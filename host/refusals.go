@@ -1,0 +1,53 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"golang.org/x/time/rate"
+
+	"github.com/nexushq/nexus/jsonlog"
+)
+
+// A door's refusals (401, 403, 404, 413, 415, 429, …) are logged as
+// request_refused, so that a caller's correlation ID can be traced, at
+// most refusalBurst at once and refusalRate a second after: a flood of
+// refused requests (an attack, a client retrying without pause) must not
+// flood the log. The line after a pause says how many were not logged
+// (suppressed).
+const (
+	refusalRate  = 10
+	refusalBurst = 20
+)
+
+// refusalLog rate-limits the request_refused lines.
+type refusalLog struct {
+	lim        *rate.Limiter
+	suppressed atomic.Int64
+}
+
+func newRefusalLog() *refusalLog {
+	return &refusalLog{lim: rate.NewLimiter(refusalRate, refusalBurst)}
+}
+
+// logRefusal logs a door's refusal written to w (a *statusWriter that
+// remembers its status and text), unless the rate is spent.
+func (s *Server) logRefusal(door string, w *statusWriter, r *http.Request, tenant, flowName string, a admission) {
+	if w.status < http.StatusBadRequest {
+		return
+	}
+	if !s.refusals.lim.AllowN(s.cfg.Now(), 1) {
+		s.refusals.suppressed.Add(1)
+		return
+	}
+	keyID := ""
+	if a.key != nil {
+		keyID = a.key.ID
+	}
+	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "request refused",
+		slog.String("event", "request_refused"), slog.String("door", door), slog.String("tenant", tenant), slog.String("flow", flowName),
+		slog.Int("status", w.status), slog.String("error", w.refusal), slog.String("correlation_id", a.correlationID),
+		slog.String("key", keyID), slog.String("remote", r.RemoteAddr), slog.Int64("suppressed", s.refusals.suppressed.Swap(0)))
+}
