@@ -62,17 +62,27 @@ func (l *LiveSet) Lookup(tenant, flow string) (*LiveFlow, bool) {
 // yet) has no live flow.
 func (l *LiveSet) CanReplay(tenant, flow string) error {
 	if l != nil {
-		if lf, ok := l.Lookup(tenant, flow); ok && lf.Flow != nil {
-			return nil
+		if lf, ok := l.Lookup(tenant, flow); ok {
+			if lf.Flow != nil {
+				return nil
+			}
+			return &NotLiveError{Tenant: tenant, Flow: flow, Corrupt: lf.Corrupt}
 		}
 	}
 	return &NotLiveError{Tenant: tenant, Flow: flow}
 }
 
-// NotLiveError is CanReplay's refusal.
-type NotLiveError struct{ Tenant, Flow string }
+// NotLiveError is CanReplay's refusal. Corrupt is set when the flow is
+// deployed but its artifact fails its integrity check.
+type NotLiveError struct {
+	Tenant, Flow string
+	Corrupt      error
+}
 
 func (e *NotLiveError) Error() string {
+	if e.Corrupt != nil {
+		return fmt.Sprintf("flow %s/%s cannot run (its artifact is corrupt): a replayed message would fail again; publish the flow again first", e.Tenant, e.Flow)
+	}
 	return fmt.Sprintf("flow %s/%s is not live: its worker would drop a replayed message; publish the flow first", e.Tenant, e.Flow)
 }
 

@@ -398,6 +398,15 @@ func TestCorruptArtifact(t *testing.T) {
 				if got := lf.Corrupt.Error(); got != tt.want {
 					t.Errorf("handle %d: Corrupt = %q, want %q", i, got, tt.want)
 				}
+				// a replay into it is refused, saying why (it said "not
+				// live", which a deployed flow is)
+				refusal := "flow acme/f cannot run (its artifact is corrupt): a replayed message would fail again; publish the flow again first"
+				if err := ls.CanReplay("acme", "f"); err == nil || err.Error() != refusal {
+					t.Errorf("handle %d: CanReplay of the corrupt flow = %v, want %q", i, err, refusal)
+				}
+				if err := ls.CanReplay("acme", "a"); err != nil {
+					t.Errorf("handle %d: CanReplay of a live flow = %v", i, err)
+				}
 			}
 			if st := status(t, r); st.Flows != 3 {
 				t.Errorf("Status().Flows = %d, want 3 (a corrupt flow is still deployed)", st.Flows)
