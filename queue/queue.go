@@ -786,16 +786,22 @@ func (q *Queue) SaveCheckpoint(offset int64) error {
 // by an older version, which a later append would turn into a valid
 // checkpoint past undelivered messages, never outlives the first worker.
 func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
-	b, err := readFile(q.fs, q.path(ckptFile))
-	if err != nil {
-		return 0, err
+	// read reads the file and resolves it; plain is true when it holds
+	// the resolved value as a checkpoint already (or nothing)
+	read := func() (ckpt int64, plain bool, err error) {
+		b, err := readFile(q.fs, q.path(ckptFile))
+		if err != nil {
+			return 0, false, err
+		}
+		if ckpt, err = resolveCheckpoint(b, q.seg(), end); err != nil {
+			return 0, false, err
+		}
+		v, ok := decodeValue(ckptMagic, b)
+		return ckpt, len(b) == 0 || ok && int64(v) == ckpt, nil
 	}
-	ckpt, err := resolveCheckpoint(b, q.seg(), end)
-	if err != nil {
-		return 0, err
-	}
-	if v, ok := decodeValue(ckptMagic, b); len(b) == 0 || ok && int64(v) == ckpt {
-		return ckpt, nil
+	ckpt, plain, err := read()
+	if err != nil || plain {
+		return ckpt, err
 	}
 	if !owner {
 		wl := NewFileLock(filepath.Join(q.dir, workerLockFile))
@@ -803,14 +809,8 @@ func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
 			return ckpt, nil
 		}
 		defer wl.Unlock()
-		if b, err = readFile(q.fs, q.path(ckptFile)); err != nil {
-			return 0, err
-		}
-		if ckpt, err = resolveCheckpoint(b, q.seg(), end); err != nil {
-			return 0, err
-		}
-		if v, ok := decodeValue(ckptMagic, b); len(b) == 0 || ok && int64(v) == ckpt {
-			return ckpt, nil
+		if ckpt, plain, err = read(); err != nil || plain {
+			return ckpt, err
 		}
 	}
 	return ckpt, q.SaveCheckpoint(ckpt)

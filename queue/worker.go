@@ -312,8 +312,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// before it (written less often, or lost with the process) would have
 	// the reader deliver again, as a first attempt, a message whose retry
 	// runs first and takes it out of the schedule.
-	if last := slices.MaxFunc(append([]Retry{{Offset: -1}}, retries...), func(a, b Retry) int { return cmp.Compare(a.Offset, b.Offset) }); last.Offset >= cursor {
-		if m, after, err := q.Read(last.Offset); err == nil && m.ID == last.ID {
+	if len(retries) > 0 {
+		last := slices.MaxFunc(retries, func(a, b Retry) int { return cmp.Compare(a.Offset, b.Offset) })
+		if m, after, err := q.Read(last.Offset); err == nil && m.ID == last.ID && after > cursor {
 			// written at once: the retry may run and leave the
 			// schedule before the cursor next moves
 			if err := q.SaveCheckpoint(after); err != nil {
