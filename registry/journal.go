@@ -100,7 +100,7 @@ func (w *JournalWriter) Append(e Entry) {
 	if w.stopped {
 		w.bufMu.Unlock()
 		w.dropped.Add(1)
-		if n := w.late.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
+		if n := w.late.Add(1); sparse(n) {
 			w.cfg.Logger.Warn("journal entries came after the journal was closed: dropped", "event", "journal_dropped", "dropped", n,
 				"tenant", e.Tenant, "flow", e.Flow, "correlation_id", e.CorrelationID)
 		}
@@ -127,7 +127,7 @@ func (w *JournalWriter) Append(e Entry) {
 	}
 	if dropped {
 		w.dropped.Add(1)
-		if n := w.overflows.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8, …
+		if n := w.overflows.Add(1); sparse(n) {
 			w.cfg.Logger.Warn("journal buffer full: dropping the oldest entries", "event", "journal_dropped", "dropped", n)
 		}
 	}
@@ -198,7 +198,7 @@ func (w *JournalWriter) putBack(batch []Entry) {
 			w.dropped.Add(int64(i + 1))
 			// at the 1st, 2nd, 4th, 8th… time: a full disk under traffic
 			// refuses every round
-			if n := w.lost.Add(1); n&(n-1) == 0 {
+			if n := w.lost.Add(1); sparse(n) {
 				w.cfg.Logger.Error("journal entries lost: the database refused them and the buffer is full", "event", "journal_dropped",
 					"dropped", i+1, "times", n)
 			}
@@ -302,7 +302,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				// logged at the 1st, 2nd, 4th, 8th… round of a run of
 				// failures: a full disk failed every round (every
 				// FlushEvery) and filled the log with the same line
-				if failures++; failures&(failures-1) == 0 {
+				if failures++; sparse(int64(failures)) {
 					w.cfg.Logger.Error("journal entries could not be written; they are tried again", "event", "journal_write_failed",
 						"entries", len(batch), "failures", failures, "error", err.Error())
 				}
@@ -511,3 +511,8 @@ func isTransient(err error) bool {
 	return strings.Contains(msg, "SQLITE_FULL") || strings.Contains(msg, "database or disk is full") ||
 		strings.Contains(msg, "SQLITE_IOERR") || strings.Contains(msg, "disk I/O error")
 }
+
+// sparse says whether the n-th time something recurs is logged: the 1st,
+// 2nd, 4th, 8th… (a line that would recur at every round, or every entry,
+// cannot flood the log).
+func sparse(n int64) bool { return n > 0 && n&(n-1) == 0 }
