@@ -146,61 +146,44 @@ func TestNoFalseClockSetBackInNormalOperation(t *testing.T) {
 }
 
 // TestStandbyBehindTakesOverNoDoubleTick: a standby whose clock is
-// 5 s behind the holder's, on a "* * * * *" flow, takes it over at a poll
+// behind the holder's, on a "* * * * *" flow, takes it over at a poll
 // after the holder ticked 14:04 and stopped: no time is ticked twice, none
 // of the holder's record is taken for a clock set back, and the standby
-// goes on.
+// goes on from 14:05. 90 s behind is more than the schedule's gap, a
+// minute: the record, 14:04, is 2 min ahead of the time b holds pending
+// (14:02), but b's clock was never set back, so the record holds. When a
+// record more than a gap ahead was taken for a set back, b ticked 14:02,
+// then 14:03 and 14:04 a second time.
 func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
-	e := newEnv(t)
-	logs := e.captureLog()
-	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
-	clkA := clocktest.New(st0)
-	a := e.start("a", clkA, time.Hour)
-	clkA.WaitCalls(t, 1)
-	clkA.StepEarliest(t) // 14:03 a ticks
-	clkB := clocktest.New(st0.Add(-5 * time.Second))
-	e.start("b", clkB, time.Second)
-	clkB.WaitCalls(t, 1)
-	clkA.StepEarliest(t) // 14:04 a ticks
-	clkB.StepUntil(t, at(3, 57), 400)
-	a.Stop()
-	clkB.StepUntil(t, at(6, 30), 400)
-	want := []string{"a@14:03:00", "a@14:04:00", "b@14:05:00", "b@14:06:00"}
-	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
-		t.Errorf("ticks (-want +got):\n%s", diff)
+	for _, c := range []struct {
+		name   string
+		behind time.Duration
+		poll   time.Duration // b's
+		before time.Time     // b's clock when a stops
+	}{
+		{"5 s behind", 5 * time.Second, time.Second, at(3, 57)},
+		{"90 s behind", 90 * time.Second, 10 * time.Second, at(2, 40)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			logs := e.captureLog()
+			e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
+			clkA := clocktest.New(st0)
+			a := e.start("a", clkA, time.Hour)
+			clkA.WaitCalls(t, 1)
+			clkA.StepEarliest(t) // 14:03 a ticks
+			clkB := clocktest.New(st0.Add(-c.behind))
+			e.start("b", clkB, c.poll)
+			clkB.WaitCalls(t, 1)
+			clkA.StepEarliest(t) // 14:04 a ticks
+			clkB.StepUntil(t, c.before, 400)
+			a.Stop()
+			clkB.StepUntil(t, at(6, 30), 400)
+			want := []string{"a@14:03:00", "a@14:04:00", "b@14:05:00", "b@14:06:00"}
+			if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+				t.Errorf("ticks (-want +got):\n%s", diff)
+			}
+			wantNoSetBack(t, logs)
+		})
 	}
-	wantNoSetBack(t, logs)
-}
-
-// TestStandbyFarBehindNoDoubleTick: the same with a standby 90 s
-// behind (more than the schedule's gap, a minute). a ticks 14:03 and 14:04
-// and stops at 14:04:10 (b's 14:02:40); b takes over with 14:02 pending.
-// The record, 14:04, is 2 min ahead of that due time, more than a gap,
-// but b's clock was never set back: the record holds and b ticks from
-// 14:05. When a record more than a gap ahead was taken for a set back, b
-// ticked 14:02, then 14:03 and 14:04 a second time.
-func TestStandbyFarBehindNoDoubleTick(t *testing.T) {
-	e := newEnv(t)
-	logs := e.captureLog()
-	e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
-	clkA := clocktest.New(st0)
-	a := e.start("a", clkA, time.Hour)
-	clkA.WaitCalls(t, 1)
-	clkA.StepEarliest(t) // 14:03 a ticks
-	clkB := clocktest.New(st0.Add(-90 * time.Second))
-	e.start("b", clkB, 10*time.Second)
-	clkB.WaitCalls(t, 1)
-	clkA.StepEarliest(t)              // 14:04 a ticks
-	clkB.StepUntil(t, at(2, 40), 400) // b refused at 14:02:00: pending
-	a.Stop()
-	clkB.StepUntil(t, at(6, 30), 400)
-	seen := map[string]int{}
-	for _, ev := range logs.Events(t, "cron_tick") {
-		s, _ := ev["scheduled_for"].(string)
-		seen[s]++
-		if seen[s] == 2 {
-			t.Errorf("%s ticked twice (ticks %v)", s, tickTimes(e.ticks.all()))
-		}
-	}
-	wantNoSetBack(t, logs)
 }
