@@ -149,16 +149,36 @@ func TestServeRefusesABlankAdminKey(t *testing.T) {
 	}
 }
 
-// TestServeRefusesGitFlagsWithoutARepo: --branch and --flows-dir without
-// --repo (or --dev) do nothing: refused as bad usage; they were accepted
-// silently.
-func TestServeRefusesGitFlagsWithoutARepo(t *testing.T) {
-	for _, c := range []struct{ flag, value string }{{"--branch", "staging"}, {"--flows-dir", "config"}} {
+// TestServeRefusesGitSettingsWithoutARepo: --branch and --flows-dir, or
+// their variables, without --repo (or --dev) do nothing: refused as bad
+// usage, naming the setting as it was given; the variables were accepted
+// silently (beside a misspelt NEXUS_REPO, the host would not follow git).
+func TestServeRefusesGitSettingsWithoutARepo(t *testing.T) {
+	const tail = " too (without it the host serves what nexus deploy published)"
+	for _, c := range []struct{ flag, value, env, want string }{
+		{flag: "--branch", value: "staging", want: "--branch is a setting of the git sync: give --repo"},
+		{flag: "--flows-dir", value: "config", want: "--flows-dir is a setting of the git sync: give --repo"},
+		{env: "NEXUS_BRANCH=staging", want: "NEXUS_BRANCH is a setting of the git sync: give NEXUS_REPO"},
+		{env: "NEXUS_FLOWS_DIR=config", want: "NEXUS_FLOWS_DIR is a setting of the git sync: give NEXUS_REPO"},
+		{flag: "--flows-dir", value: "config", env: "NEXUS_BRANCH=staging", want: "NEXUS_BRANCH is a setting of the git sync: give NEXUS_REPO"},
+	} {
+		t.Setenv("NEXUS_BRANCH", "")
+		t.Setenv("NEXUS_FLOWS_DIR", "")
+		if name, value, ok := strings.Cut(c.env, "="); ok {
+			t.Setenv(name, value)
+		}
+		state := t.TempDir()
+		args := []string{"serve", "--db", filepath.Join(state, "registry.db")}
+		if c.flag != "" {
+			args = append(args, c.flag, c.value)
+		}
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"serve", c.flag, c.value, "--db", filepath.Join(t.TempDir(), "registry.db")}, &stdout, &stderr)
-		want := "nexus serve: " + c.flag + " is a setting of the git sync: give --repo too (without it the host serves what nexus deploy published)"
-		if code != exitUsage || firstLine(stderr.String()) != want {
-			t.Errorf("%s without --repo: exit %d, %q; want exit 2 and %q", c.flag, code, firstLine(stderr.String()), want)
+		code := run(args, &stdout, &stderr)
+		if want := "nexus serve: " + c.want + tail; code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("%s %s without a repo: exit %d, %q; want exit 2 and %q", c.flag, c.env, code, firstLine(stderr.String()), want)
+		}
+		if entries, _ := os.ReadDir(state); len(entries) != 0 {
+			t.Errorf("%s %s without a repo: the state directory holds %d entries, want none", c.flag, c.env, len(entries))
 		}
 	}
 }

@@ -175,6 +175,12 @@ func settingName(set map[string]bool, flagName string) string {
 	return "--" + flagName
 }
 
+// givenOrInEnv says whether the setting of flagName was given on the
+// command line or in its NEXUS_ variable.
+func givenOrInEnv(set map[string]bool, flagName string) bool {
+	return set[flagName] || strings.HasPrefix(settingName(set, flagName), "NEXUS_")
+}
+
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfgp, fs, problems := serveFlags()
 	rest, err := parseInterleaved(fs, args)
@@ -291,14 +297,18 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			what = name("flows-dir")
 		}
 		return fmt.Errorf("--dev serves --dev-flows through its own repo (branch main, folder flows): leave %s out", what)
-	case !cfg.Dev && cfg.Repo == "" && (set["branch"] || set["flows-dir"]):
-		// without a repo nothing is fetched: the flag would do nothing
-		// (--poll is let be: a command line kept for both ways)
-		given := "--branch"
-		if !set["branch"] {
-			given = "--flows-dir"
+	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir")):
+		// without a repo nothing is fetched: the setting would do nothing,
+		// and in the environment it most likely sits beside a misspelt
+		// NEXUS_REPO (--poll is let be: a command line kept for both ways)
+		given, repo := name("branch"), "--repo"
+		if !givenOrInEnv(set, "branch") {
+			given = name("flows-dir")
 		}
-		return fmt.Errorf("%s is a setting of the git sync: give --repo too (without it the host serves what nexus deploy published)", given)
+		if strings.HasPrefix(given, "NEXUS_") {
+			repo = "NEXUS_REPO"
+		}
+		return fmt.Errorf("%s is a setting of the git sync: give %s too (without it the host serves what nexus deploy published)", given, repo)
 	case cfg.AdminKey != "" && strings.TrimSpace(cfg.AdminKey) == "":
 		// an empty secret file mounted by mistake would close the UI and
 		// the API without a word
