@@ -2,11 +2,14 @@ package registry
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/nexushq/nexus/lifecycle"
@@ -20,11 +23,33 @@ type DedupStore struct{ r *Registry }
 // Dedup returns the registry's dedup store.
 func (r *Registry) Dedup() *DedupStore { return &DedupStore{r: r} }
 
+// maxStoredKey is the longest key the dedup table keeps as it is; a longer
+// one is kept as its digest (see storedKey).
+const maxStoredKey = 256
+
+// hashedKeyPrefix begins a key kept as its digest.
+const hashedKeyPrefix = "sha256:"
+
+// storedKey is key as the dedup table keeps it: as it is when it is at
+// most maxStoredKey bytes, else "sha256:" and the hex of its SHA-256, so
+// that a dedup_key rendered from a whole message does not put the message
+// into the table's primary key once per row. A key that itself begins
+// with the prefix is hashed too, so that no key as it is can stand for
+// another's digest.
+func storedKey(key string) string {
+	if len(key) <= maxStoredKey && !strings.HasPrefix(key, hashedKeyPrefix) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
+}
+
 // Claim takes key for one execution; see engine.DedupStore.
 //
 // The claimed column holds the claim: 0 for a committed answer, else the
 // claim's random token, which Commit and Release must name.
 func (d *DedupStore) Claim(ctx context.Context, tenant, flow, key string, rerunFailed bool, lease time.Duration) (answer []byte, claim int64, err error) {
+	key = storedKey(key)
 	err = d.r.write(ctx, func(tx *sql.Tx) error {
 		// the time once the write lock is held: a claim that waited for
 		// another process's write gets its whole lease from now
@@ -79,6 +104,7 @@ func (d *DedupStore) Commit(ctx context.Context, tenant, flow, key string, claim
 	if claim == 0 {
 		return nil // no claim: nothing it may record
 	}
+	key = storedKey(key)
 	return d.r.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE dedup SET claimed = 0, answer = ?, failed = ?, expires = ?
 			WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`,
@@ -92,6 +118,7 @@ func (d *DedupStore) Release(ctx context.Context, tenant, flow, key string, clai
 	if claim == 0 {
 		return nil // 0 is a committed answer's, never released
 	}
+	key = storedKey(key)
 	return d.r.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM dedup WHERE tenant = ? AND flow = ? AND key = ? AND claimed = ?`, tenant, flow, key, claim)
 		return err

@@ -2,7 +2,11 @@ package registry_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,5 +276,76 @@ func TestCommittedAnswerKeptForItsWholeTTL(t *testing.T) {
 	if err != nil || again != 0 || string(answer) != `{"status":200}` {
 		t.Errorf("Claim %v before the TTL ends = %q, %d, %v; want the recorded answer (the key is remembered for the whole TTL)",
 			200*time.Microsecond, answer, again, err)
+	}
+}
+
+// TestDedupLongKeysKeptAsDigests: a key longer than 256 bytes (a dedup_key
+// rendered from a whole message) is kept as its SHA-256, and works as any
+// key: its answer is replayed, a key that differs in its last byte is
+// another key, and a short key spelling a long key's digest is another key
+// too. Keys up to 256 bytes are kept as they are.
+func TestDedupLongKeysKeptAsDigests(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	path := dbPath(t)
+	d := open(t, path, registry.Options{Now: c.Now}).Dedup()
+	long := strings.Repeat("order-", 20_000) // 120 kB
+	sum := sha256.Sum256([]byte(long))
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	short := strings.Repeat("k", 256)
+
+	for _, key := range []string{long, short} {
+		claim, err := claimOf(d.Claim(ctx, "acme", "f", key, false, time.Minute))
+		if err != nil || claim == 0 {
+			t.Fatalf("Claim(%d bytes) = %v, %v", len(key), claim, err)
+		}
+		if err := d.Commit(ctx, "acme", "f", key, claim, []byte(key[:8]), false, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name, key string
+		want      []byte // the replayed answer, or nil when the key is new
+	}{
+		{"the long key again", long, []byte("order-or")},
+		{"the 256-byte key again", short, []byte("kkkkkkkk")},
+		{"the long key with its last byte changed", long[:len(long)-1] + "!", nil},
+		{"the long key's digest as a key", digest, nil},
+	} {
+		answer, claim, err := d.Claim(ctx, "acme", "f", c.key, false, time.Minute)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.want == nil && (claim == 0 || answer != nil) {
+			t.Errorf("%s: Claim = %q, %v; want a new claim", c.name, answer, claim)
+		}
+		if c.want != nil && (claim != 0 || string(answer) != string(c.want)) {
+			t.Errorf("%s: Claim = %q, %v; want the answer %q replayed", c.name, answer, claim, c.want)
+		}
+	}
+
+	var keys []string
+	rows, err := sideDB(t, path).Query(`SELECT key FROM dedup ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if len(k) > 256 {
+			t.Errorf("dedup row %d keeps a %d-byte key, want at most 256", i, len(k))
+		}
+	}
+	if !slices.Contains(keys, digest) || !slices.Contains(keys, short) || len(keys) != 4 {
+		t.Errorf("dedup keys = %.80q; want 4, among them the long key's digest and the 256-byte key as it is", keys)
 	}
 }
