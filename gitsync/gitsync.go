@@ -88,6 +88,13 @@ type Config struct {
 	// Observe, when set, is told the outcome of every round the loop runs
 	// (for metrics).
 	Observe func(Result, error)
+	// Started is when the server started; zero means when New is called.
+	// Of two servers following different sources (repo, branch or
+	// folder) into one registry, the one started later publishes and the
+	// other stops (see SupersededError): a rolling change of the source
+	// hands over to the new server rather than flapping the live set
+	// between the two at every poll.
+	Started time.Time
 }
 
 // Syncer keeps the bare clone and publishes every good commit of the branch.
@@ -96,9 +103,27 @@ type Syncer struct {
 	lock    *flock.Flock
 	trigger chan struct{}
 
+	source string // what it follows, as the registry records it
+
 	mu        sync.Mutex // one Sync at a time in this process
 	evaluated bool       // a round of this Syncer compiled a head (under mu)
 	life      lifecycle.Loop
+}
+
+// SupersededError is the error of a round that did not run because
+// another server, started later, follows another source (a repo, branch
+// or folder) into the same registry and published it: the later server
+// wins, and this one publishes again only when restarted (or when that
+// source is published no more).
+type SupersededError struct {
+	Source  string    // what the other server follows
+	Started time.Time // when it started
+	Own     string    // what this one follows
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("another server, started later (%s), publishes %s into this state directory: this one follows %s and publishes nothing while it does (stop one of them; a restart makes this one publish again)",
+		e.Started.UTC().Format(time.RFC3339), e.Source, e.Own)
 }
 
 // New checks cfg and returns a Syncer. It does not touch the network.
@@ -137,6 +162,9 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = DefaultFetchTimeout
 	}
+	if cfg.Started.IsZero() {
+		cfg.Started = time.Now()
+	}
 	// the state directory is its owner's alone (queue.DirMode, which this
 	// package does not import)
 	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o700); err != nil {
@@ -148,11 +176,13 @@ func New(cfg Config) (*Syncer, error) {
 	if info, err := os.Lstat(cfg.Dir); err == nil && info.Mode()&fs.ModeSymlink != 0 {
 		return nil, fmt.Errorf("gitsync: %s is a symbolic link: the state directory must hold no symbolic links", cfg.Dir)
 	}
-	return &Syncer{
+	s := &Syncer{
 		cfg:     cfg,
 		lock:    flock.New(cfg.Dir+".lock", flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW)),
 		trigger: make(chan struct{}, 1),
-	}, nil
+	}
+	s.source = fmt.Sprintf("%s (branch %s, folder %s)", s.remoteURL(), cfg.Branch, cfg.FlowsDir)
+	return s, nil
 }
 
 // CheckSource checks what a Syncer would follow: the repo (a URL whose
@@ -232,6 +262,11 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return Result{Skipped: "another process is syncing"}, nil
 	}
 	defer s.lock.Unlock()
+	// before the clone is touched: servers following different repos
+	// share it, and the clone of one would be made again for the other
+	if err := s.checkSuperseded(ctx); err != nil {
+		return Result{}, err
+	}
 
 	repo, err := s.open()
 	var commit *object.Commit
@@ -322,7 +357,9 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	if live := s.cfg.Registry.Live(); live != nil {
 		before = live.Access().Source()
 	}
-	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{Flows: flows, Complete: true, Access: keys, Commit: res.Commit})
+	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{
+		Flows: flows, Complete: true, Access: keys, Commit: res.Commit, Source: s.source, SourceStarted: s.cfg.Started,
+	})
 	if err != nil {
 		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
 	}
@@ -337,6 +374,21 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		"published", counts[registry.Published], "unchanged", counts[registry.Unchanged], "withdrawn", counts[registry.Withdrawn],
 		"keys", keys.Len(), "access_changed", !bytes.Equal(before, keys.Source()))
 	return res, nil
+}
+
+// checkSuperseded returns a *SupersededError when the registry's last
+// publication from git was of another source by a server started later
+// than this one (under the sync lock: no publication from git runs
+// meanwhile).
+func (s *Syncer) checkSuperseded(ctx context.Context) error {
+	st, err := s.cfg.Registry.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the sync state: %w", err)
+	}
+	if st.Source != "" && st.Source != s.source && st.SourceStarted.After(s.cfg.Started) {
+		return &SupersededError{Source: st.Source, Started: st.SourceStarted, Own: s.source}
+	}
+	return nil
 }
 
 func short(commit string) string {
@@ -700,7 +752,7 @@ func (s *Syncer) Stop() { s.life.Stop() }
 const minTriggerGap = time.Second
 
 func (s *Syncer) loop(ctx context.Context) {
-	failures := 0
+	failures, superseded := 0, false
 	for {
 		started := time.Now()
 		res, err := s.Sync(ctx)
@@ -708,7 +760,20 @@ func (s *Syncer) loop(ctx context.Context) {
 			s.cfg.Observe(res, err)
 		}
 		wait := s.cfg.Poll
-		if err != nil && ctx.Err() == nil {
+		var se *SupersededError
+		wasSuperseded := superseded
+		superseded = errors.As(err, &se)
+		switch {
+		case superseded:
+			// the state of things, not a failure to retry sooner or
+			// later: said once, and looked at again every poll
+			failures = 0
+			if !wasSuperseded {
+				s.cfg.Logger.Error("another server publishes another source into this state directory: this one has stopped publishing",
+					"event", "sync_superseded", "source", se.Own, "other_source", se.Source,
+					"other_started", se.Started.UTC().Format(time.RFC3339Nano))
+			}
+		case err != nil && ctx.Err() == nil:
 			failures++
 			wait = Backoff(s.cfg.Poll, s.cfg.MaxBackoff, failures, rand.Float64())
 			msg, event := "the config repo could not be fetched; retrying", "sync_unreachable"
@@ -717,7 +782,7 @@ func (s *Syncer) loop(ctx context.Context) {
 			}
 			s.cfg.Logger.Warn(msg, "event", event,
 				"repo", s.remoteURL(), "attempt", failures, "retry_in", wait.Round(time.Millisecond).String(), "error", err.Error())
-		} else {
+		default:
 			failures = 0
 		}
 		t := time.NewTimer(wait)

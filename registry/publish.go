@@ -31,6 +31,12 @@ type Publication struct {
 	// publication with a commit records a successful sync and clears the
 	// last failed one.
 	Commit string
+	// Source names what a git sync follows (repo, branch and folder) and
+	// SourceStarted when the server following it started; recorded with
+	// a Commit, so that of two servers following different sources into
+	// one registry the older one sees it was superseded (gitsync).
+	Source        string
+	SourceStarted time.Time
 }
 
 // Action is what a publication did to one flow.
@@ -113,6 +119,13 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 			for k, v := range map[string][]byte{"commit": []byte(p.Commit), "synced_at": []byte(now.UTC().Format(time.RFC3339Nano))} {
 				if err := setState(ctx, tx, k, v); err != nil {
 					return err
+				}
+			}
+			if p.Source != "" {
+				for k, v := range map[string][]byte{"source": []byte(p.Source), "source_started": []byte(p.SourceStarted.UTC().Format(time.RFC3339Nano))} {
+					if err := setState(ctx, tx, k, v); err != nil {
+						return err
+					}
 				}
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM state WHERE key IN ('failed_commit', 'failed_errors', 'failed_at')`); err != nil {
@@ -291,6 +304,10 @@ type Status struct {
 	Flows      int       // number of latest flows
 	Generation int64
 	LastError  *SyncError // the last refused commit, nil after a good one
+	// Source and SourceStarted are those of the last publication that
+	// named them (Publication.Source): "" and zero before any.
+	Source        string
+	SourceStarted time.Time
 }
 
 // Status reads the deployed state from the database.
@@ -324,6 +341,8 @@ func (r *Registry) Status(ctx context.Context) (Status, error) {
 	}
 	st.Commit = string(state["commit"])
 	st.SyncedAt, _ = time.Parse(time.RFC3339Nano, string(state["synced_at"]))
+	st.Source = string(state["source"])
+	st.SourceStarted, _ = time.Parse(time.RFC3339Nano, string(state["source_started"]))
 	fmt.Sscan(string(state["generation"]), &st.Generation)
 	if c, ok := state["failed_commit"]; ok {
 		se := &SyncError{Commit: string(c)}

@@ -1,0 +1,225 @@
+package gitsync_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nexushq/nexus/flow/flowtest"
+	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
+	"github.com/nexushq/nexus/registry"
+)
+
+// superseding is a source repo with the branches main and other, each
+// holding acme/x described by its branch, and a state directory that
+// servers following either branch share.
+type superseding struct {
+	t     *testing.T
+	src   *srcRepo
+	state string
+}
+
+func newSuperseding(t *testing.T) *superseding {
+	src := newSrcRepo(t)
+	src.write("access.yaml", accessFile(acmeKey))
+	src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "on main"))
+	src.gitCommit("main")
+	src.git("checkout", "-q", "-b", "other")
+	src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "on other"))
+	src.gitCommit("other")
+	src.git("checkout", "-q", "main")
+	return &superseding{t: t, src: src, state: filepath.Join(t.TempDir(), "state")}
+}
+
+// server is one process of the shared state directory: its own registry
+// handle and a Syncer following branch, started at started.
+func (s *superseding) server(branch string, started time.Time, edit ...func(*gitsync.Config)) (*gitsync.Syncer, *registry.Registry) {
+	s.t.Helper()
+	reg := openRegistry(s.t, filepath.Join(s.state, "registry.db"))
+	cfg := gitsync.Config{
+		Repo: s.src.dir, Branch: branch, Dir: filepath.Join(s.state, "repo"), Registry: reg, Logger: discard(), Started: started,
+	}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	syncer, err := gitsync.New(cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(syncer.Stop)
+	return syncer, reg
+}
+
+// source is how a server following branch of the source repo is named.
+func (s *superseding) source(branch string) string {
+	return s.src.dir + " (branch " + branch + ", folder flows)"
+}
+
+// served is the description of acme/x and the commit the registry holds.
+func served(t *testing.T, reg *registry.Registry) (string, string) {
+	t.Helper()
+	if _, err := reg.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := reg.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, ok := reg.Live().Lookup("acme", "x")
+	if !ok || lf.Flow == nil {
+		t.Fatalf("acme/x is not live: %+v", lf)
+	}
+	return lf.Flow.Description(), st.Commit
+}
+
+// TestALaterServerOfAnotherSourceSupersedes: two servers following
+// different branches into one state directory do not flap the live set at
+// every poll: the one started later publishes, and the other publishes
+// nothing (its round fails with a SupersededError naming both sources,
+// before it touches the clone) until it is restarted, which makes it the
+// later one. Servers following the same source go on sharing the work.
+func TestALaterServerOfAnotherSourceSupersedes(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	mainHead := func() string { return s.src.git("rev-parse", "main")[:40] }
+	otherHead := s.src.git("rev-parse", "other")[:40]
+
+	old, reg := s.server("main", t0)
+	if res, err := old.Sync(ctx); err != nil || !res.Applied() || res.Commit != mainHead() {
+		t.Fatalf("the first server's Sync = %+v, %v; want main applied", res, err)
+	}
+	later := t0.Add(time.Minute)
+	rolled, _ := s.server("other", later)
+	if res, err := rolled.Sync(ctx); err != nil || !res.Applied() || res.Commit != otherHead {
+		t.Fatalf("the later server's Sync = %+v, %v; want other applied", res, err)
+	}
+
+	// The first server is superseded: now, and after a commit to main.
+	for _, round := range []string{"at once", "after a commit to main"} {
+		if round != "at once" {
+			s.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "main moved"))
+			s.src.gitCommit("main moves")
+		}
+		res, err := old.Sync(ctx)
+		var se *gitsync.SupersededError
+		if !errors.As(err, &se) || res.Commit != "" {
+			t.Fatalf("%s: the first server's Sync = %+v, %v; want a SupersededError", round, res, err)
+		}
+		want := &gitsync.SupersededError{Source: s.source("other"), Started: later, Own: s.source("main")}
+		if diff := cmp.Diff(want, se); diff != "" {
+			t.Errorf("%s: SupersededError (-want +got):\n%s", round, diff)
+		}
+		if desc, commit := served(t, reg); desc != "on other" || commit != otherHead {
+			t.Errorf("%s: the registry serves %q of %s, want the other branch's %s", round, desc, commit, otherHead)
+		}
+	}
+	_, err := old.Sync(ctx)
+	wantMsg := "another server, started later (2026-08-09T14:03:11Z), publishes " + s.source("other") +
+		" into this state directory: this one follows " + s.source("main") +
+		" and publishes nothing while it does (stop one of them; a restart makes this one publish again)"
+	if err == nil || err.Error() != wantMsg {
+		t.Errorf("the error:\n got %v\nwant %s", err, wantMsg)
+	}
+	// the clone was not fetched by the superseded server: main's new
+	// commit is not in it
+	if out := runGit(t, filepath.Join(s.state, "repo"), "rev-parse", "refs/remotes/origin/main")[:40]; out == mainHead() {
+		t.Errorf("the superseded server fetched main's new head %s", out)
+	}
+
+	// Restarted, the first server is the later one: it publishes, and the
+	// server following other is superseded in turn.
+	restarted, _ := s.server("main", later.Add(time.Minute))
+	if res, err := restarted.Sync(ctx); err != nil || !res.Applied() || res.Commit != mainHead() {
+		t.Fatalf("the restarted server's Sync = %+v, %v; want main's new head applied", res, err)
+	}
+	var se *gitsync.SupersededError
+	if _, err := rolled.Sync(ctx); !errors.As(err, &se) || se.Source != s.source("main") {
+		t.Fatalf("the server following other after the restart: %v; want superseded by main", err)
+	}
+	if desc, commit := served(t, reg); desc != "main moved" || commit != mainHead() {
+		t.Errorf("the registry serves %q of %s, want main's new head", desc, commit)
+	}
+
+	// A server following the same source, started later still, shares the
+	// work: the one before it is not superseded.
+	replica, _ := s.server("main", later.Add(2*time.Minute))
+	if res, err := replica.Sync(ctx); err != nil || !res.Applied() {
+		t.Fatalf("the replica's first Sync = %+v, %v", res, err)
+	}
+	s.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "main again"))
+	c := s.src.gitCommit("main again")
+	if res, err := restarted.Sync(ctx); err != nil || !res.Applied() || res.Commit != c {
+		t.Fatalf("the restarted server's Sync after the replica = %+v, %v; want %s applied", res, err, c)
+	}
+}
+
+// TestSupersededIsLoggedOnce: the loop of a superseded server says so in
+// one sync_superseded line, looks again every poll (without backoff), and
+// every round is observed with the error (for sync_error in /status).
+func TestSupersededIsLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	var (
+		mu     sync.Mutex
+		errs   []error
+		logs   jsonlogtest.Buffer
+		poll   = 20 * time.Millisecond
+		rounds = 12
+	)
+	old, _ := s.server("main", t0, func(c *gitsync.Config) {
+		c.Poll, c.MaxBackoff, c.Logger = poll, time.Hour, logs.Logger(slog.LevelDebug)
+		c.Observe = func(_ gitsync.Result, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, err)
+		}
+	})
+	if _, err := old.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rolled, _ := s.server("other", t0.Add(time.Minute))
+	if _, err := rolled.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.Start()
+	// twelve rounds take a quarter of a second at the poll; a backoff
+	// doubling from 20 ms would take 80 s
+	waitFor(t, 10*time.Second, "twelve observed rounds", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(errs) >= rounds
+	})
+	old.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for i, err := range errs {
+		var se *gitsync.SupersededError
+		if !errors.As(err, &se) {
+			t.Errorf("round %d: %v, want a SupersededError", i+1, err)
+		}
+	}
+	lines := logs.Events(t, "sync_superseded")
+	if len(lines) != 1 {
+		t.Fatalf("%d sync_superseded lines, want 1:\n%s", len(lines), logs.String())
+	}
+	want := map[string]any{
+		"level": "ERROR", "event": "sync_superseded", "source": s.source("main"), "other_source": s.source("other"),
+		"other_started": "2026-08-09T14:03:11Z",
+		"msg":           "another server publishes another source into this state directory: this one has stopped publishing",
+	}
+	got := lines[0]
+	delete(got, "time")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sync_superseded (-want +got):\n%s", diff)
+	}
+	if n := len(logs.Events(t, "sync_error")); n != 0 {
+		t.Errorf("%d sync_error lines beside sync_superseded", n)
+	}
+}
