@@ -3,6 +3,8 @@ package gitsync
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -104,6 +106,12 @@ type Syncer struct {
 	trigger chan struct{}
 
 	source string // what it follows, as the registry records it
+	// server is this Syncer's lock in the state directory, held while it
+	// lives (the kernel lets it go when the process dies): a server it
+	// superseded finds it free once it is gone, and publishes again
+	server     *flock.Flock
+	serverName string
+	stopOnce   sync.Once
 
 	mu        sync.Mutex // one Sync at a time in this process
 	evaluated bool       // a round of this Syncer compiled a head (under mu)
@@ -111,10 +119,10 @@ type Syncer struct {
 }
 
 // SupersededError is the error of a round that did not run because
-// another server, started later, follows another source (a repo, branch
-// or folder) into the same registry and published it: the later server
-// wins, and this one publishes again only when restarted (or when that
-// source is published no more).
+// another server, started later and running still, follows another source
+// (a repo, branch or folder) into the same registry and published it: the
+// later server wins, and this one publishes again once that one has ended
+// (or when restarted, which makes it the later one).
 type SupersededError struct {
 	Source  string    // what the other server follows
 	Started time.Time // when it started
@@ -122,7 +130,7 @@ type SupersededError struct {
 }
 
 func (e *SupersededError) Error() string {
-	return fmt.Sprintf("another server, started later (%s), publishes %s into this state directory: this one follows %s and publishes nothing while it does (stop one of them; a restart makes this one publish again)",
+	return fmt.Sprintf("another server, started later (%s), publishes %s into this state directory: this one follows %s and publishes nothing while that one runs (stop one of them)",
 		e.Started.UTC().Format(time.RFC3339), e.Source, e.Own)
 }
 
@@ -182,7 +190,69 @@ func New(cfg Config) (*Syncer, error) {
 		trigger: make(chan struct{}, 1),
 	}
 	s.source = fmt.Sprintf("%s (branch %s, folder %s)", s.remoteURL(), cfg.Branch, cfg.FlowsDir)
+	if err := s.lockServer(); err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
+	}
 	return s, nil
+}
+
+// serversDir is the folder of the servers' locks: {state}/repo.servers.
+func (s *Syncer) serversDir() string { return s.cfg.Dir + ".servers" }
+
+// lockServer makes and locks this Syncer's file in serversDir, named by a
+// random id: the registry records the name with every publication.
+func (s *Syncer) lockServer() error {
+	if err := os.Mkdir(s.serversDir(), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if info, err := os.Lstat(s.serversDir()); err != nil || !info.IsDir() {
+		return fmt.Errorf("%s is not a folder: the state directory must hold no symbolic links", s.serversDir())
+	}
+	// the files of servers that died (killed: Stop did not run) go
+	if entries, err := os.ReadDir(s.serversDir()); err == nil {
+		for _, e := range entries {
+			s.serverGone(e.Name())
+		}
+	}
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], rand.Uint64())
+	s.serverName = hex.EncodeToString(id[:]) + ".lock"
+	path := filepath.Join(s.serversDir(), s.serverName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	s.server = flock.New(path, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
+	if locked, err := s.server.TryLock(); err != nil || !locked {
+		os.Remove(path)
+		return fmt.Errorf("locking %s: %v", path, err)
+	}
+	return nil
+}
+
+// serverGone reports whether the server whose lock is name (as the
+// registry recorded it) has ended: its file is missing, or free to lock.
+// The file of a server found gone is removed.
+func (s *Syncer) serverGone(name string) bool {
+	if name == s.serverName {
+		return false
+	}
+	if name == "" || strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".lock") || name == ".lock" {
+		return true // not a name this package writes
+	}
+	path := filepath.Join(s.serversDir(), name)
+	l := flock.New(path, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
+	locked, err := l.TryLock()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true
+	case err != nil || !locked:
+		return false // held, or unknown: the other server stands
+	}
+	os.Remove(path)
+	l.Unlock()
+	return true
 }
 
 // CheckSource checks what a Syncer would follow: the repo (a URL whose
@@ -358,7 +428,8 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		before = live.Access().Source()
 	}
 	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{
-		Flows: flows, Complete: true, Access: keys, Commit: res.Commit, Source: s.source, SourceStarted: s.cfg.Started,
+		Flows: flows, Complete: true, Access: keys, Commit: res.Commit,
+		Source: s.source, SourceStarted: s.cfg.Started, SourceServer: s.serverName,
 	})
 	if err != nil {
 		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
@@ -385,7 +456,7 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the sync state: %w", err)
 	}
-	if st.Source != "" && st.Source != s.source && st.SourceStarted.After(s.cfg.Started) {
+	if st.Source != "" && st.Source != s.source && st.SourceStarted.After(s.cfg.Started) && !s.serverGone(st.SourceServer) {
 		return &SupersededError{Source: st.Source, Started: st.SourceStarted, Own: s.source}
 	}
 	return nil
@@ -742,9 +813,16 @@ func (s *Syncer) Trigger() {
 // capped exponential backoff and jitter; it is logged, never fatal.
 func (s *Syncer) Start() { s.life.Start(s.loop) }
 
-// Stop ends the loop, waiting for a sync in progress. It is safe to call
-// more than once, and without Start.
-func (s *Syncer) Stop() { s.life.Stop() }
+// Stop ends the loop, waiting for a sync in progress, and lets the
+// server's lock go (a server it superseded publishes again). It is safe
+// to call more than once, and without Start.
+func (s *Syncer) Stop() {
+	s.life.Stop()
+	s.stopOnce.Do(func() {
+		os.Remove(s.server.Path())
+		s.server.Unlock()
+	})
+}
 
 // minTriggerGap is the least time between the starts of two syncs when a
 // Trigger asks for one sooner: a flood of webhooks (POST /hooks/git needs

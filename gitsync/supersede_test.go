@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +125,7 @@ func TestALaterServerOfAnotherSourceSupersedes(t *testing.T) {
 	_, err := old.Sync(ctx)
 	wantMsg := "another server, started later (2026-08-09T14:03:11Z), publishes " + s.source("other") +
 		" into this state directory: this one follows " + s.source("main") +
-		" and publishes nothing while it does (stop one of them; a restart makes this one publish again)"
+		" and publishes nothing while that one runs (stop one of them)"
 	if err == nil || err.Error() != wantMsg {
 		t.Errorf("the error:\n got %v\nwant %s", err, wantMsg)
 	}
@@ -158,6 +160,62 @@ func TestALaterServerOfAnotherSourceSupersedes(t *testing.T) {
 	if res, err := restarted.Sync(ctx); err != nil || !res.Applied() || res.Commit != c {
 		t.Fatalf("the restarted server's Sync after the replica = %+v, %v; want %s applied", res, err, c)
 	}
+
+	// Once the later servers have ended, the one they superseded publishes
+	// again.
+	if _, err := rolled.Sync(ctx); !errors.As(err, &se) {
+		t.Fatalf("the server following other while main's run: %v; want superseded", err)
+	}
+	restarted.Stop()
+	replica.Stop()
+	if res, err := rolled.Sync(ctx); err != nil || !res.Applied() || res.Commit != otherHead {
+		t.Fatalf("the server following other once main's have ended: %+v, %v; want other applied", res, err)
+	}
+	if desc, commit := served(t, reg); desc != "on other" || commit != otherHead {
+		t.Errorf("the registry serves %q of %s, want the other branch's %s", desc, commit, otherHead)
+	}
+}
+
+// TestServersLocksOfEndedServersAreRemoved: each Syncer holds a lock file
+// in {state}/repo.servers while it lives; Stop removes its own, and a new
+// Syncer removes those of servers that died without Stop (a free lock).
+func TestServersLocksOfEndedServersAreRemoved(t *testing.T) {
+	s := newSuperseding(t)
+	dir := filepath.Join(s.state, "repo.servers")
+	files := func() []string {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	a, _ := s.server("main", t0)
+	b, _ := s.server("main", t0)
+	if n := len(files()); n != 2 {
+		t.Fatalf("%d files in repo.servers with two servers, want 2: %q", n, files())
+	}
+	a.Stop()
+	a.Stop() // idempotent
+	if n := len(files()); n != 1 {
+		t.Fatalf("%d files in repo.servers after one Stop, want 1: %q", n, files())
+	}
+	// a server killed: its file stays, unlocked
+	dead := filepath.Join(dir, "0123456789abcdef.lock")
+	if err := os.WriteFile(dead, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := files()
+	s.server("main", t0)
+	after := files()
+	if slices.Contains(after, "0123456789abcdef.lock") || len(after) != 2 || !slices.Contains(after, before[0]) && !slices.Contains(after, before[1]) {
+		t.Errorf("repo.servers after a new server = %q (before %q); want the dead server's file gone, the live one's kept", after, before)
+	}
+	b.Stop()
 }
 
 // TestSupersededIsLoggedOnce: the loop of a superseded server says so in

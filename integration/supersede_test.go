@@ -13,7 +13,8 @@ import (
 // directory of a running one, following another branch (a rolling change
 // of --branch), takes over: the first says so once (sync_superseded), shows
 // it as its sync_error in /status, and stops publishing, so that the live
-// set does not flap between the two branches at every poll.
+// set does not flap between the two branches at every poll. Once the later
+// server is gone (killed), the first publishes again.
 func TestALaterServerOfAnotherBranchTakesOver(t *testing.T) {
 	repo := newConfigRepo(t, map[string]string{
 		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
@@ -59,5 +60,16 @@ func TestALaterServerOfAnotherBranchTakesOver(t *testing.T) {
 	}
 	if n := len(old.events("sync_superseded")); n != 1 {
 		t.Errorf("%d sync_superseded lines, want 1", n)
+	}
+
+	// Killed, the later server lets its lock go: the first one publishes
+	// its branch again within a poll or two, and its sync_error clears.
+	rolled.kill()
+	old.waitCommit(mainCommit, 20*time.Second)
+	if r := old.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != 200 || r.body != `{"greeting":"hello, Ada"}` {
+		t.Errorf("after the later server was killed: /run %d %s; want the main branch's answer", r.status, r.body)
+	}
+	if r := old.do(http.MethodGet, "/status", old.adminKey, "", ""); !strings.Contains(r.body, `"sync_error":null`) {
+		t.Errorf("after the later server was killed: /status %s; want no sync_error", r.body)
 	}
 }

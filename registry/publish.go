@@ -34,9 +34,12 @@ type Publication struct {
 	// Source names what a git sync follows (repo, branch and folder) and
 	// SourceStarted when the server following it started; recorded with
 	// a Commit, so that of two servers following different sources into
-	// one registry the older one sees it was superseded (gitsync).
+	// one registry the older one sees it was superseded (gitsync);
+	// SourceServer names that server's lock, which tells whether it
+	// still runs.
 	Source        string
 	SourceStarted time.Time
+	SourceServer  string
 }
 
 // Action is what a publication did to one flow.
@@ -122,7 +125,10 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 				}
 			}
 			if p.Source != "" {
-				for k, v := range map[string][]byte{"source": []byte(p.Source), "source_started": []byte(p.SourceStarted.UTC().Format(time.RFC3339Nano))} {
+				for k, v := range map[string][]byte{
+					"source": []byte(p.Source), "source_started": []byte(p.SourceStarted.UTC().Format(time.RFC3339Nano)),
+					"source_server": []byte(p.SourceServer),
+				} {
 					if err := setState(ctx, tx, k, v); err != nil {
 						return err
 					}
@@ -308,6 +314,7 @@ type Status struct {
 	// named them (Publication.Source): "" and zero before any.
 	Source        string
 	SourceStarted time.Time
+	SourceServer  string
 }
 
 // Status reads the deployed state from the database.
@@ -343,6 +350,7 @@ func (r *Registry) Status(ctx context.Context) (Status, error) {
 	st.SyncedAt, _ = time.Parse(time.RFC3339Nano, string(state["synced_at"]))
 	st.Source = string(state["source"])
 	st.SourceStarted, _ = time.Parse(time.RFC3339Nano, string(state["source_started"]))
+	st.SourceServer = string(state["source_server"])
 	fmt.Sscan(string(state["generation"]), &st.Generation)
 	if c, ok := state["failed_commit"]; ok {
 		se := &SyncError{Commit: string(c)}
