@@ -109,7 +109,7 @@ type Syncer struct {
 	// server is this Syncer's lock in the state directory, held while it
 	// lives (the kernel lets it go when the process dies): a server it
 	// superseded finds it free once it is gone, and publishes again
-	server     *flock.Flock
+	server     *os.File // open, locked (flock) until Stop
 	serverName string
 	stopOnce   sync.Once
 
@@ -214,21 +214,32 @@ func (s *Syncer) lockServer() error {
 			s.serverGone(e.Name())
 		}
 	}
-	var id [8]byte
-	binary.LittleEndian.PutUint64(id[:], rand.Uint64())
-	s.serverName = hex.EncodeToString(id[:]) + ".lock"
-	path := filepath.Join(s.serversDir(), s.serverName)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
+	for range 3 {
+		var id [8]byte
+		binary.LittleEndian.PutUint64(id[:], rand.Uint64())
+		name := hex.EncodeToString(id[:]) + ".lock"
+		path := filepath.Join(s.serversDir(), name)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			os.Remove(path)
+			return fmt.Errorf("locking %s: %w", path, err)
+		}
+		// a server starting at this moment may have found the file free
+		// before it was locked, and removed it: the lock would hold no
+		// name (and this server would look gone), so another is made
+		held, err := f.Stat()
+		named, nerr := os.Lstat(path)
+		if err == nil && nerr == nil && os.SameFile(held, named) {
+			s.server, s.serverName = f, name
+			return nil
+		}
+		f.Close()
 	}
-	f.Close()
-	s.server = flock.New(path, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
-	if locked, err := s.server.TryLock(); err != nil || !locked {
-		os.Remove(path)
-		return fmt.Errorf("locking %s: %v", path, err)
-	}
-	return nil
+	return fmt.Errorf("the lock files made in %s were removed as soon as made, three times", s.serversDir())
 }
 
 // serverGone reports whether the server whose lock is name (as the
@@ -819,8 +830,8 @@ func (s *Syncer) Start() { s.life.Start(s.loop) }
 func (s *Syncer) Stop() {
 	s.life.Stop()
 	s.stopOnce.Do(func() {
-		os.Remove(s.server.Path())
-		s.server.Unlock()
+		os.Remove(filepath.Join(s.serversDir(), s.serverName))
+		s.server.Close() // which lets the lock go
 	})
 }
 
