@@ -223,14 +223,20 @@ func (s *Syncer) lockServer() error {
 		if err != nil {
 			return err
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			// a server starting at this moment found the file free
+			// and holds it while it removes it: another is made
+			f.Close()
+			continue
+		}
+		if err != nil {
 			f.Close()
 			os.Remove(path)
 			return fmt.Errorf("locking %s: %w", path, err)
 		}
-		// a server starting at this moment may have found the file free
-		// before it was locked, and removed it: the lock would hold no
-		// name (and this server would look gone), so another is made
+		// or it found it free, and removed it, before it was locked: the
+		// lock would hold no name (and this server would look gone)
 		held, err := f.Stat()
 		named, nerr := os.Lstat(path)
 		if err == nil && nerr == nil && os.SameFile(held, named) {
@@ -371,6 +377,11 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		// registry says: a commit is only "up to date" or "already
 		// refused" for the settings and the compiler that judged it, and
 		// a restart is how both change (--flows-dir, a new nexus)
+	case st.Source.Name != "" && st.Source.Name != s.source:
+		// the registry holds another source's set or refusal (a server
+		// that superseded this one has ended): its commit may be this
+		// head, compiled from another branch's folder or under other
+		// settings, so the head is judged again and its set published
 	case st.LastError != nil && st.LastError.Commit == res.Commit:
 		// the live commit itself, when this process's first round refused
 		// it (settings or a compiler that judge it otherwise): it stays
@@ -415,7 +426,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	s.evaluated = true
 	if len(problems) > 0 {
 		res.Errors = problems
-		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems); err != nil {
+		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems, s.syncSource()); err != nil {
 			return res, fmt.Errorf("recording the refused commit %s: %w", short(res.Commit), err)
 		}
 		// every error, as /status lists them, up to maxLoggedErrors (a
@@ -439,8 +450,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		before = live.Access().Source()
 	}
 	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{
-		Flows: flows, Complete: true, Access: keys, Commit: res.Commit,
-		Source: s.source, SourceStarted: s.cfg.Started, SourceServer: s.serverName,
+		Flows: flows, Complete: true, Access: keys, Commit: res.Commit, Source: s.syncSource(),
 	})
 	if err != nil {
 		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
@@ -467,10 +477,15 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the sync state: %w", err)
 	}
-	if st.Source != "" && st.Source != s.source && st.SourceStarted.After(s.cfg.Started) && !s.serverGone(st.SourceServer) {
-		return &SupersededError{Source: st.Source, Started: st.SourceStarted, Own: s.source}
+	if src := st.Source; src.Name != "" && src.Name != s.source && src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
+		return &SupersededError{Source: src.Name, Started: src.Started, Own: s.source}
 	}
 	return nil
+}
+
+// syncSource is this server's source as the registry records it.
+func (s *Syncer) syncSource() registry.SyncSource {
+	return registry.SyncSource{Name: s.source, Started: s.cfg.Started, Server: s.serverName}
 }
 
 func short(commit string) string {

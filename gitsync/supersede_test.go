@@ -281,3 +281,112 @@ func TestSupersededIsLoggedOnce(t *testing.T) {
 		t.Errorf("%d sync_error lines beside sync_superseded", n)
 	}
 }
+
+// TestASupersededServerRepublishesTheSameCommit: when the later server,
+// which followed another folder of the same branch (so the registry's
+// commit is this server's head too), has ended, the first one does not
+// find its head "up to date": it publishes its own folder's set again.
+func TestASupersededServerRepublishesTheSameCommit(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	s.src.write("flows2/acme/x.md", flowtest.Marked("acme", "x", "from flows2"))
+	head := s.src.gitCommit("a second folder")
+
+	first, reg := s.server("main", t0)
+	if res, err := first.Sync(ctx); err != nil || !res.Applied() || res.Commit != head {
+		t.Fatalf("the first server's Sync = %+v, %v", res, err)
+	}
+	canary, _ := s.server("main", t0.Add(time.Minute), func(c *gitsync.Config) { c.FlowsDir = "flows2" })
+	if res, err := canary.Sync(ctx); err != nil || !res.Applied() || res.Commit != head {
+		t.Fatalf("the later server's Sync = %+v, %v", res, err)
+	}
+	if desc, _ := served(t, reg); desc != "from flows2" {
+		t.Fatalf("the registry serves %q, want the later server's folder", desc)
+	}
+	var se *gitsync.SupersededError
+	if _, err := first.Sync(ctx); !errors.As(err, &se) {
+		t.Fatalf("the first server's Sync beside the later one: %v, want superseded", err)
+	}
+	canary.Stop()
+	if res, err := first.Sync(ctx); err != nil || !res.Applied() || res.Commit != head {
+		t.Fatalf("the first server's Sync once the later one ended = %+v, %v; want %s applied again", res, err, head)
+	}
+	if desc, commit := served(t, reg); desc != "on main" || commit != head {
+		t.Errorf("the registry serves %q of %s, want the first server's folder", desc, commit)
+	}
+	if res, err := first.Sync(ctx); err != nil || res.Skipped != "up to date" {
+		t.Errorf("the first server's next Sync = %+v, %v; want up to date", res, err)
+	}
+}
+
+// TestARefusedHeadOfTheLaterServerSupersedes: a later server whose head
+// is refused takes the registry over all the same: the set it found keeps
+// serving, its refusal stays reported (the first server, superseded, does
+// not clear it at every round), and the first publishes nothing.
+func TestARefusedHeadOfTheLaterServerSupersedes(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	s.src.git("checkout", "-q", "other")
+	s.src.write("flows/acme/bad.md", []byte(badFlowFile))
+	bad := s.src.gitCommit("broken")
+	s.src.git("checkout", "-q", "main")
+
+	first, reg := s.server("main", t0)
+	if res, err := first.Sync(ctx); err != nil || !res.Applied() {
+		t.Fatalf("the first server's Sync = %+v, %v", res, err)
+	}
+	later, _ := s.server("other", t0.Add(time.Minute))
+	if res, err := later.Sync(ctx); err != nil || res.Commit != bad || len(res.Errors) != 1 {
+		t.Fatalf("the later server's Sync = %+v, %v; want %s refused", res, err, bad)
+	}
+	for round := 1; round <= 2; round++ {
+		var se *gitsync.SupersededError
+		if _, err := first.Sync(ctx); !errors.As(err, &se) {
+			t.Fatalf("round %d: the first server's Sync: %v, want superseded", round, err)
+		}
+		if res, err := later.Sync(ctx); err != nil || res.Skipped != "already refused" {
+			t.Fatalf("round %d: the later server's Sync = %+v, %v; want already refused", round, res, err)
+		}
+		st, err := reg.Status(ctx)
+		if err != nil || st.LastError == nil || st.LastError.Commit != bad {
+			t.Fatalf("round %d: Status = %+v, %v; want the refusal of %s reported", round, st, err, bad)
+		}
+	}
+	if desc, _ := served(t, reg); desc != "on main" {
+		t.Errorf("the registry serves %q, want the set the later server found", desc)
+	}
+}
+
+// TestServersStartingAtOnce: servers made at the same moment on one state
+// directory all start (one's sweep may find another's new file before it
+// is locked), each with its own lock, and leave no file once stopped.
+func TestServersStartingAtOnce(t *testing.T) {
+	s := newSuperseding(t)
+	reg := openRegistry(t, filepath.Join(s.state, "registry.db"))
+	for round := range 30 {
+		syncers := make([]*gitsync.Syncer, 16)
+		errs := make([]error, len(syncers))
+		var wg sync.WaitGroup
+		for i := range syncers {
+			wg.Go(func() {
+				syncers[i], errs[i] = gitsync.New(gitsync.Config{Repo: s.src.dir, Dir: filepath.Join(s.state, "repo"), Registry: reg, Logger: discard()})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: server %d: %v", round, i, err)
+			}
+		}
+		entries, err := os.ReadDir(filepath.Join(s.state, "repo.servers"))
+		if err != nil || len(entries) != len(syncers) {
+			t.Fatalf("round %d: %d files in repo.servers for %d servers (%v)", round, len(entries), len(syncers), err)
+		}
+		for _, syncer := range syncers {
+			syncer.Stop()
+		}
+		if entries, _ := os.ReadDir(filepath.Join(s.state, "repo.servers")); len(entries) != 0 {
+			t.Fatalf("round %d: %d files in repo.servers once every server stopped", round, len(entries))
+		}
+	}
+}

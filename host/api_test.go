@@ -592,7 +592,7 @@ func TestAPIFlows(t *testing.T) {
 	t.Run("after a refused commit", func(t *testing.T) {
 		const bad = "badbadbadbadbadbadbadbadbadbadbadbadbadb"
 		errs := []string{`flows/x.md:7: unknown key "endpont" (did you mean "endpoint"?)`, "access.yaml:3: rate must be more than 0, not 0"}
-		if err := fx.reg.RecordSyncFailure(context.Background(), bad, errs); err != nil {
+		if err := fx.reg.RecordSyncFailure(context.Background(), bad, errs, registry.SyncSource{}); err != nil {
 			t.Fatal(err)
 		}
 		wantDocument(t, fx.admin(http.MethodGet, "/api/flows"), mustJSON(t, flowsDoc{

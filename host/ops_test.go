@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/registry"
 )
 
 // The operations endpoints and the correlation ID of every answer.
@@ -156,7 +157,7 @@ func TestStatus(t *testing.T) {
 	t.Run("after a refused commit", func(t *testing.T) {
 		const bad = "badbadbadbadbadbadbadbadbadbadbadbadbadb"
 		errs := []string{`flows/x.md:7: unknown key "endpont" (did you mean "endpoint"?)`, "access.yaml:3: rate must be more than 0, not 0"}
-		if err := fx.reg.RecordSyncFailure(context.Background(), bad, errs); err != nil {
+		if err := fx.reg.RecordSyncFailure(context.Background(), bad, errs, registry.SyncSource{}); err != nil {
 			t.Fatal(err)
 		}
 		m, le := decode(t, status(fx, "Authorization", "Bearer "+adminKey))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
 )
 
 // The management UI (/ui/): the login form and its session cookie, the
@@ -624,7 +625,7 @@ func TestUIFlowsPage(t *testing.T) {
 	}
 
 	const bad = "badbadbadbadbadbadbadbadbadbadbadbadbadb"
-	if err := fx.reg.RecordSyncFailure(context.Background(), bad, []string{`flows/x.md:7: unknown key "endpont" <here>`}); err != nil {
+	if err := fx.reg.RecordSyncFailure(context.Background(), bad, []string{`flows/x.md:7: unknown key "endpont" <here>`}, registry.SyncSource{}); err != nil {
 		t.Fatal(err)
 	}
 	body = wantPage(t, fx.admin(http.MethodGet, "/ui/"), http.StatusOK)

@@ -31,15 +31,34 @@ type Publication struct {
 	// publication with a commit records a successful sync and clears the
 	// last failed one.
 	Commit string
-	// Source names what a git sync follows (repo, branch and folder) and
-	// SourceStarted when the server following it started; recorded with
-	// a Commit, so that of two servers following different sources into
-	// one registry the older one sees it was superseded (gitsync);
-	// SourceServer names that server's lock, which tells whether it
-	// still runs.
-	Source        string
-	SourceStarted time.Time
-	SourceServer  string
+	// Source is the git sync's source, recorded with a Commit (when its
+	// Name is set).
+	Source SyncSource
+}
+
+// SyncSource is what a git sync follows and the server following it, as
+// the registry records them with a publication or a refused commit: of
+// two servers following different sources into one registry, the older
+// one sees that it was superseded (gitsync).
+type SyncSource struct {
+	Name    string    // the repo (without credentials), branch and folder
+	Started time.Time // when the server started
+	Server  string    // the server's lock, which tells whether it still runs
+}
+
+// recordSource records src, when it is named.
+func recordSource(ctx context.Context, tx *sql.Tx, src SyncSource) error {
+	if src.Name == "" {
+		return nil
+	}
+	for k, v := range map[string][]byte{
+		"source": []byte(src.Name), "source_started": []byte(src.Started.UTC().Format(time.RFC3339Nano)), "source_server": []byte(src.Server),
+	} {
+		if err := setState(ctx, tx, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Action is what a publication did to one flow.
@@ -124,15 +143,8 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 					return err
 				}
 			}
-			if p.Source != "" {
-				for k, v := range map[string][]byte{
-					"source": []byte(p.Source), "source_started": []byte(p.SourceStarted.UTC().Format(time.RFC3339Nano)),
-					"source_server": []byte(p.SourceServer),
-				} {
-					if err := setState(ctx, tx, k, v); err != nil {
-						return err
-					}
-				}
+			if err := recordSource(ctx, tx, p.Source); err != nil {
+				return err
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM state WHERE key IN ('failed_commit', 'failed_errors', 'failed_at')`); err != nil {
 				return err
@@ -253,9 +265,10 @@ func setState(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
 	return err
 }
 
-// RecordSyncFailure records a config repo commit that was refused, with
-// every error (FILE:LINE: message). The deployed set does not change.
-func (r *Registry) RecordSyncFailure(ctx context.Context, commit string, errs []string) error {
+// RecordSyncFailure records a config repo commit of src that was refused,
+// with every error (FILE:LINE: message). The deployed set does not change;
+// src becomes the registry's source, as with a publication.
+func (r *Registry) RecordSyncFailure(ctx context.Context, commit string, errs []string, src SyncSource) error {
 	b, err := json.Marshal(errs)
 	if err != nil {
 		return err
@@ -270,7 +283,7 @@ func (r *Registry) RecordSyncFailure(ctx context.Context, commit string, errs []
 				return err
 			}
 		}
-		return nil
+		return recordSource(ctx, tx, src)
 	})
 }
 
@@ -310,11 +323,9 @@ type Status struct {
 	Flows      int       // number of latest flows
 	Generation int64
 	LastError  *SyncError // the last refused commit, nil after a good one
-	// Source and SourceStarted are those of the last publication that
-	// named them (Publication.Source): "" and zero before any.
-	Source        string
-	SourceStarted time.Time
-	SourceServer  string
+	// Source is that of the last publication or refused commit that
+	// named one (zero before any).
+	Source SyncSource
 }
 
 // Status reads the deployed state from the database.
@@ -348,9 +359,9 @@ func (r *Registry) Status(ctx context.Context) (Status, error) {
 	}
 	st.Commit = string(state["commit"])
 	st.SyncedAt, _ = time.Parse(time.RFC3339Nano, string(state["synced_at"]))
-	st.Source = string(state["source"])
-	st.SourceStarted, _ = time.Parse(time.RFC3339Nano, string(state["source_started"]))
-	st.SourceServer = string(state["source_server"])
+	st.Source.Name = string(state["source"])
+	st.Source.Started, _ = time.Parse(time.RFC3339Nano, string(state["source_started"]))
+	st.Source.Server = string(state["source_server"])
 	fmt.Sscan(string(state["generation"]), &st.Generation)
 	if c, ok := state["failed_commit"]; ok {
 		se := &SyncError{Commit: string(c)}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/registry"
@@ -502,7 +503,7 @@ func TestStatus(t *testing.T) {
 
 	c.Advance(time.Minute)
 	errs := []string{"flows/x.md:7: unknown front matter key \"flwo\"", "access.yaml:3: tenant is required"}
-	if err := r.RecordSyncFailure(ctx, "c2", errs); err != nil {
+	if err := r.RecordSyncFailure(ctx, "c2", errs, registry.SyncSource{}); err != nil {
 		t.Fatal(err)
 	}
 	failed := &registry.SyncError{Commit: "c2", Errors: errs, At: t0.Add(time.Minute)}
@@ -513,7 +514,7 @@ func TestStatus(t *testing.T) {
 	check("a deploy without a commit keeps the last error", registry.Status{Commit: "c1", SyncedAt: synced, Flows: 3, Generation: 2, LastError: failed})
 
 	c.Advance(time.Minute)
-	if err := r.RecordSyncFailure(ctx, "c3", errs[:1]); err != nil {
+	if err := r.RecordSyncFailure(ctx, "c3", errs[:1], registry.SyncSource{}); err != nil {
 		t.Fatal(err)
 	}
 	failed = &registry.SyncError{Commit: "c3", Errors: errs[:1], At: t0.Add(3 * time.Minute)}
@@ -528,7 +529,7 @@ func TestStatus(t *testing.T) {
 	}
 
 	c.Advance(time.Minute)
-	if err := r.RecordSyncFailure(ctx, "c5", errs); err != nil {
+	if err := r.RecordSyncFailure(ctx, "c5", errs, registry.SyncSource{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ClearSyncFailure(ctx); err != nil {
