@@ -59,6 +59,20 @@ func (s *superseding) server(branch string, started time.Time, edit ...func(*git
 	return syncer, reg
 }
 
+// serverFiles lists the servers' lock files in the state directory.
+func (s *superseding) serverFiles() []string {
+	s.t.Helper()
+	entries, err := os.ReadDir(filepath.Join(s.state, "repo.servers"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // source is how a server following branch of the source repo is named.
 func (s *superseding) source(branch string) string {
 	return s.src.dir + " (branch " + branch + ", folder flows)"
@@ -182,18 +196,7 @@ func TestALaterServerOfAnotherSourceSupersedes(t *testing.T) {
 func TestServersLocksOfEndedServersAreRemoved(t *testing.T) {
 	s := newSuperseding(t)
 	dir := filepath.Join(s.state, "repo.servers")
-	files := func() []string {
-		t.Helper()
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		return names
-	}
+	files := func() []string { return s.serverFiles() }
 	a, _ := s.server("main", t0)
 	b, _ := s.server("main", t0)
 	if n := len(files()); n != 2 {
@@ -378,15 +381,14 @@ func TestServersStartingAtOnce(t *testing.T) {
 				t.Fatalf("round %d: server %d: %v", round, i, err)
 			}
 		}
-		entries, err := os.ReadDir(filepath.Join(s.state, "repo.servers"))
-		if err != nil || len(entries) != len(syncers) {
-			t.Fatalf("round %d: %d files in repo.servers for %d servers (%v)", round, len(entries), len(syncers), err)
+		if files := s.serverFiles(); len(files) != len(syncers) {
+			t.Fatalf("round %d: %d files in repo.servers for %d servers", round, len(files), len(syncers))
 		}
 		for _, syncer := range syncers {
 			syncer.Stop()
 		}
-		if entries, _ := os.ReadDir(filepath.Join(s.state, "repo.servers")); len(entries) != 0 {
-			t.Fatalf("round %d: %d files in repo.servers once every server stopped", round, len(entries))
+		if files := s.serverFiles(); len(files) != 0 {
+			t.Fatalf("round %d: %d files in repo.servers once every server stopped", round, len(files))
 		}
 	}
 }

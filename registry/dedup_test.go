@@ -324,22 +324,7 @@ func TestDedupLongKeysKeptAsDigests(t *testing.T) {
 		}
 	}
 
-	var keys []string
-	rows, err := sideDB(t, path).Query(`SELECT key FROM dedup ORDER BY key`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	keys := column[string](t, sideDB(t, path), `SELECT key FROM dedup ORDER BY key`)
 	for i, k := range keys {
 		if len(k) > 256 {
 			t.Errorf("dedup row %d keeps a %d-byte key, want at most 256", i, len(k))

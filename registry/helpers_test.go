@@ -161,14 +161,20 @@ func summary(ls *registry.LiveSet) []liveFlow {
 // versions lists the stored versions of tenant/flow, read directly.
 func versions(t testing.TB, db *sql.DB, tenant, name string) []int {
 	t.Helper()
-	rows, err := db.Query(`SELECT version FROM flow_versions WHERE tenant = ? AND flow = ? ORDER BY version`, tenant, name)
+	return column[int](t, db, `SELECT version FROM flow_versions WHERE tenant = ? AND flow = ? ORDER BY version`, tenant, name)
+}
+
+// column runs query, which selects one column, and returns its values.
+func column[T any](t testing.TB, db *sql.DB, query string, args ...any) []T {
+	t.Helper()
+	rows, err := db.Query(query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []int
+	var out []T
 	for rows.Next() {
-		var v int
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			t.Fatal(err)
 		}
