@@ -214,38 +214,29 @@ func (s *Syncer) lockServer() error {
 			s.serverGone(e.Name())
 		}
 	}
-	for range 3 {
-		var id [8]byte
-		binary.LittleEndian.PutUint64(id[:], rand.Uint64())
-		name := hex.EncodeToString(id[:]) + ".lock"
-		path := filepath.Join(s.serversDir(), name)
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return err
-		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			// a server starting at this moment found the file free
-			// and holds it while it removes it: another is made
-			f.Close()
-			continue
-		}
-		if err != nil {
-			f.Close()
-			os.Remove(path)
-			return fmt.Errorf("locking %s: %w", path, err)
-		}
-		// or it found it free, and removed it, before it was locked: the
-		// lock would hold no name (and this server would look gone)
-		held, err := f.Stat()
-		named, nerr := os.Lstat(path)
-		if err == nil && nerr == nil && os.SameFile(held, named) {
-			s.server, s.serverName = f, name
-			return nil
-		}
-		f.Close()
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], rand.Uint64())
+	name := hex.EncodeToString(id[:]) + ".lock"
+	path := filepath.Join(s.serversDir(), name)
+	// made under a name the sweep of a server starting at the same
+	// moment leaves alone, and named once locked
+	made := strings.TrimSuffix(path, ".lock") + ".new"
+	f, err := os.OpenFile(made, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("the lock files made in %s were removed as soon as made, three times", s.serversDir())
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(made)
+		return fmt.Errorf("locking %s: %w", made, err)
+	}
+	if err := os.Rename(made, path); err != nil {
+		f.Close()
+		os.Remove(made)
+		return err
+	}
+	s.server, s.serverName = f, name
+	return nil
 }
 
 // serverGone reports whether the server whose lock is name (as the
@@ -426,7 +417,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	s.evaluated = true
 	if len(problems) > 0 {
 		res.Errors = problems
-		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems, s.syncSource()); err != nil {
+		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems, s.syncSource(st)); err != nil {
 			return res, fmt.Errorf("recording the refused commit %s: %w", short(res.Commit), err)
 		}
 		// every error, as /status lists them, up to maxLoggedErrors (a
@@ -450,7 +441,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		before = live.Access().Source()
 	}
 	res.Changes, err = s.cfg.Registry.Publish(ctx, registry.Publication{
-		Flows: flows, Complete: true, Access: keys, Commit: res.Commit, Source: s.syncSource(),
+		Flows: flows, Complete: true, Access: keys, Commit: res.Commit, Source: s.syncSource(st),
 	})
 	if err != nil {
 		return res, fmt.Errorf("publishing commit %s: %w", short(res.Commit), err)
@@ -483,8 +474,15 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	return nil
 }
 
-// syncSource is this server's source as the registry records it.
-func (s *Syncer) syncSource() registry.SyncSource {
+// syncSource is the source this server records with what it publishes
+// or refuses: its own, unless st (the registry's, read in this round)
+// holds a claim to the same source by a replica started later and running
+// still, which stands. A replica older than a server its source
+// superseded would otherwise hand the registry back to that server.
+func (s *Syncer) syncSource(st registry.Status) registry.SyncSource {
+	if src := st.Source; src.Name == s.source && src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
+		return src
+	}
 	return registry.SyncSource{Name: s.source, Started: s.cfg.Started, Server: s.serverName}
 }
 
@@ -866,9 +864,12 @@ func (s *Syncer) loop(ctx context.Context) {
 		wait := s.cfg.Poll
 		var se *SupersededError
 		wasSuperseded := superseded
-		superseded = errors.As(err, &se)
+		if res.Skipped != "another process is syncing" {
+			// a round another process ran says nothing of this one
+			superseded = errors.As(err, &se)
+		}
 		switch {
-		case superseded:
+		case se != nil:
 			// the state of things, not a failure to retry sooner or
 			// later: said once, and looked at again every poll
 			failures = 0

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/flow/flowtest"
@@ -228,17 +229,22 @@ func TestSupersededIsLoggedOnce(t *testing.T) {
 	ctx := context.Background()
 	s := newSuperseding(t)
 	var (
-		mu     sync.Mutex
-		errs   []error
-		logs   jsonlogtest.Buffer
-		poll   = 20 * time.Millisecond
-		rounds = 12
+		mu      sync.Mutex
+		errs    []error
+		skipped int // rounds another process ran
+		logs    jsonlogtest.Buffer
+		poll    = 20 * time.Millisecond
+		rounds  = 12
 	)
 	old, _ := s.server("main", t0, func(c *gitsync.Config) {
 		c.Poll, c.MaxBackoff, c.Logger = poll, time.Hour, logs.Logger(slog.LevelDebug)
-		c.Observe = func(_ gitsync.Result, err error) {
+		c.Observe = func(res gitsync.Result, err error) {
 			mu.Lock()
 			defer mu.Unlock()
+			if err == nil && res.Skipped == "another process is syncing" {
+				skipped++
+				return
+			}
 			errs = append(errs, err)
 		}
 	})
@@ -250,6 +256,28 @@ func TestSupersededIsLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Start()
+	// rounds skipped while another process holds the sync lock (the later
+	// server, fetching) do not make it say so again
+	held := flock.New(filepath.Join(s.state, "repo.lock"))
+	for range 3 {
+		waitFor(t, 10*time.Second, "a superseded round", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(errs) > 0 && errs[len(errs)-1] != nil
+		})
+		if err := held.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		before := skipped
+		mu.Unlock()
+		waitFor(t, 10*time.Second, "a round skipped", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return skipped > before
+		})
+		held.Unlock()
+	}
 	// twelve rounds take a quarter of a second at the poll; a backoff
 	// doubling from 20 ms would take 80 s
 	waitFor(t, 10*time.Second, "twelve observed rounds", func() bool {
@@ -389,6 +417,50 @@ func TestServersStartingAtOnce(t *testing.T) {
 		}
 		if files := s.serverFiles(); len(files) != 0 {
 			t.Fatalf("round %d: %d files in repo.servers once every server stopped", round, len(files))
+		}
+	}
+}
+
+// TestAnOlderReplicaKeepsTheLaterOnesClaim: of the servers following
+// other, B0 started before the server following main (A) and B1 after it.
+// B0 publishing or refusing a commit of other keeps B1's claim, which
+// still runs: A stays superseded, rather than taking the registry back at
+// every push to other (or for good, after a refused one).
+func TestAnOlderReplicaKeepsTheLaterOnesClaim(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	b0, reg := s.server("other", t0)
+	a, _ := s.server("main", t0.Add(time.Minute))
+	b1, _ := s.server("other", t0.Add(2*time.Minute))
+	for i, p := range []*gitsync.Syncer{b0, a, b1} {
+		if res, err := p.Sync(ctx); err != nil || !res.Applied() {
+			t.Fatalf("server %d's first Sync = %+v, %v", i, res, err)
+		}
+	}
+	for _, push := range []struct {
+		name string
+		file string
+		data []byte
+	}{
+		{"a good push to other", "flows/acme/x.md", flowtest.Marked("acme", "x", "other moved")},
+		{"a refused push to other", "flows/acme/bad.md", []byte(badFlowFile)},
+	} {
+		s.src.git("checkout", "-q", "other")
+		s.src.write(push.file, push.data)
+		c := s.src.gitCommit(push.name)
+		s.src.git("checkout", "-q", "main")
+		if res, err := b0.Sync(ctx); err != nil || res.Commit != c {
+			t.Fatalf("%s: B0's Sync = %+v, %v", push.name, res, err)
+		}
+		var se *gitsync.SupersededError
+		if _, err := a.Sync(ctx); !errors.As(err, &se) {
+			t.Fatalf("%s: A's Sync: %v, want superseded", push.name, err)
+		}
+		if res, err := b1.Sync(ctx); err != nil || res.Applied() || res.Commit != c {
+			t.Fatalf("%s: B1's Sync = %+v, %v; want %s found as B0 left it", push.name, res, err, c)
+		}
+		if desc, _ := served(t, reg); desc != "other moved" {
+			t.Errorf("%s: the registry serves %q, want other's", push.name, desc)
 		}
 	}
 }
