@@ -208,9 +208,17 @@ func (s *Syncer) lockServer() error {
 	if info, err := os.Lstat(s.serversDir()); err != nil || !info.IsDir() {
 		return fmt.Errorf("%s is not a folder: the state directory must hold no symbolic links", s.serversDir())
 	}
-	// the files of servers that died (killed: Stop did not run) go
+	// the files of servers that died (killed: Stop did not run) go, and
+	// so does a file one died making (an unnamed one over a minute old)
 	if entries, err := os.ReadDir(s.serversDir()); err == nil {
 		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".new") {
+				// named within microseconds of its making
+				if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
+					os.Remove(filepath.Join(s.serversDir(), e.Name()))
+				}
+				continue
+			}
 			s.serverGone(e.Name())
 		}
 	}

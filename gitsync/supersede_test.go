@@ -208,16 +208,23 @@ func TestServersLocksOfEndedServersAreRemoved(t *testing.T) {
 	if n := len(files()); n != 1 {
 		t.Fatalf("%d files in repo.servers after one Stop, want 1: %q", n, files())
 	}
-	// a server killed: its file stays, unlocked
-	dead := filepath.Join(dir, "0123456789abcdef.lock")
-	if err := os.WriteFile(dead, nil, 0o600); err != nil {
-		t.Fatal(err)
+	live := files()[0] // b's
+	// a server killed: its file stays, unlocked; one killed while it
+	// made its file, a minute ago, and one making its file now
+	for name, age := range map[string]time.Duration{"0123456789abcdef.lock": 0, "00000000000000aa.new": 2 * time.Minute, "00000000000000bb.new": 0} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, time.Now().Add(-age), time.Now().Add(-age)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	before := files()
 	s.server("main", t0)
 	after := files()
-	if slices.Contains(after, "0123456789abcdef.lock") || len(after) != 2 || !slices.Contains(after, before[0]) && !slices.Contains(after, before[1]) {
-		t.Errorf("repo.servers after a new server = %q (before %q); want the dead server's file gone, the live one's kept", after, before)
+	if slices.Contains(after, "0123456789abcdef.lock") || slices.Contains(after, "00000000000000aa.new") ||
+		!slices.Contains(after, "00000000000000bb.new") || !slices.Contains(after, live) || len(after) != 3 {
+		t.Errorf("repo.servers after a new server = %q; want the dead servers' files gone, the live one's (%s) and the new .new kept", after, live)
 	}
 	b.Stop()
 }
