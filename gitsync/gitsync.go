@@ -208,40 +208,28 @@ func (s *Syncer) lockServer() error {
 	if info, err := os.Lstat(s.serversDir()); err != nil || !info.IsDir() {
 		return fmt.Errorf("%s is not a folder: the state directory must hold no symbolic links", s.serversDir())
 	}
-	// the files of servers that died (killed: Stop did not run) go, and
-	// so does a file one died making (an unnamed one over a minute old)
+	// the files of servers that died (killed: Stop did not run) go; not
+	// one made in the last minute, which a server starting at this
+	// moment may not have locked yet
 	if entries, err := os.ReadDir(s.serversDir()); err == nil {
 		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".new") {
-				// named within microseconds of its making
-				if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
-					os.Remove(filepath.Join(s.serversDir(), e.Name()))
-				}
-				continue
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
+				s.serverGone(e.Name())
 			}
-			s.serverGone(e.Name())
 		}
 	}
 	var id [8]byte
 	binary.LittleEndian.PutUint64(id[:], rand.Uint64())
 	name := hex.EncodeToString(id[:]) + ".lock"
 	path := filepath.Join(s.serversDir(), name)
-	// made under a name the sweep of a server starting at the same
-	// moment leaves alone, and named once locked
-	made := strings.TrimSuffix(path, ".lock") + ".new"
-	f, err := os.OpenFile(made, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		os.Remove(made)
-		return fmt.Errorf("locking %s: %w", made, err)
-	}
-	if err := os.Rename(made, path); err != nil {
-		f.Close()
-		os.Remove(made)
-		return err
+		os.Remove(path)
+		return fmt.Errorf("locking %s: %w", path, err)
 	}
 	s.server, s.serverName = f, name
 	return nil

@@ -209,9 +209,9 @@ func TestServersLocksOfEndedServersAreRemoved(t *testing.T) {
 		t.Fatalf("%d files in repo.servers after one Stop, want 1: %q", n, files())
 	}
 	live := files()[0] // b's
-	// a server killed: its file stays, unlocked; one killed while it
-	// made its file, a minute ago, and one making its file now
-	for name, age := range map[string]time.Duration{"0123456789abcdef.lock": 0, "00000000000000aa.new": 2 * time.Minute, "00000000000000bb.new": 0} {
+	// a server killed two minutes ago: its file stays, unlocked; and a
+	// file just made, which a server starting now may not have locked yet
+	for name, age := range map[string]time.Duration{"0123456789abcdef.lock": 2 * time.Minute, "00000000000000bb.lock": 0} {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -222,9 +222,9 @@ func TestServersLocksOfEndedServersAreRemoved(t *testing.T) {
 	}
 	s.server("main", t0)
 	after := files()
-	if slices.Contains(after, "0123456789abcdef.lock") || slices.Contains(after, "00000000000000aa.new") ||
-		!slices.Contains(after, "00000000000000bb.new") || !slices.Contains(after, live) || len(after) != 3 {
-		t.Errorf("repo.servers after a new server = %q; want the dead servers' files gone, the live one's (%s) and the new .new kept", after, live)
+	if slices.Contains(after, "0123456789abcdef.lock") || !slices.Contains(after, "00000000000000bb.lock") ||
+		!slices.Contains(after, live) || len(after) != 3 {
+		t.Errorf("repo.servers after a new server = %q; want the dead server's file gone, the live one's (%s) and the new one kept", after, live)
 	}
 	b.Stop()
 }
