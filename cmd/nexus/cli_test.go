@@ -540,7 +540,7 @@ func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
 // TestDeployIntoARegistryFollowingGit: nexus deploy into a registry that
 // a server fills from git publishes, and says on stderr that the next
 // commit the server syncs replaces it; into one without git, it says
-// nothing more.
+// nothing more, and neither does a deploy that changed nothing.
 func TestDeployIntoARegistryFollowingGit(t *testing.T) {
 	dir := t.TempDir()
 	src := "---\nflowmarkdown_version: \"0.1\"\nflow: x\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
@@ -569,6 +569,11 @@ func TestDeployIntoARegistryFollowingGit(t *testing.T) {
 		}
 		if stderr.String() != want {
 			t.Errorf("deploy into a registry at commit %q: stderr %q, want %q", commit, stderr.String(), want)
+		}
+		stdout.Reset()
+		stderr.Reset()
+		if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK || stdout.String() != "unchanged acme/x v1\n" || stderr.Len() != 0 {
+			t.Errorf("the same deploy again into a registry at commit %q: exit %d, %q %q; want unchanged and no note", commit, code, stdout.String(), stderr.String())
 		}
 	}
 }

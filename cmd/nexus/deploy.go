@@ -100,6 +100,7 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer reg.Close()
+	before, _ := reg.Status(ctx)
 	changes, err := reg.Publish(ctx, registry.Publication{Flows: flows, Access: keys})
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus deploy: nothing published: %v\n", err)
@@ -109,8 +110,9 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, c)
 	}
 	// a registry a server fills from git: what this published serves
-	// until that server's next commit replaces it
-	if st, err := reg.Status(ctx); err == nil && st.Commit != "" {
+	// until that server's next commit replaces it (unless it changed
+	// nothing: the generation moves with every change)
+	if st, err := reg.Status(ctx); err == nil && st.Commit != "" && st.Generation != before.Generation {
 		fmt.Fprintf(stderr, "nexus deploy: note: this registry follows git (commit %s): the next commit a server syncs replaces what this published\n", st.Commit[:min(12, len(st.Commit))])
 	}
 	return exitOK
