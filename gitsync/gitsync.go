@@ -3,8 +3,6 @@ package gitsync
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -218,9 +216,7 @@ func (s *Syncer) lockServer() error {
 			}
 		}
 	}
-	var id [8]byte
-	binary.LittleEndian.PutUint64(id[:], rand.Uint64())
-	name := hex.EncodeToString(id[:]) + ".lock"
+	name := fmt.Sprintf("%016x.lock", rand.Uint64())
 	path := filepath.Join(s.serversDir(), name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -239,9 +235,6 @@ func (s *Syncer) lockServer() error {
 // registry recorded it) has ended: its file is missing, or free to lock.
 // The file of a server found gone is removed.
 func (s *Syncer) serverGone(name string) bool {
-	if name == s.serverName {
-		return false
-	}
 	if name == "" || strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".lock") || name == ".lock" {
 		return true // not a name this package writes
 	}
@@ -464,10 +457,16 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the sync state: %w", err)
 	}
-	if src := st.Source; src.Name != "" && src.Name != s.source && src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
+	if src := st.Source; src.Name != "" && src.Name != s.source && s.laterAndRunning(src) {
 		return &SupersededError{Source: src.Name, Started: src.Started, Own: s.source}
 	}
 	return nil
+}
+
+// laterAndRunning reports whether the server that recorded src started
+// after this one and still runs.
+func (s *Syncer) laterAndRunning(src registry.SyncSource) bool {
+	return src.Started.After(s.cfg.Started) && !s.serverGone(src.Server)
 }
 
 // syncSource is the source this server records with what it publishes
@@ -476,7 +475,7 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 // still, which stands. A replica older than a server its source
 // superseded would otherwise hand the registry back to that server.
 func (s *Syncer) syncSource(st registry.Status) registry.SyncSource {
-	if src := st.Source; src.Name == s.source && src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
+	if src := st.Source; src.Name == s.source && s.laterAndRunning(src) {
 		return src
 	}
 	return registry.SyncSource{Name: s.source, Started: s.cfg.Started, Server: s.serverName}
