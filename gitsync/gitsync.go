@@ -3,8 +3,10 @@ package gitsync
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -218,7 +220,7 @@ func (s *Syncer) lockServer() error {
 	}
 	name := fmt.Sprintf("%016x.lock", rand.Uint64())
 	path := filepath.Join(s.serversDir(), name)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -227,8 +229,69 @@ func (s *Syncer) lockServer() error {
 		os.Remove(path)
 		return fmt.Errorf("locking %s: %w", path, err)
 	}
+	// what it follows and when it started, for a server its source
+	// superseded to find it (laterReplica); not synced: the lock, and
+	// what it says, ends with the process
+	b, _ := json.Marshal(serverRecord{Source: s.source, Started: s.cfg.Started})
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	s.server, s.serverName = f, name
 	return nil
+}
+
+// serverRecord is what a server's lock file holds: one JSON object.
+type serverRecord struct {
+	Source  string    `json:"source"`
+	Started time.Time `json:"started"`
+}
+
+// laterReplica returns when the latest running server that follows source
+// and started after this one started, from the servers' lock files: the
+// replicas of a source that superseded this server, which hold it once
+// the one that published last has ended. A file being made (not locked
+// or not written yet) is not counted; nothing is removed.
+func (s *Syncer) laterReplica(source string) (time.Time, bool) {
+	entries, err := os.ReadDir(s.serversDir())
+	if err != nil {
+		return time.Time{}, false
+	}
+	var latest time.Time
+	for _, e := range entries {
+		if e.Name() == s.serverName || !strings.HasSuffix(e.Name(), ".lock") {
+			continue
+		}
+		rec, ok := readRunningServer(filepath.Join(s.serversDir(), e.Name()))
+		if ok && rec.Source == source && rec.Started.After(s.cfg.Started) && rec.Started.After(latest) {
+			latest = rec.Started
+		}
+	}
+	return latest, !latest.IsZero()
+}
+
+// readRunningServer reads the server lock file at path when a server
+// holds it locked.
+func readRunningServer(path string) (serverRecord, bool) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return serverRecord{}, false
+	}
+	defer f.Close()
+	// a shared lock taken is a file no server holds: let it go at once
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return serverRecord{}, false
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return serverRecord{}, false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
+	var rec serverRecord
+	if err != nil || json.Unmarshal(b, &rec) != nil {
+		return serverRecord{}, false
+	}
+	return rec, true
 }
 
 // serverGone reports whether the server whose lock is name (as the
@@ -450,15 +513,26 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 
 // checkSuperseded returns a *SupersededError when the registry's last
 // publication from git was of another source by a server started later
-// than this one (under the sync lock: no publication from git runs
+// than this one, which still runs or has a replica started later than
+// this one that does (under the sync lock: no publication from git runs
 // meanwhile).
 func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	st, err := s.cfg.Registry.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the sync state: %w", err)
 	}
-	if src := st.Source; src.Name != "" && src.Name != s.source && s.laterAndRunning(src) {
+	src := st.Source
+	if src.Name == "" || src.Name == s.source || !src.Started.After(s.cfg.Started) {
+		return nil
+	}
+	if !s.serverGone(src.Server) {
 		return &SupersededError{Source: src.Name, Started: src.Started, Own: s.source}
+	}
+	// the server that published it has ended, but a replica of its source
+	// that started after this one may run still: publishing now would
+	// flip the live set until that replica's next round
+	if started, ok := s.laterReplica(src.Name); ok {
+		return &SupersededError{Source: src.Name, Started: started, Own: s.source}
 	}
 	return nil
 }

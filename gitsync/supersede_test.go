@@ -471,3 +471,46 @@ func TestAnOlderReplicaKeepsTheLaterOnesClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestAReplicaOfTheLaterSourceHoldsWhenTheLastPublisherEnds: when the
+// server that published last ends while a replica of its source, started
+// after the superseded server, still runs, the superseded server stays
+// quiet: it publishing its own source until that replica's next round
+// would flip the live set for a poll. Once the last replica has ended it
+// publishes again.
+func TestAReplicaOfTheLaterSourceHoldsWhenTheLastPublisherEnds(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	a, reg := s.server("main", t0)
+	b1, _ := s.server("other", t0.Add(time.Minute))
+	b2, _ := s.server("other", t0.Add(2*time.Minute))
+	for i, p := range []*gitsync.Syncer{a, b1, b2} {
+		if _, err := p.Sync(ctx); err != nil {
+			t.Fatalf("server %d's first Sync: %v", i, err)
+		}
+	}
+	b2.Stop()
+	var se *gitsync.SupersededError
+	if _, err := a.Sync(ctx); !errors.As(err, &se) {
+		t.Fatalf("A's Sync after B2 ended: %v, want superseded by B1", err)
+	}
+	if want := t0.Add(time.Minute); !se.Started.Equal(want) || se.Source != s.source("other") {
+		t.Errorf("superseded by %s started %v, want %s started %v (B1)", se.Source, se.Started, s.source("other"), want)
+	}
+	if desc, _ := served(t, reg); desc != "on other" {
+		t.Fatalf("the registry serves %q, want other's", desc)
+	}
+	if _, err := b1.Sync(ctx); err != nil {
+		t.Fatalf("B1's Sync: %v", err)
+	}
+	if _, err := a.Sync(ctx); !errors.As(err, &se) {
+		t.Fatalf("A's Sync after B1's round: %v, want superseded", err)
+	}
+	b1.Stop()
+	if res, err := a.Sync(ctx); err != nil || !res.Applied() {
+		t.Fatalf("A's Sync after every server of other ended = %+v, %v; want main applied", res, err)
+	}
+	if desc, _ := served(t, reg); desc != "on main" {
+		t.Errorf("the registry serves %q, want main's", desc)
+	}
+}
