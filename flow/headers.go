@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"unicode/utf8"
 )
 
 // deniedHeaders are the hop-by-hop and framing headers no flow may set,
@@ -25,9 +26,9 @@ func CheckHeaderName(name string) error {
 	if name == "" {
 		return fmt.Errorf("a header name is empty")
 	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !isTokenChar(c) {
-			return fmt.Errorf("header name %q has the character %q, which a header name cannot hold", name, c)
+	for _, r := range name {
+		if r >= utf8.RuneSelf || !isTokenChar(byte(r)) {
+			return fmt.Errorf("header name %q has the character %q, which a header name cannot hold", name, r)
 		}
 	}
 	lower := strings.ToLower(name)

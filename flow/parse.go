@@ -218,6 +218,17 @@ func (c *compiler) split(src string) *rawFile {
 			cur.keys = append(cur.keys, rawKey{key: m[1], value: stripComment(m[2]), line: n})
 		case keysOpen && strings.TrimSpace(line) == "" && len(cur.keys) == 0:
 			// blank lines between the heading and the first key
+		case keysOpen && badHeaderKey.MatchString(line):
+			// a header name the key line's pattern does not take (x/y,
+			// é) would otherwise end the keys as prose, and the header
+			// would be silently missing from the answer
+			key, _, _ := strings.Cut(line, ":")
+			_, suffix, _ := strings.Cut(key, "_header_")
+			if err := CheckHeaderName(headerFromKey(suffix)); err != nil {
+				c.errorf(n, "step key %s: %s", key, err)
+			} else {
+				c.errorf(n, "step key %s: a key's name holds only letters, digits, _ and -", key)
+			}
 		case keysOpen && looseKey.MatchString(line):
 			c.errorf(n, "step key line %q: write `key: value` at the start of the line, with a space after the colon", strings.TrimSpace(line))
 			keysOpen = false
@@ -230,6 +241,10 @@ func (c *compiler) split(src string) *rawFile {
 	}
 	return f
 }
+
+// badHeaderKey is a response or fault header key line whose header name
+// holds a character keyLine does not take.
+var badHeaderKey = regexp.MustCompile(`^(?:response|fault)_header_[A-Za-z0-9_-]*[^A-Za-z0-9_\-:\s][^:\s]*:`)
 
 // looseKey is a line that looks like a step key but is not written as one
 // (indented, or no space after the colon).
