@@ -306,6 +306,9 @@ func TestDLQWorkedExample(t *testing.T) {
 			{[]string{"replay", "--tenant", "acme", "--flow", "a.b", "--id", "1"}, `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 			{[]string{"list", "--tenant", "acme", "--flow", "a.b"}, `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 			{[]string{"discard", "--tenant", "acme", "--flow", "../../x", "--id", "1"}, `invalid name "../../x" for flow (tenant "acme"): character '.' at position 1 is not allowed`},
+			// a filter given empty (a shell variable not set) is not "no filter"
+			{[]string{"list", "--tenant", ""}, `invalid name "" for tenant (flow ""): the name is empty`},
+			{[]string{"list", "--tenant", "acme", "--flow="}, `invalid name "" for flow (tenant "acme"): the name is empty`},
 		} {
 			r := dlqCLI(t, db, c.args...)
 			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")

@@ -440,6 +440,9 @@ func TestJournalFilterNames(t *testing.T) {
 	}{
 		{[]string{"--tenant", "../x"}, `nexus journal: invalid name "../x" for tenant (flow ""): character '.' at position 1 is not allowed`},
 		{[]string{"--tenant", "acme", "--flow", "a.b"}, `nexus journal: invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+		// given empty (a shell variable not set): refused, not "no filter"
+		{[]string{"--tenant", ""}, `nexus journal: invalid name "" for tenant (flow ""): the name is empty`},
+		{[]string{"--tenant", "acme", "--flow="}, `nexus journal: invalid name "" for flow (tenant "acme"): the name is empty`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"journal", "--db", db}, c.args...), &stdout, &stderr)

@@ -76,17 +76,9 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	// the name rule, before anything is opened or created
-	if *tenant != "" {
-		if err := naming.Check(*tenant, naming.Tenant(*flowName)); err != nil {
-			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-			return exitError
-		}
-	}
-	if *flowName != "" {
-		if err := naming.Check(*flowName, naming.Flow(*tenant)); err != nil {
-			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-			return exitError
-		}
+	if err := checkNameFlags(fs, *tenant, *flowName); err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
 	}
 	dbPath, err := expandHome(*db)
 	if err != nil {
@@ -100,6 +92,24 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	default:
 		return dlqMark(sub, dbPath, root, *tenant, *flowName, n, stdout, stderr)
 	}
+}
+
+// checkNameFlags applies the name rule to the --tenant and --flow of fs,
+// given as tenant and flowName: a flag given empty (--tenant "$UNSET") is
+// refused too, not taken for no filter. A filter no flow could match is a
+// mistake to say, not an empty listing.
+func checkNameFlags(fs *flag.FlagSet, tenant, flowName string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if tenant != "" || given["tenant"] {
+		if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
+			return err
+		}
+	}
+	if flowName != "" || given["flow"] {
+		return naming.Check(flowName, naming.Flow(tenant))
+	}
+	return nil
 }
 
 func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -43,19 +42,10 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr, journalUsage, fs)
 		return exitUsage
 	}
-	// the name rule, as nexus dlq applies it: a filter no flow could
-	// match is a mistake to say, not an empty journal
-	if *tenant != "" {
-		if err := naming.Check(*tenant, naming.Tenant(*flowName)); err != nil {
-			fmt.Fprintf(stderr, "nexus journal: %v\n", err)
-			return exitError
-		}
-	}
-	if *flowName != "" {
-		if err := naming.Check(*flowName, naming.Flow(*tenant)); err != nil {
-			fmt.Fprintf(stderr, "nexus journal: %v\n", err)
-			return exitError
-		}
+	// the name rule, as nexus dlq applies it
+	if err := checkNameFlags(fs, *tenant, *flowName); err != nil {
+		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
+		return exitError
 	}
 	ctx := context.Background()
 	reg, path, err := readRegistry(ctx, *db)
