@@ -1213,6 +1213,24 @@ func TestSyncMetricsOnARefusedHead(t *testing.T) {
 	if s1 != s2 || f1 != "1" || f2 != "1" {
 		t.Errorf("on a refused head: last success %s then %s, failures %s then %s; want it unmoved and one failure", s1, s2, f1, f2)
 	}
+
+	// restarted on the refused head, the last success is the registry's
+	// (what /status says), not 0, which an alert on its age reads as
+	// decades without a sync
+	h.stop(10 * time.Second)
+	h = startHost(t, hostOptions{repo: repo.dir, db: h.db})
+	waitEvents(t, h, "sync_failed", 1, nil, 10*time.Second)
+	s3, _ := scrape()
+	var st struct {
+		SyncedAt time.Time `json:"synced_at"`
+	}
+	if r := h.do(http.MethodGet, "/status", h.adminKey, "", ""); json.Unmarshal([]byte(r.body), &st) != nil || st.SyncedAt.IsZero() {
+		t.Fatalf("/status after the restart: %d %s", r.status, r.body)
+	}
+	last, err := strconv.ParseFloat(s3, 64)
+	if err != nil || !time.Unix(0, int64(last*1e9)).Truncate(time.Second).Equal(st.SyncedAt.Truncate(time.Second)) {
+		t.Errorf("after a restart on the refused head, the last success is %s; want /status's synced_at %v", s3, st.SyncedAt)
+	}
 }
 
 func TestServeBadValues(t *testing.T) {

@@ -495,6 +495,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		if err != nil {
 			return err
 		}
+		// the last success is the registry's until this process syncs:
+		// at 0, an alert on its age fired at every restart, and stayed on
+		// while the branch's head is refused (as /status does not)
+		if st, err := reg.Status(ctx); err == nil && !st.SyncedAt.IsZero() {
+			metrics.SyncSucceeded(st.SyncedAt)
+		}
 	}
 	// The host is the engine's Publisher and the queues' Handler; it is
 	// made last, so both reach it through these two functions.
