@@ -84,7 +84,18 @@ type Server struct {
 	ui       *httprouter.Router // the UI's pages; nil without an admin key
 	limiters sync.Map           // a key's hash ([32]byte) → *limiter
 	refusals *refusalLog        // the doors' request_refused lines
+	// runs is the context of /run executions: not the request's, which
+	// ends when the caller hangs up, but one InterruptRuns ends
+	runs          context.Context
+	interruptRuns context.CancelFunc
 }
+
+// InterruptRuns stops the /run executions still running, when the
+// shutdown's grace has ended: each ends at once, answers its caller 503
+// (rather than the connection being cut when the process exits), and is
+// logged and journaled as failed. Queue deliveries are stopped by their
+// workers' own grace. Executions that begin afterwards end at once too.
+func (s *Server) InterruptRuns() { s.interruptRuns() }
 
 // New returns a Server for cfg.
 func New(cfg Config) *Server {
@@ -105,6 +116,7 @@ func New(cfg Config) *Server {
 	// keys are
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	s := &Server{cfg: cfg, refusals: newRefusalLog()}
+	s.runs, s.interruptRuns = context.WithCancel(context.Background())
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
 	}

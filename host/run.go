@@ -64,14 +64,32 @@ func (s *Server) serveRun(w *statusWriter, r *http.Request, tenant, flowName str
 	// The execution outlives a caller who hangs up (its ceiling still
 	// bounds it): effects are not cut off half-way, and the answer a
 	// deduplicating flow records is the flow's, not a cancellation's.
-	res := s.cfg.Engine.Run(context.WithoutCancel(r.Context()), engine.Request{
+	// Only the end of the shutdown's grace stops it (InterruptRuns).
+	res := s.cfg.Engine.Run(s.runs, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: a.correlationID, Door: engine.DoorRun, Attempt: 1,
 		Caller: r.Context(), // a duplicate's wait ends with its caller
 	})
-	writeResult(w, res)
+	if res.Interrupted {
+		res = interruptedRun(res)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, res.Status, "the server stopped this execution: it is shutting down")
+	} else {
+		writeResult(w, res)
+	}
 	elapsed := s.cfg.Now().Sub(start)
 	s.cfg.Metrics.execution(engine.DoorRun, elapsed)
 	s.record(lf, a.correlationID, a.key.ID, res, start, elapsed)
+}
+
+// interruptedRun is res, an execution InterruptRuns stopped, as it is
+// logged and journaled: failed, 503, its error saying why it ended.
+func interruptedRun(res engine.Result) engine.Result {
+	e := engine.Error{Kind: engine.KindInternal, Msg: "stopped at the end of the shutdown's grace"}
+	if res.Err != nil {
+		e.Step, e.Detail = res.Err.Step, res.Err.Msg
+	}
+	res.Outcome, res.Status, res.Err = engine.Failed, http.StatusServiceUnavailable, &e
+	return res
 }
 
 // admit runs everything a door does before the flow: the gate, the body

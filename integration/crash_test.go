@@ -780,3 +780,45 @@ func TestSIGTERMStartsNoNewDelivery(t *testing.T) {
 		return true
 	})
 }
+
+// TestShutdownGraceEndsARunWithAnAnswer: a /run still running when the
+// shutdown's grace (--shutdown-grace) ends is stopped: its caller gets a
+// 503 to retry elsewhere, not a connection cut by the exit, and the
+// execution is logged and journaled as failed. The process exits 0.
+func TestShutdownGraceEndsARunWithAnAnswer(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.delay.Store(int64(time.Minute))
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
+	}, hostOptions{args: []string{"--shutdown-grace", "1s"}}, "forward-order")
+	answered := make(chan response, 1)
+	go func() {
+		answered <- h.do(http.MethodPost, "/flows/acme/forward-order/run", acmeKey, "application/json", `{"orderId":"A-1"}`,
+			"X-Correlation-ID", "trace-grace")
+	}()
+	be.waitOn(t, "/ingest", 1, 5*time.Second)
+	if code := h.stop(20 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	var r response
+	select {
+	case r = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the /run got no answer")
+	}
+	want := response{status: http.StatusServiceUnavailable, body: `{"ok":false,"error":"the server stopped this execution: it is shutting down"}`}
+	if r.status != want.status || r.body != want.body || r.header.Get("Retry-After") != "1" || r.header.Get("X-Correlation-ID") != "trace-grace" {
+		t.Errorf("the /run in flight at the end of the grace got %d %v %s; want %d with Retry-After: 1, its correlation ID and %s",
+			r.status, r.header, r.body, want.status, want.body)
+	}
+	evs := h.events("run_completed")
+	if len(evs) != 1 || evs[0]["status"] != float64(503) || evs[0]["outcome"] != "failed" || evs[0]["correlation_id"] != "trace-grace" ||
+		!strings.Contains(fmt.Sprint(evs[0]["error"]), "shutdown's grace") {
+		t.Errorf("run_completed lines %v, want one: failed, 503, trace-grace, stopped at the end of the grace", evs)
+	}
+	out := nexus(t, "", "journal", "--db", h.db, "--flow", "forward-order").stdout
+	if !strings.Contains(out, "trace-grace") || !strings.Contains(out, "503") {
+		t.Errorf("nexus journal after the stop:\n%s\nwant the stopped execution (trace-grace, 503)", out)
+	}
+}

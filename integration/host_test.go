@@ -1250,6 +1250,8 @@ func TestServeBadValues(t *testing.T) {
 		{"NEXUS_MAX_BODY_BYTES=abc", nil, []string{"NEXUS_MAX_BODY_BYTES=abc"}, "abc"},
 		{"--max-body-bytes 0", []string{"--max-body-bytes", "0"}, nil, "max-body-bytes"},
 		{"--poll 0s", []string{"--poll", "0s"}, nil, "poll"},
+		{"--shutdown-grace 0s", []string{"--shutdown-grace", "0s"}, nil, "--shutdown-grace must be at least 1s"},
+		{"NEXUS_SHUTDOWN_GRACE=soon", nil, []string{"NEXUS_SHUTDOWN_GRACE=soon"}, `NEXUS_SHUTDOWN_GRACE="soon" is not a duration`},
 		{"an unknown flag", []string{"--pol", "10s"}, nil, "pol"},
 		{"an argument", []string{"extra"}, nil, "extra"},
 	} {

@@ -58,6 +58,7 @@ type serveConfig struct {
 	LogFormat        string        `env:"NEXUS_LOG_FORMAT" envDefault:"json"`
 	JournalRetention time.Duration `env:"NEXUS_JOURNAL_RETENTION" envDefault:"168h"`
 	SSHKey           string        `env:"NEXUS_SSH_KEY"`
+	ShutdownGrace    time.Duration `env:"NEXUS_SHUTDOWN_GRACE" envDefault:"30s"`
 	Dev              bool
 	DevFlows         string
 }
@@ -95,6 +96,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
 	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long a shutdown lets the requests and deliveries in flight `run` (env NEXUS_SHUTDOWN_GRACE)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
 	return &cfg, fs, problems
@@ -288,6 +290,8 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s must be at least 1, not %d", name("max-workers"), cfg.MaxWorkers)
 	case cfg.JournalRetention < 0:
 		return fmt.Errorf("%s must not be negative", name("journal-retention"))
+	case cfg.ShutdownGrace < time.Second:
+		return fmt.Errorf("%s must be at least 1s, not %s", name("shutdown-grace"), cfg.ShutdownGrace)
 	case cfg.Dev && cfg.Repo != "":
 		return fmt.Errorf("--dev serves --dev-flows through its own repo: leave %s out", name("repo"))
 	case cfg.Dev && (cfg.Branch != "main" || cfg.FlowsDir != "flows"):
@@ -509,7 +513,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		return doors.Publish(ctx, tenant, flow, payload, cid)
 	})})
 	queues := queue.NewManager(queue.ManagerConfig{
-		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger, OnCommit: metrics.QueueCommitted,
+		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger, OnCommit: metrics.QueueCommitted, StopGrace: cfg.ShutdownGrace,
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
 	})
 	hostCfg := host.Config{
@@ -557,7 +561,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		logger.Error("the listener failed", "event", "fatal", "error", err.Error())
 	}
 	logger.Info("shutting down: finishing the requests and deliveries in flight (a second SIGINT or SIGTERM stops at once)", "event", "stopping")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	// while the requests in flight are answered, no tick is made and no
 	// delivery begins: each worker finishes the one it is in (the queues
@@ -570,7 +574,18 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		close(workersStopped)
 	}()
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
-		logger.Error("requests were still running at the shutdown deadline", "event", "stopping", "error", serr.Error())
+		// the grace is over: the /run executions still running are
+		// stopped, so that each answers its caller and is logged and
+		// journaled, rather than cut off by the exit
+		logger.Warn("the shutdown's grace ended with requests in flight: their executions are stopped", "event", "stopping",
+			"grace", cfg.ShutdownGrace.String())
+		doors.InterruptRuns()
+		lastCtx, cancelLast := context.WithTimeout(context.Background(), interruptedAnswerWait)
+		if serr := srv.Shutdown(lastCtx); serr != nil {
+			logger.Error("requests were still running after their executions were stopped: their connections are closed", "event", "stopping", "error", serr.Error())
+			srv.Close()
+		}
+		cancelLast()
 	}
 	<-workersStopped
 	queues.Stop() // the workers have written their checkpoints: the queues close
@@ -586,6 +601,11 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	}
 	return nil
 }
+
+// interruptedAnswerWait is how long a shutdown whose grace has ended waits
+// for the answers of the /run executions it stopped (and for requests
+// still sending their bodies) before it closes their connections.
+const interruptedAnswerWait = 5 * time.Second
 
 // publisherFunc adapts a function to engine.Publisher.
 type publisherFunc func(ctx context.Context, tenant, flow string, payload []byte, correlationID string) error
