@@ -30,6 +30,7 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/gofrs/flock"
+	xssh "golang.org/x/crypto/ssh"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -698,6 +699,32 @@ func (s *Syncer) auth() (transport.AuthMethod, error) {
 		return a, nil
 	}
 	return nil, nil
+}
+
+// CheckSSHKey checks that the file at path is a private key a fetch over
+// ssh can use: readable, and not protected by a passphrase (nothing could
+// type it). Its error is one line that does not repeat the path.
+func CheckSSHKey(path string) error {
+	b, err := os.ReadFile(path)
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	} else if err != nil {
+		return err
+	}
+	_, err = xssh.ParsePrivateKey(b)
+	if _, ok := errors.AsType[*xssh.PassphraseMissingError](err); ok {
+		return errors.New("the key is protected by a passphrase: give one without (nothing could type it)")
+	} else if err != nil {
+		return fmt.Errorf("not a private key: %w", err)
+	}
+	return nil
+}
+
+// UsesSSH reports whether repo is fetched over ssh (ssh:// or the
+// scp-like user@host:path), which needs a key file or an ssh agent.
+func UsesSSH(repo string) bool {
+	ep, err := transport.NewEndpoint(repo)
+	return err == nil && ep.Protocol == "ssh"
 }
 
 // fetch brings the branch up to date (full depth) and returns its head.

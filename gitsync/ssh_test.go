@@ -359,3 +359,47 @@ func TestSyncOverSSH(t *testing.T) {
 		t.Errorf("the ssh server reported: %q", errs)
 	}
 }
+
+// TestCheckSSHKey: the key file nexus serve checks at start: a usable key
+// passes; a missing file, a folder, a file that holds no key and a key
+// under a passphrase (which nothing could type at a fetch) are each said
+// in one line, without the path (the caller names the setting).
+func TestCheckSSHKey(t *testing.T) {
+	dir := t.TempDir()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	plain, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked, err := ssh.MarshalPrivateKeyWithPassphrase(priv, "", []byte("secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, path, want string
+	}{
+		{"a usable key", write("id_ed25519", pem.EncodeToMemory(plain)), ""},
+		{"a missing file", filepath.Join(dir, "nothing"), "no such file or directory"},
+		{"a folder", dir, "is a directory"},
+		{"no key", write("notes", []byte("hello\n")), "not a private key: ssh: no key found"},
+		{"a passphrase", write("id_locked", pem.EncodeToMemory(locked)), "the key is protected by a passphrase: give one without (nothing could type it)"},
+	} {
+		got := ""
+		if err := gitsync.CheckSSHKey(c.path); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%s: CheckSSHKey = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -340,6 +340,18 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			return err
 		}
 	}
+	if cfg.SSHKey != "" {
+		// read at every fetch (a rotated key is taken up), but one that
+		// cannot be used is said now, not as a sync error at every poll
+		if err := gitsync.CheckSSHKey(cfg.SSHKey); err != nil {
+			return fmt.Errorf("%s %s: %v", name("ssh-key"), cfg.SSHKey, err)
+		}
+	}
+	if cfg.SSHKey == "" && cfg.Repo != "" && gitsync.UsesSSH(cfg.Repo) && os.Getenv("SSH_AUTH_SOCK") == "" {
+		// every fetch would fail the same way, at every poll
+		return fmt.Errorf("%s is fetched over ssh, which needs a key: give %s, or run an ssh agent (SSH_AUTH_SOCK is not set)",
+			name("repo"), name("ssh-key"))
+	}
 	return nil
 }
 

@@ -201,6 +201,10 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path`},
 		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
 		{[]string{"--dev", "--flows-dir", "config"}, "", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave --flows-dir out"},
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", "/nonexistent/id_ed25519"}, "", exitUsage, "nexus serve: --ssh-key /nonexistent/id_ed25519: no such file or directory"},
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", repo}, "", exitUsage, "nexus serve: --ssh-key " + repo + ": is a directory"},
+		// every fetch would fail at every poll
+		{[]string{"--repo", "git@127.0.0.1:x.git"}, "SSH_AUTH_SOCK=", exitUsage, "nexus serve: --repo is fetched over ssh, which needs a key: give --ssh-key, or run an ssh agent (SSH_AUTH_SOCK is not set)"},
 		{[]string{"--listen", taken.Addr().String()}, "", exitError, "nexus serve: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
 	} {
 		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
