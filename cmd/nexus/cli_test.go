@@ -580,3 +580,25 @@ func TestDeployIntoARegistryFollowingGit(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagValueErrors: a flag's value that its type refuses is said as
+// nexus serve says a variable's (the setting, the value, what it takes),
+// exit 2, in every command; the flag package said `invalid value "abc"
+// for flag -limit: parse error`.
+func TestFlagValueErrors(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "registry.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"journal", "--db", db, "--limit", "abc"}, `nexus journal: --limit "abc" is not a whole number`},
+		{[]string{"key", "generate", "--tenant", "acme", "--rate", "fast"}, `nexus key generate: --rate "fast" is not a number`},
+		{[]string{"dlq", "list", "--db", db, "--flow"}, `nexus dlq list: flag needs an argument: -flow`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		if got, _, _ := strings.Cut(stderr.String(), "\n"); code != exitUsage || got != c.want {
+			t.Errorf("nexus %v: exit %d, first line %q; want exit 2 and %q", c.args, code, got, c.want)
+		}
+	}
+}

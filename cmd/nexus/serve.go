@@ -148,21 +148,28 @@ func envError(err error, cfg, def *serveConfig) envProblems {
 		}
 		reflect.ValueOf(cfg).Elem().FieldByIndex(f.Index).Set(reflect.ValueOf(def).Elem().FieldByIndex(f.Index))
 		name := f.Tag.Get("env")
-		want := "a " + pe.Type.String()
-		switch {
-		case pe.Type == reflect.TypeFor[time.Duration]():
-			want = "a duration (such as 10s, 5m or 168h)"
-		case pe.Type.Kind() >= reflect.Int && pe.Type.Kind() <= reflect.Uint64:
-			want = "a whole number"
-		case pe.Type.Kind() == reflect.Bool:
-			want = "true or false"
-		}
 		problems = append(problems, envProblem{
 			flag: strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "NEXUS_")), "_", "-"),
-			msg:  fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), want),
+			msg:  fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), valueWanted(pe.Type)),
 		})
 	}
 	return problems
+}
+
+// valueWanted says, in the operator's terms, what a setting of type t
+// takes: "a duration (such as 10s, 5m or 168h)", not the Go type.
+func valueWanted(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "a duration (such as 10s, 5m or 168h)"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "a whole number"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "a number"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	}
+	return "a " + t.String()
 }
 
 // settingName names where a setting's value came from: its flag when the

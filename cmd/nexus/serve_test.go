@@ -190,6 +190,11 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		code int
 		want string // the first line of stderr
 	}{
+		// a flag's bad value in the words a variable's gets
+		{[]string{"--poll", "10"}, "", exitUsage, `nexus serve: --poll "10" is not a duration (such as 10s, 5m or 168h)`},
+		{[]string{"--max-body-bytes", "1MB"}, "", exitUsage, `nexus serve: --max-body-bytes "1MB" is not a whole number`},
+		{[]string{"--max-workers", "99999999999999999999"}, "", exitUsage, `nexus serve: --max-workers "99999999999999999999" is not a whole number: it is out of range`},
+		{[]string{"--dev=maybe"}, "", exitUsage, `nexus serve: --dev "maybe" is not true or false`},
 		{[]string{"--listen", "bogus"}, "", exitUsage, `nexus serve: --listen "bogus": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
 		{[]string{"--listen", "127.0.0.1:99999"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:99999": the port "99999" is not a port number (0 to 65535)`},
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -241,11 +243,41 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	return positional, err
 }
 
+// flagValueRE is the flag package's error for a value its flag cannot
+// take: `invalid value "10" for flag -poll: parse error`, or `invalid
+// boolean value "maybe" for -dev: parse error`.
+var flagValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-(\S+): (.*)$`)
+
+// flagValueError says err, fs.Parse's, in the words nexus serve uses for
+// a variable it cannot read (`--poll "10" is not a duration (such as 10s,
+// 5m or 168h)`) when it is about a value; any other error is returned as
+// it is.
+func flagValueError(fs *flag.FlagSet, err error) error {
+	m := flagValueRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	value, name, why := m[1], m[2], m[3]
+	f := fs.Lookup(name)
+	if f == nil {
+		return err
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok || g.Get() == nil {
+		return err
+	}
+	msg := fmt.Sprintf("--%s %q is not %s", name, value, valueWanted(reflect.TypeOf(g.Get())))
+	if why == "value out of range" {
+		msg += ": it is out of range"
+	}
+	return errors.New(msg)
+}
+
 func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, flagValueError(fs, err)
 		}
 		rest := fs.Args()
 		if parsed := len(args) - len(rest); parsed > 0 && args[parsed-1] == "--" {
