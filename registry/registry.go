@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -81,6 +82,12 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		}
 	} else if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
 		f.Close()
+	} else if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		// said here, rather than as SQLite's "unable to open database file"
+		return nil, fmt.Errorf("registry %s cannot be opened for writing: %w", path, pe.Err)
+	}
+	if err := CheckSQLite(path); err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -178,6 +185,27 @@ func checkNotForeign(ctx context.Context, abs string) error {
 		return errors.New("not a registry (an SQLite database of another program: it holds tables, none of them nexus's); give a registry or a new file")
 	}
 	return nil
+}
+
+// sqliteHeader opens every SQLite database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// CheckSQLite refuses a file at path that is not an SQLite database (a
+// mistyped --db naming some other file), before SQLite reads it ("file is
+// not a database (26)") or anything is written to it. A file that does
+// not exist or is empty passes: it becomes a registry.
+func CheckSQLite(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil // missing, or said by whoever opens it
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	if n == 0 || (err != nil && err != io.ErrUnexpectedEOF) || string(head[:n]) == sqliteHeader {
+		return nil
+	}
+	return fmt.Errorf("%s is not a registry (not an SQLite database)", path)
 }
 
 // isBusy reports whether err is SQLite's "database is locked".

@@ -87,6 +87,33 @@ func TestOpenTwice(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesAFileThatIsNotSQLite: a --db naming a file that is not
+// an SQLite database at all (a lock file, notes) is refused in the words
+// the read-only commands use, for writing and reading alike, and left as
+// it was (SQLite said "file is not a database (26)"); a file the server
+// cannot create says why, not SQLite's "unable to open database file".
+func TestOpenRefusesAFileThatIsNotSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "append.lock")
+	if err := os.WriteFile(path, []byte("not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		_, err := registry.Open(context.Background(), path, registry.Options{ReadOnly: ro})
+		if want := path + " is not a registry (not an SQLite database)"; err == nil || err.Error() != want {
+			t.Errorf("Open (read-only %v): %v, want %q", ro, err, want)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "not a database\n" {
+		t.Errorf("the refused file changed: %q, %v", b, err)
+	}
+	// /proc takes no new file, for root either
+	const uncreatable = "/proc/nexus-registry.db"
+	_, err := registry.Open(context.Background(), uncreatable, registry.Options{})
+	if want := "registry " + uncreatable + " cannot be opened for writing: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Open where no file can be made: %v, want %q and why", err, want)
+	}
+}
+
 // TestOpenRefusesAnotherProgramsDatabase: a SQLite file that holds tables
 // but no registry schema (another program's database, a mistyped --db) is
 // refused, and left byte for byte as it was: no table added, no switch to

@@ -62,13 +62,13 @@ func TestValidateDoubleDash(t *testing.T) {
 	}
 }
 
-// TestReadOnlyCommandsLeaveAFileAlone: nexus status and nexus journal only
-// read. Given a --db naming an existing file that is not a registry (a
+// TestReadOnlyCommandsLeaveAFileAlone: nexus status, nexus journal and
+// nexus dlq list only read (dlq list listed "DLQ is empty" beside any file). Given a --db naming an existing file that is not a registry (a
 // mistyped path: a lock file of the state directory, say), they once wrote
 // a whole SQLite registry into it; now an empty file reads as an empty
 // registry and another file is refused in one line, both left as they were.
 func TestReadOnlyCommandsLeaveAFileAlone(t *testing.T) {
-	for _, cmd := range []string{"status", "journal"} {
+	for _, cmd := range []string{"status", "journal", "dlq list"} {
 		t.Run(cmd, func(t *testing.T) {
 			for _, content := range []string{"", "not a database\n"} {
 				p := filepath.Join(t.TempDir(), "append.lock")
@@ -76,7 +76,7 @@ func TestReadOnlyCommandsLeaveAFileAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 				var stdout, stderr bytes.Buffer
-				code := run([]string{cmd, "--db", p}, &stdout, &stderr)
+				code := run(append(strings.Fields(cmd), "--db", p), &stdout, &stderr)
 				if b, err := os.ReadFile(p); err != nil || string(b) != content {
 					t.Errorf("nexus %s --db %s (exit %d) changed the file: %d bytes, want %q", cmd, p, code, len(b), content)
 				}

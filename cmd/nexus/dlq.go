@@ -85,6 +85,12 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
+	// the queues are beside the registry: a --db naming some other file
+	// (a mistyped path) would list "DLQ is empty"
+	if err := registry.CheckSQLite(dbPath); err != nil {
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
 	root := filepath.Join(filepath.Dir(dbPath), "queues")
 	switch sub {
 	case "list":

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -57,28 +56,21 @@ func readRegistry(ctx context.Context, path string) (*registry.Registry, string,
 	if err != nil {
 		return nil, "", err
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, p, nil
-	}
-	if err != nil {
-		return nil, p, err
-	}
-	head := make([]byte, len(sqliteHeader))
-	n, err := io.ReadFull(f, head)
-	f.Close()
+	info, err := os.Stat(p)
 	switch {
-	case n == 0 && (err == io.EOF || err == nil):
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, p, nil
+	case err != nil:
+		return nil, p, err
+	case info.Mode().IsRegular() && info.Size() == 0:
 		return nil, p, nil // created, never written: empty
-	case string(head[:n]) != sqliteHeader:
-		return nil, p, fmt.Errorf("%s is not a registry (not an SQLite database)", p)
+	}
+	if err := registry.CheckSQLite(p); err != nil {
+		return nil, p, err
 	}
 	reg, err := registry.Open(ctx, p, registry.Options{ReadOnly: true})
 	return reg, p, err
 }
-
-// sqliteHeader opens every SQLite database file.
-const sqliteHeader = "SQLite format 3\x00"
 
 // openRegistry opens the registry at path (~ expanded).
 func openRegistry(ctx context.Context, path string) (*registry.Registry, error) {
