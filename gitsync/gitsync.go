@@ -225,7 +225,7 @@ func (s *Syncer) lockServer() error {
 	if err != nil {
 		return err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockMade(f); err != nil {
 		f.Close()
 		os.Remove(path)
 		return fmt.Errorf("locking %s: %w", path, err)
@@ -241,6 +241,19 @@ func (s *Syncer) lockServer() error {
 	}
 	s.server, s.serverName = f, name
 	return nil
+}
+
+// lockMade locks f, a server lock file just made: another server reading
+// the files (readRunningServer) may hold it shared for a moment, so it
+// is tried again for up to a second before the start fails.
+func lockMade(f *os.File) error {
+	for try := 0; ; try++ {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || try == 100 {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // serverRecord is what a server's lock file holds: one JSON object.
@@ -523,15 +536,16 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 		return fmt.Errorf("reading the sync state: %w", err)
 	}
 	src := st.Source
-	if src.Name == "" || src.Name == s.source || !src.Started.After(s.cfg.Started) {
+	if src.Name == "" || src.Name == s.source {
 		return nil
 	}
-	if !s.serverGone(src.Server) {
+	if src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
 		return &SupersededError{Source: src.Name, Started: src.Started, Own: s.source}
 	}
-	// the server that published it has ended, but a replica of its source
-	// that started after this one may run still: publishing now would
-	// flip the live set until that replica's next round
+	// the server that published it has ended, or started before this
+	// one (an older replica records its own start), but a replica of its
+	// source that started after this one may run still: publishing now
+	// would flip the live set until that replica's next round
 	if started, ok := s.laterReplica(src.Name); ok {
 		return &SupersededError{Source: src.Name, Started: started, Own: s.source}
 	}

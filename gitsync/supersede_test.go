@@ -428,6 +428,53 @@ func TestServersStartingAtOnce(t *testing.T) {
 	}
 }
 
+// TestServersStartWhileOthersReadTheirLocks: a superseded server reads
+// the other servers' lock files, locking each shared for a moment to tell
+// a running server from a dead one, and may do so while a server is
+// making its file: that server waits for the moment to pass rather than
+// failing to start. (Here the reader holds each file 2 ms, as a loaded
+// machine might.)
+func TestServersStartWhileOthersReadTheirLocks(t *testing.T) {
+	s := newSuperseding(t)
+	reg := openRegistry(t, filepath.Join(s.state, "registry.db"))
+	first, err := gitsync.New(gitsync.Config{Repo: s.src.dir, Dir: filepath.Join(s.state, "repo"), Registry: reg, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Stop()
+	dir := filepath.Join(s.state, "repo.servers")
+	done := make(chan struct{})
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				l := flock.New(filepath.Join(dir, e.Name()), flock.SetFlag(os.O_RDONLY))
+				if ok, _ := l.TryRLock(); ok {
+					time.Sleep(2 * time.Millisecond)
+					l.Unlock()
+				}
+			}
+		}
+	})
+	for i := range 200 {
+		syncer, err := gitsync.New(gitsync.Config{Repo: s.src.dir, Dir: filepath.Join(s.state, "repo"), Registry: reg, Logger: discard()})
+		if err != nil {
+			close(done)
+			reader.Wait()
+			t.Fatalf("server %d did not start while another read the locks: %v", i, err)
+		}
+		syncer.Stop()
+	}
+	close(done)
+	reader.Wait()
+}
+
 // TestAnOlderReplicaKeepsTheLaterOnesClaim: of the servers following
 // other, B0 started before the server following main (A) and B1 after it.
 // B0 publishing or refusing a commit of other keeps B1's claim, which
@@ -436,14 +483,21 @@ func TestServersStartingAtOnce(t *testing.T) {
 func TestAnOlderReplicaKeepsTheLaterOnesClaim(t *testing.T) {
 	ctx := context.Background()
 	s := newSuperseding(t)
-	b0, reg := s.server("other", t0)
-	a, _ := s.server("main", t0.Add(time.Minute))
-	b1, _ := s.server("other", t0.Add(2*time.Minute))
-	for i, p := range []*gitsync.Syncer{b0, a, b1} {
+	// each server's first round runs before the next starts (a server
+	// started later and running supersedes from its start)
+	start := func(branch string, at time.Time) *gitsync.Syncer {
+		p, _ := s.server(branch, at)
 		if res, err := p.Sync(ctx); err != nil || !res.Applied() {
-			t.Fatalf("server %d's first Sync = %+v, %v", i, res, err)
+			t.Fatalf("the %s server started at %v: first Sync = %+v, %v", branch, at, res, err)
 		}
+		return p
 	}
+	b0, reg := s.server("other", t0)
+	if _, err := b0.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := start("main", t0.Add(time.Minute))
+	b1 := start("other", t0.Add(2*time.Minute))
 	for _, push := range []struct {
 		name string
 		file string
@@ -512,5 +566,45 @@ func TestAReplicaOfTheLaterSourceHoldsWhenTheLastPublisherEnds(t *testing.T) {
 	}
 	if desc, _ := served(t, reg); desc != "on main" {
 		t.Errorf("the registry serves %q, want main's", desc)
+	}
+}
+
+// TestAnOlderReplicasPublicationDoesNotHandBack: a replica of the later
+// source that started before the superseded server records its own start
+// when it publishes (the later replica whose claim it kept has ended); the
+// superseded server stays quiet all the same while another replica of
+// that source, started after it, runs.
+func TestAnOlderReplicasPublicationDoesNotHandBack(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	var reg *registry.Registry
+	start := func(branch string, at time.Time) *gitsync.Syncer {
+		p, r := s.server(branch, at)
+		if reg == nil {
+			reg = r
+		}
+		if res, err := p.Sync(ctx); err != nil || !res.Applied() {
+			t.Fatalf("the %s server started at %v: first Sync = %+v, %v", branch, at, res, err)
+		}
+		return p
+	}
+	b1 := start("other", t0)
+	a := start("main", t0.Add(time.Minute))
+	start("other", t0.Add(2*time.Minute))
+	b3 := start("other", t0.Add(3*time.Minute))
+	b3.Stop()
+	s.src.git("checkout", "-q", "other")
+	s.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "other moved"))
+	c := s.src.gitCommit("other moves")
+	s.src.git("checkout", "-q", "main")
+	if res, err := b1.Sync(ctx); err != nil || res.Commit != c {
+		t.Fatalf("B1's Sync = %+v, %v; want %s", res, err, c)
+	}
+	var se *gitsync.SupersededError
+	if _, err := a.Sync(ctx); !errors.As(err, &se) || !se.Started.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("A's Sync while B2 runs: %v, want superseded by B2", err)
+	}
+	if desc, _ := served(t, reg); desc != "other moved" {
+		t.Errorf("the registry serves %q, want other's", desc)
 	}
 }
