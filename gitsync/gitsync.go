@@ -209,9 +209,9 @@ func (s *Syncer) lockServer() error {
 	if info, err := os.Lstat(s.serversDir()); err != nil || !info.IsDir() {
 		return fmt.Errorf("%s is not a folder: the state directory must hold no symbolic links", s.serversDir())
 	}
-	// the files of servers that died (killed: Stop did not run) go; not
-	// one made in the last minute, which a server starting at this
-	// moment may not have locked yet
+	// the files of servers that died (killed: Stop did not run, or
+	// while making theirs) go; not one made in the last minute, which a
+	// server starting at this moment may not have locked yet
 	if entries, err := os.ReadDir(s.serversDir()); err == nil {
 		for _, e := range entries {
 			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
@@ -219,41 +219,43 @@ func (s *Syncer) lockServer() error {
 			}
 		}
 	}
-	name := fmt.Sprintf("%016x.lock", rand.Uint64())
+	// made, locked and written under a name no reader looks at, then
+	// renamed: a server reading the locks (laterReplica) never locks one
+	// being made, which would make its owner's lock fail, nor reads an
+	// empty one
+	id := fmt.Sprintf("%016x", rand.Uint64())
+	name := id + ".lock"
 	path := filepath.Join(s.serversDir(), name)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	making := filepath.Join(s.serversDir(), id+".making")
+	f, err := os.OpenFile(making, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := lockMade(f); err != nil {
+	fail := func(err error) error {
 		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("locking %s: %w", path, err)
+		os.Remove(making)
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("locking %s: %w", making, err))
 	}
 	// what it follows and when it started, for a server its source
-	// superseded to find it (laterReplica); not synced: the lock, and
-	// what it says, ends with the process
+	// superseded to find it (laterReplica)
 	b, _ := json.Marshal(serverRecord{Source: s.source, Started: s.cfg.Started})
 	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fail(fmt.Errorf("writing %s: %w", making, err))
+	}
+	if err := os.Rename(making, path); err != nil {
+		return fail(err)
+	}
+	// the rename synced, as every rename in the state directory is
+	// (the lock itself ends with the process whatever the disk holds)
+	if d, err := os.Open(s.serversDir()); err == nil {
+		d.Sync()
+		d.Close()
 	}
 	s.server, s.serverName = f, name
 	return nil
-}
-
-// lockMade locks f, a server lock file just made: another server reading
-// the files (readRunningServer) may hold it shared for a moment, so it
-// is tried again for up to a second before the start fails.
-func lockMade(f *os.File) error {
-	for try := 0; ; try++ {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EWOULDBLOCK) || try == 100 {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // serverRecord is what a server's lock file holds: one JSON object.
@@ -265,8 +267,7 @@ type serverRecord struct {
 // laterReplica returns when the latest running server that follows source
 // and started after this one started, from the servers' lock files: the
 // replicas of a source that superseded this server, which hold it once
-// the one that published last has ended. A file being made (not locked
-// or not written yet) is not counted; nothing is removed.
+// the one that published last has ended. Nothing is removed.
 func (s *Syncer) laterReplica(source string) (time.Time, bool) {
 	entries, err := os.ReadDir(s.serversDir())
 	if err != nil {
@@ -312,7 +313,8 @@ func readRunningServer(path string) (serverRecord, bool) {
 // registry recorded it) has ended: its file is missing, or free to lock.
 // The file of a server found gone is removed.
 func (s *Syncer) serverGone(name string) bool {
-	if name == "" || strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".lock") || name == ".lock" {
+	if name == "" || strings.ContainsAny(name, `/\`) || !strings.HasSuffix(name, ".lock") && !strings.HasSuffix(name, ".making") ||
+		name == ".lock" || name == ".making" {
 		return true // not a name this package writes
 	}
 	path := filepath.Join(s.serversDir(), name)

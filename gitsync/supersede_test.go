@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -429,11 +430,11 @@ func TestServersStartingAtOnce(t *testing.T) {
 }
 
 // TestServersStartWhileOthersReadTheirLocks: a superseded server reads
-// the other servers' lock files, locking each shared for a moment to tell
-// a running server from a dead one, and may do so while a server is
-// making its file: that server waits for the moment to pass rather than
-// failing to start. (Here the reader holds each file 2 ms, as a loaded
-// machine might.)
+// the other servers' lock files (*.lock), locking each shared for a
+// moment to tell a running server from a dead one, and may do so while a
+// server is making its own: that server's lock must not fail for it (its
+// file is locked and written before it takes its name). Here the reader
+// holds each file 2 ms, as a loaded machine might.
 func TestServersStartWhileOthersReadTheirLocks(t *testing.T) {
 	s := newSuperseding(t)
 	reg := openRegistry(t, filepath.Join(s.state, "registry.db"))
@@ -454,6 +455,9 @@ func TestServersStartWhileOthersReadTheirLocks(t *testing.T) {
 			}
 			entries, _ := os.ReadDir(dir)
 			for _, e := range entries {
+				if !strings.HasSuffix(e.Name(), ".lock") {
+					continue // as a server reads them
+				}
 				l := flock.New(filepath.Join(dir, e.Name()), flock.SetFlag(os.O_RDONLY))
 				if ok, _ := l.TryRLock(); ok {
 					time.Sleep(2 * time.Millisecond)
