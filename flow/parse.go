@@ -2,6 +2,7 @@ package flow
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -218,17 +219,11 @@ func (c *compiler) split(src string) *rawFile {
 			cur.keys = append(cur.keys, rawKey{key: m[1], value: stripComment(m[2]), line: n})
 		case keysOpen && strings.TrimSpace(line) == "" && len(cur.keys) == 0:
 			// blank lines between the heading and the first key
-		case keysOpen && badHeaderKey.MatchString(line):
+		case m == nil && badHeaderKeyError(line) != "":
 			// a header name the key line's pattern does not take (x/y,
-			// é) would otherwise end the keys as prose, and the header
+			// é), under the heading or not: read as prose, the header
 			// would be silently missing from the answer
-			key, _, _ := strings.Cut(line, ":")
-			_, suffix, _ := strings.Cut(key, "_header_")
-			if err := CheckHeaderName(headerFromKey(suffix)); err != nil {
-				c.errorf(n, "step key %s: %s", key, err)
-			} else {
-				c.errorf(n, "step key %s: a key's name holds only letters, digits, _ and -", key)
-			}
+			c.errorf(n, "%s", badHeaderKeyError(line))
 		case keysOpen && looseKey.MatchString(line):
 			c.errorf(n, "step key line %q: write `key: value` at the start of the line, with a space after the colon", strings.TrimSpace(line))
 			keysOpen = false
@@ -242,9 +237,31 @@ func (c *compiler) split(src string) *rawFile {
 	return f
 }
 
-// badHeaderKey is a response or fault header key line whose header name
-// holds a character keyLine does not take.
-var badHeaderKey = regexp.MustCompile(`^(?:response|fault)_header_[A-Za-z0-9_-]*[^A-Za-z0-9_\-:\s][^:\s]*:`)
+// headerKeyLine is a line that begins as a response or fault header key,
+// up to its colon.
+var headerKeyLine = regexp.MustCompile(`^((?:response|fault)_header_[^:]*?)[ \t]*:`)
+
+// badHeaderKeyError is the error of line when it is a response or fault
+// header key whose name holds a character keyLine does not take, else "".
+// A name keys can spell (written without the space after the colon, say)
+// is left to the other rules.
+func badHeaderKeyError(line string) string {
+	m := headerKeyLine.FindStringSubmatch(line)
+	if m == nil {
+		return ""
+	}
+	key := m[1]
+	_, suffix, _ := strings.Cut(key, "_header_")
+	if !strings.ContainsFunc(suffix, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) {
+		return ""
+	}
+	if err := CheckHeaderName(headerFromKey(suffix)); err != nil {
+		return fmt.Sprintf("step key %s: %s", key, err)
+	}
+	return fmt.Sprintf("step key %s: a key's name holds only letters, digits, _ and -", key)
+}
 
 // looseKey is a line that looks like a step key but is not written as one
 // (indented, or no space after the colon).
