@@ -193,11 +193,14 @@ const sqliteHeader = "SQLite format 3\x00"
 // CheckSQLite refuses a file at path that is not an SQLite database (a
 // mistyped --db naming some other file), before SQLite reads it ("file is
 // not a database (26)") or anything is written to it. A file that does
-// not exist or is empty passes: it becomes a registry.
+// not exist or is empty passes: it becomes a registry. One that cannot
+// be read is said (open PATH: permission denied).
 func CheckSQLite(path string) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil // missing, or said by whoever opens it
+	f, err := os.Open(path) // a symbolic link is refused by Open, in its words
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err // unreadable: said as it is, not as SQLite's "unable to open database file"
 	}
 	defer f.Close()
 	head := make([]byte, len(sqliteHeader))

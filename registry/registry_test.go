@@ -106,6 +106,11 @@ func TestOpenRefusesAFileThatIsNotSQLite(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || string(b) != "not a database\n" {
 		t.Errorf("the refused file changed: %q, %v", b, err)
 	}
+	// a file that cannot be read is said as it is (SQLite said "unable
+	// to open database file"); a path through a file fails for root too
+	if err := registry.CheckSQLite(filepath.Join(path, "registry.db")); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("CheckSQLite of a path through a file: %v, want the system's error", err)
+	}
 	// /proc takes no new file, for root either
 	const uncreatable = "/proc/nexus-registry.db"
 	_, err := registry.Open(context.Background(), uncreatable, registry.Options{})

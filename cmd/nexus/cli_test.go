@@ -592,6 +592,7 @@ func TestFlagValueErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"journal", "--db", db, "--limit", "abc"}, `nexus journal: --limit "abc" is not a whole number`},
+		{[]string{"journal", "--db", db, "--limit", "a\"b\n"}, `nexus journal: --limit "a\"b\n" is not a whole number`},
 		{[]string{"key", "generate", "--tenant", "acme", "--rate", "fast"}, `nexus key generate: --rate "fast" is not a number`},
 		{[]string{"dlq", "list", "--db", db, "--flow"}, `nexus dlq list: flag needs an argument: -flow`},
 	} {

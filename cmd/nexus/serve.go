@@ -58,7 +58,7 @@ type serveConfig struct {
 	LogFormat        string        `env:"NEXUS_LOG_FORMAT" envDefault:"json"`
 	JournalRetention time.Duration `env:"NEXUS_JOURNAL_RETENTION" envDefault:"168h"`
 	SSHKey           string        `env:"NEXUS_SSH_KEY"`
-	ShutdownGrace    time.Duration `env:"NEXUS_SHUTDOWN_GRACE" envDefault:"30s"`
+	ShutdownGrace    time.Duration `env:"NEXUS_SHUTDOWN_GRACE" envDefault:"20s"`
 	Dev              bool
 	DevFlows         string
 }
@@ -96,7 +96,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
 	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
-	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long a shutdown lets the requests and deliveries in flight `run` (env NEXUS_SHUTDOWN_GRACE)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "the `duration` a shutdown lets the requests and deliveries in flight run; keep it 5s or more under the time your orchestrator waits before it kills (env NEXUS_SHUTDOWN_GRACE)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
 	return &cfg, fs, problems
@@ -347,7 +347,7 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			return err
 		}
 	}
-	if cfg.SSHKey != "" {
+	if cfg.SSHKey != "" && gitsync.UsesSSH(cfg.Repo) {
 		// read at every fetch (a rotated key is taken up), but one that
 		// cannot be used is said now, not as a sync error at every poll
 		if err := gitsync.CheckSSHKey(cfg.SSHKey); err != nil {

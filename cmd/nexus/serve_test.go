@@ -193,7 +193,7 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		// a flag's bad value in the words a variable's gets
 		{[]string{"--poll", "10"}, "", exitUsage, `nexus serve: --poll "10" is not a duration (such as 10s, 5m or 168h)`},
 		{[]string{"--max-body-bytes", "1MB"}, "", exitUsage, `nexus serve: --max-body-bytes "1MB" is not a whole number`},
-		{[]string{"--max-workers", "99999999999999999999"}, "", exitUsage, `nexus serve: --max-workers "99999999999999999999" is not a whole number: it is out of range`},
+		{[]string{"--max-workers", "99999999999999999999"}, "", exitUsage, `nexus serve: --max-workers "99999999999999999999" is out of range`},
 		{[]string{"--dev=maybe"}, "", exitUsage, `nexus serve: --dev "maybe" is not true or false`},
 		{[]string{"--listen", "bogus"}, "", exitUsage, `nexus serve: --listen "bogus": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
 		{[]string{"--listen", "127.0.0.1:99999"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:99999": the port "99999" is not a port number (0 to 65535)`},
@@ -251,5 +251,31 @@ func TestDevModeRefusedCreatesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".nexus-dev")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the refused command made ./.nexus-dev (%v)", err)
+	}
+}
+
+// TestServeChecksOnlyTheSSHKeyItUses: an --ssh-key (or NEXUS_SSH_KEY set
+// for every service) beside a repo that is not fetched over ssh is not
+// read, so a missing file does not stop such a server; beside an ssh repo
+// it is checked.
+func TestServeChecksOnlyTheSSHKeyItUses(t *testing.T) {
+	for _, c := range []struct {
+		repo string
+		want string
+	}{
+		{"https://git.example.com/ops/flows.git", ""},
+		{t.TempDir(), ""},
+		{"ssh://git@git.example.com/ops/flows.git", "--ssh-key /nonexistent/id_ed25519: no such file or directory"},
+		{"git@git.example.com:ops/flows.git", "--ssh-key /nonexistent/id_ed25519: no such file or directory"},
+	} {
+		cfg := serveConfig{Listen: "127.0.0.1:0", Repo: c.repo, Branch: "main", FlowsDir: "flows", Poll: time.Second,
+			LogFormat: "json", MaxBodyBytes: 1, MaxWorkers: 1, ShutdownGrace: time.Second, SSHKey: "/nonexistent/id_ed25519"}
+		got := ""
+		if err := checkServeConfig(cfg, nil, map[string]bool{"ssh-key": true}); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("repo %s with a missing key: %q, want %q", c.repo, got, c.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -257,7 +258,11 @@ func flagValueError(fs *flag.FlagSet, err error) error {
 	if m == nil {
 		return err
 	}
-	value, name, why := m[1], m[2], m[3]
+	name, why := m[2], m[3]
+	value, uerr := strconv.Unquote(`"` + m[1] + `"`) // the flag package quoted it
+	if uerr != nil {
+		return err
+	}
 	f := fs.Lookup(name)
 	if f == nil {
 		return err
@@ -266,11 +271,10 @@ func flagValueError(fs *flag.FlagSet, err error) error {
 	if !ok || g.Get() == nil {
 		return err
 	}
-	msg := fmt.Sprintf("--%s %q is not %s", name, value, valueWanted(reflect.TypeOf(g.Get())))
 	if why == "value out of range" {
-		msg += ": it is out of range"
+		return fmt.Errorf("--%s %q is out of range", name, value)
 	}
-	return errors.New(msg)
+	return fmt.Errorf("--%s %q is not %s", name, value, valueWanted(reflect.TypeOf(g.Get())))
 }
 
 func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
