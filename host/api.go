@@ -67,17 +67,25 @@ func (s *Server) api(h httprouter.Handle) httprouter.Handle {
 		hdr := w.Header()
 		hdr.Set("Cache-Control", "no-store")
 		hdr.Set("X-Content-Type-Options", "nosniff")
-		auth, session := s.authorize(w, r)
+		auth, _, origin := s.authorizeForm(w, r)
 		switch {
 		case auth == authNone:
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, "missing or unknown admin key")
-		case r.Method == http.MethodPost && auth == authSession && !s.sameOrigin(r, session):
-			writeError(w, http.StatusForbidden, "a request made with the UI's session needs the UI's form token")
+		case origin != originOK:
+			writeError(w, http.StatusForbidden, apiOriginRefusals[origin])
 		default:
 			h(w, r, ps)
 		}
 	}
+}
+
+// apiOriginRefusals are the API's 403 texts for a request made with the
+// UI's session that is not the UI's own.
+var apiOriginRefusals = map[originRefusal]string{
+	originOtherSite: "a request made with the UI's session must come from the UI's own pages (Sec-Fetch-Site says another site)",
+	originTooLarge:  "the form is larger than the 64 KiB a form may hold",
+	originNoToken:   "a request made with the UI's session needs the UI's form token",
 }
 
 // writeJSON writes v as the answer's JSON body.
@@ -287,7 +295,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 		return 0, http.StatusNotFound, errNotPending(tenant, flowName, id)
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
-		return 0, http.StatusServiceUnavailable, fmt.Errorf("no worker can be started for %s/%s: %v", tenant, flowName, err)
+		return 0, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
 	}
 	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
 		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
@@ -341,9 +349,22 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // journalQuery reads ?tenant=&flow=&limit= (limit 1 to 1000, default 100).
+// A tenant or flow the name rule refuses is an error, as nexus journal
+// says it: no flow could match it, and an empty journal would hide the
+// mistake.
 func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 	q := r.URL.Query()
 	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), Limit: 100}
+	if jq.Tenant != "" {
+		if err := naming.Check(jq.Tenant, naming.Tenant(jq.Flow)); err != nil {
+			return jq, err
+		}
+	}
+	if jq.Flow != "" {
+		if err := naming.Check(jq.Flow, naming.Flow(jq.Tenant)); err != nil {
+			return jq, err
+		}
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {

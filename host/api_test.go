@@ -955,6 +955,17 @@ func TestAPIJournal(t *testing.T) {
 		})
 	}
 
+	// a name no flow could have is said, as nexus journal says it, not
+	// answered with an empty journal
+	for _, tc := range []struct{ query, want string }{
+		{"tenant=Bad", `invalid name "Bad" for tenant (flow ""): character 'B' at position 1 is not allowed`},
+		{"tenant=acme&flow=a.b", `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+	} {
+		t.Run("400 for "+tc.query, func(t *testing.T) {
+			wantRefusal(t, fx.admin(http.MethodGet, "/api/journal?"+tc.query), http.StatusBadRequest, tc.want)
+		})
+	}
+
 	t.Run("the default limit is 100", func(t *testing.T) {
 		fx := newAdminFixture(t, adminOptions{key: adminKey})
 		var many []registry.Entry
@@ -1148,7 +1159,7 @@ func TestAPIReplayWithoutAWorker(t *testing.T) {
 	}
 	before := fx.counts(t, "acme", "echo")
 	w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/replay")
-	wantRefusalPrefix(t, w, http.StatusServiceUnavailable, "no worker can be started for acme/echo: ")
+	wantRefusal(t, w, http.StatusServiceUnavailable, "acme/echo: no worker can be started: the residency budget (--max-workers) is spent")
 	if got := w.Header().Get("Retry-After"); got != "1" {
 		t.Errorf("replay: Retry-After = %q, want 1", got)
 	}
@@ -1229,5 +1240,31 @@ func TestAPIInternalErrorLogsCorrelationID(t *testing.T) {
 	evs := fx.logs.Events(t, "internal_error")
 	if len(evs) != 1 || evs[0]["correlation_id"] != "trace-api-500" {
 		t.Errorf("internal_error events %v, want one with correlation_id trace-api-500", evs)
+	}
+}
+
+// TestAPIUnknownPathsNeedTheKey: with an admin key, a path under /api/ that
+// no endpoint takes answers as the API does: 401 without the key (which
+// paths exist is not told before it), and 404 or 405 with it; every one
+// with Cache-Control: no-store.
+func TestAPIUnknownPathsNeedTheKey(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for _, tc := range []struct {
+		method, path string
+		status       int // with the key
+	}{
+		{http.MethodGet, "/api/nope", http.StatusNotFound},
+		{http.MethodGet, "/api/queues/acme/echo/dlq/1/replay", http.StatusMethodNotAllowed},
+		{http.MethodDelete, "/api/flows", http.StatusMethodNotAllowed},
+	} {
+		w := fx.serve(newRequest(tc.method, tc.path, ""))
+		wantRefusal(t, w, http.StatusUnauthorized, "missing or unknown admin key")
+		if w.Header().Get("WWW-Authenticate") != "Bearer" || w.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s without the key: headers %v", tc.method, tc.path, w.Header())
+		}
+		w = fx.admin(tc.method, tc.path)
+		if w.Code != tc.status || w.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s with the key: %d, Cache-Control %q; want %d and no-store", tc.method, tc.path, w.Code, w.Header().Get("Cache-Control"), tc.status)
+		}
 	}
 }

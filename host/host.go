@@ -142,10 +142,16 @@ func New(cfg Config) *Server {
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
+		if s.apiUnauthorized(w, req) {
+			return
+		}
 		refuseUnread(w, req, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
+		if s.apiUnauthorized(w, req) {
+			return
+		}
 		allowWithoutOptions(w.Header())
 		refuseUnread(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
 	})
@@ -188,6 +194,25 @@ func (s *Server) Handler() http.Handler {
 // and has not sent it would wait for its refusal, and the body would be
 // pulled off the socket after all (server.md: the gate runs "before one
 // byte of the body is read").
+// apiUnauthorized answers a request under /api/ that no endpoint takes as
+// the API answers one: with no-store, and 401 without the admin key
+// (which it reports), so that which paths exist is not told before the
+// key is shown. Elsewhere, or without an admin key, it does nothing.
+func (s *Server) apiUnauthorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.AdminKey == "" || !strings.HasPrefix(r.URL.Path, "/api/") {
+		return false
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if auth, _ := s.adminAuth(r); auth != authNone {
+		return false
+	}
+	h.Set("WWW-Authenticate", "Bearer")
+	refuseUnread(w, r, http.StatusUnauthorized, "missing or unknown admin key")
+	return true
+}
+
 func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")

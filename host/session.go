@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -104,15 +105,46 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) (adminAuth, s
 	return s.adminAuth(r)
 }
 
-// sameOrigin reports whether a state-changing request made with the
-// session cookie came from the UI's own pages: its form token matches
-// the session, and the browser does not say it came from another site.
-func (s *Server) sameOrigin(r *http.Request, session string) bool {
+// authorizeForm is authorize, and for a POST made with the session
+// cookie whether it came from the UI's own pages (originOK for any other
+// request).
+func (s *Server) authorizeForm(w http.ResponseWriter, r *http.Request) (adminAuth, string, originRefusal) {
+	auth, session := s.authorize(w, r)
+	if r.Method != http.MethodPost || auth != authSession {
+		return auth, session, originOK
+	}
+	return auth, session, s.crossOrigin(r, session)
+}
+
+// originRefusal is why a state-changing request made with the session
+// cookie is refused (originOK: it is not).
+type originRefusal int
+
+const (
+	originOK        originRefusal = iota
+	originOtherSite               // the browser says it came from another site
+	originTooLarge                // its form is over maxFormBytes, so its token cannot be read
+	originNoToken                 // its form token is missing or not the session's
+)
+
+// crossOrigin says whether a state-changing request made with the
+// session cookie came from the UI's own pages (originOK): its form token
+// matches the session, and the browser does not say it came from another
+// site. Otherwise it says why not, for an answer that helps.
+func (s *Server) crossOrigin(r *http.Request, session string) originRefusal {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return false
+		return originOtherSite
+	}
+	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return originTooLarge
+		}
 	}
 	token := r.PostFormValue("csrf")
-	return token != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(session)))
+	if token == "" || !hmac.Equal([]byte(token), []byte(s.csrfToken(session))) {
+		return originNoToken
+	}
+	return originOK
 }
 
 // setSession sets (or, with an empty value, clears) the session cookie.

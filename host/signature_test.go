@@ -336,7 +336,7 @@ func TestSecretComparisonsAreConstantTime(t *testing.T) {
 	checked := map[string][]string{
 		"signature.go":        {"verifySignature"},
 		"ops.go":              {"admin", "hookGit"},
-		"session.go":          {"validSession", "adminAuth", "sameOrigin"},
+		"session.go":          {"validSession", "adminAuth", "crossOrigin"},
 		"ui.go":               {"uiLogin"},
 		"../access/access.go": {"Lookup"},
 	}

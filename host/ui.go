@@ -75,18 +75,12 @@ func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
 // for a form posted with the session but without its token.
 func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Params, string)) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		auth, session := s.authorize(w, r)
+		auth, session, origin := s.authorizeForm(w, r)
 		switch {
 		case auth == authNone:
-			to := "/ui/"
-			if r.Method == http.MethodGet {
-				to = r.URL.RequestURI()
-			}
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			login := "/ui/login?next=" + url.QueryEscape(to)
-			s.render(w, r, http.StatusUnauthorized, "unauthorized", uiPage{Title: "Log in", LoginTo: login, Refresh: login})
-		case r.Method == http.MethodPost && auth == authSession && !s.sameOrigin(r, session):
-			s.render(w, r, http.StatusForbidden, "error", uiPage{Title: "Forbidden", Error: "This form was not sent from the UI's own page (its token is missing or stale): reload the page and try again."})
+			s.unauthorizedPage(w, r)
+		case origin != originOK:
+			s.render(w, r, http.StatusForbidden, "error", uiPage{Title: "Forbidden", Error: uiOriginRefusals[origin]})
 		default:
 			csrf := ""
 			if auth == authSession {
@@ -95,6 +89,27 @@ func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Para
 			h(w, r, ps, csrf)
 		}
 	}
+}
+
+// unauthorizedPage answers a request without the admin key or a session:
+// 401 with a page that sends the browser to the login form, and back to
+// the page it asked for (a GET) once logged in.
+func (s *Server) unauthorizedPage(w http.ResponseWriter, r *http.Request) {
+	to := "/ui/"
+	if r.Method == http.MethodGet {
+		to = r.URL.RequestURI()
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	login := "/ui/login?next=" + url.QueryEscape(to)
+	s.render(w, r, http.StatusUnauthorized, "unauthorized", uiPage{Title: "Log in", LoginTo: login, Refresh: login})
+}
+
+// uiOriginRefusals are the UI's 403 texts for a form posted with the
+// session that is not the UI's own.
+var uiOriginRefusals = map[originRefusal]string{
+	originOtherSite: "This form was sent from another site, which the UI does not take: use the UI's own pages.",
+	originTooLarge:  "This form is larger than the 64 KiB a form may hold.",
+	originNoToken:   "This form was not sent from the UI's own page (its token is missing or stale): reload the page and try again.",
 }
 
 // localNext is where to go after logging in: a page of the UI, never
@@ -112,6 +127,23 @@ func localNext(next string) string {
 	if clean != u.Path || !strings.HasPrefix(clean, "/ui/") {
 		return "/ui/"
 	}
+	// the query encoded again, in its order: it may hold what a Location
+	// header should not carry as it is (quotes, angle brackets)
+	var query []string
+	for part := range strings.SplitSeq(u.RawQuery, "&") {
+		k, v, hasValue := strings.Cut(part, "=")
+		k, kerr := url.QueryUnescape(k)
+		v, verr := url.QueryUnescape(v)
+		if kerr != nil || verr != nil {
+			return "/ui/"
+		}
+		if hasValue {
+			query = append(query, url.QueryEscape(k)+"="+url.QueryEscape(v))
+		} else if k != "" {
+			query = append(query, url.QueryEscape(k))
+		}
+	}
+	u.RawQuery, u.ForceQuery = strings.Join(query, "&"), false
 	return u.RequestURI()
 }
 
@@ -125,7 +157,8 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	correlationID(w, r)
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	next := localNext(r.URL.Query().Get("next"))
-	key := r.PostFormValue("key")
+	// trimmed, as the configured key is: a key pasted with its newline
+	key := strings.TrimSpace(r.PostFormValue("key"))
 	if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
 		s.cfg.Logger.Warn("a UI login failed", "event", "ui_login_failed", "remote", r.RemoteAddr)
 		s.render(w, r, http.StatusUnauthorized, "login", uiPage{Title: "Log in", LoginTo: next, Error: "That is not the admin key."})
@@ -373,8 +406,14 @@ func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, t
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
 	}
+	auth, session := s.adminAuth(r)
+	if auth == authNone {
+		// which pages exist is not told before the key is shown
+		s.unauthorizedPage(w, r)
+		return
+	}
 	p := uiPage{Title: title, Error: oneLine(msg)}
-	if auth, session := s.adminAuth(r); auth == authSession {
+	if auth == authSession {
 		p.CSRF = s.csrfToken(session)
 	}
 	s.render(w, r, status, "error", p)
@@ -393,7 +432,11 @@ func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.
 	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, Limit: jq.Limit}
 	p.Data = &data
 	if err != nil {
-		p.Error = "The " + err.Error() + "."
+		if msg := err.Error(); strings.HasPrefix(msg, "limit") {
+			p.Error = "The " + msg + "."
+		} else {
+			p.Error = strings.ToUpper(msg[:1]) + msg[1:] + "."
+		}
 		s.render(w, r, http.StatusBadRequest, "journal", p)
 		return
 	}

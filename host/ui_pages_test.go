@@ -223,7 +223,6 @@ func TestUIAnswersArePages(t *testing.T) {
 		{"a payload link with a bad id", "GET", "/ui/queues/acme/echo/dlq/x/payload", session, 400, `&#34;x&#34; is not a message id (a whole number from the dead letters&#39; list)`, "", ""},
 		{"a payload link with a bad name", "GET", "/ui/queues/A/echo/dlq/2/payload", session, 400, `invalid name &#34;A&#34; for tenant (flow &#34;echo&#34;): character &#39;A&#39; at position 1 is not allowed`, "", ""},
 		{"an unknown page", "GET", "/ui/nope", session, 404, "There is no page at /ui/nope.", "", ""},
-		{"an unknown page without a session", "GET", "/ui/nope", none, 404, "There is no page at /ui/nope.", "", ""},
 		{"a path under a page", "GET", "/ui/queues/acme/echo/more", session, 404, "There is no page at /ui/queues/acme/echo/more.", "", ""},
 		{"a dead letter's own path", "GET", "/ui/queues/acme/echo/dlq/2", bearer, 404, "There is no page at /ui/queues/acme/echo/dlq/2.", "", ""},
 		{"a double slash", "GET", "/ui//queues", session, 404, "There is no page at /ui//queues.", "", ""},
@@ -261,6 +260,20 @@ func TestUIAnswersArePages(t *testing.T) {
 				t.Errorf("the page is not in the Queues section:\n%s", body)
 			}
 		})
+	}
+
+	// without a session, a path that is no page is not told apart from
+	// one that is: 401 and the way to the login form, as for any page
+	for _, tc := range []struct{ method, path, next string }{
+		{"GET", "/ui/nope", "%2Fui%2Fnope"},
+		{"GET", "/ui/logout", "%2Fui%2Flogout"},
+		{"POST", "/ui/queues", "%2Fui%2F"},
+	} {
+		w := fx.serve(newRequest(tc.method, tc.path, ""))
+		body := wantPage(t, w, http.StatusUnauthorized)
+		if want := `url=/ui/login?next=` + tc.next; !strings.Contains(body, want) || w.Header().Get("WWW-Authenticate") != "Bearer" {
+			t.Errorf("%s %s without a session: no %q, or no WWW-Authenticate:\n%s", tc.method, tc.path, want, body)
+		}
 	}
 
 	// HEAD answers what GET does

@@ -192,7 +192,7 @@ func TestUIRefusalsCloseWithBody(t *testing.T) {
 		{"DELETE", "/ui/queues/acme/echo"},
 	} {
 		for _, chunked := range []bool{false, true} {
-			r := newRequest(tc.method, tc.path, "")
+			r := newRequest(tc.method, tc.path, "", "Authorization", "Bearer "+adminKey)
 			b := hugeBody(r, 1<<20)
 			if chunked {
 				r.ContentLength = -1

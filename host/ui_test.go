@@ -251,6 +251,8 @@ func TestUILogin(t *testing.T) {
 			{"/ui/", "/ui/"},
 			{"/ui/queues/acme/echo", "/ui/queues/acme/echo"},
 			{"/ui/journal?tenant=acme&limit=5", "/ui/journal?tenant=acme&limit=5"},
+			{`/ui/queues?x=">`, "/ui/queues?x=%22%3E"},
+			{"/ui/queues?x=%zz", "/ui/"},
 			{"//evil.example", "/ui/"},
 			{"//evil.example/ui/", "/ui/"},
 			{"https://evil.example", "/ui/"},
@@ -323,6 +325,12 @@ func TestUILogin(t *testing.T) {
 			t.Error("no ui_login log line")
 		}
 
+		// blanks around the key are not part of it (a key pasted with
+		// its newline), as for the configured key
+		if c := sessionOf(fx.serve(loginRequest(" "+adminKey+"\n", "/ui/queues"))); c == nil || c.Value == "" {
+			t.Error("the key pasted with blanks around it opened no session")
+		}
+
 		// behind a proxy that ends TLS, the cookie is Secure
 		w = fx.serve(loginRequest(adminKey, "", "X-Forwarded-Proto", "https"))
 		if c := sessionOf(w); c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
@@ -337,7 +345,7 @@ func TestUILogin(t *testing.T) {
 		{"the key's prefix", adminKey[:len(adminKey)-1]},
 		{"an access key", keyAcmeAll},
 		{"the key in upper case", strings.ToUpper(adminKey)},
-		{"the key with spaces around it", " " + adminKey + " "},
+		{"the key with a space inside", adminKey[:10] + " " + adminKey[10:]},
 	} {
 		t.Run("401 for "+tc.name, func(t *testing.T) {
 			n := len(fx.logs.Events(t, "ui_login_failed"))
@@ -507,29 +515,38 @@ func TestUICSRF(t *testing.T) {
 		{"/api/queues/acme/echo/dlq/1/replay", true},
 		{"/api/queues/acme/echo/dlq/1/discard", true},
 	} {
+		// what each refusal says: reloading the page gets a token, not
+		// another site's form or a smaller one
+		why := map[string][2]string{ // API, UI page
+			"token": {"a request made with the UI's session needs the UI's form token", "This form was not sent from the UI&#39;s own page"},
+			"site":  {"a request made with the UI's session must come from the UI's own pages (Sec-Fetch-Site says another site)", "This form was sent from another site"},
+			"size":  {"the form is larger than the 64 KiB a form may hold", "This form is larger than the 64 KiB a form may hold."},
+		}
 		for _, tc := range []struct {
 			name   string
 			path   string
 			form   url.Values
 			header []string
+			why    string
 		}{
-			{"no token", target.path, nil, nil},
-			{"an empty token", target.path, url.Values{"csrf": {""}}, nil},
-			{"a wrong token", target.path, url.Values{"csrf": {"x"}}, nil},
-			{"the token with a byte more", target.path, url.Values{"csrf": {token + "x"}}, nil},
-			{"another session's token", target.path, url.Values{"csrf": {token2}}, nil},
-			{"the token in the query", target.path + "?csrf=" + url.QueryEscape(token), nil, nil},
-			{"the token, cross-site", target.path, url.Values{"csrf": {token}}, []string{"Sec-Fetch-Site", "cross-site"}},
-			{"the token, same-site", target.path, url.Values{"csrf": {token}}, []string{"Sec-Fetch-Site", "same-site"}},
+			{"no token", target.path, nil, nil, "token"},
+			{"an empty token", target.path, url.Values{"csrf": {""}}, nil, "token"},
+			{"a wrong token", target.path, url.Values{"csrf": {"x"}}, nil, "token"},
+			{"the token with a byte more", target.path, url.Values{"csrf": {token + "x"}}, nil, "token"},
+			{"another session's token", target.path, url.Values{"csrf": {token2}}, nil, "token"},
+			{"the token in the query", target.path + "?csrf=" + url.QueryEscape(token), nil, nil, "token"},
+			{"the token, cross-site", target.path, url.Values{"csrf": {token}}, []string{"Sec-Fetch-Site", "cross-site"}, "site"},
+			{"the token, same-site", target.path, url.Values{"csrf": {token}}, []string{"Sec-Fetch-Site", "same-site"}, "site"},
+			{"the token in a form over 64 KiB", target.path, url.Values{"csrf": {token}, "pad": {strings.Repeat("x", 64<<10)}}, nil, "size"},
 		} {
 			t.Run(tc.path+" with "+tc.name, func(t *testing.T) {
 				w := fx.post(tc.path, c, tc.form, tc.header...)
 				if target.api {
-					wantRefusal(t, w, http.StatusForbidden, "a request made with the UI's session needs the UI's form token")
+					wantRefusal(t, w, http.StatusForbidden, why[tc.why][0])
 				} else {
 					body := wantPage(t, w, http.StatusForbidden)
-					if !strings.Contains(body, "This form was not sent from the UI&#39;s own page") {
-						t.Errorf("no explanation in:\n%s", body)
+					if !strings.Contains(body, why[tc.why][1]) {
+						t.Errorf("no explanation (%q) in:\n%s", why[tc.why][1], body)
 					}
 				}
 				if s := sessionOf(w); s != nil {
@@ -924,6 +941,10 @@ func TestUIJournalPage(t *testing.T) {
 		if want := `<div class="error" role="alert">The limit &#34;` + limit + `&#34; is not a number from 1 to 1000.</div>`; !strings.Contains(body, want) {
 			t.Errorf("limit=%s: no %q in:\n%s", limit, want, body)
 		}
+	}
+	body = wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=Bad"), http.StatusBadRequest)
+	if want := `<div class="error" role="alert">Invalid name &#34;Bad&#34; for tenant (flow &#34;&#34;): character &#39;B&#39; at position 1 is not allowed.</div>`; !strings.Contains(body, want) {
+		t.Errorf("tenant=Bad: no %q in:\n%s", want, body)
 	}
 
 	t.Run("no journal on this host", func(t *testing.T) {
