@@ -50,9 +50,10 @@ func TestNextTickOfAnEverySchedule(t *testing.T) {
 	// a process that runs no scheduler (nexus status) reads the record
 	check("nexus status at +90s", scheduler.NextTick(e.dir, "acme", "minutely", sc, clkB.Now()), st0.Add(2*time.Minute))
 	// with the record behind (no process ticked for a while), nexus status
-	// falls back on a period from now
-	late := st0.Add(10 * time.Minute)
-	check("nexus status at +10m", scheduler.NextTick(e.dir, "acme", "minutely", sc, late), late.Add(time.Minute))
+	// says the next time of the last tick plus whole periods, where a
+	// server (re)started meanwhile ticks
+	late := st0.Add(10*time.Minute + 20*time.Second)
+	check("nexus status at +10m20s", scheduler.NextTick(e.dir, "acme", "minutely", sc, late), st0.Add(11*time.Minute))
 	// and with no record at all
 	check("nexus status, no record", scheduler.NextTick(t.TempDir(), "acme", "minutely", sc, clkB.Now()), clkB.Now().Add(time.Minute))
 }

@@ -157,6 +157,7 @@ func (s *Scheduler) run(ctx context.Context) {
 		}
 	}()
 	var lastWall time.Time // the clock at the previous pass
+	started := s.cfg.Clock.Now()
 	for ctx.Err() == nil {
 		now := s.cfg.Clock.Now()
 		// the wall clock alone (Round(0) drops the monotonic reading,
@@ -167,7 +168,7 @@ func (s *Scheduler) run(ctx context.Context) {
 			back = lastWall.Sub(wall)
 		}
 		lastWall = now.Round(0)
-		s.follow(entries, now, back)
+		s.follow(entries, now, back, started)
 		wait := s.cfg.Poll
 		for _, e := range entries {
 			if e.next.IsZero() {
@@ -199,7 +200,8 @@ func (s *Scheduler) run(ctx context.Context) {
 
 // follow brings the entries in line with the live set: a schedule added,
 // changed or removed by a publication takes effect here, at the swap.
-func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back time.Duration) {
+// started is when this scheduler began to run.
+func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back time.Duration, started time.Time) {
 	live := s.cfg.Live.Live()
 	seen := map[[2]string]bool{}
 	if live != nil {
@@ -230,6 +232,18 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
 			e.every, _ = sc.Every()
 			next := sc.Next(now)
+			if !ok && e.every > 0 {
+				// an @every flow ticked before this process started goes
+				// on from its last tick, whichever process made it:
+				// counted from the start, every restart put the next tick
+				// a whole period off, and a host restarted more often than
+				// the period never ticked. (A flow scheduled again while
+				// this process runs counts from the publication, as a new
+				// period does.)
+				if last, err := s.lastTick(e); err == nil && !last.IsZero() && last.Before(started) {
+					next = everyAfter(last, e.every, now)
+				}
+			}
 			if ok && !e.next.IsZero() && !e.next.After(now) && sc.Next(e.next.Add(-time.Nanosecond)).Equal(e.next) {
 				// due, and a time of the new schedule as well (changed just
 				// before it came, or changed in form only): it still ticks
@@ -467,15 +481,26 @@ func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now tim
 
 // NextTick is Scheduler.NextTick for a process that runs no scheduler
 // (nexus status), with dir the scheduler's Dir: an @every schedule's next
-// time is its last tick plus the period while that is still to come,
-// sc.Next(now) otherwise.
+// time is the first one after now of its last tick plus whole periods (a
+// server ticks there, the one holding the flow or one that starts
+// before), sc.Next(now) when it has no last tick.
 func NextTick(dir, tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
-	if _, every := sc.Every(); every {
-		if next := nextAfterLast(lastPath(dir, tenant, flowName), sc, now); !next.IsZero() {
-			return next
+	if period, every := sc.Every(); every {
+		if last, err := readLastTick(lastPath(dir, tenant, flowName)); err == nil && !last.IsZero() {
+			return everyAfter(last, period, now)
 		}
 	}
 	return sc.Next(now)
+}
+
+// everyAfter is the first time after now of last plus whole periods: where
+// an @every schedule that ticked at last ticks next. (Times missed while no
+// process ran are not made up.)
+func everyAfter(last time.Time, period time.Duration, now time.Time) time.Time {
+	if last.After(now) {
+		return last.Add(period)
+	}
+	return last.Add((now.Sub(last)/period + 1) * period)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -233,6 +234,32 @@ func TestStandbyTwoProcessesOneTickPerTime(t *testing.T) {
 		}
 		want = append(want, who+"@"+at(m, 0).Format("15:04:05"))
 	}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// TestEveryKeepsItsTimesAcrossRestarts: an @every flow goes on from its
+// last tick when its server restarts, rather than a period after the
+// start: restarted every 45 s, a host with "@every 1m" still ticks every
+// minute on the minute of its first tick (the times it was down for are
+// not made up). Counted from each start, it never ticked.
+func TestEveryKeepsItsTimesAcrossRestarts(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
+	at := st0
+	for i, life := range []time.Duration{70 * time.Second, 45 * time.Second, 45 * time.Second, 45 * time.Second, 45 * time.Second, 45 * time.Second, 45 * time.Second} {
+		if i == 4 {
+			at = at.Add(2 * time.Minute) // down for two ticks
+		}
+		clk := clocktest.New(at)
+		s := e.start(fmt.Sprintf("p%d", i), clk, time.Second)
+		clk.WaitCalls(t, 1)
+		clk.StepUntil(t, at.Add(life), 100)
+		s.Stop()
+		at = at.Add(life)
+	}
+	want := []string{"p0@14:03:00", "p2@14:04:00", "p3@14:05:00", "p4@14:08:00", "p6@14:09:00"}
 	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
 		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
