@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -452,5 +453,60 @@ func TestDLQCorruptArtifact(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], " enqueue acme/forward-order v1 failed 500 ") || !strings.Contains(lines[0], "correlation_id=trace-corrupt msg_id=1 "+errText) ||
 		!strings.Contains(lines[1], " run     acme/forward-order v1 failed 500 ") || !strings.HasSuffix(lines[1], errText) {
 		t.Errorf("nexus journal:\n%s\nwant the enqueue and the run of the corrupt artifact, failed 500", strings.Join(lines, "\n"))
+	}
+}
+
+// TestDLQAll: after a downstream outage, --all replays (or discards) every
+// pending dead letter of one queue, oldest first, one line each as for
+// one id; a running worker delivers the replays. --all beside --id is bad
+// usage, and a queue with none pending says so and exits 0.
+func TestDLQAll(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setStatus(http.StatusServiceUnavailable)
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
+	}, hostOptions{}, "forward-order")
+	for i := 1; i <= 3; i++ {
+		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"A-%d"}`, i))
+	}
+	waitEvents(t, h, "dlq_moved", 3, nil, 10*time.Second)
+
+	if r := dlqCLI(t, h.db, "replay", "--tenant", "acme", "--flow", "forward-order", "--id", "1", "--all"); r.code != 2 ||
+		!strings.HasPrefix(r.stderr, "nexus dlq replay: replay takes --id or --all, not both\n") {
+		t.Errorf("--id beside --all: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := dlqCLI(t, h.db, "discard", "--tenant", "acme", "--flow", "hello", "--all"); r.code != 0 || r.stdout != "no pending dead letter tenant=acme flow=hello\n" {
+		t.Errorf("--all on a queue with none: exit %d, %q %s", r.code, r.stdout, r.stderr)
+	}
+
+	be.setStatus(http.StatusOK)
+	r := dlqCLI(t, h.db, "replay", "--tenant", "acme", "--flow", "forward-order", "--all")
+	if want := "replayed  id=1 tenant=acme flow=forward-order\nreplayed  id=2 tenant=acme flow=forward-order\nreplayed  id=3 tenant=acme flow=forward-order\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("replay --all: exit %d\n%s%s\nwant\n%s", r.code, r.stdout, r.stderr, want)
+	}
+	if r := dlqCLI(t, h.db, "list"); r.stdout != "DLQ is empty\n" {
+		t.Errorf("dlq list after replay --all:\n%s", r.stdout)
+	}
+	waitEvents(t, h, "queue_processed", 3, nil, 10*time.Second)
+	var got []string
+	for _, x := range be.on("/ingest") {
+		got = append(got, x.body)
+	}
+	// each refused once (queue_max_attempts: 1), then replayed in order
+	if want := []string{`{"orderId":"A-1"}`, `{"orderId":"A-2"}`, `{"orderId":"A-3"}`}; len(got) != 6 || !slices.Equal(got[3:], want) {
+		t.Errorf("the backend received %v, want the three messages, then their replays in order", got)
+	}
+
+	be.setStatus(http.StatusServiceUnavailable)
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"B-1"}`)
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"B-2"}`)
+	waitEvents(t, h, "dlq_moved", 5, nil, 10*time.Second)
+	r = dlqCLI(t, h.db, "discard", "--tenant", "acme", "--flow", "forward-order", "--all")
+	if want := "discarded id=7 tenant=acme flow=forward-order\ndiscarded id=8 tenant=acme flow=forward-order\n  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("discard --all: exit %d\n%s%s\nwant\n%s", r.code, r.stdout, r.stderr, want)
+	}
+	if r := dlqCLI(t, h.db, "list"); r.stdout != "DLQ is empty\n" {
+		t.Errorf("dlq list after discard --all:\n%s", r.stdout)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -20,14 +19,16 @@ import (
 
 const dlqUsage = `Usage:
   nexus dlq list    [--tenant T] [--flow F] [--db FILE]
-  nexus dlq replay  --tenant T --flow F --id N [--db FILE]
-  nexus dlq discard --tenant T --flow F --id N [--db FILE]
+  nexus dlq replay  --tenant T --flow F --id N|--all [--db FILE]
+  nexus dlq discard --tenant T --flow F --id N|--all [--db FILE]
 
 list prints the pending dead letters, sorted by tenant, flow and id. replay
 appends a dead letter's payload to its queue as a new message (new id, fresh
 correlation ID, attempt 1) and marks the entry handled; a running worker
 picks it up within its poll interval. discard marks the entry handled; its
-body leaves the disk at the flow's next queue drain.
+body leaves the disk at the flow's next queue drain. With --all instead of
+--id, every dead letter pending in the queue is replayed or discarded, oldest
+first, one line each (after a downstream outage).
 
 The queues are in the folder of --db (queues/ beside registry.db): pass the
 --db the server uses.
@@ -44,6 +45,7 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	tenant := fs.String("tenant", "", "the `tenant` (a filter for list)")
 	flowName := fs.String("flow", "", "the `flow` (a filter for list)")
 	id := fs.String("id", "", "the dead letter's `id`, from nexus dlq list")
+	all := fs.Bool("all", false, "replay or discard every pending dead letter of --tenant/--flow, oldest first")
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
 		return noSubcommand(args, "nexus dlq: the subcommand is list, replay or discard", dlqUsage, fs, stdout, stderr)
 	}
@@ -56,19 +58,22 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected argument %q", rest[0])
 	}
-	var n uint64
+	var n uint64 // 0: --all
 	if err == nil && sub != "list" {
 		switch {
-		case *tenant == "" || *flowName == "" || *id == "":
-			err = fmt.Errorf("%s needs --tenant, --flow and --id", sub)
+		case *all && *id != "":
+			err = fmt.Errorf("%s takes --id or --all, not both", sub)
+		case *tenant == "" || *flowName == "" || *id == "" && !*all:
+			err = fmt.Errorf("%s needs --tenant, --flow and --id (or --all)", sub)
+		case *all:
 		default:
 			if n, err = strconv.ParseUint(*id, 10, 64); err != nil || n == 0 {
 				err = fmt.Errorf("--id %q is not a message id (a whole number from nexus dlq list)", *id)
 			}
 		}
 	}
-	if err == nil && sub == "list" && *id != "" {
-		err = errors.New("list takes no --id")
+	if err == nil && sub == "list" && (*id != "" || *all) {
+		err = errors.New("list takes no --id or --all")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
@@ -164,18 +169,28 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// dlqMark replays or discards (sub) the dead letter id of tenant/flowName,
+// or with id 0 (--all) every one pending, oldest first.
 func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
-	notPending := func() int {
-		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
-		return exitError
-	}
 	pending, _, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
-	if !slices.ContainsFunc(pending, func(d queue.DeadLetter) bool { return d.ID == id }) {
-		return notPending() // nothing is opened, created or written
+	ids := make([]uint64, 0, len(pending))
+	for _, d := range pending {
+		if id == 0 || d.ID == id {
+			ids = append(ids, d.ID)
+		}
+	}
+	switch {
+	case len(ids) == 0 && id != 0:
+		// nothing is opened, created or written
+		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
+		return exitError
+	case len(ids) == 0:
+		fmt.Fprintf(stdout, "no pending dead letter tenant=%s flow=%s\n", tenant, flowName)
+		return exitOK
 	}
 	if sub == "replay" {
 		// a worker drops a message of a flow that is not live: the replay
@@ -192,21 +207,35 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		return exitError
 	}
 	defer q.Close()
-	if sub == "replay" {
-		_, err = q.Replay(id, engine.DoorEnqueue, flow.NewUUID())
-	} else {
-		err = q.Mark(id, queue.MarkDiscarded)
+	done := 0
+	for _, n := range ids {
+		if sub == "replay" {
+			_, err = q.Replay(n, engine.DoorEnqueue, flow.NewUUID())
+		} else {
+			err = q.Mark(n, queue.MarkDiscarded)
+		}
+		switch {
+		case errors.Is(err, queue.ErrNotPending) && id == 0:
+			continue // handled meanwhile by another process: not this one's to do
+		case errors.Is(err, queue.ErrNotPending):
+			fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: n})
+			return exitError
+		case err != nil:
+			if done > 0 {
+				fmt.Fprintf(stderr, "nexus dlq %s: %d done before id=%d failed\n", sub, done, n)
+			}
+			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+			return exitError
+		}
+		done++
+		if sub == "replay" {
+			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", n, tenant, flowName)
+		} else {
+			fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n", n, tenant, flowName)
+		}
 	}
-	if errors.Is(err, queue.ErrNotPending) {
-		return notPending()
-	} else if err != nil {
-		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-		return exitError
-	}
-	if sub == "replay" {
-		fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", id, tenant, flowName)
-	} else {
-		fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n", id, tenant, flowName)
+	if sub == "discard" && done > 0 {
+		fmt.Fprintf(stdout, "  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n")
 	}
 	return exitOK
 }
