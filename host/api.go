@@ -348,13 +348,14 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// journalQuery reads ?tenant=&flow=&limit= (limit 1 to 1000, default 100).
+// journalQuery reads ?tenant=&flow=&correlation_id=&limit= (limit 1 to
+// 1000, default 100).
 // A tenant or flow the name rule refuses is an error, as nexus journal
 // says it: no flow could match it, and an empty journal would hide the
 // mistake.
 func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 	q := r.URL.Query()
-	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), Limit: 100}
+	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), CorrelationID: q.Get("correlation_id"), Limit: 100}
 	if jq.Tenant != "" {
 		if err := naming.Check(jq.Tenant, naming.Tenant(jq.Flow)); err != nil {
 			return jq, err

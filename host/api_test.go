@@ -933,6 +933,8 @@ func TestAPIJournal(t *testing.T) {
 		{"limit=2", []journalDoc{e3, e2}},
 		{"tenant=acme", []journalDoc{e2, e1}},
 		{"tenant=acme&flow=echo", []journalDoc{e1}},
+		{"correlation_id=corr-2", []journalDoc{e2}},
+		{"tenant=globex&correlation_id=corr-2", []journalDoc{}},
 		{"flow=nightly", []journalDoc{e3}},
 		{"tenant=acme&limit=1", []journalDoc{e2}},
 		{"tenant=nobody", []journalDoc{}},

@@ -421,15 +421,16 @@ func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, t
 
 // journalPage is the Journal page's data.
 type journalPage struct {
-	Tenant, Flow string
-	Limit        int
-	Entries      []journalEntry
+	Tenant, Flow  string
+	CorrelationID string
+	Limit         int
+	Entries       []journalEntry
 }
 
 func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	p := uiPage{Title: "Journal", Nav: "journal", CSRF: csrf}
 	jq, err := journalQuery(r)
-	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, Limit: jq.Limit}
+	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: jq.Limit}
 	p.Data = &data
 	if err != nil {
 		if msg := err.Error(); strings.HasPrefix(msg, "limit") {

@@ -916,6 +916,7 @@ func TestUIJournalPage(t *testing.T) {
 		{"", []string{"corr-3", "corr-2", "corr-1"}},
 		{"?tenant=acme", []string{"corr-2", "corr-1"}},
 		{"?tenant=acme&flow=echo", []string{"corr-1"}},
+		{"?correlation_id=corr-2", []string{"corr-2"}},
 		{"?limit=1", []string{"corr-3"}},
 		{"?tenant=nobody", nil},
 	} {

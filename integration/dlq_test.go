@@ -468,9 +468,18 @@ func TestDLQAll(t *testing.T) {
 		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
 	}, hostOptions{}, "forward-order")
 	for i := 1; i <= 3; i++ {
-		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"A-%d"}`, i))
+		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"A-%d"}`, i), "X-Correlation-ID", fmt.Sprintf("trace-all-%d", i))
 	}
 	waitEvents(t, h, "dlq_moved", 3, nil, 10*time.Second)
+	// what happened to one of them, found by its correlation ID
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out, "correlation_id=trace-all-2") && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out = nexus(t, "", "journal", "--db", h.db, "--correlation-id", "trace-all-2").stdout
+	}
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(lines) != 1 ||
+		!strings.Contains(lines[0], " enqueue acme/forward-order v1 failed 502 ") || !strings.Contains(lines[0], "correlation_id=trace-all-2 msg_id=2 ") {
+		t.Errorf("nexus journal --correlation-id trace-all-2:\n%s\nwant its one failed attempt", out)
+	}
 
 	if r := dlqCLI(t, h.db, "replay", "--tenant", "acme", "--flow", "forward-order", "--id", "1", "--all"); r.code != 2 ||
 		!strings.HasPrefix(r.stderr, "nexus dlq replay: replay takes --id or --all, not both\n") {

@@ -412,8 +412,9 @@ func (r *Registry) writeEntries(ctx context.Context, entries []Entry, insert *sq
 
 // JournalQuery selects journal entries; empty fields match everything.
 type JournalQuery struct {
-	Tenant, Flow string
-	Limit        int // 0 means 50
+	Tenant, Flow  string
+	CorrelationID string // the executions of one request or message (its attempts)
+	Limit         int    // 0 means 50
 }
 
 // Journal returns entries newest first: by the time the execution began,
@@ -426,6 +427,9 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 	}
 	if q.Flow != "" {
 		where, args = append(where, "flow = ?"), append(args, q.Flow)
+	}
+	if q.CorrelationID != "" {
+		where, args = append(where, "correlation_id = ?"), append(args, q.CorrelationID)
 	}
 	query := `SELECT at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error FROM journal`
 	if len(where) > 0 {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -294,6 +296,38 @@ func TestConcurrentOpenOfANewRegistry(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Fatalf("round %d: concurrent Open of a new registry: %v", round, err)
+		}
+	}
+}
+
+// TestJournalByCorrelationID: the executions of one request or message
+// (its attempts) are found by its correlation ID, newest first, alone or
+// within a flow.
+func TestJournalByCorrelationID(t *testing.T) {
+	r := open(t, dbPath(t), registry.Options{})
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	for i, cid := range []string{"c1", "c2", "c1", "c3", "c1"} {
+		w.Append(registry.Entry{At: t0.Add(time.Duration(i) * time.Second), Door: "enqueue", Tenant: "acme", Flow: "a", Version: 1,
+			CorrelationID: cid, MsgID: 7, Attempt: i + 1, Outcome: "failed", Status: 502})
+	}
+	w.Stop()
+	for _, c := range []struct {
+		q    registry.JournalQuery
+		want []int // attempts
+	}{
+		{registry.JournalQuery{CorrelationID: "c1"}, []int{5, 3, 1}},
+		{registry.JournalQuery{Tenant: "acme", Flow: "a", CorrelationID: "c1", Limit: 2}, []int{5, 3}},
+		{registry.JournalQuery{Tenant: "acme", Flow: "b", CorrelationID: "c1"}, nil},
+		{registry.JournalQuery{CorrelationID: "nobody"}, nil},
+	} {
+		got, err := r.Journal(context.Background(), c.q)
+		var attempts []int
+		for _, e := range got {
+			attempts = append(attempts, e.Attempt)
+		}
+		if err != nil || !slices.Equal(attempts, c.want) {
+			t.Errorf("%+v: attempts %v, %v; want %v (newest first)", c.q, attempts, err, c.want)
 		}
 	}
 }

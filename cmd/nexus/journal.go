@@ -10,7 +10,7 @@ import (
 	"github.com/nexushq/nexus/registry"
 )
 
-const journalUsage = `Usage: nexus journal [--tenant T] [--flow F] [--limit N] [--db FILE]
+const journalUsage = `Usage: nexus journal [--tenant T] [--flow F] [--correlation-id C] [--limit N] [--db FILE]
 
 Prints the execution history, newest first: time, door, tenant/flow and
 version, outcome and status, duration, attempt, correlation ID, message id,
@@ -25,6 +25,7 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 	db := dbFlag(fs)
 	tenant := fs.String("tenant", "", "only this `tenant`")
 	flowName := fs.String("flow", "", "only this `flow`")
+	cid := fs.String("correlation-id", "", "only the executions of this `correlation ID` (a request's, a message's attempts)")
 	limit := fs.Int("limit", 50, "at most `N` entries")
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -56,7 +57,7 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 	var entries []registry.Entry // none without a registry
 	if reg != nil {
 		defer reg.Close()
-		if entries, err = reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, Limit: *limit}); err != nil {
+		if entries, err = reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, CorrelationID: *cid, Limit: *limit}); err != nil {
 			fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", path, err)
 			return exitError
 		}
