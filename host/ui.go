@@ -207,6 +207,10 @@ type queuePage struct {
 	Page         deadLetterPage
 	After        uint64 // the page starts after this id (0: the first page)
 	Limit        int    // the page size asked for, kept by the page links (0: the default)
+	// NoReplay is why its dead letters cannot be replayed now (the flow is
+	// not live, or its artifact is corrupt), "" when they can: the page
+	// then offers Discard alone, rather than a Replay that answers 409
+	NoReplay string
 }
 
 // uiQueue is the Queue page: a queue's counts and its pending dead
@@ -249,6 +253,9 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		return
 	}
 	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
+	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); err != nil {
+		data.NoReplay = err.Error()
+	}
 	if limit != defaultPageSize {
 		data.Limit = limit
 	}

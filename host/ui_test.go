@@ -847,6 +847,17 @@ func TestUIQueuePage(t *testing.T) {
 		}
 	})
 
+	t.Run("no Replay button for a flow that is not live", func(t *testing.T) {
+		gone := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/gone"), http.StatusOK)
+		if strings.Contains(gone, `name="replay"`) || !strings.Contains(gone, `name="discard"`) ||
+			!strings.Contains(gone, `<p class="error" id="no-replay">Replay is not offered: flow acme/gone is not live: its worker would drop a replayed message; publish the flow first.</p>`) {
+			t.Errorf("the Queue page of a flow that is not live offers Replay, or does not say why not:\n%s", gone)
+		}
+		if live := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/echo"), http.StatusOK); !strings.Contains(live, `name="replay"`) || strings.Contains(live, `id="no-replay"`) {
+			t.Errorf("the Queue page of a live flow:\n%s", live)
+		}
+	})
+
 	t.Run("replay", func(t *testing.T) {
 		w := fx.post("/ui/queues/acme/echo/dlq/1/replay", c, url.Values{"csrf": {token}})
 		loc := w.Header().Get("Location")
