@@ -249,6 +249,10 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
 		return
 	}
+	if ps.ByName("id") == "all" {
+		s.apiDLQActionAll(w, r, action, tenant, flowName)
+		return
+	}
 	id, ok := dlqRequest(w, action, ps.ByName("id"))
 	if !ok {
 		return
@@ -263,6 +267,71 @@ func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprou
 		out.Replayed, out.MessageID = true, newID
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// dlqAllAnswer is the answer of a replay or discard of every pending dead
+// letter of a queue: what was done, oldest first.
+type dlqAllAnswer struct {
+	Tenant    string            `json:"tenant"`
+	Flow      string            `json:"flow"`
+	Replayed  []dlqActionAnswer `json:"replayed,omitzero"`
+	Discarded []uint64          `json:"discarded,omitzero"`
+}
+
+// apiDLQActionAll replays or discards every dead letter pending in the
+// queue (POST …/dlq/all/replay), oldest first, as one button each would.
+func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) {
+	if _, ok := dlqRequest(w, action, "1"); !ok {
+		return
+	}
+	done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
+	if err != nil {
+		writeError(w, status, err.Error())
+		return
+	}
+	out := dlqAllAnswer{Tenant: tenant, Flow: flowName, Replayed: []dlqActionAnswer{}, Discarded: []uint64{}}
+	for _, d := range done {
+		if action == "replay" {
+			out.Replayed = append(out.Replayed, dlqActionAnswer{Tenant: tenant, Flow: flowName, ID: d[0], Replayed: true, MessageID: d[1]})
+		} else {
+			out.Discarded = append(out.Discarded, d[0])
+		}
+	}
+	if action == "replay" {
+		out.Discarded = nil
+	} else {
+		out.Replayed = nil
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// doDLQActionAll runs doDLQAction for every dead letter pending in the
+// queue, oldest first, and returns the (id, new message id) pairs done. A
+// dead letter another process handles meanwhile is left to it; any other
+// refusal stops the run, and its error says how many were done before.
+func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, int, error) {
+	q, err := s.cfg.Queues.Peek(tenant, flowName) // a queue with no files has none
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	ids, err := q.PendingIDs()
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	done := [][2]uint64{}
+	for _, id := range ids {
+		newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
+		switch {
+		case status == http.StatusNotFound:
+			continue // handled meanwhile
+		case err != nil && len(done) > 0:
+			return nil, status, fmt.Errorf("%d done, then dead letter %d: %v", len(done), id, err)
+		case err != nil:
+			return nil, status, err
+		}
+		done = append(done, [2]uint64{id, newID})
+	}
+	return done, http.StatusOK, nil
 }
 
 // doDLQAction runs a replay or a discard and says which status answers

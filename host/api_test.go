@@ -1270,3 +1270,38 @@ func TestAPIUnknownPathsNeedTheKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIReplayAndDiscardAll: the id "all" replays or discards every dead
+// letter pending in the queue, oldest first, as one request each would
+// (the answer lists what was done); a queue with none answers an empty
+// list, and a replay into a flow that is not live is refused before any.
+func TestAPIReplayAndDiscardAll(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`, `{"n":3}`)
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/replay"), `{"tenant":"acme","flow":"echo","replayed":[`+
+		`{"tenant":"acme","flow":"echo","id":1,"replayed":true,"message_id":4},`+
+		`{"tenant":"acme","flow":"echo","id":2,"replayed":true,"message_id":5},`+
+		`{"tenant":"acme","flow":"echo","id":3,"replayed":true,"message_id":6}]}`)
+	if got := fx.pendingIDs(t, "acme", "echo"); len(got) != 0 {
+		t.Errorf("pending after replaying all: %v", got)
+	}
+	for id := int64(4); id <= 6; id++ {
+		fx.waitJournal(t, "acme", "echo", id)
+	}
+	if evs := fx.logs.Events(t, "admin_action"); len(evs) != 3 {
+		t.Errorf("admin_action lines: %v, want one for each dead letter", evs)
+	}
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/discard"), `{"tenant":"acme","flow":"echo","discarded":[]}`)
+	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/frobnicate"), http.StatusNotFound, `no such action "frobnicate": replay or discard`)
+
+	seedDeadLetters(t, fx.root, "acme", "gone", `{"n":1}`, `{"n":2}`)
+	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/all/replay"), http.StatusConflict,
+		"flow acme/gone is not live: its worker would drop a replayed message; publish the flow first")
+	if got := fx.pendingIDs(t, "acme", "gone"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("pending in acme/gone after the refused replay: %v", got)
+	}
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/all/discard"), `{"tenant":"acme","flow":"gone","discarded":[1,2]}`)
+	if got := fx.pendingIDs(t, "acme", "gone"); len(got) != 0 {
+		t.Errorf("pending in acme/gone after discarding all: %v", got)
+	}
+}

@@ -227,6 +227,10 @@ func (s *Server) uiQueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		p.Notice = fmt.Sprintf("Dead letter %d was replayed as message %d.", id, as)
 	} else if id, err := strconv.ParseUint(q.Get("discarded"), 10, 64); err == nil {
 		p.Notice = fmt.Sprintf("Dead letter %d was discarded; its body leaves the disk at the queue's next drain.", id)
+	} else if n, err := strconv.ParseUint(q.Get("replay_all"), 10, 64); err == nil {
+		p.Notice = fmt.Sprintf("%d dead letters were replayed, each as a new message at the back of the queue.", n)
+	} else if n, err := strconv.ParseUint(q.Get("discard_all"), 10, 64); err == nil {
+		p.Notice = fmt.Sprintf("%d dead letters were discarded; their bodies leave the disk at the queue's next drain.", n)
 	}
 	status := http.StatusOK
 	after, limit, err := pageQuery(r)
@@ -340,8 +344,9 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		s.render(w, r, http.StatusNotFound, "error", p)
 		return
 	}
+	all := ps.ByName("id") == "all"
 	id, err := strconv.ParseUint(ps.ByName("id"), 10, 64)
-	if err != nil || id == 0 {
+	if !all && (err != nil || id == 0) {
 		p.Error = fmt.Sprintf("%q is not a dead letter's id (a whole number from the list).", ps.ByName("id"))
 		s.render(w, r, http.StatusBadRequest, "error", p)
 		return
@@ -349,6 +354,17 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	if s.cfg.Queues == nil {
 		p.Error = "This host runs no queues."
 		s.render(w, r, http.StatusNotFound, "error", p)
+		return
+	}
+	if all {
+		// the Replay all button: every pending dead letter, oldest first
+		done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
+		if err != nil {
+			p.Error = err.Error()
+			s.renderQueue(w, r, status, tenant, flowName, p, 0, defaultPageSize)
+			return
+		}
+		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+fmt.Sprintf("?%s_all=%d", action, len(done)), http.StatusSeeOther)
 		return
 	}
 	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)

@@ -847,6 +847,30 @@ func TestUIQueuePage(t *testing.T) {
 		}
 	})
 
+	t.Run("Replay all", func(t *testing.T) {
+		fx := newAdminFixture(t, adminOptions{key: adminKey})
+		seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`)
+		c := fx.login(t)
+		page := wantPage(t, fx.get("/ui/queues/acme/echo", c), http.StatusOK)
+		if !strings.Contains(page, `<button type="submit" name="replay-all">Replay all 2</button>`) {
+			t.Fatalf("no Replay all button:\n%s", page)
+		}
+		w := fx.post("/ui/queues/acme/echo/dlq/all/replay", c, url.Values{"csrf": {csrfOf(t, page)}})
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/queues/acme/echo?replay_all=2" {
+			t.Fatalf("Replay all: %d, Location %q", w.Code, w.Header().Get("Location"))
+		}
+		if got := fx.pendingIDs(t, "acme", "echo"); len(got) != 0 {
+			t.Errorf("pending after Replay all: %v", got)
+		}
+		after := wantPage(t, fx.get(w.Header().Get("Location"), c), http.StatusOK)
+		if !strings.Contains(after, "2 dead letters were replayed, each as a new message at the back of the queue.") || strings.Contains(after, `name="replay-all"`) {
+			t.Errorf("the page after Replay all:\n%s", after)
+		}
+		// without the form token, nothing is replayed
+		seedDeadLetters(t, fx.root, "acme", "other", `{"n":1}`)
+		wantPage(t, fx.post("/ui/queues/acme/other/dlq/all/replay", c, nil), http.StatusForbidden)
+	})
+
 	t.Run("no Replay button for a flow that is not live", func(t *testing.T) {
 		gone := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/gone"), http.StatusOK)
 		if strings.Contains(gone, `name="replay"`) || !strings.Contains(gone, `name="discard"`) ||
