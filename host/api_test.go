@@ -654,8 +654,10 @@ type queueDoc struct {
 	Pending     int64  `json:"pending"`
 	Retrying    int    `json:"retrying"`
 	DeadLetters int    `json:"dead_letters"`
-	InFlight    int    `json:"in_flight"`
-	Worker      string `json:"worker"`
+	// DamagedDeadLetters are dead letters whose frames cannot be read
+	DamagedDeadLetters int    `json:"damaged_dead_letters"`
+	InFlight           int    `json:"in_flight"`
+	Worker             string `json:"worker"`
 }
 
 // queuesDoc is GET /api/queues.

@@ -149,6 +149,20 @@ func TestDamagedDeadLettersAreShown(t *testing.T) {
 		}
 		flipByte(t, path, offs[2]) // the last byte of the second frame
 		check(t, "echo", "dlq.log", []uint64{1, 3})
+		// the overview says so too, with the way to the Queue page's list
+		var qs queuesDoc
+		if w := fx.admin(http.MethodGet, "/api/queues"); json.Unmarshal(w.Body.Bytes(), &qs) != nil {
+			t.Fatalf("/api/queues: %s", w.Body)
+		}
+		for _, q := range qs.Queues {
+			if want := map[bool]int{true: 1}[q.Flow == "echo"]; q.DamagedDeadLetters != want {
+				t.Errorf("/api/queues: %s/%s has %d damaged dead letters, want %d", q.Tenant, q.Flow, q.DamagedDeadLetters, want)
+			}
+		}
+		if body := wantPage(t, fx.get("/ui/queues", c), http.StatusOK); !strings.Contains(body,
+			`<td class="n">2 <a class="error" href="/ui/queues/acme/echo#damaged">+1 damaged</a></td>`) {
+			t.Errorf("the Queues page does not show the damaged dead letter:\n%s", body)
+		}
 	})
 
 	t.Run("a damaged mark", func(t *testing.T) {

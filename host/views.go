@@ -149,7 +149,10 @@ type queueEntry struct {
 	Pending     int64  `json:"pending"`
 	Retrying    int    `json:"retrying"`
 	DeadLetters int    `json:"dead_letters"`
-	InFlight    int    `json:"in_flight"`
+	// DamagedDeadLetters are dead letters whose frames cannot be read
+	// (nexus dlq list and the Queue page name them)
+	DamagedDeadLetters int `json:"damaged_dead_letters"`
+	InFlight           int `json:"in_flight"`
 	// Worker says where the queue's worker runs: "leading" (in this
 	// process, delivering), "standby" (started here, another process
 	// leads) or "idle" (not started in this process).
@@ -178,7 +181,7 @@ func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
 		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, err)
 	}
 	e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
-		Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters,
+		Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters, DamagedDeadLetters: info.DamagedDeadLetters,
 		InFlight: info.State.InFlight, Worker: "idle"}
 	if info.State.Leading {
 		e.Worker = "leading"

@@ -277,12 +277,25 @@ func (q *Queue) dlqStamp() (dlqStamp, bool) {
 
 // DeadLetterCount counts the pending dead letters without keeping them.
 func (q *Queue) DeadLetterCount() (int, error) {
-	n := 0
-	_, err := q.eachPending(func([]byte) error {
-		n++
+	n, _, err := q.deadLetterCounts()
+	return n, err
+}
+
+// deadLetterCounts counts the pending dead letters, and the damaged frames
+// of the dead-letter files that valid ones follow: dead letters that
+// cannot be read, which nexus dlq list reports (a torn tail is not one:
+// it is being written, or a crash cut it short before it was durable).
+func (q *Queue) deadLetterCounts() (pending, damaged int, err error) {
+	damage, err := q.eachPending(func([]byte) error {
+		pending++
 		return nil
 	})
-	return n, err
+	for _, d := range damage {
+		if !d.Torn {
+			damaged++
+		}
+	}
+	return pending, damaged, err
 }
 
 // DeadLetter returns the pending dead letter id with its whole payload;

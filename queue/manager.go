@@ -326,7 +326,10 @@ type QueueInfo struct {
 	Depth        int64 // bytes of log not yet processed
 	State        WorkerState
 	DeadLetters  int
-	Open         bool // opened in this process, its worker started
+	// DamagedDeadLetters counts the damaged frames of the dead-letter
+	// files (see nexus dlq list): dead letters that cannot be read
+	DamagedDeadLetters int
+	Open               bool // opened in this process, its worker started
 }
 
 // Queues describes the queues open in this process and, read from their
@@ -391,8 +394,8 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 			info.Depth = max(size-ckpt, 0)
 		}
 	}
-	if n, err := m.deadLetterCount(e.q); err == nil {
-		info.DeadLetters = n
+	if n, damaged, err := m.deadLetterCounts(e.q); err == nil {
+		info.DeadLetters, info.DamagedDeadLetters = n, damaged
 	}
 	if !info.State.Leading {
 		// another process's worker delivers the queue: its retries are in
@@ -428,8 +431,8 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}
-	if n, err := m.deadLetterCount(q); err == nil {
-		info.DeadLetters = n
+	if n, damaged, err := m.deadLetterCounts(q); err == nil {
+		info.DeadLetters, info.DamagedDeadLetters = n, damaged
 	}
 	return info
 }
@@ -509,13 +512,13 @@ const stampSettle = 2 * time.Second
 // cachedCount is a queue's count of pending dead letters with the stamp of
 // the files it was counted from.
 type cachedCount struct {
-	stamp dlqStamp
-	n     int
+	stamp      dlqStamp
+	n, damaged int
 }
 
-// deadLetterCount is q.DeadLetterCount, read again only when dlq.log or
-// its marks changed since the last count.
-func (m *Manager) deadLetterCount(q *Queue) (int, error) {
+// deadLetterCounts is q.deadLetterCounts, read again only when dlq.log or
+// its marks changed (their stamp).
+func (m *Manager) deadLetterCounts(q *Queue) (int, int, error) {
 	k := [2]string{q.Tenant, q.Flow}
 	stamp, ok := q.dlqStamp()
 	if ok {
@@ -523,19 +526,19 @@ func (m *Manager) deadLetterCount(q *Queue) (int, error) {
 		c, hit := m.deadLetters[k]
 		m.mu.Unlock()
 		if hit && c.stamp == stamp {
-			return c.n, nil
+			return c.n, c.damaged, nil
 		}
 	}
 	// the stamp read before the count: a change meanwhile makes the next
 	// call count again
-	n, err := q.DeadLetterCount()
+	n, damaged, err := q.deadLetterCounts()
 	// a stamp whose files changed within the file system's time step may
 	// not change again when they do (an append over a torn tail keeps the
 	// size): only a settled one is cached, as git treats its index
 	if err == nil && ok && time.Since(stamp.changed()) > stampSettle {
 		m.mu.Lock()
-		m.deadLetters[k] = cachedCount{stamp: stamp, n: n}
+		m.deadLetters[k] = cachedCount{stamp: stamp, n: n, damaged: damaged}
 		m.mu.Unlock()
 	}
-	return n, err
+	return n, damaged, err
 }
