@@ -446,6 +446,159 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 	return m, nil
 }
 
+// Replayed is a dead letter ReplayPending appended again.
+type Replayed struct {
+	ID      uint64  // the dead letter's id
+	Message Message // the message appended
+}
+
+// ReplayPending replays the oldest pending dead letters whose ids are at
+// most upTo (the newest pending when a run began: a replay dead-lettered
+// again meanwhile has a newer id, and is not replayed twice by one run),
+// as Replay does one, in one hold of the append lock: one read of the
+// dead-letter files, the messages appended in one durable write, then
+// their marks in one. It takes at most limit dead letters, and stops
+// after the one that brings their payloads to maxBytes, so a caller
+// replaying thousands calls it until it returns none, and the doors'
+// appends get the lock between calls. An error writing the marks after
+// the append wraps ErrNotMarked and returns the replays appended.
+func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, error) {
+	unlock, err := q.lockAppend()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var batch []*appendReq
+	var ids []uint64
+	size := 0
+	if _, err := q.eachPending(func(rec []byte) error {
+		if binary.BigEndian.Uint64(rec[1:9]) > upTo {
+			return nil
+		}
+		d, err := decodeDeadLetter(rec)
+		if err != nil {
+			return nil // damaged: not listed, not replayed
+		}
+		m := NewMessage{Source: source, CorrelationID: correlationID(), Payload: d.Payload}
+		if err := q.checkSize(m); err != nil {
+			return fmt.Errorf("dead letter %d: %w", d.ID, err)
+		}
+		batch, ids = append(batch, &appendReq{m: m, at: q.now()}), append(ids, d.ID)
+		if size += len(d.Payload); len(batch) >= limit || size >= maxBytes {
+			return errStop
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	q.mu.Lock()
+	poisoned := q.poisoned
+	q.mu.Unlock()
+	if poisoned != nil {
+		return nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
+	}
+	if err := q.writeLocked(batch); err != nil {
+		return nil, err
+	}
+	out := make([]Replayed, len(batch))
+	var marks []byte
+	now := q.now()
+	for i, r := range batch {
+		out[i] = Replayed{ID: ids[i], Message: r.res}
+		marks = appendFrame(marks, appendMarkRecord(nil, mark{id: ids[i], action: MarkReplayed, replayID: r.res.ID, at: now}))
+	}
+	if err := q.appendDurable(ackedFile, marks); err != nil {
+		return out, fmt.Errorf("queue %s/%s: %d dead letters were replayed (%d to %d): %w: %w", q.Tenant, q.Flow, len(out), ids[0], ids[len(ids)-1], ErrNotMarked, err)
+	}
+	return out, nil
+}
+
+// The chunks of ReplayAll and MarkAll: the append lock is let go between
+// two, for the doors' appends, and a chunk's payloads are held together.
+const (
+	allChunk      = 256
+	allChunkBytes = 16 << 20
+)
+
+// ReplayAll replays every dead letter pending when it begins, oldest
+// first, in chunks (ReplayPending), calling each for every replay made;
+// it returns how many it made. One dead-lettered again meanwhile (a newer
+// id) is not replayed again.
+func (q *Queue) ReplayAll(source string, correlationID func() string, each func(Replayed)) (int, error) {
+	ids, err := q.PendingIDs()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	n := 0
+	for {
+		got, err := q.ReplayPending(ids[len(ids)-1], allChunk, allChunkBytes, source, correlationID)
+		for _, r := range got {
+			each(r) // those of a chunk whose marks failed too: they were appended
+		}
+		n += len(got)
+		if err != nil || len(got) == 0 {
+			return n, err
+		}
+	}
+}
+
+// MarkAll marks every dead letter pending when it begins with action,
+// oldest first, in chunks (MarkPending), calling each for every id marked;
+// it returns how many it marked.
+func (q *Queue) MarkAll(action byte, each func(uint64)) (int, error) {
+	ids, err := q.PendingIDs()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	n := 0
+	for {
+		got, err := q.MarkPending(ids[len(ids)-1], allChunk, action)
+		for _, id := range got {
+			each(id)
+		}
+		n += len(got)
+		if err != nil || len(got) == 0 {
+			return n, err
+		}
+	}
+}
+
+// MarkPending marks the oldest pending dead letters whose ids are at most
+// upTo with action (MarkDiscarded), at most limit of them, in one hold of
+// the append lock: one read, one durable append of the marks. It returns
+// the ids marked; a caller marking thousands calls it until it returns
+// none.
+func (q *Queue) MarkPending(upTo uint64, limit int, action byte) ([]uint64, error) {
+	unlock, err := q.lockAppend()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var ids []uint64
+	if _, err := q.eachPending(func(rec []byte) error {
+		if id := binary.BigEndian.Uint64(rec[1:9]); id <= upTo {
+			if ids = append(ids, id); len(ids) >= limit {
+				return errStop
+			}
+		}
+		return nil
+	}); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	var marks []byte
+	now := q.now()
+	for _, id := range ids {
+		marks = appendFrame(marks, appendMarkRecord(nil, mark{id: id, action: action, at: now}))
+	}
+	if err := q.appendDurable(ackedFile, marks); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
 func (q *Queue) addMark(m mark) error {
 	unlock, err := q.lockAppend()
 	if err != nil {

@@ -219,21 +219,74 @@ func (m *Manager) Discard(tenant, flow string, id uint64) error {
 	if err := m.checkPending(tenant, flow, id); err != nil {
 		return err
 	}
+	return m.marking(tenant, flow, func(q *Queue) error { return q.Mark(id, MarkDiscarded) })
+}
+
+// marking runs mark on tenant/flow's queue: the one this process has
+// open, or else a handle of its own, closed after, so that a discard
+// starts no worker.
+func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 	m.mu.Lock()
 	e, open := m.queues[[2]string{tenant, flow}]
 	m.mu.Unlock()
 	if open {
-		return e.q.Mark(id, MarkDiscarded)
+		return mark(e.q)
 	}
 	q, _, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
 	if err != nil {
 		return err
 	}
-	err = q.Mark(id, MarkDiscarded)
+	err = mark(q)
 	if cerr := q.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// ReplayAll is Replay for every dead letter of tenant/flow pending when it
+// begins, oldest first (Queue.ReplayAll), and returns the replays made
+// (also with an error, those made before it). With none pending it opens
+// nothing and starts no worker.
+func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() string) ([]Replayed, error) {
+	p, err := m.Peek(tenant, flow)
+	if err != nil {
+		return nil, err
+	}
+	if ids, err := p.PendingIDs(); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	q, w, err := m.Queue(tenant, flow)
+	if err != nil {
+		return nil, err
+	}
+	var out []Replayed
+	_, err = q.ReplayAll(source, correlationID, func(r Replayed) { out = append(out, r) })
+	if errors.Is(err, ErrPoisoned) {
+		m.reopen(tenant, flow, q)
+	}
+	if len(out) > 0 {
+		w.Wake()
+	}
+	return out, err
+}
+
+// DiscardAll is Discard for every dead letter of tenant/flow pending when
+// it begins (Queue.MarkAll), and returns the ids discarded. Like Discard,
+// it starts no worker.
+func (m *Manager) DiscardAll(tenant, flow string) ([]uint64, error) {
+	p, err := m.Peek(tenant, flow)
+	if err != nil {
+		return nil, err
+	}
+	if ids, err := p.PendingIDs(); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	var out []uint64
+	err = m.marking(tenant, flow, func(q *Queue) error {
+		_, err := q.MarkAll(MarkDiscarded, func(id uint64) { out = append(out, id) })
+		return err
+	})
+	return out, err
 }
 
 // Peek is Peek(root, tenant, flow, fs) for this manager's queues: their

@@ -624,16 +624,26 @@ func (q *Queue) appendLocked(m NewMessage) (Message, error) {
 		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
 	}
 	req := &appendReq{m: m, at: q.now()}
-	if err := q.writeFrames([]*appendReq{req}); err != nil {
+	if err := q.writeLocked([]*appendReq{req}); err != nil {
+		return Message{}, err
+	}
+	return req.res, nil
+}
+
+// writeLocked writes batch (its messages checked) in one durable write,
+// as appendLocked writes one; a failure poisons the queue. The caller
+// holds the append lock.
+func (q *Queue) writeLocked(batch []*appendReq) error {
+	if err := q.writeFrames(batch); err != nil {
 		err = fmt.Errorf("%w: %w", err, ErrPoisoned)
 		q.mu.Lock()
 		if q.poisoned == nil {
 			q.poisoned = err
 		}
 		q.mu.Unlock()
-		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+		return fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 	}
-	return req.res, nil
+	return nil
 }
 
 // maxKeptBatchBuf bounds the batch buffer a queue keeps between batches.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -844,4 +845,78 @@ func TestManagerReplayAfterFailedSync(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestQueueReplayPending: ReplayPending replays the oldest pending dead
+// letters up to upTo, limit or maxBytes at a time, each as a new message
+// with a fresh correlation ID, and marks them naming it; a caller that
+// calls it until it returns none replays every one present when it began,
+// and none dead-lettered after (a newer id). MarkPending marks the same
+// way.
+func TestQueueReplayPending(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	var ids []uint64
+	for _, p := range []string{`{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`, `{"n":5}`} {
+		m := put(t, q, p)
+		addDeadLetter(t, q, m.ID, p)
+		ids = append(ids, m.ID)
+	}
+	upTo := ids[3] // the fifth came after the run began
+	n := 0
+	cid := func() string { n++; return fmt.Sprintf("cid-%d", n) }
+	var calls [][]uint64
+	var replays []queue.Replayed
+	for {
+		got, err := q.ReplayPending(upTo, 3, 1<<20, "replay", cid)
+		if err != nil {
+			t.Fatalf("ReplayPending: %v", err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		var call []uint64
+		for _, r := range got {
+			call = append(call, r.ID)
+		}
+		calls, replays = append(calls, call), append(replays, got...)
+	}
+	if diff := cmp.Diff([][]uint64{{ids[0], ids[1], ids[2]}, {ids[3]}}, calls); diff != "" {
+		t.Errorf("the dead letters of each call (-want +got):\n%s", diff)
+	}
+	for i, r := range replays {
+		if string(r.Message.Payload) != fmt.Sprintf(`{"n":%d}`, i+1) || r.Message.CorrelationID != fmt.Sprintf("cid-%d", i+1) || r.Message.ID <= ids[4] {
+			t.Errorf("replay %d: %+v", i, r)
+		}
+	}
+	if diff := cmp.Diff([]uint64{ids[4]}, pendingIDs(t, q)); diff != "" {
+		t.Errorf("pending after the run (-want +got):\n%s", diff)
+	}
+	// a byte budget stops after the dead letter that reaches it
+	for _, p := range []string{`{"big":"xxxxxxxxxx"}`, `{"n":7}`} {
+		addDeadLetter(t, q, put(t, q, p).ID, p)
+	}
+	got, err := q.ReplayPending(^uint64(0), 100, 5, "replay", cid)
+	if err != nil || len(got) != 1 || got[0].ID != ids[4] {
+		t.Errorf("ReplayPending with a 5-byte budget: %+v, %v; want the oldest alone", got, err)
+	}
+	// the marks name the messages the replays appended
+	applied, _, err := q.CompactDLQ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 5 || applied[0].ReplayID != replays[0].Message.ID || applied[0].Action != queue.MarkReplayed {
+		t.Errorf("the marks: %+v", applied)
+	}
+
+	marked, err := q.MarkPending(^uint64(0), 1, queue.MarkDiscarded)
+	if err != nil || len(marked) != 1 {
+		t.Fatalf("MarkPending, limit 1: %v, %v", marked, err)
+	}
+	if rest, err := q.MarkPending(^uint64(0), 100, queue.MarkDiscarded); err != nil || len(rest) != 1 || len(pendingIDs(t, q)) != 0 {
+		t.Errorf("MarkPending of the rest: %v, %v; pending %v", rest, err, pendingIDs(t, q))
+	}
+	if none, err := q.MarkPending(^uint64(0), 100, queue.MarkDiscarded); err != nil || len(none) != 0 {
+		t.Errorf("MarkPending with none pending: %v, %v", none, err)
+	}
 }

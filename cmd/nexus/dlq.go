@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -110,17 +111,23 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 // refused too, not taken for no filter. A filter no flow could match is a
 // mistake to say, not an empty listing.
 func checkNameFlags(fs *flag.FlagSet, tenant, flowName string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if tenant != "" || given["tenant"] {
+	if tenant != "" || flagGiven(fs, "tenant") {
 		if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
 			return err
 		}
 	}
-	if flowName != "" || given["flow"] {
+	if flowName != "" || flagGiven(fs, "flow") {
 		return naming.Check(flowName, naming.Flow(tenant))
 	}
 	return nil
+}
+
+// flagGiven reports whether the flag name was given on the command line
+// (empty perhaps), not left at its default.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
@@ -177,18 +184,12 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
-	ids := make([]uint64, 0, len(pending))
-	for _, d := range pending {
-		if id == 0 || d.ID == id {
-			ids = append(ids, d.ID)
-		}
-	}
+	// nothing is opened, created or written for nothing to do
 	switch {
-	case len(ids) == 0 && id != 0:
-		// nothing is opened, created or written
+	case id != 0 && !slices.ContainsFunc(pending, func(d queue.DeadLetter) bool { return d.ID == id }):
 		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
-	case len(ids) == 0:
+	case id == 0 && len(pending) == 0:
 		fmt.Fprintf(stdout, "no pending dead letter tenant=%s flow=%s\n", tenant, flowName)
 		return exitOK
 	}
@@ -207,35 +208,60 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		return exitError
 	}
 	defer q.Close()
-	done := 0
-	for _, n := range ids {
-		if sub == "replay" {
-			_, err = q.Replay(n, engine.DoorEnqueue, flow.NewUUID())
-		} else {
-			err = q.Mark(n, queue.MarkDiscarded)
-		}
-		switch {
-		case errors.Is(err, queue.ErrNotPending) && id == 0:
-			continue // handled meanwhile by another process: not this one's to do
-		case errors.Is(err, queue.ErrNotPending):
-			fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: n})
-			return exitError
-		case err != nil:
-			if done > 0 {
-				fmt.Fprintf(stderr, "nexus dlq %s: %d done before id=%d failed\n", sub, done, n)
-			}
-			fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-			return exitError
-		}
-		done++
-		if sub == "replay" {
-			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", n, tenant, flowName)
-		} else {
-			fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n", n, tenant, flowName)
-		}
+	if id == 0 {
+		return dlqMarkAll(sub, q, tenant, flowName, stdout, stderr)
 	}
-	if sub == "discard" && done > 0 {
-		fmt.Fprintf(stdout, "  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings\n")
+	if sub == "replay" {
+		_, err = q.Replay(id, engine.DoorEnqueue, flow.NewUUID())
+	} else {
+		err = q.Mark(id, queue.MarkDiscarded)
+	}
+	switch {
+	case errors.Is(err, queue.ErrNotPending):
+		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
+		return exitError
+	case err != nil:
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	if sub == "replay" {
+		fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", id, tenant, flowName)
+	} else {
+		fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n%s\n", id, tenant, flowName, discardNote)
+	}
+	return exitOK
+}
+
+// discardNote follows the lines of a discard.
+const discardNote = "  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings"
+
+// dlqMarkAll replays or discards (sub) every dead letter pending in q when
+// it begins, oldest first, in chunks that let the servers' appends
+// through (queue.ReplayAll, MarkAll), one line each; one another process
+// handles meanwhile is left to it.
+func dlqMarkAll(sub string, q *queue.Queue, tenant, flowName string, stdout, stderr io.Writer) int {
+	var n int
+	var err error
+	if sub == "replay" {
+		n, err = q.ReplayAll(engine.DoorEnqueue, flow.NewUUID, func(r queue.Replayed) {
+			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", r.ID, tenant, flowName)
+		})
+	} else {
+		n, err = q.MarkAll(queue.MarkDiscarded, func(id uint64) {
+			fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n", id, tenant, flowName)
+		})
+	}
+	switch {
+	case err != nil:
+		if n > 0 {
+			fmt.Fprintf(stderr, "nexus dlq %s: %d done, then:\n", sub, n)
+		}
+		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	case n == 0:
+		fmt.Fprintf(stdout, "no pending dead letter tenant=%s flow=%s\n", tenant, flowName)
+	case sub == "discard":
+		fmt.Fprintln(stdout, discardNote)
 	}
 	return exitOK
 }
