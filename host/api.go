@@ -9,6 +9,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/nexushq/nexus/engine"
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
@@ -70,8 +72,10 @@ func (s *Server) api(h httprouter.Handle) httprouter.Handle {
 		auth, _, origin := s.authorizeForm(w, r)
 		switch {
 		case auth == authNone:
+			// before its body is read, as the answer to a path that is no
+			// endpoint (apiUnauthorized), which it must not differ from
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, "missing or unknown admin key")
+			refuseUnread(w, r, http.StatusUnauthorized, "missing or unknown admin key")
 		case origin != originOK:
 			writeError(w, http.StatusForbidden, apiOriginRefusals[origin])
 		default:
@@ -305,33 +309,49 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 	writeJSON(w, http.StatusOK, out)
 }
 
-// doDLQActionAll runs doDLQAction for every dead letter pending in the
-// queue, oldest first, and returns the (id, new message id) pairs done. A
-// dead letter another process handles meanwhile is left to it; any other
-// refusal stops the run, and its error says how many were done before.
+// doDLQActionAll replays or discards every dead letter pending in the
+// queue when it begins, oldest first, in chunks that let the doors'
+// appends through between them, and returns the (id, new message id)
+// pairs done. The statuses are doDLQAction's: 409 for a replay into a
+// flow that is not live, 503 when no worker can be started, 500 for a
+// failure (its error names how many were done before it, which stand).
+// It is logged as one admin_action line.
 func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, int, error) {
-	q, err := s.cfg.Queues.Peek(tenant, flowName) // a queue with no files has none
-	if err != nil {
-		return nil, http.StatusInternalServerError, err
-	}
-	ids, err := q.PendingIDs()
-	if err != nil {
-		return nil, http.StatusInternalServerError, err
+	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); action == "replay" && err != nil {
+		return nil, http.StatusConflict, err
 	}
 	done := [][2]uint64{}
-	for _, id := range ids {
-		newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
-		switch {
-		case status == http.StatusNotFound:
-			continue // handled meanwhile
-		case err != nil && len(done) > 0:
-			return nil, status, fmt.Errorf("%d done, then dead letter %d: %v", len(done), id, err)
-		case err != nil:
-			return nil, status, err
+	var err error
+	if action == "replay" {
+		var rs []queue.Replayed
+		rs, err = s.cfg.Queues.ReplayAll(tenant, flowName, engine.DoorEnqueue, flow.NewUUID)
+		for _, r := range rs {
+			done = append(done, [2]uint64{r.ID, r.Message.ID})
 		}
-		done = append(done, [2]uint64{id, newID})
+	} else {
+		var ids []uint64
+		ids, err = s.cfg.Queues.DiscardAll(tenant, flowName)
+		for _, id := range ids {
+			done = append(done, [2]uint64{id, 0})
+		}
 	}
-	return done, http.StatusOK, nil
+	auth, _ := s.adminAuth(r)
+	if len(done) > 0 {
+		s.cfg.Logger.Info("dead letters were handled through the management API", "event", "admin_action", "action", "dlq_"+action+"_all",
+			"tenant", tenant, "flow", flowName, "count", len(done), "first_msg_id", done[0][0], "last_msg_id", done[len(done)-1][0],
+			"auth", auth.String(), "remote", r.RemoteAddr)
+	}
+	switch {
+	case err == nil:
+		return done, http.StatusOK, nil
+	case errors.Is(err, queue.ErrBudget):
+		w.Header().Set("Retry-After", "1")
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
+	}
+	s.cfg.Logger.Error("dead letters could not be handled", "event", "internal_error", "action", "dlq_"+action+"_all",
+		"tenant", tenant, "flow", flowName, "done", len(done), "auth", auth.String(), "remote", r.RemoteAddr,
+		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
+	return nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
 }
 
 // doDLQAction runs a replay or a discard and says which status answers
@@ -425,6 +445,17 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 	q := r.URL.Query()
 	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), CorrelationID: q.Get("correlation_id"), Limit: 100}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			return jq, fmt.Errorf("limit %q is not a number from 1 to 1000", l)
+		}
+		jq.Limit = n
+	}
+	if q.Has("correlation_id") && jq.CorrelationID == "" {
+		// an unset variable in a script: not the whole journal
+		return jq, errors.New("correlation_id is empty: give one, or leave it out")
+	}
 	if jq.Tenant != "" {
 		if err := naming.Check(jq.Tenant, naming.Tenant(jq.Flow)); err != nil {
 			return jq, err
@@ -434,13 +465,6 @@ func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 		if err := naming.Check(jq.Flow, naming.Flow(jq.Tenant)); err != nil {
 			return jq, err
 		}
-	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			return jq, fmt.Errorf("limit %q is not a number from 1 to 1000", l)
-		}
-		jq.Limit = n
 	}
 	return jq, nil
 }

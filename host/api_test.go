@@ -964,6 +964,7 @@ func TestAPIJournal(t *testing.T) {
 	for _, tc := range []struct{ query, want string }{
 		{"tenant=Bad", `invalid name "Bad" for tenant (flow ""): character 'B' at position 1 is not allowed`},
 		{"tenant=acme&flow=a.b", `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+		{"correlation_id=", "correlation_id is empty: give one, or leave it out"},
 	} {
 		t.Run("400 for "+tc.query, func(t *testing.T) {
 			wantRefusal(t, fx.admin(http.MethodGet, "/api/journal?"+tc.query), http.StatusBadRequest, tc.want)
@@ -1263,13 +1264,23 @@ func TestAPIUnknownPathsNeedTheKey(t *testing.T) {
 	} {
 		w := fx.serve(newRequest(tc.method, tc.path, ""))
 		wantRefusal(t, w, http.StatusUnauthorized, "missing or unknown admin key")
-		if w.Header().Get("WWW-Authenticate") != "Bearer" || w.Header().Get("Cache-Control") != "no-store" {
-			t.Errorf("%s %s without the key: headers %v", tc.method, tc.path, w.Header())
+		if w.Header().Get("WWW-Authenticate") != "Bearer" || w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("Allow") != "" {
+			t.Errorf("%s %s without the key: headers %v (an Allow would tell the path exists)", tc.method, tc.path, w.Header())
 		}
 		w = fx.admin(tc.method, tc.path)
 		if w.Code != tc.status || w.Header().Get("Cache-Control") != "no-store" {
 			t.Errorf("%s %s with the key: %d, Cache-Control %q; want %d and no-store", tc.method, tc.path, w.Code, w.Header().Get("Cache-Control"), tc.status)
 		}
+	}
+	// a POST with a body, to an endpoint or to no endpoint, under /api/
+	// and /ui/: the same headers without the key
+	var answers []http.Header
+	for _, path := range []string{"/api/queues/acme/echo/dlq/1/replay", "/api/nope", "/ui/queues/acme/echo/dlq/1/replay", "/ui/nope"} {
+		h := fx.serve(newRequest(http.MethodPost, path, "csrf=x", "Content-Type", "application/x-www-form-urlencoded")).Header()
+		answers = append(answers, http.Header{"Allow": h["Allow"], "Connection": h["Connection"]})
+	}
+	if want := (http.Header{"Allow": nil, "Connection": {"close"}}); !slices.EqualFunc(answers, slices.Repeat([]http.Header{want}, 4), func(a, b http.Header) bool { return cmp.Equal(a, b) }) {
+		t.Errorf("POSTs without the key: %v, want each %v", answers, want)
 	}
 }
 
@@ -1290,8 +1301,9 @@ func TestAPIReplayAndDiscardAll(t *testing.T) {
 	for id := int64(4); id <= 6; id++ {
 		fx.waitJournal(t, "acme", "echo", id)
 	}
-	if evs := fx.logs.Events(t, "admin_action"); len(evs) != 3 {
-		t.Errorf("admin_action lines: %v, want one for each dead letter", evs)
+	if evs := fx.logs.Events(t, "admin_action"); len(evs) != 1 || evs[0]["action"] != "dlq_replay_all" || evs[0]["count"] != 3.0 ||
+		evs[0]["first_msg_id"] != 1.0 || evs[0]["last_msg_id"] != 3.0 || evs[0]["auth"] != "bearer" {
+		t.Errorf("admin_action lines: %v, want one naming the three", evs)
 	}
 	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/discard"), `{"tenant":"acme","flow":"echo","discarded":[]}`)
 	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/frobnicate"), http.StatusNotFound, `no such action "frobnicate": replay or discard`)

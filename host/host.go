@@ -187,13 +187,6 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// refuseUnread writes a refusal made before the request's body was read.
-// When the request has one (a length, or chunked), the connection closes
-// after the answer: net/http would otherwise read up to 256 KiB of the
-// body first to keep the connection, so a caller that announced a body
-// and has not sent it would wait for its refusal, and the body would be
-// pulled off the socket after all (server.md: the gate runs "before one
-// byte of the body is read").
 // apiUnauthorized answers a request under /api/ that no endpoint takes as
 // the API answers one: with no-store, and 401 without the admin key
 // (which it reports), so that which paths exist is not told before the
@@ -208,10 +201,21 @@ func (s *Server) apiUnauthorized(w http.ResponseWriter, r *http.Request) bool {
 	if auth, _ := s.adminAuth(r); auth != authNone {
 		return false
 	}
+	// as an endpoint's 401 answers (api): without the Allow the router
+	// set for a path that takes other methods
+	h.Del("Allow")
 	h.Set("WWW-Authenticate", "Bearer")
 	refuseUnread(w, r, http.StatusUnauthorized, "missing or unknown admin key")
 	return true
 }
+
+// refuseUnread writes a refusal made before the request's body was read.
+// When the request has one (a length, or chunked), the connection closes
+// after the answer: net/http would otherwise read up to 256 KiB of the
+// body first to keep the connection, so a caller that announced a body
+// and has not sent it would wait for its refusal, and the body would be
+// pulled off the socket after all (server.md: the gate runs "before one
+// byte of the body is read").
 
 func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if r.ContentLength != 0 {

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -135,10 +136,14 @@ func (s *Server) crossOrigin(r *http.Request, session string) originRefusal {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return originOtherSite
 	}
-	if err := r.ParseForm(); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return originTooLarge
-		}
+	var err error
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		err = r.ParseMultipartForm(maxFormBytes) // which ParseForm leaves unread
+	} else {
+		err = r.ParseForm()
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return originTooLarge
 	}
 	token := r.PostFormValue("csrf")
 	if token == "" || !hmac.Equal([]byte(token), []byte(s.csrfToken(session))) {

@@ -95,6 +95,12 @@ func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Para
 // 401 with a page that sends the browser to the login form, and back to
 // the page it asked for (a GET) once logged in.
 func (s *Server) unauthorizedPage(w http.ResponseWriter, r *http.Request) {
+	// the same for every path, a page or not: no Allow, and a body left
+	// unread closes the connection (refuseUnread)
+	w.Header().Del("Allow")
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
 	to := "/ui/"
 	if r.Method == http.MethodGet {
 		to = r.URL.RequestURI()

@@ -1,11 +1,13 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"html"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -505,6 +507,16 @@ func TestUICSRF(t *testing.T) {
 	}
 	before := fx.counts(t, "acme", "echo")
 
+	// a multipart form over 64 KiB is said to be so too
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	mw.WriteField("csrf", token)
+	mw.WriteField("pad", strings.Repeat("x", 64<<10))
+	mw.Close()
+	r := newRequest(http.MethodPost, "/api/queues/acme/echo/dlq/1/replay", mp.String(), "Content-Type", mw.FormDataContentType())
+	r.AddCookie(c)
+	wantRefusal(t, fx.serve(r), http.StatusForbidden, "the form is larger than the 64 KiB a form may hold")
+
 	for _, target := range []struct {
 		path string
 		api  bool
@@ -978,7 +990,10 @@ func TestUIJournalPage(t *testing.T) {
 			t.Errorf("limit=%s: no %q in:\n%s", limit, want, body)
 		}
 	}
-	body = wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=Bad"), http.StatusBadRequest)
+	body = wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=Bad&limit=5"), http.StatusBadRequest)
+	if !strings.Contains(body, `<input name="limit" value="5"`) {
+		t.Errorf("tenant=Bad&limit=5: the form forgot the limit:\n%s", body)
+	}
 	if want := `<div class="error" role="alert">Invalid name &#34;Bad&#34; for tenant (flow &#34;&#34;): character &#39;B&#39; at position 1 is not allowed.</div>`; !strings.Contains(body, want) {
 		t.Errorf("tenant=Bad: no %q in:\n%s", want, body)
 	}
