@@ -157,7 +157,7 @@ func (s *Scheduler) run(ctx context.Context) {
 		}
 	}()
 	var lastWall time.Time // the clock at the previous pass
-	started := s.cfg.Clock.Now()
+	followed := false      // a pass has seen a live set
 	for ctx.Err() == nil {
 		now := s.cfg.Clock.Now()
 		// the wall clock alone (Round(0) drops the monotonic reading,
@@ -168,7 +168,9 @@ func (s *Scheduler) run(ctx context.Context) {
 			back = lastWall.Sub(wall)
 		}
 		lastWall = now.Round(0)
-		s.follow(entries, now, back, started)
+		if s.follow(entries, now, back, !followed) {
+			followed = true
+		}
 		wait := s.cfg.Poll
 		for _, e := range entries {
 			if e.next.IsZero() {
@@ -200,8 +202,10 @@ func (s *Scheduler) run(ctx context.Context) {
 
 // follow brings the entries in line with the live set: a schedule added,
 // changed or removed by a publication takes effect here, at the swap.
-// started is when this scheduler began to run.
-func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back time.Duration, started time.Time) {
+// first is true until a pass has seen a live set: the flows it finds are
+// the ones this process starts with. It reports whether there was a live
+// set.
+func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back time.Duration, first bool) bool {
 	live := s.cfg.Live.Live()
 	seen := map[[2]string]bool{}
 	if live != nil {
@@ -232,15 +236,14 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
 			e.every, _ = sc.Every()
 			next := sc.Next(now)
-			if !ok && e.every > 0 {
-				// an @every flow ticked before this process started goes
-				// on from its last tick, whichever process made it:
-				// counted from the start, every restart put the next tick
-				// a whole period off, and a host restarted more often than
-				// the period never ticked. (A flow scheduled again while
-				// this process runs counts from the publication, as a new
-				// period does.)
-				if last, err := s.lastTick(e); err == nil && !last.IsZero() && last.Before(started) {
+			if !ok && first && e.every > 0 {
+				// an @every flow this process starts with goes on from its
+				// last tick, whichever process made it: counted from the
+				// start, every restart put the next tick a whole period
+				// off, and a host restarted more often than the period
+				// never ticked. (A flow scheduled later, while this process
+				// runs, counts from the publication, as a new period does.)
+				if last, err := s.lastTick(e); err == nil && !last.IsZero() {
 					next = everyAfter(last, e.every, now)
 				}
 			}
@@ -269,6 +272,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 			delete(entries, k)
 		}
 	}
+	return live != nil
 }
 
 // followClock follows the wall clock set back by back (zero when it was

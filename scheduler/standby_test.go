@@ -264,3 +264,28 @@ func TestEveryKeepsItsTimesAcrossRestarts(t *testing.T) {
 		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
 }
+
+// TestEveryScheduledAgainCountsFromThePublication: a flow given an @every
+// schedule while a process runs counts from the publication, even with a
+// last-tick record from an earlier schedule (only the flows a process
+// starts with go on from their record).
+func TestEveryScheduledAgainCountsFromThePublication(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "report", "@every 1h", "", ""))
+	clkA := clocktest.New(st0)
+	a := e.start("a", clkA, time.Minute)
+	clkA.WaitCalls(t, 1)
+	clkA.StepUntil(t, st0.Add(61*time.Minute), 100) // ticks at 15:02
+	a.Stop()
+	e.publish(flowSrc("acme", "report", "")) // unscheduled
+	clkB := clocktest.New(st0.Add(70 * time.Minute))
+	e.start("b", clkB, time.Minute)
+	clkB.WaitCalls(t, 1)
+	clkB.StepUntil(t, st0.Add(210*time.Minute), 300) // 17:32
+	e.publish(cronFlow("acme", "report", "@every 90m", "", ""))
+	clkB.StepUntil(t, st0.Add(6*time.Hour), 600)
+	want := []string{"a@15:02:00", "b@19:03:00"} // a period after the pass that saw it (17:33)
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}

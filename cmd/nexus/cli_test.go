@@ -443,6 +443,7 @@ func TestJournalFilterNames(t *testing.T) {
 		// given empty (a shell variable not set): refused, not "no filter"
 		{[]string{"--tenant", ""}, `nexus journal: invalid name "" for tenant (flow ""): the name is empty`},
 		{[]string{"--tenant", "acme", "--flow="}, `nexus journal: invalid name "" for flow (tenant "acme"): the name is empty`},
+		{[]string{"--correlation-id", ""}, `nexus journal: --correlation-id is empty: give one, or leave it out`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"journal", "--db", db}, c.args...), &stdout, &stderr)

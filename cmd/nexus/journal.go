@@ -43,8 +43,12 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr, journalUsage, fs)
 		return exitUsage
 	}
-	// the name rule, as nexus dlq applies it
-	if err := checkNameFlags(fs, *tenant, *flowName); err != nil {
+	// the name rule, as nexus dlq applies it; a correlation ID given
+	// empty (an unset variable) is not "every execution"
+	if err := checkNameFlags(fs, *tenant, *flowName); err != nil || *cid == "" && flagGiven(fs, "correlation-id") {
+		if err == nil {
+			err = errors.New("--correlation-id is empty: give one, or leave it out")
+		}
 		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
 		return exitError
 	}
