@@ -722,28 +722,47 @@ func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, []Damage
 // QueueNames lists the (tenant, flow) folders under root that follow the
 // name rule, sorted.
 func QueueNames(root string, fsys FS) ([][2]string, error) {
+	names, _, err := QueueFolders(root, fsys)
+	return names, err
+}
+
+// QueueFolders is QueueNames, and the folders under root (tenant or
+// tenant/flow, sorted) left out because their names break the rule: no
+// queue of this nexus is there, but one made by hand, or by a build older
+// than the rule, may hold dead letters that nexus dlq list should not
+// pass over in silence.
+func QueueFolders(root string, fsys FS) ([][2]string, []string, error) {
 	if fsys == nil {
 		fsys = OS{}
 	}
 	tenants, err := fsys.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out [][2]string
+	var skipped []string
 	for _, t := range tenants {
-		if !t.IsDir() || !naming.Valid(t.Name()) {
+		if !t.IsDir() {
+			continue
+		}
+		if !naming.Valid(t.Name()) {
+			skipped = append(skipped, t.Name())
 			continue
 		}
 		flows, err := fsys.ReadDir(filepath.Join(root, t.Name()))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, f := range flows {
-			if f.IsDir() && naming.Valid(f.Name()) {
+			switch {
+			case !f.IsDir():
+			case naming.Valid(f.Name()):
 				out = append(out, [2]string{t.Name(), f.Name()})
+			default:
+				skipped = append(skipped, t.Name()+"/"+f.Name())
 			}
 		}
 	}
@@ -753,5 +772,6 @@ func QueueNames(root string, fsys FS) ([][2]string, error) {
 		}
 		return out[i][1] < out[j][1]
 	})
-	return out, nil
+	slices.Sort(skipped)
+	return out, skipped, nil
 }

@@ -604,3 +604,44 @@ func TestFlagValueErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQListSaysWhatItPassesOver: a queue folder whose name breaks the
+// rule (made by hand, or by an older build) is not listed, and nexus dlq
+// list says so on stderr when it holds a dlq.log, rather than passing over
+// its dead letters in silence; an empty one left over is not worth a word,
+// nor is one a filter leaves out.
+func TestDLQListSaysWhatItPassesOver(t *testing.T) {
+	dir := t.TempDir()
+	queues := filepath.Join(dir, "queues")
+	for _, p := range []string{"acme/Weird.Name/dlq.log", "acme/Empty.Name/", "Globex/x/dlq.log"} {
+		path := filepath.Join(queues, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(p, "/") {
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db := filepath.Join(dir, "registry.db")
+	for _, c := range []struct {
+		args []string
+		want []string // the folders named on stderr
+	}{
+		{nil, []string{"Globex", "acme/Weird.Name"}},
+		{[]string{"--tenant", "acme"}, []string{"acme/Weird.Name"}},
+		{[]string{"--tenant", "acme", "--flow", "echo"}, nil},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"dlq", "list", "--db", db}, c.args...), &stdout, &stderr)
+		var want string
+		for _, f := range c.want {
+			want += "nexus dlq list: " + filepath.Join(queues, filepath.FromSlash(f)) +
+				": not listed: the folder's name breaks the rule for a name that becomes a path (made by hand, or by an older build)\n"
+		}
+		if code != exitOK || stdout.String() != "DLQ is empty\n" || stderr.String() != want {
+			t.Errorf("dlq list %v: exit %d, stdout %q, stderr:\n%s\nwant:\n%s", c.args, code, stdout.String(), stderr.String(), want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -130,11 +131,33 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 	return given
 }
 
+// holdsDeadLetters reports whether the folder dir (a queue's, or a
+// tenant's of queues) holds a dlq.log: an empty folder left over is not
+// worth a word at every listing.
+func holdsDeadLetters(dir string) bool {
+	if _, err := os.Lstat(filepath.Join(dir, "dlq.log")); err == nil {
+		return true
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if _, err := os.Lstat(filepath.Join(dir, e.Name(), "dlq.log")); e.IsDir() && err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
-	names, err := queue.QueueNames(root, nil)
+	names, skipped, err := queue.QueueFolders(root, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq list: %v\n", err)
 		return exitError
+	}
+	for _, folder := range skipped {
+		if flowName == "" && (tenant == "" || strings.HasPrefix(folder+"/", tenant+"/")) && holdsDeadLetters(filepath.Join(root, folder)) {
+			fmt.Fprintf(stderr, "nexus dlq list: %s: not listed: the folder's name breaks the rule for a name that becomes a path (made by hand, or by an older build)\n",
+				filepath.Join(root, folder))
+		}
 	}
 	type entry struct {
 		tenant, flow string
