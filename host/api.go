@@ -437,8 +437,8 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// journalQuery reads ?tenant=&flow=&correlation_id=&limit= (limit 1 to
-// 1000, default 100).
+// journalQuery reads ?tenant=&flow=&correlation_id=&limit=&before= (limit
+// 1 to 1000, default 100; before, the next_before of the page before).
 // A tenant or flow the name rule refuses is an error, as nexus journal
 // says it: no flow could match it, and an empty journal would hide the
 // mistake.
@@ -451,6 +451,13 @@ func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 			return jq, fmt.Errorf("limit %q is not a number from 1 to 1000", l)
 		}
 		jq.Limit = n
+	}
+	if c := q.Get("before"); c != "" {
+		b, err := journalCursor(c)
+		if err != nil {
+			return jq, err
+		}
+		jq.Before = b
 	}
 	if q.Has("correlation_id") && jq.CorrelationID == "" {
 		// an unset variable in a script: not the whole journal
@@ -479,12 +486,17 @@ func (s *Server) apiJournal(w http.ResponseWriter, r *http.Request, _ httprouter
 		writeError(w, http.StatusNotFound, "this host keeps no journal: no such endpoint: "+r.Method+" "+r.URL.Path)
 		return
 	}
-	entries, err := s.journalEntries(r.Context(), jq)
+	entries, next, err := s.journalEntries(r.Context(), jq)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Entries []journalEntry `json:"entries"`
-	}{entries})
+	out := struct {
+		Entries    []journalEntry `json:"entries"`
+		NextBefore *string        `json:"next_before"` // the next page's ?before=, null after the last
+	}{Entries: entries}
+	if next != "" {
+		out.NextBefore = &next
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -920,33 +921,44 @@ func testJournal() ([]registry.Entry, []journalDoc) {
 
 func TestAPIJournal(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	wantDocument(t, fx.admin(http.MethodGet, "/api/journal"), `{"entries":[]}`)
+	wantDocument(t, fx.admin(http.MethodGet, "/api/journal"), `{"entries":[],"next_before":null}`)
 	entries, docs := testJournal()
 	writeJournal(t, fx.reg, entries...)
 	e1, e2, e3 := docs[0], docs[1], docs[2]
+	// the cursor of an entry: its time in microseconds and its row
+	cursor := func(i int) *string {
+		c := fmt.Sprintf("%d.%d", entries[i].At.UnixMicro(), i+1)
+		return &c
+	}
 
 	for _, tc := range []struct {
 		query string
 		want  []journalDoc
+		next  *string // a full page has one
 	}{
-		{"", []journalDoc{e3, e2, e1}},
-		{"limit=1000", []journalDoc{e3, e2, e1}},
-		{"limit=1", []journalDoc{e3}},
-		{"limit=2", []journalDoc{e3, e2}},
-		{"tenant=acme", []journalDoc{e2, e1}},
-		{"tenant=acme&flow=echo", []journalDoc{e1}},
-		{"correlation_id=corr-2", []journalDoc{e2}},
-		{"tenant=globex&correlation_id=corr-2", []journalDoc{}},
-		{"flow=nightly", []journalDoc{e3}},
-		{"tenant=acme&limit=1", []journalDoc{e2}},
-		{"tenant=nobody", []journalDoc{}},
-		{"tenant=globex&flow=echo", []journalDoc{}},
+		{"", []journalDoc{e3, e2, e1}, nil},
+		{"limit=1000", []journalDoc{e3, e2, e1}, nil},
+		{"limit=1", []journalDoc{e3}, cursor(2)},
+		{"limit=2", []journalDoc{e3, e2}, cursor(1)},
+		{"limit=2&before=" + *cursor(1), []journalDoc{e1}, nil},
+		{"limit=3", []journalDoc{e3, e2, e1}, cursor(0)},
+		{"limit=3&before=" + *cursor(0), []journalDoc{}, nil},
+		{"tenant=acme", []journalDoc{e2, e1}, nil},
+		{"tenant=acme&flow=echo", []journalDoc{e1}, nil},
+		{"correlation_id=corr-2", []journalDoc{e2}, nil},
+		{"tenant=globex&correlation_id=corr-2", []journalDoc{}, nil},
+		{"flow=nightly", []journalDoc{e3}, nil},
+		{"tenant=acme&limit=1", []journalDoc{e2}, cursor(1)},
+		{"tenant=acme&limit=1&before=" + *cursor(1), []journalDoc{e1}, cursor(0)},
+		{"tenant=nobody", []journalDoc{}, nil},
+		{"tenant=globex&flow=echo", []journalDoc{}, nil},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			w := fx.admin(http.MethodGet, "/api/journal?"+tc.query)
 			wantDocument(t, w, mustJSON(t, struct {
-				Entries []journalDoc `json:"entries"`
-			}{tc.want}))
+				Entries    []journalDoc `json:"entries"`
+				NextBefore *string      `json:"next_before"`
+			}{tc.want, tc.next}))
 		})
 	}
 
@@ -965,6 +977,9 @@ func TestAPIJournal(t *testing.T) {
 		{"tenant=Bad", `invalid name "Bad" for tenant (flow ""): character 'B' at position 1 is not allowed`},
 		{"tenant=acme&flow=a.b", `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 		{"correlation_id=", "correlation_id is empty: give one, or leave it out"},
+		{"before=12", `before "12" is not a cursor of the journal (next_before of the page before)`},
+		{"before=x.1", `before "x.1" is not a cursor of the journal (next_before of the page before)`},
+		{"before=1.0", `before "1.0" is not a cursor of the journal (next_before of the page before)`},
 	} {
 		t.Run("400 for "+tc.query, func(t *testing.T) {
 			wantRefusal(t, fx.admin(http.MethodGet, "/api/journal?"+tc.query), http.StatusBadRequest, tc.want)

@@ -454,6 +454,7 @@ type journalPage struct {
 	CorrelationID string
 	Limit         int
 	Entries       []journalEntry
+	Older         string // the link to the older page, "" when there is none
 }
 
 func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
@@ -475,9 +476,20 @@ func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.
 		s.render(w, r, http.StatusOK, "journal", p)
 		return
 	}
-	if data.Entries, err = s.journalEntries(r.Context(), jq); err != nil {
+	var next string
+	if data.Entries, next, err = s.journalEntries(r.Context(), jq); err != nil {
 		s.pageError(w, r, err)
 		return
+	}
+	if next != "" {
+		// the filters as they were, and only those given
+		q := url.Values{"limit": {strconv.Itoa(jq.Limit)}, "before": {next}}
+		for k, v := range map[string]string{"tenant": jq.Tenant, "flow": jq.Flow, "correlation_id": jq.CorrelationID} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		data.Older = "/ui/journal?" + q.Encode()
 	}
 	s.render(w, r, http.StatusOK, "journal", p)
 }

@@ -984,6 +984,20 @@ func TestUIJournalPage(t *testing.T) {
 		}
 	}
 
+	// a full page links to the older one, keeping the filters given
+	body = wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=acme&limit=1"), http.StatusOK)
+	older := regexp.MustCompile(`<a href="(/ui/journal\?[^"]*)" rel="next">Older entries</a>`).FindStringSubmatch(body)
+	if older == nil {
+		t.Fatalf("no link to the older entries:\n%s", body)
+	}
+	link := html.UnescapeString(older[1])
+	if got := rows(wantPage(t, fx.admin(http.MethodGet, link), http.StatusOK)); !slices.Equal(got, []string{"corr-1"}) || strings.Contains(link, "correlation_id") {
+		t.Errorf("the older page %s: rows %v, want corr-1 (and no empty filter in the link)", link, got)
+	}
+	if body := wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=acme"), http.StatusOK); strings.Contains(body, "Older entries") {
+		t.Errorf("a page that is not full links to an older one:\n%s", body)
+	}
+
 	for _, limit := range []string{"0", "abc", "1001"} {
 		body := wantPage(t, fx.admin(http.MethodGet, "/ui/journal?limit="+limit), http.StatusBadRequest)
 		if want := `<div class="error" role="alert">The limit &#34;` + limit + `&#34; is not a number from 1 to 1000.</div>`; !strings.Contains(body, want) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -312,13 +314,15 @@ type journalEntry struct {
 	Error         string `json:"error"`
 }
 
-func (s *Server) journalEntries(ctx context.Context, q registry.JournalQuery) ([]journalEntry, error) {
+// journalEntries is a page of the journal, and the cursor of the page
+// after it ("" when the page is not full: there is none).
+func (s *Server) journalEntries(ctx context.Context, q registry.JournalQuery) ([]journalEntry, string, error) {
 	if s.cfg.History == nil {
-		return nil, errors.New("this host keeps no journal")
+		return nil, "", errors.New("this host keeps no journal")
 	}
 	entries, err := s.cfg.History.Journal(ctx, q)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]journalEntry, 0, len(entries))
 	for _, e := range entries {
@@ -326,7 +330,24 @@ func (s *Server) journalEntries(ctx context.Context, q registry.JournalQuery) ([
 			CorrelationID: e.CorrelationID, MsgID: e.MsgID, Attempt: e.Attempt, Outcome: e.Outcome, Status: e.Status,
 			DurationMS: e.Duration.Milliseconds(), Error: e.Error})
 	}
-	return out, nil
+	next := ""
+	if len(entries) > 0 && len(entries) == q.Limit {
+		last := entries[len(entries)-1]
+		next = fmt.Sprintf("%d.%d", last.At.UnixMicro(), last.Row)
+	}
+	return out, next, nil
+}
+
+// journalCursor reads a cursor of journalEntries (the time of an entry in
+// microseconds, a dot, its row).
+func journalCursor(c string) (*registry.Entry, error) {
+	at, row, ok := strings.Cut(c, ".")
+	us, aerr := strconv.ParseInt(at, 10, 64)
+	n, rerr := strconv.ParseInt(row, 10, 64)
+	if !ok || aerr != nil || rerr != nil || n < 1 {
+		return nil, fmt.Errorf("before %q is not a cursor of the journal (next_before of the page before)", c)
+	}
+	return &registry.Entry{At: time.UnixMicro(us), Row: n}, nil
 }
 
 // dlqAction replays or discards a pending dead letter (the UI's buttons

@@ -14,6 +14,9 @@ import (
 
 // Entry is one execution in the journal.
 type Entry struct {
+	// Row is the entry's row in the journal, set when it is read (with
+	// At, the cursor of the page after it: JournalQuery.Before)
+	Row           int64
 	At            time.Time
 	Door          string // run, enqueue or cron
 	Tenant, Flow  string
@@ -415,6 +418,9 @@ type JournalQuery struct {
 	Tenant, Flow  string
 	CorrelationID string // the executions of one request or message (its attempts)
 	Limit         int    // 0 means 50
+	// Before, when set, takes the entries listed after it (older): the
+	// last entry of the page before, for the next page
+	Before *Entry
 }
 
 // Journal returns entries newest first: by the time the execution began,
@@ -431,7 +437,12 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 	if q.CorrelationID != "" {
 		where, args = append(where, "correlation_id = ?"), append(args, q.CorrelationID)
 	}
-	query := `SELECT at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error FROM journal`
+	if b := q.Before; b != nil {
+		// the order of the listing: at, then id, both descending
+		at := b.At.UnixMicro()
+		where, args = append(where, "(at < ? OR at = ? AND id < ?)"), append(args, at, at, b.Row)
+	}
+	query := `SELECT id, at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error FROM journal`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -450,7 +461,7 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 	for rows.Next() {
 		var e Entry
 		var at, dur int64
-		if err := rows.Scan(&at, &e.Door, &e.Tenant, &e.Flow, &e.Version, &e.CorrelationID, &e.MsgID, &e.Attempt, &e.Outcome, &e.Status, &dur, &e.Error); err != nil {
+		if err := rows.Scan(&e.Row, &at, &e.Door, &e.Tenant, &e.Flow, &e.Version, &e.CorrelationID, &e.MsgID, &e.Attempt, &e.Outcome, &e.Status, &dur, &e.Error); err != nil {
 			return nil, err
 		}
 		e.At, e.Duration = time.UnixMicro(at).UTC(), time.Duration(dur)*time.Microsecond
