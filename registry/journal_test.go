@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
@@ -45,7 +46,43 @@ func journal(t *testing.T, r *registry.Registry, q registry.JournalQuery) []regi
 	if err != nil {
 		t.Fatalf("Journal(%+v): %v", q, err)
 	}
+	for i := range got {
+		got[i].Row = 0 // the journal's own, compared with the entries written (TestJournalPages reads them)
+	}
 	return got
+}
+
+// TestJournalPages: a listing goes on page after page from the last entry
+// of the one before (Before), newest first, none twice and none left out,
+// entries of one time included (their rows order them).
+func TestJournalPages(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	for i := range 10 {
+		w.Append(registry.Entry{At: t0.Add(time.Duration(i/3) * time.Second), Door: "run", Tenant: "acme", Flow: "a", Version: 1,
+			CorrelationID: fmt.Sprint("c", i), Attempt: 1, Outcome: "succeeded", Status: 200})
+	}
+	w.Stop()
+	var got []string
+	q := registry.JournalQuery{Limit: 3}
+	for pages := 0; ; pages++ {
+		page, err := r.Journal(context.Background(), q)
+		if err != nil || pages > 10 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, e := range page {
+			got = append(got, e.CorrelationID)
+		}
+		if len(page) < q.Limit {
+			break
+		}
+		q.Before = &page[len(page)-1]
+	}
+	want := []string{"c9", "c8", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the pages (-want +got):\n%s", diff)
+	}
 }
 
 // TestJournalWriter appends entries through a running writer and reads them
@@ -284,7 +321,7 @@ func TestJournalRetention(t *testing.T) {
 	w.Append(recent)
 	_, ok := waitFor[struct{}](t, 5*time.Second, nil, func() bool {
 		got, err := r.Journal(context.Background(), registry.JournalQuery{})
-		return err == nil && w.Written() == 2 && cmp.Equal([]registry.Entry{recent}, got)
+		return err == nil && w.Written() == 2 && cmp.Equal([]registry.Entry{recent}, got, cmpopts.IgnoreFields(registry.Entry{}, "Row"))
 	})
 	if !ok {
 		t.Errorf("after pruning: journal %v, written %d; want only the recent entry", journal(t, r, registry.JournalQuery{}), w.Written())
