@@ -214,16 +214,20 @@ func (c *compiler) split(src string) *rawFile {
 			continue
 		}
 		m := keyLine.FindStringSubmatch(line)
+		badHeader := ""
+		if m == nil {
+			badHeader = badHeaderKeyError(line)
+		}
 		switch {
 		case keysOpen && m != nil:
 			cur.keys = append(cur.keys, rawKey{key: m[1], value: stripComment(m[2]), line: n})
 		case keysOpen && strings.TrimSpace(line) == "" && len(cur.keys) == 0:
 			// blank lines between the heading and the first key
-		case m == nil && badHeaderKeyError(line) != "":
+		case badHeader != "":
 			// a header name the key line's pattern does not take (x/y,
 			// é), under the heading or not: read as prose, the header
 			// would be silently missing from the answer
-			c.errorf(n, "%s", badHeaderKeyError(line))
+			c.errorf(n, "%s", badHeader)
 		case keysOpen && looseKey.MatchString(line):
 			c.errorf(n, "step key line %q: write `key: value` at the start of the line, with a space after the colon", strings.TrimSpace(line))
 			keysOpen = false

@@ -285,7 +285,7 @@ type dlqAllAnswer struct {
 // apiDLQActionAll replays or discards every dead letter pending in the
 // queue (POST …/dlq/all/replay), oldest first, as one button each would.
 func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) {
-	if _, ok := dlqRequest(w, action, "1"); !ok {
+	if !dlqActionKnown(w, action) {
 		return
 	}
 	done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
@@ -293,18 +293,18 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 		writeError(w, status, err.Error())
 		return
 	}
-	out := dlqAllAnswer{Tenant: tenant, Flow: flowName, Replayed: []dlqActionAnswer{}, Discarded: []uint64{}}
-	for _, d := range done {
-		if action == "replay" {
+	// the one list of the action, empty rather than left out
+	out := dlqAllAnswer{Tenant: tenant, Flow: flowName}
+	if action == "replay" {
+		out.Replayed = make([]dlqActionAnswer, 0, len(done))
+		for _, d := range done {
 			out.Replayed = append(out.Replayed, dlqActionAnswer{Tenant: tenant, Flow: flowName, ID: d[0], Replayed: true, MessageID: d[1]})
-		} else {
+		}
+	} else {
+		out.Discarded = make([]uint64, 0, len(done))
+		for _, d := range done {
 			out.Discarded = append(out.Discarded, d[0])
 		}
-	}
-	if action == "replay" {
-		out.Discarded = nil
-	} else {
-		out.Replayed = nil
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -397,8 +397,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 // dlqRequest checks a replay or discard's action and id, answering 400 or
 // 404 itself.
 func dlqRequest(w http.ResponseWriter, action, idText string) (uint64, bool) {
-	if action != "replay" && action != "discard" {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %q: replay or discard", action))
+	if !dlqActionKnown(w, action) {
 		return 0, false
 	}
 	id, err := strconv.ParseUint(idText, 10, 64)
@@ -407,6 +406,15 @@ func dlqRequest(w http.ResponseWriter, action, idText string) (uint64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// dlqActionKnown answers 404 for an action other than replay or discard.
+func dlqActionKnown(w http.ResponseWriter, action string) bool {
+	if action != "replay" && action != "discard" {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %q: replay or discard", action))
+		return false
+	}
+	return true
 }
 
 // validQueueName applies the name rule to a queue's tenant and flow before

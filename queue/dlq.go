@@ -523,18 +523,15 @@ const (
 	allChunkBytes = 16 << 20
 )
 
-// ReplayAll replays every dead letter pending when it begins, oldest
-// first, in chunks (ReplayPending), calling each for every replay made;
-// it returns how many it made. One dead-lettered again meanwhile (a newer
-// id) is not replayed again.
-func (q *Queue) ReplayAll(source string, correlationID func() string, each func(Replayed)) (int, error) {
-	ids, err := q.PendingIDs()
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
+// ReplayAll replays every pending dead letter whose id is at most upTo
+// (the newest pending when the caller listed them), oldest first, in
+// chunks (ReplayPending), calling each for every replay made; it returns
+// how many it made. One dead-lettered again meanwhile (a newer id) is not
+// replayed again.
+func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() string, each func(Replayed)) (int, error) {
 	n := 0
 	for {
-		got, err := q.ReplayPending(ids[len(ids)-1], allChunk, allChunkBytes, source, correlationID)
+		got, err := q.ReplayPending(upTo, allChunk, allChunkBytes, source, correlationID)
 		for _, r := range got {
 			each(r) // those of a chunk whose marks failed too: they were appended
 		}
@@ -545,17 +542,13 @@ func (q *Queue) ReplayAll(source string, correlationID func() string, each func(
 	}
 }
 
-// MarkAll marks every dead letter pending when it begins with action,
-// oldest first, in chunks (MarkPending), calling each for every id marked;
-// it returns how many it marked.
-func (q *Queue) MarkAll(action byte, each func(uint64)) (int, error) {
-	ids, err := q.PendingIDs()
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
+// MarkAll marks every pending dead letter whose id is at most upTo with
+// action, oldest first, in chunks (MarkPending), calling each for every
+// id marked; it returns how many it marked.
+func (q *Queue) MarkAll(upTo uint64, action byte, each func(uint64)) (int, error) {
 	n := 0
 	for {
-		got, err := q.MarkPending(ids[len(ids)-1], allChunk, action)
+		got, err := q.MarkPending(upTo, allChunk, action)
 		for _, id := range got {
 			each(id)
 		}

@@ -248,11 +248,8 @@ func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 // (also with an error, those made before it). With none pending it opens
 // nothing and starts no worker.
 func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() string) ([]Replayed, error) {
-	p, err := m.Peek(tenant, flow)
-	if err != nil {
-		return nil, err
-	}
-	if ids, err := p.PendingIDs(); err != nil || len(ids) == 0 {
+	upTo, err := m.newestPending(tenant, flow)
+	if err != nil || upTo == 0 {
 		return nil, err
 	}
 	q, w, err := m.Queue(tenant, flow)
@@ -260,7 +257,7 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 		return nil, err
 	}
 	var out []Replayed
-	_, err = q.ReplayAll(source, correlationID, func(r Replayed) { out = append(out, r) })
+	_, err = q.ReplayAll(upTo, source, correlationID, func(r Replayed) { out = append(out, r) })
 	if errors.Is(err, ErrPoisoned) {
 		m.reopen(tenant, flow, q)
 	}
@@ -274,19 +271,30 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 // it begins (Queue.MarkAll), and returns the ids discarded. Like Discard,
 // it starts no worker.
 func (m *Manager) DiscardAll(tenant, flow string) ([]uint64, error) {
-	p, err := m.Peek(tenant, flow)
-	if err != nil {
-		return nil, err
-	}
-	if ids, err := p.PendingIDs(); err != nil || len(ids) == 0 {
+	upTo, err := m.newestPending(tenant, flow)
+	if err != nil || upTo == 0 {
 		return nil, err
 	}
 	var out []uint64
 	err = m.marking(tenant, flow, func(q *Queue) error {
-		_, err := q.MarkAll(MarkDiscarded, func(id uint64) { out = append(out, id) })
+		_, err := q.MarkAll(upTo, MarkDiscarded, func(id uint64) { out = append(out, id) })
 		return err
 	})
 	return out, err
+}
+
+// newestPending is the id of tenant/flow's newest pending dead letter,
+// read from its files (nothing is opened or created), 0 when none is.
+func (m *Manager) newestPending(tenant, flow string) (uint64, error) {
+	p, err := m.Peek(tenant, flow)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := p.PendingIDs()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return ids[len(ids)-1], nil
 }
 
 // Peek is Peek(root, tenant, flow, fs) for this manager's queues: their

@@ -232,7 +232,7 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 	}
 	defer q.Close()
 	if id == 0 {
-		return dlqMarkAll(sub, q, tenant, flowName, stdout, stderr)
+		return dlqMarkAll(sub, q, pending[len(pending)-1].ID, tenant, flowName, stdout, stderr)
 	}
 	if sub == "replay" {
 		_, err = q.Replay(id, engine.DoorEnqueue, flow.NewUUID())
@@ -258,19 +258,19 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 // discardNote follows the lines of a discard.
 const discardNote = "  the body leaves the disk at this flow's next queue drain; until then it is only hidden from listings"
 
-// dlqMarkAll replays or discards (sub) every dead letter pending in q when
-// it begins, oldest first, in chunks that let the servers' appends
-// through (queue.ReplayAll, MarkAll), one line each; one another process
-// handles meanwhile is left to it.
-func dlqMarkAll(sub string, q *queue.Queue, tenant, flowName string, stdout, stderr io.Writer) int {
+// dlqMarkAll replays or discards (sub) every dead letter pending in q up to
+// the id upTo (the newest listed), oldest first, in chunks that let the
+// servers' appends through (queue.ReplayAll, MarkAll), one line each; one
+// another process handles meanwhile is left to it.
+func dlqMarkAll(sub string, q *queue.Queue, upTo uint64, tenant, flowName string, stdout, stderr io.Writer) int {
 	var n int
 	var err error
 	if sub == "replay" {
-		n, err = q.ReplayAll(engine.DoorEnqueue, flow.NewUUID, func(r queue.Replayed) {
+		n, err = q.ReplayAll(upTo, engine.DoorEnqueue, flow.NewUUID, func(r queue.Replayed) {
 			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", r.ID, tenant, flowName)
 		})
 	} else {
-		n, err = q.MarkAll(queue.MarkDiscarded, func(id uint64) {
+		n, err = q.MarkAll(upTo, queue.MarkDiscarded, func(id uint64) {
 			fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n", id, tenant, flowName)
 		})
 	}
