@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
+	"github.com/nexushq/nexus/scheduler"
 )
 
 // TestClockSetBack: when the wall clock is set back, the flow goes on
@@ -184,6 +185,67 @@ func TestStandbyBehindTakesOverNoDoubleTick(t *testing.T) {
 				t.Errorf("ticks (-want +got):\n%s", diff)
 			}
 			wantNoSetBack(t, logs)
+		})
+	}
+}
+
+// TestRestartAfterTheClockWasSetBack: a process starts on a clock set
+// back, while no process ran, by more than the gap between two ticks
+// (a host whose clock ran a day ahead until it was put right): the
+// last-tick record is ahead of every time due. The flow ticks by the
+// clock, as a running process does when it sees the clock go back; it
+// stayed silent until the clock caught up with the record, and NextTick
+// showed the record's next time. A record ahead by less than the gap
+// still keeps the time it ticked from being ticked again.
+func TestRestartAfterTheClockWasSetBack(t *testing.T) {
+	for _, c := range []struct {
+		name, spec string
+		back       time.Duration // how far the clock is set back before the restart
+		want       []string      // the second process's ticks until 14:10:30
+		nextTick   time.Time     // NextTick, scheduler.NextTick, at the restart
+	}{
+		{"@every by a day", "@every 1m", 24 * time.Hour,
+			[]string{"b@14:05:00", "b@14:06:00", "b@14:07:00", "b@14:08:00", "b@14:09:00", "b@14:10:00"}, at(5, 0)},
+		{"a cron expression by a day", "*/5 * * * *", 24 * time.Hour,
+			[]string{"b@14:05:00", "b@14:10:00"}, at(5, 0)},
+		// the record (14:05) is 1 minute ahead of the restart at 14:04,
+		// less than the gap: 14:05 was ticked, 14:10 is next
+		{"a cron expression by less than its gap", "*/5 * * * *", time.Minute,
+			[]string{"b@14:10:00"}, at(10, 0)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			logs := e.captureLog()
+			ls := e.publish(cronFlow("acme", "beat", c.spec, "", ""))
+			lf, _ := ls.Lookup("acme", "beat")
+			sc := lf.Flow.Schedule()
+			clkA := clocktest.New(st0)
+			a := e.start("a", clkA, time.Hour)
+			clkA.WaitCalls(t, 1)
+			restart := at(4, 0)
+			clkA.StepUntil(t, restart.Add(c.back), 5000)
+			a.Stop()
+			before := len(e.ticks.all())
+			if got := scheduler.NextTick(e.dir, "acme", "beat", sc, restart); !got.Equal(c.nextTick) {
+				t.Errorf("scheduler.NextTick at the restart = %v, want %v", got.UTC(), c.nextTick)
+			}
+			clkB := clocktest.New(restart)
+			b := e.start("b", clkB, time.Second)
+			clkB.WaitCalls(t, 1)
+			if got := b.NextTick("acme", "beat", sc, restart); !got.Equal(c.nextTick) {
+				t.Errorf("Scheduler.NextTick at the restart = %v, want %v", got.UTC(), c.nextTick)
+			}
+			clkB.StepUntil(t, at(10, 30), 2000)
+			if diff := cmp.Diff(c.want, tickTimes(e.ticks.all()[before:])); diff != "" {
+				t.Errorf("ticks after the restart (-want +got):\n%s", diff)
+			}
+			if c.back > 5*time.Minute {
+				if got := logs.Events(t, "cron_clock_set_back"); len(got) != 1 {
+					t.Errorf("cron_clock_set_back lines %v, want 1 (the record set aside once)", got)
+				}
+			} else {
+				wantNoSetBack(t, logs)
+			}
 		})
 	}
 }

@@ -243,7 +243,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 				// off, and a host restarted more often than the period
 				// never ticked. (A flow scheduled later, while this process
 				// runs, counts from the publication, as a new period does.)
-				if last, err := s.lastTick(e); err == nil && !last.IsZero() {
+				if last, err := s.lastTick(e); err == nil && !lastInForce(last, sc, now).IsZero() {
 					next = everyAfter(last, e.every, now)
 				}
 			}
@@ -330,7 +330,7 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 		}
 	}
 	e.pending = time.Time{} // due is more recent
-	s.fire(e, sc, due, log)
+	s.fire(e, sc, due, now, log)
 }
 
 // takeOver tries the lock of a flow that another process held at the last
@@ -352,7 +352,7 @@ func (s *Scheduler) takeOver(e *entry, now time.Time) {
 	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
 		return
 	}
-	s.fire(e, lf.Flow.Schedule(), due, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
+	s.fire(e, lf.Flow.Schedule(), due, now, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
 }
 
 // tryLock takes the flow's lock if no process holds it.
@@ -367,11 +367,19 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
-func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
+func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due, now time.Time, log *slog.Logger) {
 	last, err := s.lastTick(e)
 	if err != nil {
 		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
+	}
+	if !last.IsZero() && lastInForce(last, sc, now).IsZero() {
+		// made before the clock was set back by more than the gap, while
+		// no process that follows the flow ran to see it (then setBack
+		// says so, below)
+		log.Warn("the last tick's record is ahead of the clock by more than the gap between two ticks: the clock was set back; ticking by the clock",
+			"event", "cron_clock_set_back", "last_tick", last.UTC().Format(time.RFC3339), "scheduled_for", due.UTC().Format(time.RFC3339))
+		last, e.setBack = time.Time{}, 0
 	}
 	if back := e.setBack; back > 0 {
 		e.setBack = 0
@@ -453,7 +461,8 @@ func (s *Scheduler) storeViews(entries map[[2]string]*entry) {
 // NextTick is the time the flow's schedule sc will next tick after now, as
 // the processes sharing the state directory tick it, for the UI,
 // /api/flows and /status. A cron expression's times are every process's:
-// sc.Next(now). An @every schedule counts from the tick before: from the
+// sc.Next(now), or the next after the last tick's record when that is a
+// little ahead of the clock (see NextTick). An @every schedule counts from the tick before: from the
 // flow's last tick (its record, whichever process made it), or, before
 // the first, from when this process began to follow the flow; so its next
 // time is the one of the process that holds the flow, then the last tick
@@ -461,7 +470,7 @@ func (s *Scheduler) storeViews(entries map[[2]string]*entry) {
 // only when none of them is still to come.
 func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
 	if _, every := sc.Every(); !every {
-		return sc.Next(now)
+		return NextTick(s.cfg.Dir, tenant, flowName, sc, now)
 	}
 	var view entryView
 	if views := s.views.Load(); views != nil {
@@ -487,15 +496,50 @@ func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now tim
 // (nexus status), with dir the scheduler's Dir: an @every schedule's next
 // time is the first one after now of its last tick plus whole periods (a
 // server ticks there, the one holding the flow or one that starts
-// before), sc.Next(now) when it has no last tick.
+// before), sc.Next(now) when it has no last tick. A cron expression's is
+// sc.Next(now), or its next time after a record that is ahead of now by
+// less than the gap between two ticks (the clock was set back by less:
+// the time recorded is not ticked again). A record further ahead is set
+// aside (lastInForce).
 func NextTick(dir, tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
-	if period, every := sc.Every(); every {
-		if last, err := readLastTick(lastPath(dir, tenant, flowName)); err == nil && !last.IsZero() {
-			return everyAfter(last, period, now)
-		}
+	last, err := readLastTick(lastPath(dir, tenant, flowName))
+	if err != nil {
+		return sc.Next(now)
 	}
-	return sc.Next(now)
+	last = lastInForce(last, sc, now)
+	if period, every := sc.Every(); every && !last.IsZero() {
+		return everyAfter(last, period, now)
+	}
+	// a record a little ahead of the clock keeps its time from being
+	// ticked again (fire)
+	return sc.Next(maxTime(now, last))
 }
+
+// lastInForce is the last-tick record last as the flow's ticks go on from
+// it at now: last, or zero when it is ahead of now by more than the gap
+// between two ticks of sc and by more than clockSkew. A tick is recorded
+// at or after its time, so such a record was made before the clock was set
+// back (by more than the gap: the times since are new ones) while no
+// process that follows the flow ran to see it go back; kept, it would
+// silence the flow until the clock caught up with it (a day, after a clock
+// that ran a day ahead). A record ahead by less keeps the time it holds
+// from being ticked again.
+func lastInForce(last time.Time, sc *flow.Schedule, now time.Time) time.Time {
+	ahead := last.Sub(now)
+	if ahead <= clockSkew {
+		return last
+	}
+	if gap := sc.Next(last).Sub(last); gap > 0 && ahead > gap {
+		return time.Time{}
+	}
+	return last
+}
+
+// clockSkew is how far ahead of a process's clock another process's record
+// may be without being taken for a clock set back: the processes sharing a
+// state directory are on one machine, but one may read its clock just
+// before a small step of NTP and another after.
+const clockSkew = 5 * time.Minute
 
 // everyAfter is the first time after now of last plus whole periods: where
 // an @every schedule that ticked at last ticks next. (Times missed while no
@@ -518,7 +562,10 @@ func maxTime(a, b time.Time) time.Time {
 // that is after now, zero otherwise (no record, or none readable).
 func nextAfterLast(path string, sc *flow.Schedule, now time.Time) time.Time {
 	last, err := readLastTick(path)
-	if err != nil || last.IsZero() {
+	if err != nil {
+		return time.Time{}
+	}
+	if last = lastInForce(last, sc, now); last.IsZero() {
 		return time.Time{}
 	}
 	if next := sc.Next(last); next.After(now) {
