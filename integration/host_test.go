@@ -1283,8 +1283,9 @@ func TestServeBadValues(t *testing.T) {
 			if !strings.HasPrefix(lines[0], "nexus serve: ") || !strings.Contains(lines[0], tc.want) {
 				t.Errorf("first line %q, want a one-line error naming %q", lines[0], tc.want)
 			}
-			// the error is one line; the usage may follow it
-			if len(lines) > 1 && !strings.HasPrefix(lines[1], "Usage:") {
+			// the error is one line, and nothing follows it (the usage
+			// repeated at every restart of a misconfigured host flooded its log)
+			if len(lines) > 1 {
 				t.Errorf("the error runs over more than one line:\n%s", out)
 			}
 		})

@@ -115,7 +115,7 @@ func TestValidateUsage(t *testing.T) {
 		stderrRe string
 	}{
 		{[]string{"validate"}, 2, "", `^nexus validate: give at least one flow file or folder\nUsage: nexus validate PATH`},
-		{[]string{"validate", "--frobnicate", "x"}, 2, "", `^nexus validate: flag provided but not defined: -frobnicate\n`},
+		{[]string{"validate", "--frobnicate", "x"}, 2, "", `^nexus validate: unknown flag --frobnicate \(nexus validate --help lists the flags\)\n$`},
 		{[]string{"validate", "--help"}, 0, "Usage: nexus validate PATH...", `^$`},
 		{[]string{"validate", "no/such/dir"}, 1, "no/such/dir: no such file or directory", `^nexus validate: 1 error\n$`},
 		{[]string{}, 2, "", `Usage:\n  nexus COMMAND`},

@@ -585,7 +585,9 @@ func TestDeployIntoARegistryFollowingGit(t *testing.T) {
 // TestFlagValueErrors: a flag's value that its type refuses is said as
 // nexus serve says a variable's (the setting, the value, what it takes),
 // exit 2, in every command; the flag package said `invalid value "abc"
-// for flag -limit: parse error`.
+// for flag -limit: parse error`. An unknown flag and a flag without its
+// value are said in nexus's words too. Each is the one line on stderr: the
+// usage no longer follows it.
 func TestFlagValueErrors(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "registry.db")
 	for _, c := range []struct {
@@ -595,12 +597,19 @@ func TestFlagValueErrors(t *testing.T) {
 		{[]string{"journal", "--db", db, "--limit", "abc"}, `nexus journal: --limit "abc" is not a whole number`},
 		{[]string{"journal", "--db", db, "--limit", "a\"b\n"}, `nexus journal: --limit "a\"b\n" is not a whole number`},
 		{[]string{"key", "generate", "--tenant", "acme", "--rate", "fast"}, `nexus key generate: --rate "fast" is not a number`},
-		{[]string{"dlq", "list", "--db", db, "--flow"}, `nexus dlq list: flag needs an argument: -flow`},
+		{[]string{"dlq", "list", "--db", db, "--flow"}, `nexus dlq list: --flow needs a value`},
+		{[]string{"dlq", "replay", "--db", db, "--bogus"}, `nexus dlq replay: unknown flag --bogus (nexus dlq --help lists the flags)`},
+		{[]string{"key", "generate", "--tenant", "acme", "---x"}, `nexus key generate: bad flag syntax: ---x`},
+		{[]string{"serve", "--listen"}, `nexus serve: --listen needs a value`},
+		{[]string{"serve", "--poll", "soon"}, `nexus serve: --poll "soon" is not a duration (such as 10s, 5m or 168h)`},
+		{[]string{"status", "--db", db, "now"}, `nexus status: unexpected argument "now"`},
+		{[]string{"deploy", "--db", db, "--bogus", "x.md"}, `nexus deploy: unknown flag --bogus (nexus deploy --help lists the flags)`},
+		{[]string{"validate", "--bogus", "x.md"}, `nexus validate: unknown flag --bogus (nexus validate --help lists the flags)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(c.args, &stdout, &stderr)
-		if got, _, _ := strings.Cut(stderr.String(), "\n"); code != exitUsage || got != c.want {
-			t.Errorf("nexus %v: exit %d, first line %q; want exit 2 and %q", c.args, code, got, c.want)
+		if code != exitUsage || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus %v: exit %d, stderr %q, stdout %q; want exit 2 and %q", c.args, code, stderr.String(), stdout.String(), c.want)
 		}
 	}
 }

@@ -44,7 +44,6 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus deploy: %v\n", err)
-		printUsage(stderr, deployUsage, fs)
 		return exitUsage
 	}
 

@@ -79,7 +79,6 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-		printUsage(stderr, dlqUsage, fs)
 		return exitUsage
 	}
 	// the name rule, before anything is opened or created

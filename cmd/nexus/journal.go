@@ -40,7 +40,6 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
-		printUsage(stderr, journalUsage, fs)
 		return exitUsage
 	}
 	// the name rule, as nexus dlq applies it; a correlation ID given

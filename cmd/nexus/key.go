@@ -46,7 +46,6 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ne) {
 			return exitError
 		}
-		printUsage(stderr, keyUsage, fs)
 		return exitUsage
 	}
 	key, err := access.Generate()

@@ -211,7 +211,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
-		printUsage(stderr, serveUsage, fs)
 		return exitUsage
 	}
 	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !set["log-format"] && !inEnv && isTerminal(stderr) {

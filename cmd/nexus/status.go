@@ -37,7 +37,6 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus status: %v\n", err)
-		printUsage(stderr, statusUsage, fs)
 		return exitUsage
 	}
 	ctx := context.Background()

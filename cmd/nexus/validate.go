@@ -45,7 +45,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "nexus validate: %v\n%s", err, validateUsage)
+		fmt.Fprintf(stderr, "nexus validate: %v\n", err)
 		return exitUsage
 	}
 	if len(paths) == 0 {
@@ -249,12 +249,21 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // boolean value "maybe" for -dev: parse error`.
 var flagValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-(\S+): (.*)$`)
 
-// flagValueError says err, fs.Parse's, in the words nexus serve uses for
-// a variable it cannot read (`--poll "10" is not a duration (such as 10s,
-// 5m or 168h)`) when it is about a value; any other error is returned as
-// it is.
-func flagValueError(fs *flag.FlagSet, err error) error {
-	m := flagValueRE.FindStringSubmatch(err.Error())
+// flagError says err, fs.Parse's, in nexus's words: a value as nexus serve
+// says a variable it cannot read (`--poll "10" is not a duration (such as
+// 10s, 5m or 168h)`), a flag it does not know with where the flags are
+// listed (the usage is not printed after a usage error: one line says what
+// is wrong), a flag without its value. Any other error is returned as it
+// is.
+func flagError(fs *flag.FlagSet, err error) error {
+	text := err.Error()
+	if name, ok := strings.CutPrefix(text, "flag provided but not defined: -"); ok {
+		return fmt.Errorf("unknown flag --%s (nexus %s --help lists the flags)", strings.TrimPrefix(name, "-"), fs.Name())
+	}
+	if name, ok := strings.CutPrefix(text, "flag needs an argument: -"); ok {
+		return fmt.Errorf("--%s needs a value", strings.TrimPrefix(name, "-"))
+	}
+	m := flagValueRE.FindStringSubmatch(text)
 	if m == nil {
 		return err
 	}
@@ -281,7 +290,7 @@ func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, flagValueError(fs, err)
+			return nil, flagError(fs, err)
 		}
 		rest := fs.Args()
 		if parsed := len(args) - len(rest); parsed > 0 && args[parsed-1] == "--" {
