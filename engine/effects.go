@@ -264,16 +264,34 @@ func (x *execution) publish(ctx context.Context, s *flow.Step, doc any) *Error {
 // transportError is a failed call's error as the flow (and, through a
 // fault handler's $.fault_error, its caller) may read it: Go's own text,
 // "Post "URL": cause", but the URL without its query, fragment or user
-// information, where API keys and passwords live.
+// information, where API keys and passwords live, and the cause in the
+// platform's words when Go's quotes what the downstream sent (an answer
+// that is not HTTP: `malformed HTTP status code "IS"`, a header line): a
+// downstream's text never travels to the caller.
 func transportError(err error) string {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err.Error()
 	}
+	cause := ue.Err.Error()
+	if brokenAnswer(ue.Err) {
+		cause = "the answer is not valid HTTP/1.1"
+	}
 	u, perr := url.Parse(ue.URL)
 	if perr != nil {
-		return fmt.Sprintf("%s: %v", ue.Op, ue.Err)
+		return fmt.Sprintf("%s: %s", ue.Op, cause)
 	}
 	u.RawQuery, u.ForceQuery, u.Fragment, u.User = "", false, "", nil
-	return fmt.Sprintf("%s %q: %v", ue.Op, u.String(), ue.Err)
+	return fmt.Sprintf("%s %q: %s", ue.Op, u.String(), cause)
+}
+
+// brokenAnswer reports whether err is net/http's for an answer it could
+// not read as HTTP (its text may quote the answer), rather than for the
+// connection itself (refused, reset, closed early: io.EOF).
+func brokenAnswer(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return false
+	}
+	return strings.HasPrefix(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
 }

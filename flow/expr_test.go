@@ -497,6 +497,10 @@ func TestCompileExprErrors(t *testing.T) {
 		{`foo`, `unknown name "foo" at column 1: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid`},
 		{`$.a == nil`, `unknown name "nil" at column 8: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid`},
 		{`a == b == c`, `unknown name "a" at column 1: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid`},
+		// a header's name read as a member: a minus, said with the way to read it
+		{`ctx.HTTP_RESPONSE_HEADERS.Retry-After`, `unknown name "After" at column 33: the - before it is a minus; a name holding a - is read with quotes: ["Retry-After"]`},
+		{`$.order-id == 1`, `unknown name "id" at column 9: the - before it is a minus; a name holding a - is read with quotes: ["order-id"]`},
+		{`$.a - b`, `unknown name "b" at column 7: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid`},
 		{`$.a == $.b == $.c`, `comparisons cannot be chained (column 12): use && between them`},
 		{`1 < 2 < 3`, `comparisons cannot be chained (column 7): use && between them`},
 		{`$.a in $.b in $.c`, `comparisons cannot be chained (column 12): use && between them`},

@@ -404,6 +404,23 @@ var functions = map[string]struct {
 	"uuid":    {0, "_uuid"},
 }
 
+// hyphenated reports whether the name just read (p.toks[p.pos-1]) follows
+// a path's member and a minus with no blank between them, as in
+// .Retry-After, and returns the name the path's author meant.
+func (p *exprParser) hyphenated() (string, bool) {
+	if p.pos < 4 {
+		return "", false
+	}
+	dot, member, minus, name := p.toks[p.pos-4], p.toks[p.pos-3], p.toks[p.pos-2], p.toks[p.pos-1]
+	if dot.kind != tokPunct || dot.text != "." || member.kind != tokIdent || minus.kind != tokOp || minus.text != "-" {
+		return "", false
+	}
+	if member.col+len(member.text) != minus.col || minus.col+1 != name.col {
+		return "", false
+	}
+	return member.text + "-" + name.text, true
+}
+
 func (p *exprParser) parsePrimary() (node, error) {
 	t, ok := p.peek()
 	if !ok {
@@ -435,6 +452,10 @@ func (p *exprParser) parsePrimary() (node, error) {
 		if !isFunc || !p.accept(tokPunct, "(") {
 			if isFunc {
 				return nil, fmt.Errorf("function %s at column %d needs parentheses: %s(…)", t.text, t.col, t.text)
+			}
+			if name, ok := p.hyphenated(); ok {
+				// ctx.HTTP_RESPONSE_HEADERS.Retry-After: a minus
+				return nil, fmt.Errorf("unknown name %q at column %d: the - before it is a minus; a name holding a - is read with quotes: [%q]", t.text, t.col, name)
 			}
 			return nil, fmt.Errorf("unknown name %q at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", t.text, t.col)
 		}

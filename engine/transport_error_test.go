@@ -1,0 +1,75 @@
+package engine_test
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/nexushq/nexus/engine"
+)
+
+// rawBackend answers every connection with reply, whatever it is asked,
+// then closes it.
+func rawBackend(t *testing.T, reply string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for { // the request's head
+					line, err := r.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				c.Write([]byte(reply))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestTransportErrorNeverQuotesTheDownstream: an answer net/http cannot
+// read as HTTP fails the call in the platform's words; Go's own error
+// quotes what the downstream sent (`malformed HTTP status code "IS"`, a
+// header line), and reached the caller through $.fault_error. A
+// connection closed without an answer keeps Go's text, which is the
+// platform's.
+func TestTransportErrorNeverQuotesTheDownstream(t *testing.T) {
+	for _, c := range []struct {
+		name, reply, want string
+	}{
+		{"not HTTP", "THIS IS " + secret + "\r\n\r\n", "the answer is not valid HTTP/1.1"},
+		{"a bad status code", "HTTP/1.1 2" + secret + " OK\r\n\r\n", "the answer is not valid HTTP/1.1"},
+		{"a bad header line", "HTTP/1.1 200 OK\r\n" + secret + "\r\nContent-Length: 0\r\n\r\n", "the answer is not valid HTTP/1.1"},
+		{"a bad Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: " + secret + "\r\n\r\n", "the answer is not valid HTTP/1.1"},
+		{"closed without an answer", "", "EOF"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr := rawBackend(t, c.reply)
+			src := flowSource("raw", "", "\n## Step: forward\neffects: [http_egress]\nendpoint: BACKEND/ingest\n"+handlerSection)
+			res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", addr), `{}`)
+			if res.Status != 502 || res.Err == nil {
+				t.Fatalf("got %d %s, want 502 and the call's failure", res.Status, res.Body)
+			}
+			wantErr := `effect handler failed: Post "` + addr + `/ingest": ` + c.want
+			if got := res.Err.Error(); got != "step 'forward': "+wantErr {
+				t.Errorf("error %q, want %q", got, "step 'forward': "+wantErr)
+			}
+			if strings.Contains(string(res.Body), secret) || !strings.Contains(string(res.Body), c.want) {
+				t.Errorf("the handler's answer %s: want %q in it and nothing the downstream sent", res.Body, c.want)
+			}
+		})
+	}
+}
