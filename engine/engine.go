@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -510,8 +509,8 @@ func (x *execution) collect(s *flow.Step, out any) *Error {
 			if err != nil {
 				return &Error{Kind: KindDefect, Step: s.Name(), Msg: "response_status: " + err.Error()}
 			}
-			n, err := strconv.Atoi(strings.TrimSpace(text))
-			if err != nil || n < 100 || n > 599 {
+			n, err := statusCode(strings.TrimSpace(text))
+			if err != nil {
 				return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status rendered %q, which is not a status code", text)}
 			}
 			code = n
@@ -553,7 +552,10 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 	default:
 		body = flow.AppendJSON(make([]byte, 0, 256), doc)
 	}
-	switch needCID, needCT := len(cid) == 0 || cid[0] == "", len(ct) == 0 || ct[0] == ""; {
+	noBody := status == http.StatusNoContent || status == http.StatusNotModified
+	// an answer without a body has no type of its own to carry (one the
+	// flow sets, it carries)
+	switch needCID, needCT := len(cid) == 0 || cid[0] == "", !noBody && (len(ct) == 0 || ct[0] == ""); {
 	case needCID && needCT:
 		v := []string{x.req.CorrelationID, contentType} // one allocation for both
 		h[HeaderCorrelationID], h["Content-Type"] = v[0:1:1], v[1:2:2]
@@ -562,7 +564,7 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 	case needCT:
 		h["Content-Type"] = []string{contentType}
 	}
-	if status == http.StatusNoContent || status == http.StatusNotModified {
+	if noBody {
 		body = nil
 	}
 	return Result{Status: status, Header: h, Body: body, Outcome: outcome, Err: failure}
@@ -627,3 +629,25 @@ func platformHeader(req Request) http.Header {
 func errDeadline(ctx context.Context, err error) bool {
 	return errors.Is(ctx.Err(), context.DeadlineExceeded) && err != nil
 }
+
+// statusCode reads the status code a response_status template rendered:
+// three digits from 100 to 599, nothing else ("+201" and "0201" are not
+// status codes, though strconv.Atoi reads them as 201).
+func statusCode(text string) (int, error) {
+	if len(text) != 3 {
+		return 0, errNotStatus
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if text[i] < '0' || text[i] > '9' {
+			return 0, errNotStatus
+		}
+		n = n*10 + int(text[i]-'0')
+	}
+	if n < 100 || n > 599 {
+		return 0, errNotStatus
+	}
+	return n, nil
+}
+
+var errNotStatus = errors.New("not a status code")

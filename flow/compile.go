@@ -638,6 +638,11 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 	case "read_timeout_ms", "connect_timeout_ms":
 		n, err := strconv.ParseInt(scalar(k.value), 10, 64)
 		switch {
+		case err == nil && n >= 1 && !plainDecimal(scalar(k.value)):
+			// 0500 or +500: front matter refuses these (YAML reads 0500
+			// as octal); a step key says the number as it is read
+			c.errorf(k.line, "%s must be written as a plain whole number of milliseconds (%d), not %q", k.key, n, k.value)
+			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
 			c.errorf(k.line, "%s must be a whole number of milliseconds, not %q", k.key, k.value)
 			return
@@ -668,7 +673,7 @@ func (c *compiler) status(s *Step, k rawKey) {
 		return
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil {
+	if err != nil || !plainDecimal(v) {
 		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %q", k.key, v)
 		return
 	}
@@ -1114,4 +1119,19 @@ func nesting(v any) int {
 		return 0
 	}
 	return deepest + 1
+}
+
+// plainDecimal reports whether s is a whole number written as digits alone,
+// without a sign or a leading zero (0 itself aside), as a status code and
+// the milliseconds of a step are written.
+func plainDecimal(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
