@@ -222,7 +222,7 @@ func startTracedHost(t *testing.T, straceArgs []string, traceFile, repo, db stri
 	const admin = "admin-test-key"
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--admin-key", admin, "--poll", "200ms", "--repo", repo}
 	h := &tracedHost{&hostProc{t: t, db: db, adminKey: admin, exited: make(chan struct{})}}
-	cmdArgs := append(append(append([]string(nil), straceArgs[1:]...), "-o", traceFile, "--", nexusBin), args...)
+	cmdArgs := append(append(append([]string(nil), straceArgs[1:]...), "-o", traceFile, "--", nexusBinary()), args...)
 	h.cmd = exec.Command(straceArgs[0], cmdArgs...)
 	h.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
 	// strace and nexus in a process group of their own: killing strace (as
@@ -234,7 +234,7 @@ func startTracedHost(t *testing.T, straceArgs []string, traceFile, repo, db stri
 			syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		}
 	})
-	h.watch(append([]string{"strace", "…", nexusBin}, args...), func(event string) bool { return !noisyEvents[event] }, nil)
+	h.watch(append([]string{"strace", "…", nexusBinary()}, args...), func(event string) bool { return !noisyEvents[event] }, nil)
 	return h
 }
 

@@ -707,7 +707,7 @@ func startQuietHost(t *testing.T, repo, db string) *hostProc {
 	const admin = "admin-test-key"
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--admin-key", admin, "--poll", "200ms", "--repo", repo}
 	h := &hostProc{t: t, db: db, adminKey: admin, exited: make(chan struct{})}
-	h.cmd = exec.Command(nexusBin, args...)
+	h.cmd = exec.Command(nexusBinary(), args...)
 	h.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
 	// the log kept for a failure leaves the per-message lines out
 	h.watch(args, func(event string) bool { return !noisyEvents[event] }, nil)

@@ -263,7 +263,7 @@ func startDeployHost(t *testing.T, repo, db string) *hostProc {
 		args = append(args, "--repo", repo)
 	}
 	h := &hostProc{t: t, db: db, adminKey: admin, exited: make(chan struct{})}
-	h.cmd = exec.Command(nexusBin, args...)
+	h.cmd = exec.Command(nexusBinary(), args...)
 	h.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
 	h.watch(args, func(event string) bool { return event != "run_completed" }, nil)
 	return h

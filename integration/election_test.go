@@ -136,7 +136,7 @@ func (c *electionCluster) start(held bool) *electionProc {
 	// the config repo changes no more: a slow poll spares the machine
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--db", c.db, "--admin-key", "admin-test-key", "--poll", "2s", "--repo", c.repo.dir}
 	h := &hostProc{t: t, db: c.db, adminKey: "admin-test-key", exited: make(chan struct{})}
-	h.cmd = exec.Command(nexusBin, args...)
+	h.cmd = exec.Command(nexusBinary(), args...)
 	h.cmd.Env = append(append(os.Environ(), "NEXUS_LOG_FORMAT=json"), env...)
 	h.watch(args, func(event string) bool { return !noisyEvents[event] }, nil)
 	p.h = h

@@ -511,7 +511,7 @@ func splitVersion(v string) (nums [3]int, pre string, ok bool) {
 // replace directive or a vendored copy is caught alike.
 func TestDependencyVersionsInTheBinary(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "version", "-m", nexusBin).Output()
+	out, err := exec.Command("go", "version", "-m", nexusBinary()).Output()
 	if err != nil {
 		t.Fatalf("go version -m: %v", err)
 	}

@@ -208,7 +208,7 @@ func startHost(t *testing.T, o hostOptions) *hostProc {
 	}
 	args = append(args, o.args...)
 	h := &hostProc{t: t, db: o.db, adminKey: o.admin, exited: make(chan struct{})}
-	h.cmd = exec.Command(nexusBin, args...)
+	h.cmd = exec.Command(nexusBinary(), args...)
 	h.cmd.Env = append(append(os.Environ(), "NEXUS_LOG_FORMAT=json"), o.env...)
 	h.watch(args, nil, nil)
 	return h

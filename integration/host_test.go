@@ -879,7 +879,7 @@ func TestGitHookWithLongPoll(t *testing.T) {
 func launch(t *testing.T, dir string, args, env []string, adminKey string) (*hostProc, *jsonlogtest.Buffer) {
 	t.Helper()
 	h := &hostProc{t: t, adminKey: adminKey, exited: make(chan struct{})}
-	h.cmd = exec.Command(nexusBin, args...)
+	h.cmd = exec.Command(nexusBinary(), args...)
 	h.cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEXUS_") && !strings.HasPrefix(kv, "GOGC=") {
@@ -1470,7 +1470,7 @@ func firstLineOnATerminal(t *testing.T, format string) string {
 	if err != nil {
 		t.Fatalf("opening the terminal: %v", err)
 	}
-	cmd := exec.Command(nexusBin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "state", "registry.db"))
+	cmd := exec.Command(nexusBinary(), "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "state", "registry.db"))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NEXUS_") {
 			cmd.Env = append(cmd.Env, kv)

@@ -4,14 +4,49 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 )
 
-// nexusBin is the binary under test, built once by TestMain.
+// nexusBin is the binary under test, built once by TestMain. Tests run it
+// through nexusBinary(), which records its sources as this package's inputs.
 var nexusBin string
+
+var sourcesOnce sync.Once
+
+// binary is the binary under test. The first call opens every file of the
+// repository (sources, go.mod, embedded pages, the example flows) while the
+// tests run: go test caches a package's result by what its tests open and
+// read, and the binary is built by another process, so without this a
+// change to the product left these tests "ok (cached)" (the one product
+// package they import is jsonlog).
+func nexusBinary() string {
+	sourcesOnce.Do(func() {
+		filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() {
+				if path != repoRoot && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir // .git, .nexus-dev, .ci
+				}
+				return nil
+			}
+			if d.Type().IsRegular() {
+				if f, err := os.Open(path); err == nil {
+					f.Close()
+				}
+			}
+			return nil
+		})
+	})
+	return nexusBin
+}
 
 // repoRoot is the repository's top folder.
 var repoRoot string
@@ -53,7 +88,7 @@ type result struct {
 
 // nexusCmd returns a command running the binary with args in dir.
 func nexusCmd(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(nexusBin, args...)
+	cmd := exec.Command(nexusBinary(), args...)
 	cmd.Dir = dir
 	if dir == "" {
 		cmd.Dir = repoRoot
