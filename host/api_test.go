@@ -762,7 +762,7 @@ func TestAPIDeadLetters(t *testing.T) {
 	})
 	before := dirs(t, fx.root)
 
-	wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[
+	wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"prev_after":null,"last_after":null,"dead_letters":[
 		{"id":1,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:03:41Z","attempts":3,"last_error":"step call: 502 from upstream","payload":"{\"n\":1}","payload_bytes":7,"truncated":false},
 		{"id":2,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:04:11Z","attempts":1,"last_error":"the stored message is not a JSON document","payload_base64":"//4gYmluYXJ5IAA=","payload_bytes":11,"truncated":false},
 		{"id":4,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:05:11Z","attempts":5,"last_error":"quote \" and <tag>","payload":"{\"n\":\"é\"}","payload_bytes":10,"truncated":false},
@@ -770,15 +770,15 @@ func TestAPIDeadLetters(t *testing.T) {
 	]}`)
 
 	t.Run("pages", func(t *testing.T) {
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":2,"dead_letters":[
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":2,"prev_after":null,"last_after":2,"dead_letters":[
 			{"id":1,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:03:41Z","attempts":3,"last_error":"step call: 502 from upstream","payload":"{\"n\":1}","payload_bytes":7,"truncated":false},
 			{"id":2,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:04:11Z","attempts":1,"last_error":"the stored message is not a JSON document","payload_base64":"//4gYmluYXJ5IAA=","payload_bytes":11,"truncated":false}
 		]}`)
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=2&limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=2&limit=2"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"prev_after":0,"last_after":null,"dead_letters":[
 			{"id":4,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:05:11Z","attempts":5,"last_error":"quote \" and <tag>","payload":"{\"n\":\"é\"}","payload_bytes":10,"truncated":false},
 			{"id":5,"enqueued_at":"2026-08-09T14:02:11Z","failed_at":"2026-08-09T14:06:11Z","attempts":1,"last_error":"empty","payload":"","payload_bytes":0,"truncated":false}
 		]}`)
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=5"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"dead_letters":[]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?after=5"), `{"tenant":"acme","flow":"echo","total":4,"next_after":null,"prev_after":0,"last_after":null,"dead_letters":[]}`)
 		for _, q := range []string{"limit=0", "limit=501", "limit=x", "after=-1", "after=x"} {
 			if w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?"+q); w.Code != http.StatusBadRequest {
 				t.Errorf("?%s: %d %s, want 400", q, w.Code, w.Body)
@@ -804,8 +804,8 @@ func TestAPIDeadLetters(t *testing.T) {
 	})
 
 	t.Run("a queue without files", func(t *testing.T) {
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/hello/dlq"), `{"tenant":"acme","flow":"hello","total":0,"next_after":null,"dead_letters":[]}`)
-		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/nobody/nothing/dlq"), `{"tenant":"nobody","flow":"nothing","total":0,"next_after":null,"dead_letters":[]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/hello/dlq"), `{"tenant":"acme","flow":"hello","total":0,"next_after":null,"prev_after":null,"last_after":null,"dead_letters":[]}`)
+		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/nobody/nothing/dlq"), `{"tenant":"nobody","flow":"nothing","total":0,"next_after":null,"prev_after":null,"last_after":null,"dead_letters":[]}`)
 	})
 
 	for _, tc := range []struct{ name, tenant, flow, want string }{

@@ -136,7 +136,7 @@ func TestDamagedDeadLettersAreShown(t *testing.T) {
 		}
 		// the existing keys as they were, "damaged" after them
 		keys := keyOrder(w.Body.Bytes())
-		if len(keys) < 5 || !slices.Equal(keys[:5], []string{"tenant", "flow", "total", "next_after", "dead_letters"}) || keys[len(keys)-7] != "damaged" {
+		if len(keys) < 7 || !slices.Equal(keys[:7], []string{"tenant", "flow", "total", "next_after", "prev_after", "last_after", "dead_letters"}) || keys[len(keys)-7] != "damaged" {
 			t.Errorf("API keys %q", keys)
 		}
 	}
@@ -195,7 +195,7 @@ func TestDamagedDeadLettersAreShown(t *testing.T) {
 		}
 		// the API's listing is as before: no "damaged" key
 		wantDocument(t, fx.admin(http.MethodGet, "/api/queues/acme/fine/dlq?after=1"),
-			`{"tenant":"acme","flow":"fine","total":1,"next_after":null,"dead_letters":[]}`)
+			`{"tenant":"acme","flow":"fine","total":1,"next_after":null,"prev_after":0,"last_after":null,"dead_letters":[]}`)
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The UI's own router, its error pages and the page a button returns to.
@@ -402,5 +404,66 @@ func TestUIButtonOnEmptiedLastPageAtMaxLimit(t *testing.T) {
 	}
 	if got := pageRows(body); len(got) != 500 {
 		t.Errorf("the error page lists %d rows", len(got))
+	}
+}
+
+var (
+	prevPageLink = regexp.MustCompile(`<a href="([^"]*)" rel="prev">Previous page</a>`)
+	lastPageLink = regexp.MustCompile(`<a href="([^"]*)">Last page</a>`)
+)
+
+// TestUIQueuePagesBackwards: the Queue page links to the last page (as the
+// Next links count the pages) and back, page by page: from the last page
+// the Previous links walk every pending dead letter once, to the first
+// page, which has no Previous link. The page had First and Next only.
+func TestUIQueuePagesBackwards(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	payloads := make([]string, 23)
+	for i := range payloads {
+		payloads[i] = strconv.Itoa(i + 1)
+	}
+	seedDeadLetters(t, fx.root, "acme", "many", payloads...)
+	for _, id := range []uint64{4, 9, 10} { // holes
+		if w := fx.admin(http.MethodPost, fmt.Sprintf("/api/queues/acme/many/dlq/%d/discard", id)); w.Code != 200 {
+			t.Fatalf("discard %d: %d %s", id, w.Code, w.Body)
+		}
+	}
+	c := fx.login(t)
+	const base = "/ui/queues/acme/many"
+	follow := func(link *regexp.Regexp, body string) (string, bool) {
+		m := link.FindStringSubmatch(body)
+		if m == nil {
+			return "", false
+		}
+		return html.UnescapeString(m[1]), true
+	}
+	first := wantPage(t, fx.get(base+"?limit=5", c), http.StatusOK)
+	if _, ok := follow(prevPageLink, first); ok {
+		t.Errorf("the first page links to a previous one")
+	}
+	page, ok := follow(lastPageLink, first)
+	if !ok {
+		t.Fatalf("the first page has no Last page link:\n%s", first)
+	}
+	u, _ := url.Parse(page)
+	if got, want := u.Query().Get("after"), strconv.FormatUint(lastPageAfter(t, fx, c, base, 5), 10); got != want || u.Query().Get("limit") != "5" {
+		t.Errorf("the Last page link %q: after=%s, want %s (where the Next links end) and limit=5", page, got, want)
+	}
+	var seen []uint64
+	for range 10 {
+		body := wantPage(t, fx.get(page, c), http.StatusOK)
+		seen = append(pageRows(body), seen...)
+		if page, ok = follow(prevPageLink, body); !ok {
+			break
+		}
+	}
+	var want []uint64
+	for id := uint64(1); id <= 23; id++ {
+		if id != 4 && id != 9 && id != 10 {
+			want = append(want, id)
+		}
+	}
+	if diff := cmp.Diff(want, seen); diff != "" {
+		t.Errorf("the pages walked back from the last (-want +got):\n%s", diff)
 	}
 }

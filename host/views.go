@@ -226,7 +226,13 @@ type deadLetterPage struct {
 	Flow   string `json:"flow"`
 	Total  int    `json:"total"`
 	// NextAfter is the after= of the next page; nil on the last.
-	NextAfter   *uint64           `json:"next_after"`
+	NextAfter *uint64 `json:"next_after"`
+	// PrevAfter is the after= of the page before (the limit dead letters
+	// before this page's first); nil on the first.
+	PrevAfter *uint64 `json:"prev_after"`
+	// LastAfter is the after= of the last page, counted limit at a time
+	// from the first; nil on the last.
+	LastAfter   *uint64           `json:"last_after"`
 	DeadLetters []deadLetterEntry `json:"dead_letters"`
 	// Damaged lists the parts of dlq.log and dlq.log.acked that fail
 	// their check, as nexus dlq list reports them (a torn tail, a write in
@@ -278,8 +284,12 @@ func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int
 		v.DeadLetters = append(v.DeadLetters, e)
 	}
 	if page.More && len(page.Entries) > 0 {
-		last := page.Entries[len(page.Entries)-1].ID
-		v.NextAfter = &last
+		next, last := page.Entries[len(page.Entries)-1].ID, page.Last
+		v.NextAfter, v.LastAfter = &next, &last
+	}
+	if page.HasPrev {
+		prev := page.Prev
+		v.PrevAfter = &prev
 	}
 	for _, d := range page.Damage {
 		v.Damaged = append(v.Damaged, newDamageEntry(d))

@@ -325,6 +325,12 @@ type DeadLetterPage struct {
 	Entries []PageEntry
 	Total   int  // the pending dead letters in all
 	More    bool // some come after the page's last entry
+	// Prev is the after of the page before this one (the limit pending
+	// dead letters before its first), valid when HasPrev: some come
+	// before after. Last is the after of the last page, counted limit at
+	// a time from the first, as pages followed by their next ones are.
+	Prev, Last uint64
+	HasPrev    bool
 	// Damage is what ReadDeadLetters reports: the damaged frames of
 	// dlq.log and dlq.log.acked, a torn tail (a write in progress) left
 	// out.
@@ -344,19 +350,28 @@ type PageEntry struct {
 func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterPage, error) {
 	var page DeadLetterPage
 	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
-	var ids []uint64
+	var all []uint64 // every pending id: 8 bytes each
 	damage, err := q.eachPending(func(rec []byte) error {
-		page.Total++
-		if id := binary.BigEndian.Uint64(rec[1:9]); id > after {
-			ids = append(ids, id)
-		}
+		all = append(all, binary.BigEndian.Uint64(rec[1:9]))
 		return nil
 	})
 	if err != nil {
 		return page, err
 	}
+	page.Total = len(all)
 	page.Damage = slices.DeleteFunc(damage, func(d Damage) bool { return d.Torn })
-	slices.Sort(ids)
+	slices.Sort(all)
+	before := sort.Search(len(all), func(i int) bool { return all[i] > after }) // the ids up to after
+	if before > 0 {
+		page.HasPrev = true
+		if start := before - limit; start > 0 {
+			page.Prev = all[start-1]
+		}
+	}
+	if limit > 0 && len(all) > limit {
+		page.Last = all[(len(all)-1)/limit*limit-1]
+	}
+	ids := all[before:]
 	if len(ids) > limit {
 		page.More, ids = true, ids[:limit]
 	}
