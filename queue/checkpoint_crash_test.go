@@ -181,8 +181,10 @@ func TestWorkerCompactionThenPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var delivered atomic.Bool // the bad message: its dead letter is written before the idle checkpoint
 	handler := HandlerFunc(func(_ context.Context, d Delivery) Verdict {
 		if d.ID == bad.ID {
+			delivered.Store(true)
 			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt artifact"}
 		}
 		return Verdict{Kind: VerdictAck, Outcome: "succeeded"}
@@ -190,7 +192,8 @@ func TestWorkerCompactionThenPowerCut(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	m.before = func(op, name string) {
-		if op != opWrite || filepath.Base(name) != ckptFile || !armed.CompareAndSwap(true, false) {
+		// (the worker writes the file it made once before delivering)
+		if op != opWrite || filepath.Base(name) != ckptFile || !delivered.Load() || !armed.CompareAndSwap(true, false) {
 			return
 		}
 		// the worker's first idle checkpoint write: meanwhile the operator

@@ -349,6 +349,9 @@ func (r *cycRun) script() {
 	}
 	r.other.Store(other)
 	stepUntil("worker: m10, m11 appended by another process, drain refused, compaction", func() bool { return r.cut.Load() || r.delivered("corr-10", 1) })
+	if r.cut.Load() {
+		return // before the idle checkpoint write at which the other process appends
+	}
 	if r.other.Load() != nil {
 		t.Fatalf("k=%d: the other process did not append", r.k)
 	}

@@ -103,6 +103,13 @@ func (m *memFS) Fail(op, name string, nth int, err error, forever bool) {
 	m.faults = append(m.faults, &memFault{op: op, name: name, nth: nth, forever: forever, err: err})
 }
 
+// Heal ends every injected fault: the disk has room again.
+func (m *memFS) Heal() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faults = nil
+}
+
 // Fired reports whether an injected fault has made an operation fail.
 func (m *memFS) Fired() bool {
 	m.mu.Lock()

@@ -289,8 +289,43 @@ func (w *Worker) run(ctx context.Context) {
 }
 
 // maxRestartPause bounds the pause before a worker that stopped on an
-// error starts again.
+// error starts again, and between two tries of a write persist waits for.
 const maxRestartPause = 30 * time.Second
+
+// persist runs write, a write of the queue's state that a delivery made
+// necessary (the checkpoint past it, its retry in the schedule, its dead
+// letter), until it succeeds or ctx ends, pausing between tries as the
+// worker does between its starts (Poll, doubling up to maxRestartPause).
+// Such an error (a full disk) used to end the round of deliveries, and the
+// worker started again from the state on disk: it delivered again every
+// message since the checkpoint it could not write, and ran again the last
+// attempt of a message whose dead letter it could not write, at every
+// start, for as long as the disk stayed full, past queue_max_attempts.
+// Now the deliveries wait for the write, and nothing is delivered again
+// for it, unless the worker stops meanwhile (its next start goes on from
+// the state on disk: at least once).
+func (w *Worker) persist(ctx context.Context, write func() error) error {
+	for failures := 0; ; failures++ {
+		err := write()
+		if err == nil {
+			if failures > 0 {
+				w.logger.Info("the queue's state was written; deliveries go on", "event", "worker_recovered", "tries", failures+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		pause := min(w.cfg.Poll<<min(failures, 16), maxRestartPause)
+		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
+			"error", err.Error(), "pause_ms", pause.Milliseconds())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-w.cfg.Clock.After(pause):
+		}
+	}
+}
 
 // deliver is the worker's loop once elected.
 func (w *Worker) deliver(ctx context.Context) error {
@@ -333,20 +368,38 @@ func (w *Worker) deliver(ctx context.Context) error {
 		return err
 	}
 	defer ckpt.Close()
-	saved, synced := cursor, true // the checkpoint written, and whether it is synced
-	sinceSave := 0
-	saveCheckpoint := func() error {
-		if cursor == saved {
-			return nil
-		}
+	if size, err := fileSize(ckpt); err != nil {
+		return err
+	} else if size == 0 {
+		// made just now: written at once, before any delivery, so that
+		// the file holds its bytes and its rewrites in place never need
+		// space a full disk may not have
 		if err := writeCheckpoint(ckpt, cursor, false); err != nil {
 			return err
 		}
-		saved, synced, sinceSave = cursor, false, 0
-		return nil
+	}
+	saved, synced := cursor, true // the checkpoint written, and whether it is synced
+	sinceSave := 0
+	// saveCheckpoint writes the cursor, durably if asked, waiting for a
+	// write that fails (persist): the messages it passes were delivered
+	saveCheckpoint := func(durable bool) error {
+		if cursor == saved && (synced || !durable) {
+			return nil
+		}
+		return w.persist(ctx, func() error {
+			// rewritten before a sync that failed is tried again: a failed
+			// fsync may have dropped the page it was to write
+			if err := writeCheckpoint(ckpt, cursor, durable); err != nil {
+				return err
+			}
+			saved, synced, sinceSave = cursor, durable, 0
+			return nil
+		})
 	}
 	defer func() {
-		if saveCheckpoint() == nil && !synced {
+		if cursor != saved {
+			writeCheckpoint(ckpt, cursor, true) // the stop: one try
+		} else if !synced {
 			ckpt.Sync()
 		}
 	}()
@@ -386,14 +439,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 			if err != nil || m.ID != r.ID {
 				w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
 				retries = retries[1:]
-				if err := q.SaveRetries(retries); err != nil {
+				if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
 					return err
 				}
 				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 				w.cfg.Counts.add("dropped")
 				continue
 			}
-			next, err := w.attempt(hctx, m, r.Attempt)
+			next, err := w.attempt(ctx, hctx, m, r.Attempt)
 			if errors.Is(err, errInterrupted) {
 				return nil
 			} else if err != nil {
@@ -402,21 +455,16 @@ func (w *Worker) deliver(ctx context.Context) error {
 			retries = retries[1:]
 			if next != nil {
 				retries = append(retries, *next)
-			} else if err := saveCheckpoint(); err != nil {
-				return err
-			} else if !synced {
+			} else if err := saveCheckpoint(true); err != nil {
 				// its retries over (acknowledged, or dead-lettered), the
 				// message leaves the schedule: the checkpoint past it
 				// must be durable first, or a power cut would take it
 				// back before the message, which, in no schedule any
 				// more, would be delivered again as a first attempt (a
 				// dead letter's budget spent again)
-				if err := ckpt.Sync(); err != nil {
-					return err
-				}
-				synced = true
+				return err
 			}
-			if err := q.SaveRetries(retries); err != nil {
+			if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
 				return err
 			}
 			w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
@@ -429,7 +477,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			cursor = after // delivered before, waiting in the retry schedule
 			continue
 		case err == nil:
-			next, err := w.attempt(hctx, m, 1)
+			next, err := w.attempt(ctx, hctx, m, 1)
 			if errors.Is(err, errInterrupted) {
 				return nil
 			} else if err != nil {
@@ -438,14 +486,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 			if next != nil {
 				retries = append(retries, *next)
 				// the schedule is durable before the checkpoint passes the message
-				if err := q.SaveRetries(retries); err != nil {
+				if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
 					return err
 				}
 				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 			}
 			cursor = after
 			if sinceSave++; sinceSave >= w.cfg.CheckpointEvery {
-				if err := saveCheckpoint(); err != nil {
+				if err := saveCheckpoint(false); err != nil {
 					return err
 				}
 			}
@@ -458,7 +506,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 
 		// idle: checkpoint, housekeeping, then wait
-		if err := saveCheckpoint(); err != nil {
+		if err := saveCheckpoint(false); err != nil {
 			return err
 		}
 		if len(retries) == 0 && (housekept.IsZero() || now.Sub(housekept) >= w.cfg.Poll) {
@@ -533,7 +581,7 @@ func (w *Worker) logMarked(m Marked) {
 // errInterrupted is attempt's answer for a delivery the stop cut short.
 var errInterrupted = errors.New("the delivery was cut short by the stop")
 
-func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
+func (w *Worker) attempt(wctx, ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
@@ -581,7 +629,18 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		}
 		fallthrough
 	case VerdictDeadLetter:
-		err := w.q.MoveToDLQ(DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload})
+		d := DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload}
+		var tooLarge error
+		err := w.persist(wctx, func() error {
+			err := w.q.MoveToDLQ(d)
+			if errors.Is(err, ErrTooLarge) {
+				tooLarge, err = err, nil // not a write that can succeed later
+			}
+			return err
+		})
+		if tooLarge != nil {
+			err = tooLarge
+		}
 		if errors.Is(err, ErrTooLarge) {
 			// it can never be written as a dead letter: said loudly, not
 			// retried for ever in front of the queue

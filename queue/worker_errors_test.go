@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 )
@@ -194,5 +197,85 @@ func TestWorkerAfterADrainThatFailedPastTheTruncation(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Errorf("deliveries %v: acknowledged messages %v were never delivered (segment.log is now %d bytes)", ids, missing, size(t, q))
+	}
+}
+
+// TestWorkerFullDiskDeliversNothingTwice: while the disk is full, a write
+// of the queue's state that a delivery made necessary (the checkpoint
+// past it, its dead letter) is tried again, deliveries waiting for it: no
+// message is delivered again for it, and no attempt is made past
+// queue_max_attempts. The worker used to stop on the error and start
+// again from the state on disk after each pause: it delivered the whole
+// backlog since its checkpoint again, and ran a message's last attempt
+// again, at every start, for as long as the disk stayed full.
+func TestWorkerFullDiskDeliversNothingTwice(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		file     string // whose writes fail
+		attempts int    // the handler fails each message this many times, then acknowledges it
+	}{
+		{"the checkpoint", ckptFile, 0},
+		// the worker writes the checkpoint file it makes before it
+		// delivers: its rewrites in place then need no room
+		{"the checkpoint, its file not made yet", ckptFile + " (new)", 0},
+		{"a dead letter", dlqFile, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, root := memQueueRoot(t)
+			clk := clocktest.New(epoch)
+			q, _ := openQueue(t, root, Options{FS: m, Now: clk.Now})
+			file, fresh := strings.CutSuffix(c.file, " (new)")
+			if file == ckptFile && !fresh {
+				// a checkpoint file that holds its bytes: rewriting them
+				// needs no room, so this is a disk whose writes all fail
+				// (an I/O error rather than room)
+				if err := q.SaveCheckpoint(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appendN(t, q, 0, 5)
+			m.Fail(opWrite, file, 1, syscall.ENOSPC, true)
+			rec := &idRecorder{}
+			policy := RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+			startQuietWorker(t, q, clk, rec.handler(func(d Delivery) Verdict {
+				if d.ID == 3 && c.attempts > 0 {
+					return Verdict{Kind: VerdictRetry, Policy: policy, Error: "503"}
+				}
+				return ackAll(d)
+			}))
+			// ten minutes of a full disk, the worker's pauses included
+			for range 200 {
+				clk.WaitCalls(t, clk.Calls()) // at rest
+				clk.Advance(3 * time.Second)
+				time.Sleep(time.Millisecond)
+			}
+			if !m.Fired() {
+				t.Fatal("setup: the injected ENOSPC never fired")
+			}
+			m.Heal()
+			for range 50 {
+				clk.Advance(30 * time.Second)
+				time.Sleep(2 * time.Millisecond)
+			}
+			ids, atts := rec.got()
+			want := []uint64{1, 2, 3, 4, 5}
+			wantAtts := []int{1, 1, 1, 1, 1}
+			if c.attempts > 0 {
+				// 3 fails twice (its second attempt its last), then waits
+				// for its dead letter while the others go on
+				want, wantAtts = []uint64{1, 2, 3, 4, 5, 3}, []int{1, 1, 1, 1, 1, 2}
+			}
+			if diff := cmp.Diff(want, ids); diff != "" {
+				t.Errorf("deliveries (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(wantAtts, atts); diff != "" {
+				t.Errorf("attempts (-want +got):\n%s", diff)
+			}
+			if c.attempts > 0 {
+				if p := pendingDeadLetters(t, q); !slices.Equal(p, []uint64{3}) {
+					t.Errorf("pending dead letters %v, want [3] once the disk has room", p)
+				}
+			}
+		})
 	}
 }
