@@ -25,6 +25,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
@@ -425,6 +426,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	s.packClone(repo)
 	res := Result{Commit: commit.Hash.String()}
 	st, err := s.cfg.Registry.Status(ctx)
 	if err != nil {
@@ -577,6 +579,39 @@ func short(commit string) string {
 		return commit[:12]
 	}
 	return commit
+}
+
+// MaxPacks is how many packs the clone holds at most after a round: each
+// fetch that brings objects adds one, and every round reads each pack's
+// index again (the clone is opened anew), so a host whose repo took a
+// commit at every poll spent more and more of its time reading indexes
+// (0.17 ms of CPU a pack a poll: 80 ms a poll after 475 commits). Past
+// MaxPacks the round packs the clone into one pack (go-git's
+// RepackObjects: the objects the branch reaches, so those a force-push
+// left behind go too).
+const MaxPacks = 16
+
+// packClone packs the clone into one pack when it holds more than
+// MaxPacks. A failure is logged and left: the clone still holds its
+// packs, and one a crash left half done is damage, which the next round
+// repairs by cloning anew.
+func (s *Syncer) packClone(repo *git.Repository) {
+	pos, ok := repo.Storer.(storer.PackedObjectStorer)
+	if !ok {
+		return
+	}
+	packs, err := pos.ObjectPacks()
+	if err != nil || len(packs) <= MaxPacks {
+		return
+	}
+	start := time.Now()
+	if err := repo.RepackObjects(&git.RepackConfig{}); err != nil {
+		s.cfg.Logger.Warn("the clone's packs could not be packed into one", "event", "sync_repack_failed",
+			"packs", len(packs), "error", err.Error())
+		return
+	}
+	s.cfg.Logger.Info("the clone's packs were packed into one", "event", "sync_repacked",
+		"packs", len(packs), "duration_ms", time.Since(start).Milliseconds())
 }
 
 // reclone removes a damaged clone and fetches the branch into a new one,

@@ -1,0 +1,61 @@
+package gitsync_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nexushq/nexus/flow/flowtest"
+	"github.com/nexushq/nexus/gitsync"
+)
+
+// packFiles counts the packs of the clone in dir.
+func packFiles(t *testing.T, dir string) int {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, "objects", "pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".pack") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCloneKeepsFewPacks: every fetch that brings objects adds a pack to
+// the clone, and every round read every pack's index again: a repo taking
+// a commit at every poll made each round costlier than the last. Past
+// gitsync.MaxPacks a round packs the clone into one; the flows of every
+// later commit are still read from it, and so is the head after a
+// force-push back to an old commit.
+func TestCloneKeepsFewPacks(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
+	first := e.src.commit("v0")
+	e.mustApply(first)
+	most := 0
+	for i := 1; i <= 3*gitsync.MaxPacks; i++ {
+		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", fmt.Sprintf("v%d", i)))
+		e.mustApply(e.src.commit(fmt.Sprintf("v%d", i)), fmt.Sprintf("published acme/x v%d", i+1))
+		most = max(most, packFiles(t, e.cfg.Dir))
+		if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != fmt.Sprintf("v%d", i) {
+			t.Fatalf("after commit v%d the live flow is %+v", i, lf)
+		}
+	}
+	if most > gitsync.MaxPacks {
+		t.Errorf("the clone held %d packs after a round, more than %d", most, gitsync.MaxPacks)
+	}
+	if got := len(e.logs.Events(t, "sync_repacked")); got < 2 {
+		t.Errorf("%d sync_repacked lines after %d commits, want at least 2", got, 3*gitsync.MaxPacks)
+	}
+	e.src.git("reset", "--hard", first)
+	e.mustApply(first, fmt.Sprintf("published acme/x v%d", 3*gitsync.MaxPacks+2))
+	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != "v0" {
+		t.Fatalf("after the force-push back to v0 the live flow is %+v", lf)
+	}
+}
