@@ -822,3 +822,37 @@ func TestShutdownGraceEndsARunWithAnAnswer(t *testing.T) {
 		t.Errorf("nexus journal after the stop:\n%s\nwant the stopped execution (trace-grace, 503)", out)
 	}
 }
+
+// TestHangupIsIgnored: SIGHUP (a terminal closed, a logrotate hook) is
+// logged and ignored: the host goes on serving, and SIGTERM then stops it
+// gracefully. Its default action ended the process on the spot, cutting
+// the requests in flight, with no stopping line.
+func TestHangupIsIgnored(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, hostOptions{})
+	for range 2 {
+		if err := h.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.events("signal_ignored")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no signal_ignored line within 10 s of SIGHUP")
+		}
+		select {
+		case <-h.exited:
+			t.Fatalf("nexus serve exited on SIGHUP: %v", h.exitErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if r := h.do(http.MethodGet, "/healthz", "", "", ""); r.status != http.StatusOK {
+		t.Errorf("after SIGHUP /healthz answers %d %s", r.status, r.body)
+	}
+	if code := h.stop(30 * time.Second); code != 0 {
+		t.Errorf("SIGTERM after SIGHUP: exit %d, want 0", code)
+	}
+	if len(h.events("stopped")) != 1 {
+		t.Errorf("no stopped line after SIGTERM")
+	}
+}

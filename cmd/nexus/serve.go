@@ -242,21 +242,32 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // stopOnSignal returns a context cancelled by the first SIGINT or SIGTERM,
 // which begins the graceful shutdown. A second one stops the process at
 // once, by that signal, without waiting for the requests and deliveries in
-// flight (which a shutdown may wait for up to 30 s, then the workers' own
-// grace): what was acknowledged is durable, and what was in flight is
-// delivered again at the next start, as after a kill -9. stop ends the
-// watch.
+// flight (which a shutdown may wait for up to --shutdown-grace, then the
+// workers' own grace): what was acknowledged is durable, and what was in
+// flight is delivered again at the next start, as after a kill -9. SIGHUP
+// is logged and ignored: nexus serve has nothing to reload (the flows come
+// from git, the log goes to stderr), and its default action, an exit on
+// the spot, cut the requests in flight when a terminal closed or a
+// logrotate hook sent it. stop ends the watch.
 func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, stop func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-done:
-			return
+	first:
+		for {
+			select {
+			case <-sigs:
+				cancel()
+				break first
+			case <-hups:
+				logger.Warn("SIGHUP ignored: nexus serve has nothing to reload (the flows come from git); SIGINT or SIGTERM stops it", "event", "signal_ignored", "signal", "hangup")
+			case <-done:
+				return
+			}
 		}
 		select {
 		case sig := <-sigs:
@@ -273,6 +284,7 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, s
 	}()
 	return ctx, func() {
 		signal.Stop(sigs)
+		signal.Stop(hups)
 		close(done)
 		cancel()
 	}
