@@ -771,6 +771,22 @@ func CheckSSHKey(path string) error {
 	return nil
 }
 
+// CheckKnownHosts checks that a fetch over ssh finds a known_hosts file to
+// check the server's host key against, as go-git looks for one: the files
+// SSH_KNOWN_HOSTS lists, else ~/.ssh/known_hosts and
+// /etc/ssh/ssh_known_hosts (the release image has neither). Its error is
+// one line.
+func CheckKnownHosts() error {
+	_, err := gitssh.NewKnownHostsCallback()
+	if err != nil && strings.HasPrefix(err.Error(), "unable to find any valid known_hosts file") {
+		if list := os.Getenv("SSH_KNOWN_HOSTS"); list != "" {
+			return fmt.Errorf("no file SSH_KNOWN_HOSTS lists (%s) exists", list)
+		}
+		return errors.New("neither ~/.ssh/known_hosts nor /etc/ssh/ssh_known_hosts exists, and SSH_KNOWN_HOSTS is not set")
+	}
+	return err
+}
+
 // UsesSSH reports whether repo is fetched over ssh (ssh:// or the
 // scp-like user@host:path), which needs a key file or an ssh agent.
 func UsesSSH(repo string) bool {

@@ -370,6 +370,14 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s is fetched over ssh, which needs a key: give %s, or run an ssh agent (SSH_AUTH_SOCK is not set)",
 			name("repo"), name("ssh-key"))
 	}
+	if cfg.Repo != "" && gitsync.UsesSSH(cfg.Repo) {
+		// the server's host key is checked at every fetch: without a
+		// file to check it against, every one fails
+		if err := gitsync.CheckKnownHosts(); err != nil {
+			return fmt.Errorf("%s is fetched over ssh, which checks the server's host key against a known_hosts file: %v (write one with ssh-keyscan HOST and point SSH_KNOWN_HOSTS at it)",
+				name("repo"), err)
+		}
+	}
 	return nil
 }
 

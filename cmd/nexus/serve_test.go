@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"io/fs"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	xssh "golang.org/x/crypto/ssh"
 )
 
 // TestServeRefusesNetworkStateDirectory: when the state directory is on a
@@ -184,6 +188,7 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 	}
 	defer taken.Close()
 	repo := t.TempDir()
+	key := writeSSHKey(t)
 	for _, c := range []struct {
 		args []string
 		env  string // NAME=VALUE
@@ -210,6 +215,9 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", repo}, "", exitUsage, "nexus serve: --ssh-key " + repo + ": is a directory"},
 		// every fetch would fail at every poll
 		{[]string{"--repo", "git@127.0.0.1:x.git"}, "SSH_AUTH_SOCK=", exitUsage, "nexus serve: --repo is fetched over ssh, which needs a key: give --ssh-key, or run an ssh agent (SSH_AUTH_SOCK is not set)"},
+		// the server's host key is checked at every fetch, against no file
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", key}, "SSH_KNOWN_HOSTS=/nonexistent/known_hosts", exitUsage,
+			"nexus serve: --repo is fetched over ssh, which checks the server's host key against a known_hosts file: no file SSH_KNOWN_HOSTS lists (/nonexistent/known_hosts) exists (write one with ssh-keyscan HOST and point SSH_KNOWN_HOSTS at it)"},
 		{[]string{"--listen", taken.Addr().String()}, "", exitError, "nexus serve: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
 	} {
 		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
@@ -278,4 +286,23 @@ func TestServeChecksOnlyTheSSHKeyItUses(t *testing.T) {
 			t.Errorf("repo %s with a missing key: %q, want %q", c.repo, got, c.want)
 		}
 	}
+}
+
+// writeSSHKey writes a new ed25519 private key without a passphrase, in
+// OpenSSH's format, and returns its path.
+func writeSSHKey(t *testing.T) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := xssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
