@@ -830,6 +830,10 @@ func TestShutdownGraceEndsARunWithAnAnswer(t *testing.T) {
 func TestHangupIsIgnored(t *testing.T) {
 	t.Parallel()
 	h := startHost(t, hostOptions{})
+	// (the started line names the build, as nexus version prints it)
+	if started := h.events("started"); len(started) != 1 || !strings.Contains(fmt.Sprint(started[0]["version"]), ", go1.") {
+		t.Errorf("started lines %v: want one, with the build's version", started)
+	}
 	for range 2 {
 		if err := h.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -652,5 +653,22 @@ func TestDLQListSaysWhatItPassesOver(t *testing.T) {
 		if code != exitOK || stdout.String() != "DLQ is empty\n" || stderr.String() != want {
 			t.Errorf("dlq list %v: exit %d, stdout %q, stderr:\n%s\nwant:\n%s", c.args, code, stdout.String(), stderr.String(), want)
 		}
+	}
+}
+
+// TestVersion: nexus version (and nexus --version) prints which build this
+// is, on one line: the module's version, then the Go release; an operator
+// could not tell which build a host ran.
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^nexus \S+( commit [0-9a-f]{12}(\+modified)?)?, go1\.\d+(\.\d+)?\S*\n$`)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != exitOK || !want.MatchString(stdout.String()) || stderr.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, stdout %q, stderr %q", args[0], code, stdout.String(), stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"version", "now"}, &stdout, &stderr); code != exitUsage || stderr.String() != "nexus version: unexpected argument \"now\"\n" {
+		t.Errorf("nexus version now: exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -35,7 +36,48 @@ func commands() map[string]command {
 		"key":      {"generate an access key and its access.yaml entry", runKey},
 		"journal":  {"print the execution history, newest first", runJournal},
 		"dlq":      {"list, replay or discard dead letters", runDLQ},
+		"version":  {"print which build of nexus this is", runVersion},
 	}
+}
+
+// runVersion prints the build: nexus's version, its commit and the Go
+// release that built it.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
+		fmt.Fprintf(stderr, "nexus version: unexpected argument %q\n", args[0])
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "nexus %s\n", buildVersion())
+	return exitOK
+}
+
+// buildVersion says which build this is, from what go build recorded: the
+// module's version ("(devel)" for a build from a checkout), the commit
+// (marked "+modified" when the checkout had changes), the Go release.
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown build)"
+	}
+	var revision, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	if revision != "" {
+		v += " commit " + revision[:min(12, len(revision))] + modified
+	}
+	return v + ", " + info.GoVersion
 }
 
 func main() {
@@ -49,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "--version", "-version":
+		return runVersion(nil, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			c, ok := cmds[args[1]]

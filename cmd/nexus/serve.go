@@ -588,7 +588,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	queues.Start()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("nexus is serving", "event", "started", "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
+	logger.Info("nexus is serving", "event", "started", "version", buildVersion(), "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
 	if cfg.Dev {
 		printDevBanner(stdout, ln.Addr(), devKey, keyShown, cfg)
 	}
