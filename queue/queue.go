@@ -1125,5 +1125,7 @@ func (r *logReader) buffered(offset int64) (Message, int64, bool) {
 	return m, offset + int64(n), true
 }
 
-// reset forgets what was read: the log was emptied.
-func (r *logReader) reset() { r.data = nil }
+// reset forgets what was read: the log was emptied. The buffer goes too:
+// an idle queue's worker (one per queue, for the process's life) held its
+// 64 KiB until the next delivery.
+func (r *logReader) reset() { r.buf, r.data = nil, nil }
