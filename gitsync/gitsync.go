@@ -426,7 +426,10 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	s.packClone(repo)
+	// at the end of the round, when nothing reads the clone through repo
+	// any more: go-git keeps the indexes of the packs a repack deletes, and
+	// reading through them fails (which a round would take for damage)
+	defer s.packClone(repo)
 	res := Result{Commit: commit.Hash.String()}
 	st, err := s.cfg.Registry.Status(ctx)
 	if err != nil {
