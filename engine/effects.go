@@ -151,7 +151,10 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		case errors.Is(cause, errConnectTimeout):
 			return nil, fail("no connection to %s within connect_timeout_ms (%d ms)", req.URL.Host, h.ConnectTimeout.Milliseconds())
 		}
-		return nil, fail("%s", transportError(err))
+		msg, detail := transportError(err)
+		e := fail("%s", msg)
+		e.Detail = detail
+		return nil, e
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
@@ -264,34 +267,39 @@ func (x *execution) publish(ctx context.Context, s *flow.Step, doc any) *Error {
 // transportError is a failed call's error as the flow (and, through a
 // fault handler's $.fault_error, its caller) may read it: Go's own text,
 // "Post "URL": cause", but the URL without its query, fragment or user
-// information, where API keys and passwords live, and the cause in the
-// platform's words when Go's quotes what the downstream sent (an answer
-// that is not HTTP: `malformed HTTP status code "IS"`, a header line): a
-// downstream's text never travels to the caller.
-func transportError(err error) string {
+// information, where API keys and passwords live. When Go's cause may
+// quote what the downstream sent (an answer that is not HTTP: `malformed
+// HTTP status code "IS"`, a header line, an HTTP/2 GOAWAY's debug data),
+// msg says so in the platform's words, and detail, for the log alone, is
+// Go's text; detail is "" otherwise. A downstream's text never travels to
+// the caller.
+func transportError(err error) (msg, detail string) {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
-		return err.Error()
+		return err.Error(), ""
 	}
-	cause := ue.Err.Error()
-	if brokenAnswer(ue.Err) {
-		cause = "the answer is not valid HTTP/1.1"
+	where := ue.Op
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		u.RawQuery, u.ForceQuery, u.Fragment, u.User = "", false, "", nil
+		where = fmt.Sprintf("%s %q", ue.Op, u.String())
 	}
-	u, perr := url.Parse(ue.URL)
-	if perr != nil {
-		return fmt.Sprintf("%s: %s", ue.Op, cause)
+	if platformCause(ue.Err) {
+		return where + ": " + ue.Err.Error(), ""
 	}
-	u.RawQuery, u.ForceQuery, u.Fragment, u.User = "", false, "", nil
-	return fmt.Sprintf("%s %q: %s", ue.Op, u.String(), cause)
+	return where + ": the downstream's answer could not be read (the log has why)", where + ": " + ue.Err.Error()
 }
 
-// brokenAnswer reports whether err is net/http's for an answer it could
-// not read as HTTP (its text may quote the answer), rather than for the
-// connection itself (refused, reset, closed early: io.EOF).
-func brokenAnswer(err error) bool {
+// platformCause reports whether err's text is the platform's own, with
+// nothing a downstream sent in it: a connection refused, reset or closed
+// (io.EOF), a deadline, or a text that quotes nothing (Go quotes foreign
+// bytes with %q) and is not net/http's for an answer it could not read,
+// which cites the answer's lines.
+func platformCause(err error) bool {
 	var op *net.OpError
-	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return false
+	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
 	}
-	return strings.HasPrefix(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
+	text := err.Error()
+	return !strings.Contains(text, `"`) && !strings.HasPrefix(text, "net/http: HTTP/1.x transport connection broken: ")
 }
