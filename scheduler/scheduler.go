@@ -330,7 +330,7 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 		}
 	}
 	e.pending = time.Time{} // due is more recent
-	s.fire(e, sc, due, now, log)
+	s.fire(e, sc, due, log)
 }
 
 // takeOver tries the lock of a flow that another process held at the last
@@ -352,7 +352,7 @@ func (s *Scheduler) takeOver(e *entry, now time.Time) {
 	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
 		return
 	}
-	s.fire(e, lf.Flow.Schedule(), due, now, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
+	s.fire(e, lf.Flow.Schedule(), due, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
 }
 
 // tryLock takes the flow's lock if no process holds it.
@@ -367,8 +367,12 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
-func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due, now time.Time, log *slog.Logger) {
+func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
 	last, err := s.lastTick(e)
+	// the clock read after the record: a pass that stalled (a slow disk
+	// under many flows) must not take a record another process made
+	// meanwhile for one ahead of its clock
+	now := s.cfg.Clock.Now()
 	if err != nil {
 		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
