@@ -228,7 +228,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
 	logger := newLogger(cfg.LogFormat, logOut)
-	ctx, stop := stopOnSignal(logger, logOut)
+	// a hang-up from the terminal that runs it stops it; any other is
+	// ignored (see stopOnSignal)
+	ctx, stop := stopOnSignal(logger, logOut, isTerminal(stderr))
 	defer stop()
 	if err := serve(ctx, cfg, logger, stdout); err != nil {
 		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
@@ -244,12 +246,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // once, by that signal, without waiting for the requests and deliveries in
 // flight (which a shutdown may wait for up to --shutdown-grace, then the
 // workers' own grace): what was acknowledged is durable, and what was in
-// flight is delivered again at the next start, as after a kill -9. SIGHUP
-// is logged and ignored: nexus serve has nothing to reload (the flows come
-// from git, the log goes to stderr), and its default action, an exit on
-// the spot, cut the requests in flight when a terminal closed or a
-// logrotate hook sent it. stop ends the watch.
-func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, stop func()) {
+// flight is delivered again at the next start, as after a kill -9.
+//
+// SIGHUP's default action, an exit on the spot, cut the requests in flight.
+// With hupStops (the log goes to a terminal: a person runs the host, and
+// closing the terminal hangs it up) it begins the graceful shutdown, as
+// SIGTERM does; otherwise it is logged and ignored: nexus serve has nothing
+// to reload (the flows come from git, the log goes to stderr), and a
+// logrotate hook or a supervisor's reload must not stop it. stop ends the
+// watch.
+func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx context.Context, stop func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	hups := make(chan os.Signal, 1)
@@ -264,6 +270,10 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer) (ctx context.Context, s
 				cancel()
 				break first
 			case <-hups:
+				if hupStops {
+					cancel()
+					break first
+				}
 				logger.Warn("SIGHUP ignored: nexus serve has nothing to reload (the flows come from git); SIGINT or SIGTERM stops it", "event", "signal_ignored", "signal", "hangup")
 			case <-done:
 				return

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"flag"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,4 +308,58 @@ func writeSSHKey(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+// TestHangup: SIGHUP begins the graceful shutdown when the log goes to a
+// terminal (a person closed it), and is logged and ignored otherwise (a
+// logrotate hook, a supervisor's reload); its default action ended the
+// process on the spot. (The integration test TestHangupIsIgnored sends it
+// to the binary.)
+func TestHangup(t *testing.T) {
+	for _, hupStops := range []bool{false, true} {
+		var log syncBuffer
+		ctx, stop := stopOnSignal(slog.New(slog.NewJSONHandler(&log, nil)), nopCloser{}, hupStops)
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if hupStops {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				t.Errorf("with a terminal, SIGHUP did not begin the shutdown within 5 s")
+			}
+		} else {
+			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), `"event":"signal_ignored"`); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("without a terminal, SIGHUP was not logged as ignored within 5 s: %q", log.String())
+				}
+			}
+			if ctx.Err() != nil {
+				t.Errorf("without a terminal, SIGHUP began the shutdown")
+			}
+		}
+		stop()
+	}
 }
