@@ -41,10 +41,8 @@ const MaxLastError = 4096
 // last error is cut to MaxLastError, and to what the frame leaves beside
 // the payload, so that the record is always one a reader takes.
 func (q *Queue) MoveToDLQ(d DeadLetter) error {
-	if deadLetterFields+len(d.Payload) > MaxRecord {
-		// only a message an older nexus took (over MaxPayload) can be: no
-		// frame holds it as a dead letter
-		return fmt.Errorf("queue %s/%s: dead letter %d: %w (its payload of %d bytes leaves no room in a frame)", q.Tenant, q.Flow, d.ID, ErrTooLarge, len(d.Payload))
+	if err := q.tooLargeForDLQ(d); err != nil {
+		return err
 	}
 	d.LastError = cutText(d.LastError, min(MaxLastError, MaxRecord-deadLetterFields-len(d.Payload)))
 	unlock, err := q.lockAppend()
@@ -53,6 +51,15 @@ func (q *Queue) MoveToDLQ(d DeadLetter) error {
 	}
 	defer unlock()
 	return q.appendDurable(dlqFile, appendFrame(nil, appendDeadLetterRecord(nil, &d)))
+}
+
+// tooLargeForDLQ is ErrTooLarge, said, when no frame can hold d as a dead
+// letter: only a message an older nexus took (over MaxPayload) can be.
+func (q *Queue) tooLargeForDLQ(d DeadLetter) error {
+	if deadLetterFields+len(d.Payload) > MaxRecord {
+		return fmt.Errorf("queue %s/%s: dead letter %d: %w (its payload of %d bytes leaves no room in a frame)", q.Tenant, q.Flow, d.ID, ErrTooLarge, len(d.Payload))
+	}
+	return nil
 }
 
 // cutText cuts s to at most n bytes, at a character boundary, ending it

@@ -262,10 +262,11 @@ func (w *Worker) run(ctx context.Context) {
 	w.update(func(s *WorkerState) { s.Leading = true })
 	defer w.update(func(s *WorkerState) { s.Leading = false })
 	w.logger.Info("worker started", "event", "worker_started")
-	// An error (a full disk, an I/O error) ends a round of deliveries, not
-	// the worker: the queue keeps taking messages, so the worker starts
+	// An error (an I/O error reading the log) ends a round of deliveries,
+	// not the worker: the queue keeps taking messages, so the worker starts
 	// again from what is on disk (the checkpoint, the retry schedule)
 	// after a pause that doubles while the errors go on, keeping the lock.
+	// (A write a delivery needs waits for itself instead: persist.)
 	failures := 0
 	for {
 		began := w.cfg.Clock.Now()
@@ -276,7 +277,7 @@ func (w *Worker) run(ctx context.Context) {
 		if w.cfg.Clock.Now().Sub(began) >= maxRestartPause {
 			failures = 0 // it ran a good while: this error is a new one
 		}
-		pause := min(w.cfg.Poll<<min(failures, 16), maxRestartPause)
+		pause := w.pause(failures)
 		failures++
 		w.logger.Error("the worker stopped on an error; it starts again after a pause", "event", "worker_failed",
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
@@ -291,6 +292,12 @@ func (w *Worker) run(ctx context.Context) {
 // maxRestartPause bounds the pause before a worker that stopped on an
 // error starts again, and between two tries of a write persist waits for.
 const maxRestartPause = 30 * time.Second
+
+// pause is how long the worker waits after the failures-th failure in a
+// row (from 0): Poll, doubled at each, up to maxRestartPause.
+func (w *Worker) pause(failures int) time.Duration {
+	return min(w.cfg.Poll<<min(failures, 16), maxRestartPause)
+}
 
 // persist runs write, a write of the queue's state that a delivery made
 // necessary (the checkpoint past it, its retry in the schedule, its dead
@@ -316,7 +323,7 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		pause := min(w.cfg.Poll<<min(failures, 16), maxRestartPause)
+		pause := w.pause(failures)
 		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
 		select {
@@ -378,7 +385,11 @@ func (w *Worker) deliver(ctx context.Context) error {
 			return err
 		}
 	}
-	saved, synced := cursor, true // the checkpoint written, and whether it is synced
+	// the checkpoint written, and whether it is synced: the file holds
+	// cursor (written back, synced, by ownCheckpoint when it differed),
+	// or was made just now, holding 0 as cursor is then (a file that is
+	// not there reads as 0), unsynced, which loses nothing
+	saved, synced := cursor, true
 	sinceSave := 0
 	// saveCheckpoint writes the cursor, durably if asked, waiting for a
 	// write that fails (persist): the messages it passes were delivered
@@ -630,16 +641,9 @@ func (w *Worker) attempt(wctx, ctx context.Context, m Message, attempt int) (*Re
 		fallthrough
 	case VerdictDeadLetter:
 		d := DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload}
-		var tooLarge error
-		err := w.persist(wctx, func() error {
-			err := w.q.MoveToDLQ(d)
-			if errors.Is(err, ErrTooLarge) {
-				tooLarge, err = err, nil // not a write that can succeed later
-			}
-			return err
-		})
-		if tooLarge != nil {
-			err = tooLarge
+		err := w.q.tooLargeForDLQ(d) // no write can succeed, now or later
+		if err == nil {
+			err = w.persist(wctx, func() error { return w.q.MoveToDLQ(d) })
 		}
 		if errors.Is(err, ErrTooLarge) {
 			// it can never be written as a dead letter: said loudly, not
