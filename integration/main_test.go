@@ -19,7 +19,7 @@ var nexusBin string
 
 var sourcesOnce sync.Once
 
-// binary is the binary under test. The first call opens every file of the
+// nexusBinary is the binary under test. The first call opens every file of the
 // repository (sources, go.mod, embedded pages, the example flows) while the
 // tests run: go test caches a package's result by what its tests open and
 // read, and the binary is built by another process, so without this a

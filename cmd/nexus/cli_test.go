@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -661,6 +662,10 @@ func TestDLQListSaysWhatItPassesOver(t *testing.T) {
 // could not tell which build a host ran.
 func TestVersion(t *testing.T) {
 	want := regexp.MustCompile(`^nexus \S+( commit [0-9a-f]{12}(\+modified)?)?, go1\.\d+(\.\d+)?\S*\n$`)
+	var help bytes.Buffer
+	if code := run([]string{"version", "--help"}, &help, io.Discard); code != exitOK || !strings.HasPrefix(help.String(), "Usage: nexus version\n") {
+		t.Errorf("nexus version --help: exit %d, %q", code, help.String())
+	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != exitOK || !want.MatchString(stdout.String()) || stderr.Len() != 0 {

@@ -43,7 +43,11 @@ func commands() map[string]command {
 // runVersion prints the build: nexus's version, its commit and the Go
 // release that built it.
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
+	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+		io.WriteString(stdout, "Usage: nexus version\n\nPrints which build of nexus this is: its version, its commit when the\nbuild recorded one, and the Go release that built it.\n")
+		return exitOK
+	}
+	if len(args) > 0 {
 		fmt.Fprintf(stderr, "nexus version: unexpected argument %q\n", args[0])
 		return exitUsage
 	}
@@ -74,7 +78,9 @@ func buildVersion() string {
 	if v == "" {
 		v = "(devel)"
 	}
-	if revision != "" {
+	if revision != "" && (v == "(devel)" || !strings.Contains(v, revision[:min(12, len(revision))])) {
+		// a pseudo-version (v0.0.0-20261201043813-b4b770f3681c+dirty)
+		// names the commit already
 		v += " commit " + revision[:min(12, len(revision))] + modified
 	}
 	return v + ", " + info.GoVersion
