@@ -787,6 +787,9 @@ func CheckKnownHosts() error {
 		}
 		return errors.New("neither ~/.ssh/known_hosts nor /etc/ssh/ssh_known_hosts exists, and SSH_KNOWN_HOSTS is not set")
 	}
+	if err != nil && os.Getenv("SSH_KNOWN_HOSTS") == "" {
+		return fmt.Errorf("looking for ~/.ssh/known_hosts: %w, and SSH_KNOWN_HOSTS is not set", err) // $HOME unset
+	}
 	return err
 }
 
