@@ -254,7 +254,7 @@ func (w *Worker) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.cfg.Clock.After(w.cfg.Poll):
+		case <-w.cfg.Clock.After(untilNextPoll(w.cfg.Clock.Now(), w.cfg.Poll)):
 		case <-w.wake:
 		}
 	}
@@ -520,7 +520,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if err := saveCheckpoint(false); err != nil {
 			return err
 		}
-		if len(retries) == 0 && (housekept.IsZero() || now.Sub(housekept) >= w.cfg.Poll) {
+		if len(retries) == 0 && (housekept.IsZero() || pollSlot(now, w.cfg.Poll) != pollSlot(housekept, w.cfg.Poll)) {
 			housekept = now
 			switch err := q.Drain(); {
 			case err == nil:
@@ -556,9 +556,10 @@ func (w *Worker) deliver(ctx context.Context) error {
 				w.logMarked(m)
 			}
 		}
-		wait := w.cfg.Poll
+		now = w.cfg.Clock.Now()
+		wait := untilNextPoll(now, w.cfg.Poll)
 		if len(retries) > 0 {
-			if d := retries[0].Due.Sub(w.cfg.Clock.Now()); d < wait {
+			if d := retries[0].Due.Sub(now); d < wait {
 				wait = max(d, 0)
 			}
 		}
@@ -569,6 +570,29 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// untilNextPoll is how long an idle worker waits before it looks again:
+// until the next whole multiple of poll on the clock, at most poll. Every
+// idle worker of the process (one per queue, for the process's life) then
+// wakes at the same moments, the process twice a second at the default
+// poll rather than at each worker's own phase: with 100 idle queues, the
+// wake-ups alone (threads parked and woken 200 times a second) cost 5% of
+// a core. A submission wakes its worker at once whatever the wait.
+func untilNextPoll(now time.Time, poll time.Duration) time.Duration {
+	if poll <= 0 {
+		return poll
+	}
+	return poll - time.Duration(now.UnixNano()%int64(poll))
+}
+
+// pollSlot numbers the stretch of time between two of the moments
+// untilNextPoll waits for that holds t.
+func pollSlot(t time.Time, poll time.Duration) int64 {
+	if poll <= 0 {
+		return t.UnixNano()
+	}
+	return t.UnixNano() / int64(poll)
 }
 
 // logMarked logs an operator's action on a dead letter (nexus dlq replay

@@ -892,11 +892,20 @@ func TestRestartDeliversOnlyUnprocessed(t *testing.T) {
 	n := clk.Calls()
 	startWorker(t, q2, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w2", decide)})
 	clk.WaitCalls(t, n+1)
-	clk.Step(t)
+	// the retry's time (the idle polls on the way, on the hour, fire too)
+	for clk.Now().Before(wt0.Add(time.Hour)) {
+		clk.Step(t) // (w1's waits, abandoned, stay pending)
+	}
 	var second []string
-	for _, d := range rec.all() {
-		if d.Worker == "w2" {
-			second = append(second, d.String())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		second = second[:0]
+		for _, d := range rec.all() {
+			if d.Worker == "w2" {
+				second = append(second, d.String())
+			}
+		}
+		if len(second) >= 3 || time.Now().After(deadline) {
+			break
 		}
 	}
 	want := []string{"d#4/a1@0s", "e#5/a1@0s", "slow#1/a2@1h0m0s"}
