@@ -339,6 +339,15 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	if !ok || e.q != old || m.stopping {
 		return // reopened already, or Stop closes it
 	}
+	if e.w.stalled.Load() {
+		// its worker waits for a write of the queue's state (a full
+		// disk): stopped now, it would leave that state unwritten, and
+		// the new worker would make the delivery again from the state on
+		// disk, at every failed submission. The queue stays poisoned
+		// (submissions answer 503) until a failed one finds the worker
+		// going again.
+		return
+	}
 	delete(m.queues, k)
 	m.reopening[k]++
 	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits

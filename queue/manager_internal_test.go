@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -112,4 +113,87 @@ func TestManagerConcurrentStopWaitsForTheFirst(t *testing.T) {
 	close(release)
 	<-first
 	<-second
+}
+
+// TestManagerDoesNotReopenUnderAStalledWorker: on a full disk, a
+// submission whose append fails poisons the queue, and the Manager
+// reopened it at once, stopping its worker; a worker waiting for the dead
+// letter of a message's last attempt lost it, and the new one made that
+// attempt again from the state on disk, at every failed submission (a
+// client retrying each second: a delivery a second, past
+// queue_max_attempts). The reopening waits until the worker's write went
+// through.
+func TestManagerDoesNotReopenUnderAStalledWorker(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	rec := &idRecorder{}
+	policy := RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
+		if string(d.Payload) == "bad" {
+			return Verdict{Kind: VerdictRetry, Policy: policy, Error: "503"}
+		}
+		return ackAll(d)
+	}), Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Second, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+	t.Cleanup(m.Stop)
+	bad, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("bad")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs.Fail(opWrite, dlqFile, 1, syscall.ENOSPC, true) // the disk is full
+	attempts := func() []int {
+		ids, atts := rec.got()
+		var out []int
+		for i, id := range ids {
+			if id == bad.ID {
+				out = append(out, atts[i])
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(attempts()) < 2 || !mfs.Fired(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: attempts %v, dead-letter write failed %v", attempts(), mfs.Fired())
+		}
+		clk.Advance(time.Second)
+	}
+	// submissions while the disk is full: each append fails, poisoning
+	// the queue (here its fdatasync)
+	for range 10 {
+		mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+		if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("more")}); err == nil {
+			t.Fatal("setup: an append succeeded on the full disk")
+		}
+		clk.Advance(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	mfs.Heal() // room again
+	var next Message
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		clk.Advance(10 * time.Second)
+		if next, err = m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("next")}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("appends still fail once the disk has room: %v", err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if ids, _ := rec.got(); slices.Contains(ids, next.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the submission after the disk had room was never delivered")
+		}
+		clk.Advance(10 * time.Second)
+	}
+	if got := attempts(); !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("attempts of the failing message %v, want [1 2]: its last attempt made again at failed submissions", got)
+	}
+	q, _, err := m.Queue(testTenant, testFlow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := pendingDeadLetters(t, q); !slices.Equal(p, []uint64{bad.ID}) {
+		t.Errorf("pending dead letters %v, want [%d]", p, bad.ID)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -172,6 +173,10 @@ type Worker struct {
 
 	stateMu sync.Mutex
 	state   WorkerState
+
+	// stalled is set while persist waits for a write that failed: the
+	// state of the delivery it follows is in this worker's memory alone
+	stalled atomic.Bool
 }
 
 // WorkerState is what a worker is doing, for status pages and metrics.
@@ -312,6 +317,7 @@ func (w *Worker) pause(failures int) time.Duration {
 // for it, unless the worker stops meanwhile (its next start goes on from
 // the state on disk: at least once).
 func (w *Worker) persist(ctx context.Context, write func() error) error {
+	defer w.stalled.Store(false)
 	for failures := 0; ; failures++ {
 		err := write()
 		if err == nil {
@@ -323,6 +329,7 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		w.stalled.Store(true)
 		pause := w.pause(failures)
 		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
