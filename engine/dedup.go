@@ -122,6 +122,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		}
 	}
 
+	leaseEnd := time.Now().Add(f.Timeout() + e.leaseGrace) // about: the store took its time
 	ectx, cancel := context.WithTimeout(ctx, f.Timeout())
 	defer cancel()
 	res := e.execute(ectx, req)
@@ -152,9 +153,38 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header, req.CorrelationID), Body: res.Body, Outcome: res.Outcome})
 	failed := res.Outcome == Failed || res.Outcome == FaultHandled
 	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
+		// the answer is not recorded: the key is let go, so that the next
+		// delivery runs (as it would once the lease ended) rather than
+		// waiting its whole ceiling for an execution that is over and
+		// answering 503, until the lease ends
+		e.releaseUntil(f.Tenant(), f.Name(), key, claim, leaseEnd)
 		return unavailable("recording the answer", err)
 	}
 	return res
+}
+
+// releaseUntil releases the key held by claim; when the store refuses
+// (the write that recorded nothing may fail again: a full disk, a lock),
+// it tries again in the background, after pauses from 100 ms doubling to
+// 5 s, until it works or the lease ends at leaseEnd (the key is free then
+// anyway).
+func (e *Engine) releaseUntil(tenant, flowName, key string, claim int64, leaseEnd time.Time) {
+	release := func() bool {
+		ctx, cancel := context.WithDeadline(context.Background(), leaseEnd)
+		defer cancel()
+		return e.dedup.Release(ctx, tenant, flowName, key, claim) == nil
+	}
+	if release() {
+		return
+	}
+	go func() {
+		for pause := 100 * time.Millisecond; time.Until(leaseEnd) > 0; pause = min(2*pause, 5*time.Second) {
+			time.Sleep(min(pause, max(time.Until(leaseEnd), 0)))
+			if release() {
+				return
+			}
+		}
+	}()
 }
 
 // DefaultDedupCommitWait is Config.DedupCommitWait's default.

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -259,5 +260,50 @@ func TestExcerptKeepsWhatTheCutDoesNotSplit(t *testing.T) {
 	want := body[:512] + "…"
 	if d := res.Err.Detail; d != want {
 		t.Errorf("the excerpt starts %q (%d bytes); want %q… (%d bytes): only a character the cut splits may be left out", d[:12], len(d), want[:12], len(want))
+	}
+}
+
+// failedCommit is a store that cannot record an answer (a full disk), and
+// whose Release fails its first refusals times too.
+type failedCommit struct {
+	*enginetest.Dedup
+	refusals atomic.Int64
+	releases atomic.Int64 // Release calls
+}
+
+func (s *failedCommit) Commit(context.Context, string, string, string, int64, []byte, bool, time.Duration) error {
+	return errors.New("disk full")
+}
+
+func (s *failedCommit) Release(ctx context.Context, tenant, flow, key string, claim int64) error {
+	s.releases.Add(1)
+	if s.refusals.Add(-1) >= 0 {
+		return errors.New("disk full")
+	}
+	return s.Dedup.Release(ctx, tenant, flow, key, claim)
+}
+
+// TestDedupKeyLetGoWhenTheAnswerCannotBeRecorded: an execution whose
+// answer the store cannot record (503) lets its key go, trying again in
+// the background while the store refuses that too: the next delivery runs.
+// The key stayed held until its lease ended (the ceiling and a grace), and
+// the next delivery waited its whole ceiling for an execution that was
+// over, answering 503 "still running".
+func TestDedupKeyLetGoWhenTheAnswerCannotBeRecorded(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{"ok":true}`))
+	f := compile(t, flowSource("dedup-unrecorded", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 2000\n", dedupFlow), "BACKEND", b.URL)
+	store := &failedCommit{Dedup: &enginetest.Dedup{}}
+	store.refusals.Store(2)
+	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond})
+	first := run(t, e, f, `{"orderId":"A-1"}`)
+	if first.Status != http.StatusServiceUnavailable || b.calls.Load() != 1 {
+		t.Fatalf("first delivery: %d %s after %d calls; want 503 (its answer not recorded) after 1", first.Status, first.Body, b.calls.Load())
+	}
+	next := run(t, e, f, `{"orderId":"A-1"}`)
+	if b.calls.Load() != 2 || strings.Contains(string(next.Body), "still running") {
+		t.Errorf("next delivery: %d %s, backend called %d times; want it run (2 calls), the key let go", next.Status, next.Body, b.calls.Load())
+	}
+	if n := store.releases.Load(); n < 3 {
+		t.Errorf("%d Release calls, want the 2 refused and one that worked", n)
 	}
 }
