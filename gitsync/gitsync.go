@@ -847,6 +847,11 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		}
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if s.cloneWriteError(err) {
+			// this host's disk, not the remote: a sync_error, which an
+			// operator looks for on the host
+			return nil, fmt.Errorf("writing what was fetched into the clone %s: %w", s.cfg.Dir, err)
+		}
 		return nil, &fetchError{fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)}
 	}
 	ref, err := repo.Reference(remoteRef, true)
@@ -859,6 +864,26 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		return nil, &cloneDamage{fmt.Errorf("reading commit %s: %w", ref.Hash(), err)}
 	}
 	return commit, nil
+}
+
+// cloneWriteError reports whether err, a fetch's, is the clone's own
+// file system failing (a file of the clone that cannot be made or written,
+// a full disk) rather than the remote.
+func (s *Syncer) cloneWriteError(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) {
+		return true
+	}
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	dir, derr := filepath.Abs(s.cfg.Dir) // go-git names its files absolute
+	path, perr := filepath.Abs(pe.Path)
+	if derr != nil || perr != nil {
+		return false
+	}
+	rel, rerr := filepath.Rel(dir, path)
+	return rerr == nil && filepath.IsLocal(rel)
 }
 
 // fetchError is a fetch from the remote that failed: the repo unreachable
