@@ -1,6 +1,10 @@
 package scheduler_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,5 +251,58 @@ func TestRestartAfterTheClockWasSetBack(t *testing.T) {
 				wantNoSetBack(t, logs)
 			}
 		})
+	}
+}
+
+// TestTickWhoseRecordFailsIsTriedAgain: a due tick whose .last record
+// cannot be written (a full disk; here a folder where the record's
+// temporary file goes) appends nothing, and is tried again at every poll
+// until the record is written, then appended; one still failing when the
+// next tick is due is lost, logged. It was skipped at once: every tick
+// due while the disk was full was lost.
+func TestTickWhoseRecordFailsIsTriedAgain(t *testing.T) {
+	e := newEnv(t)
+	logs := e.captureLog()
+	e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
+	clk := clocktest.New(st0)
+	e.start("a", clk, time.Second)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, at(3, 30), 200) // 14:03 ticks
+	blocker := filepath.Join(e.dir, "acme", "minutely.last.tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(4, 20), 200) // 14:04 cannot be recorded, nor at the polls after
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(5, 30), 200) // recorded and appended at the next poll; 14:05 ticks
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(7, 30), 300) // 14:06 fails until 14:07 is due: lost; 14:07 fails too
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(7, 40), 300) // 14:07, at the next poll
+	want := []string{"a@14:03:00", "a@14:04:21", "a@14:05:00", "a@14:07:31"}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+	var lost int
+	for _, l := range logs.Events(t, "cron_failed") {
+		if strings.Contains(fmt.Sprint(l["msg"]), "it is lost") {
+			lost++
+			if l["scheduled_for"] != "2026-08-09T14:06:00Z" {
+				t.Errorf("lost tick %v, want the one of 14:06", l["scheduled_for"])
+			}
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d ticks logged as lost, want 1 (14:06)", lost)
+	}
+	// the records, as ticked: 14:07 is the last
+	if got, want := scheduler.NextTick(e.dir, "acme", "minutely", e.live.Live().Flows()[0].Flow.Schedule(), at(7, 40)), at(8, 0); !got.Equal(want) {
+		t.Errorf("NextTick after the last record %v, want %v", got.UTC(), want)
 	}
 }

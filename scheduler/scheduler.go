@@ -136,6 +136,14 @@ type entry struct {
 	// says it was made, and ticks are at most once.
 	unqueued    time.Time
 	unqueuedCID string
+	// unrecorded is a due tick whose .last record could not be written
+	// (a full disk), zero when none: nothing was appended for it, the
+	// record coming first so that ticks stay at most once. While this
+	// process holds the flow, it is tried again (record, then append) at
+	// every pass, until it goes through or the next tick is due, which
+	// stands for it (the older one is logged as lost). It used to be
+	// skipped at once: every tick due while the disk was full was lost.
+	unrecorded time.Time
 	// setBack is how far this process saw the wall clock go back since
 	// the entry last fired, zero when it did not: the next fire ignores
 	// the last tick's record if it went back by more than the gap
@@ -150,6 +158,10 @@ func (s *Scheduler) run(ctx context.Context) {
 			if !e.unqueued.IsZero() {
 				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped: it is lost", "event", "cron_failed",
 					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+			}
+			if !e.unrecorded.IsZero() {
+				s.cfg.Logger.Error("a cron tick could not be recorded before the scheduler stopped: it is lost", "event", "cron_failed",
+					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unrecorded.UTC().Format(time.RFC3339))
 			}
 			if e.held {
 				e.lock.Unlock()
@@ -187,6 +199,8 @@ func (s *Scheduler) run(ctx context.Context) {
 				s.tick(e, now)
 			} else if e.held && !e.unqueued.IsZero() {
 				s.requeue(e)
+			} else if e.held && !e.unrecorded.IsZero() {
+				s.rerecord(e)
 			}
 			if d := e.next.Sub(now); d < wait {
 				wait = max(d, 0)
@@ -265,6 +279,10 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 			if !e.unqueued.IsZero() {
 				s.cfg.Logger.Error("a cron tick could not be queued before its flow was withdrawn or unscheduled: it is lost", "event", "cron_failed",
 					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+			}
+			if !e.unrecorded.IsZero() {
+				s.cfg.Logger.Error("a cron tick could not be recorded before its flow was withdrawn or unscheduled: it is lost", "event", "cron_failed",
+					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unrecorded.UTC().Format(time.RFC3339))
 			}
 			if e.held {
 				e.lock.Unlock()
@@ -368,6 +386,14 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
 func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
+	if !e.unrecorded.IsZero() {
+		// tried again now (due is it), or the next tick stands for it
+		if !e.unrecorded.Equal(due) {
+			log.Error("a cron tick could not be recorded before the next one was due: it is lost", "event", "cron_failed",
+				"scheduled_for", e.unrecorded.UTC().Format(time.RFC3339))
+		}
+		e.unrecorded = time.Time{}
+	}
 	last, err := s.lastTick(e)
 	// the clock read after the record: a pass that stalled (a slow disk
 	// under many flows) must not take a record another process made
@@ -416,7 +442,9 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		e.unqueued, e.unqueuedCID = time.Time{}, ""
 	}
 	if err := s.saveLastTick(e, due); err != nil {
-		log.Error("the last tick could not be recorded; skipping the tick", "event", "cron_failed", "error", err.Error())
+		log.Error("the last tick could not be recorded, so nothing was queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
+			"scheduled_for", due.UTC().Format(time.RFC3339), "error", err.Error())
+		e.unrecorded = due
 		return
 	}
 	cid := ""
@@ -428,6 +456,16 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 			"scheduled_for", due.UTC().Format(time.RFC3339), "correlation_id", cid, "error", err.Error())
 		e.unqueued, e.unqueuedCID = due, cid
 	}
+}
+
+// rerecord tries again the tick whose record this process could not write
+// (e.unrecorded): fire records it and appends it, or keeps it unrecorded.
+func (s *Scheduler) rerecord(e *entry) {
+	lf, ok := s.cfg.Live.Live().Lookup(e.tenant, e.flow)
+	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
+		return // withdrawn or unscheduled: follow drops the entry
+	}
+	s.fire(e, lf.Flow.Schedule(), e.unrecorded, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
 }
 
 // requeue tries again to append the tick this process made and could not
