@@ -13,12 +13,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
+
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
 
 // TestServeRefusesNetworkStateDirectory: when the state directory is on a
@@ -310,24 +311,6 @@ func writeSSHKey(t *testing.T) string {
 	return path
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
@@ -339,8 +322,8 @@ func (nopCloser) Close() error { return nil }
 // to the binary.)
 func TestHangup(t *testing.T) {
 	for _, hupStops := range []bool{false, true} {
-		var log syncBuffer
-		ctx, stop := stopOnSignal(slog.New(slog.NewJSONHandler(&log, nil)), nopCloser{}, hupStops)
+		var log jsonlogtest.Buffer
+		ctx, stop := stopOnSignal(log.Logger(slog.LevelInfo), nopCloser{}, hupStops)
 		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +334,7 @@ func TestHangup(t *testing.T) {
 				t.Errorf("with a terminal, SIGHUP did not begin the shutdown within 5 s")
 			}
 		} else {
-			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), `"event":"signal_ignored"`); time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(5 * time.Second); len(log.Events(t, "signal_ignored")) == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("without a terminal, SIGHUP was not logged as ignored within 5 s: %q", log.String())
 				}
