@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -304,5 +305,37 @@ func TestTickWhoseRecordFailsIsTriedAgain(t *testing.T) {
 	// the records, as ticked: 14:07 is the last
 	if got, want := scheduler.NextTick(e.dir, "acme", "minutely", e.live.Live().Flows()[0].Flow.Schedule(), at(7, 40)), at(8, 0); !got.Equal(want) {
 		t.Errorf("NextTick after the last record %v, want %v", got.UTC(), want)
+	}
+}
+
+// TestTickRecordedButNotQueuedIsQueued: the write of a tick's record can
+// fail after its rename went through (the folder's sync failing): the
+// record then holds the tick, though nothing was queued. Tried again, the
+// tick is queued (this process holds the flow: the record is its own); it
+// was taken for a tick made already, and lost without a word.
+func TestTickRecordedButNotQueuedIsQueued(t *testing.T) {
+	e := newEnv(t)
+	e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
+	clk := clocktest.New(st0)
+	e.start("a", clk, time.Second)
+	clk.WaitCalls(t, 1)
+	clk.StepUntil(t, at(3, 30), 200) // 14:03 ticks
+	record := filepath.Join(e.dir, "acme", "minutely.last")
+	blocker := record + ".tmp"
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(4, 10), 200) // 14:04's write fails
+	// as if its rename had gone through
+	if err := os.WriteFile(record, []byte(strconv.FormatInt(at(4, 0).UnixNano(), 10)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	clk.StepUntil(t, at(4, 30), 200)
+	want := []string{"a@14:03:00", "a@14:04:11"}
+	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
 	}
 }

@@ -386,23 +386,31 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
 func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.Logger) {
-	if !e.unrecorded.IsZero() {
-		// tried again now (due is it), or the next tick stands for it
-		if !e.unrecorded.Equal(due) {
-			log.Error("a cron tick could not be recorded before the next one was due: it is lost", "event", "cron_failed",
-				"scheduled_for", e.unrecorded.UTC().Format(time.RFC3339))
-		}
-		e.unrecorded = time.Time{}
+	// tried again now (due is it: quietly, it was logged), or the next
+	// tick stands for it
+	retrying := !e.unrecorded.IsZero() && e.unrecorded.Equal(due)
+	if !e.unrecorded.IsZero() && !retrying {
+		log.Error("a cron tick could not be recorded before the next one was due: it is lost", "event", "cron_failed",
+			"scheduled_for", e.unrecorded.UTC().Format(time.RFC3339))
 	}
+	e.unrecorded = time.Time{}
 	last, err := s.lastTick(e)
 	// the clock read after the record: a pass that stalled (a slow disk
 	// under many flows) must not take a record another process made
 	// meanwhile for one ahead of its clock
 	now := s.cfg.Clock.Now()
 	if err != nil {
+		if retrying {
+			e.unrecorded = due // a read failing on the way: tried again still
+			return
+		}
 		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
 		return
 	}
+	// a record of due itself, when due is tried again, is this process's
+	// own (it holds the flow's lock): the write that failed did rename it
+	// into place (its folder's sync failed), and nothing was queued
+	ours := retrying && last.Equal(due)
 	if !last.IsZero() && lastInForce(last, sc, now).IsZero() {
 		// made before the clock was set back by more than the gap, while
 		// no process that follows the flow ran to see it (then setBack
@@ -426,10 +434,10 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 			last = time.Time{}
 		}
 	}
-	if !due.After(last) {
+	if !due.After(last) && !ours {
 		return // made by the process that held the lock before
 	}
-	if next := sc.Next(last); !last.IsZero() && next.After(due) {
+	if next := sc.Next(last); !last.IsZero() && next.After(due) && !ours {
 		// an @every schedule, whose times count from when a process
 		// started, goes on from the last tick (perhaps another process's)
 		// rather than ticking again before a whole period has passed
@@ -442,8 +450,10 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		e.unqueued, e.unqueuedCID = time.Time{}, ""
 	}
 	if err := s.saveLastTick(e, due); err != nil {
-		log.Error("the last tick could not be recorded, so nothing was queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
-			"scheduled_for", due.UTC().Format(time.RFC3339), "error", err.Error())
+		if !retrying {
+			log.Error("the last tick could not be recorded, so nothing was queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
+				"scheduled_for", due.UTC().Format(time.RFC3339), "error", err.Error())
+		}
 		e.unrecorded = due
 		return
 	}
