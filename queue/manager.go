@@ -339,13 +339,15 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	if !ok || e.q != old || m.stopping {
 		return // reopened already, or Stop closes it
 	}
-	if e.w.stalled.Load() {
+	if d := e.w.stalledFor(); d > 0 && d < maxReopenDelay {
 		// its worker waits for a write of the queue's state (a full
 		// disk): stopped now, it would leave that state unwritten, and
 		// the new worker would make the delivery again from the state on
 		// disk, at every failed submission. The queue stays poisoned
 		// (submissions answer 503) until a failed one finds the worker
-		// going again.
+		// going again, or waiting for longer than maxReopenDelay (a write
+		// that may never work: the queue takes submissions again, at the
+		// cost of that delivery made again)
 		return
 	}
 	delete(m.queues, k)
@@ -389,6 +391,10 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		}
 	}()
 }
+
+// maxReopenDelay is how long a poisoned queue waits for its worker's write
+// before it is reopened anyway (see reopen).
+const maxReopenDelay = 5 * time.Minute
 
 // QueueInfo describes one open queue.
 type QueueInfo struct {

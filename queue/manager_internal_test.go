@@ -197,3 +197,48 @@ func TestManagerDoesNotReopenUnderAStalledWorker(t *testing.T) {
 		t.Errorf("pending dead letters %v, want [%d]", p, bad.ID)
 	}
 }
+
+// TestManagerReopensUnderAWorkerStalledForLong: a worker whose write may
+// never work (the dead-letter file unwritable for good) does not keep its
+// queue from taking submissions for ever: past maxReopenDelay of waiting,
+// a failed submission reopens the queue, and the next ones are taken.
+func TestManagerReopensUnderAWorkerStalledForLong(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: HandlerFunc(func(_ context.Context, d Delivery) Verdict {
+		if string(d.Payload) == "bad" {
+			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
+		}
+		return ackAll(d)
+	}), Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Second, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+	t.Cleanup(m.Stop)
+	mfs.Fail(opWrite, dlqFile, 1, syscall.EFBIG, true) // for good
+	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("bad")}); err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := m.Queue(testTenant, testFlow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); w.stalledFor() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the worker never waited for its dead letter")
+		}
+	}
+	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("x")}); err == nil {
+		t.Fatal("setup: the append with a failing fdatasync succeeded")
+	}
+	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("y")}); !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("an append while the worker waits: %v, want ErrPoisoned (not reopened under it)", err)
+	}
+	clk.Advance(maxReopenDelay + time.Second)
+	m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("z")}) // fails, and reopens
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("taken")}); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("submissions still refused %v after the worker waited past maxReopenDelay: %v", maxReopenDelay, err)
+		}
+	}
+}

@@ -174,9 +174,20 @@ type Worker struct {
 	stateMu sync.Mutex
 	state   WorkerState
 
-	// stalled is set while persist waits for a write that failed: the
-	// state of the delivery it follows is in this worker's memory alone
-	stalled atomic.Bool
+	// stalledSince is when persist began to wait for a write that failed
+	// (unix nanoseconds on the clock), 0 when it does not wait: the state
+	// of the delivery it follows is in this worker's memory alone
+	stalledSince atomic.Int64
+}
+
+// stalledFor is how long the worker has waited for a write of the queue's
+// state, 0 when it does not wait.
+func (w *Worker) stalledFor() time.Duration {
+	since := w.stalledSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(w.cfg.Clock.Now().Sub(time.Unix(0, since)), time.Nanosecond)
 }
 
 // WorkerState is what a worker is doing, for status pages and metrics.
@@ -317,7 +328,7 @@ func (w *Worker) pause(failures int) time.Duration {
 // for it, unless the worker stops meanwhile (its next start goes on from
 // the state on disk: at least once).
 func (w *Worker) persist(ctx context.Context, write func() error) error {
-	defer w.stalled.Store(false)
+	defer w.stalledSince.Store(0)
 	for failures := 0; ; failures++ {
 		err := write()
 		if err == nil {
@@ -329,7 +340,7 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		w.stalled.Store(true)
+		w.stalledSince.CompareAndSwap(0, w.cfg.Clock.Now().UnixNano())
 		pause := w.pause(failures)
 		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
@@ -377,6 +388,16 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// fsync: a process that dies leaves it in the page cache. It is synced
 	// when the worker stops and by a drain; a power cut in between only
 	// means deliveries again.
+	// A delivery runs to its end even when the worker is stopped: Stop
+	// waits for it (the flow has its own duration ceiling) up to StopGrace,
+	// so a shutdown does not turn a delivery the backend accepted into a
+	// failed attempt. Deliveries, and the writes of state that follow them
+	// (persist), run under hctx, cancelled StopGrace after ctx: a worker
+	// stopped while it waits for such a write (a queue reopened, the host
+	// stopping) still makes it if the disk has room within the grace.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
 	ckpt, err := q.openCheckpoint()
 	if err != nil {
 		return err
@@ -404,7 +425,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if cursor == saved && (synced || !durable) {
 			return nil
 		}
-		return w.persist(ctx, func() error {
+		return w.persist(hctx, func() error {
 			// rewritten before a sync that failed is tried again: a failed
 			// fsync may have dropped the page it was to write
 			if err := writeCheckpoint(ckpt, cursor, durable); err != nil {
@@ -433,14 +454,6 @@ func (w *Worker) deliver(ctx context.Context) error {
 		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == m.Offset && r.ID == m.ID })
 	}
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
-	// A delivery runs to its end even when the worker is stopped: Stop
-	// waits for it (the flow has its own duration ceiling) up to StopGrace,
-	// so a shutdown does not turn a delivery the backend accepted into a
-	// failed attempt. Deliveries run under hctx, cancelled StopGrace after
-	// ctx.
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
 
 	for ctx.Err() == nil {
 		now := w.cfg.Clock.Now()
@@ -457,14 +470,14 @@ func (w *Worker) deliver(ctx context.Context) error {
 			if err != nil || m.ID != r.ID {
 				w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
 				retries = retries[1:]
-				if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
+				if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
 					return err
 				}
 				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 				w.cfg.Counts.add("dropped")
 				continue
 			}
-			next, err := w.attempt(ctx, hctx, m, r.Attempt)
+			next, err := w.attempt(hctx, m, r.Attempt)
 			if errors.Is(err, errInterrupted) {
 				return nil
 			} else if err != nil {
@@ -482,7 +495,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				// dead letter's budget spent again)
 				return err
 			}
-			if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
+			if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
 				return err
 			}
 			w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
@@ -495,7 +508,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			cursor = after // delivered before, waiting in the retry schedule
 			continue
 		case err == nil:
-			next, err := w.attempt(ctx, hctx, m, 1)
+			next, err := w.attempt(hctx, m, 1)
 			if errors.Is(err, errInterrupted) {
 				return nil
 			} else if err != nil {
@@ -504,7 +517,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			if next != nil {
 				retries = append(retries, *next)
 				// the schedule is durable before the checkpoint passes the message
-				if err := w.persist(ctx, func() error { return q.SaveRetries(retries) }); err != nil {
+				if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
 					return err
 				}
 				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
@@ -623,7 +636,7 @@ func (w *Worker) logMarked(m Marked) {
 // errInterrupted is attempt's answer for a delivery the stop cut short.
 var errInterrupted = errors.New("the delivery was cut short by the stop")
 
-func (w *Worker) attempt(wctx, ctx context.Context, m Message, attempt int) (*Retry, error) {
+func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
@@ -674,7 +687,7 @@ func (w *Worker) attempt(wctx, ctx context.Context, m Message, attempt int) (*Re
 		d := DeadLetter{ID: m.ID, EnqueuedAt: m.EnqueuedAt, FailedAt: now, Attempts: attempt, LastError: v.Error, Payload: m.Payload}
 		err := w.q.tooLargeForDLQ(d) // no write can succeed, now or later
 		if err == nil {
-			err = w.persist(wctx, func() error { return w.q.MoveToDLQ(d) })
+			err = w.persist(ctx, func() error { return w.q.MoveToDLQ(d) })
 		}
 		if errors.Is(err, ErrTooLarge) {
 			// it can never be written as a dead letter: said loudly, not
