@@ -163,26 +163,29 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	return res
 }
 
-// releaseUntil releases the key held by claim; when the store refuses
-// (the write that recorded nothing may fail again: a full disk, a lock),
-// it tries again in the background, after pauses from 100 ms doubling to
-// 5 s, until it works or the lease ends at leaseEnd (the key is free then
-// anyway).
+// releaseUntil lets go, in the background, the key held by claim: the
+// answer does not wait for the store (a locked registry makes a write wait
+// its busy timeout). While the store refuses (the write that recorded
+// nothing may fail again: a full disk, a lock), it tries again after pauses
+// from 100 ms doubling to 5 s, until it works or the lease ends at
+// leaseEnd, when the key is free anyway. At most maxReleasers keys are let
+// go at once; past them, a key is left to its lease.
 func (e *Engine) releaseUntil(tenant, flowName, key string, claim int64, leaseEnd time.Time) {
-	release := func() bool {
-		ctx, cancel := context.WithDeadline(context.Background(), leaseEnd)
-		defer cancel()
-		return e.dedup.Release(ctx, tenant, flowName, key, claim) == nil
-	}
-	if release() {
+	select {
+	case e.releasers <- struct{}{}:
+	default:
 		return
 	}
 	go func() {
-		for pause := 100 * time.Millisecond; time.Until(leaseEnd) > 0; pause = min(2*pause, 5*time.Second) {
-			time.Sleep(min(pause, max(time.Until(leaseEnd), 0)))
-			if release() {
+		defer func() { <-e.releasers }()
+		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+			ctx, cancel := context.WithDeadline(context.Background(), leaseEnd)
+			err := e.dedup.Release(ctx, tenant, flowName, key, claim)
+			cancel()
+			if err == nil || time.Until(leaseEnd) <= 0 {
 				return
 			}
+			time.Sleep(min(pause, max(time.Until(leaseEnd), 0)))
 		}
 	}()
 }

@@ -86,7 +86,14 @@ type Engine struct {
 	// leaseGrace is how long a claim outlasts the flow's ceiling: the time
 	// an execution stopped at its ceiling has to record its answer.
 	leaseGrace time.Duration
+	// releasers bounds the goroutines letting go the keys of executions
+	// whose answers could not be recorded (see releaseUntil)
+	releasers chan struct{}
 }
+
+// maxReleasers is how many keys releaseUntil tries to let go at once; past
+// it, a key is left to its lease.
+const maxReleasers = 32
 
 // New returns an Engine.
 func New(cfg Config) *Engine {
@@ -96,6 +103,7 @@ func New(cfg Config) *Engine {
 		now:       cfg.Now,
 		maxBody:   cfg.MaxResponseBytes,
 		dedupPoll: cfg.DedupPoll,
+		releasers: make(chan struct{}, maxReleasers),
 	}
 	if e.now == nil {
 		e.now = time.Now
