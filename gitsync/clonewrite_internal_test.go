@@ -39,6 +39,8 @@ func TestCloneWriteError(t *testing.T) {
 		{"a read-only disk", syscall.EROFS, true},
 		{"a local remote's file", &fs.PathError{Op: "open", Path: filepath.Join(filepath.Dir(dir), "..", "src", "objects", "x"), Err: syscall.EACCES}, false},
 		{"a folder beside the clone", &fs.PathError{Op: "open", Path: dir + "-other/x", Err: syscall.EPERM}, false},
+		{"a pack that cannot be renamed into place", &os.LinkError{Op: "rename", Old: filepath.Join(dir, "objects", "pack", "tmp_pack_3"), New: filepath.Join(dir, "objects", "pack", "pack-1.pack"), Err: syscall.EACCES}, true},
+		{"a file of the clone that is missing (damage)", &fs.PathError{Op: "open", Path: filepath.Join(dir, "objects", "pack", "pack-1.idx"), Err: syscall.ENOENT}, false},
 		{"the remote unreachable", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
 		{"the remote's answer", errors.New("repository not found"), false},
 	} {

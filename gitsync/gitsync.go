@@ -867,23 +867,37 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 }
 
 // cloneWriteError reports whether err, a fetch's, is the clone's own
-// file system failing (a file of the clone that cannot be made or written,
-// a full disk) rather than the remote.
+// file system refusing a write (a full or read-only disk, a file or folder
+// of the clone it may not make or replace) rather than the remote. A file
+// of the clone that is missing is not: that is damage.
 func (s *Syncer) cloneWriteError(err error) bool {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) {
 		return true
 	}
-	var pe *fs.PathError
-	if !errors.As(err, &pe) {
+	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EIO) && !errors.Is(err, syscall.EFBIG) {
 		return false
+	}
+	var paths []string
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		paths = append(paths, pe.Path)
+	}
+	if le, ok := errors.AsType[*os.LinkError](err); ok { // a pack renamed into place
+		paths = append(paths, le.Old, le.New)
 	}
 	dir, derr := filepath.Abs(s.cfg.Dir) // go-git names its files absolute
-	path, perr := filepath.Abs(pe.Path)
-	if derr != nil || perr != nil {
+	if derr != nil {
 		return false
 	}
-	rel, rerr := filepath.Rel(dir, path)
-	return rerr == nil && filepath.IsLocal(rel)
+	for _, p := range paths {
+		path, perr := filepath.Abs(p)
+		if perr != nil {
+			continue
+		}
+		if rel, rerr := filepath.Rel(dir, path); rerr == nil && filepath.IsLocal(rel) {
+			return true
+		}
+	}
+	return false
 }
 
 // fetchError is a fetch from the remote that failed: the repo unreachable
