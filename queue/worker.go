@@ -325,8 +325,10 @@ func (w *Worker) pause(failures int) time.Duration {
 // attempt of a message whose dead letter it could not write, at every
 // start, for as long as the disk stayed full, past queue_max_attempts.
 // Now the deliveries wait for the write, and nothing is delivered again
-// for it, unless the worker stops meanwhile (its next start goes on from
-// the state on disk: at least once).
+// for it, unless the worker is stopped and ctx (the deliveries' context,
+// which outlives the stop by StopGrace) ends first: its next start goes
+// on from the state on disk (at least once). While it waits, stalledFor
+// says so, and the Manager does not reopen the queue under it.
 func (w *Worker) persist(ctx context.Context, write func() error) error {
 	defer w.stalledSince.Store(0)
 	for failures := 0; ; failures++ {
@@ -383,11 +385,6 @@ func (w *Worker) deliver(ctx context.Context) error {
 			cursor = after
 		}
 	}
-	// The checkpoint is rewritten in place as the cursor moves (every
-	// CheckpointEvery messages and whenever the queue goes idle), without
-	// fsync: a process that dies leaves it in the page cache. It is synced
-	// when the worker stops and by a drain; a power cut in between only
-	// means deliveries again.
 	// A delivery runs to its end even when the worker is stopped: Stop
 	// waits for it (the flow has its own duration ceiling) up to StopGrace,
 	// so a shutdown does not turn a delivery the backend accepted into a
@@ -398,6 +395,11 @@ func (w *Worker) deliver(ctx context.Context) error {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
+	// The checkpoint is rewritten in place as the cursor moves (every
+	// CheckpointEvery messages and whenever the queue goes idle), without
+	// fsync: a process that dies leaves it in the page cache. It is synced
+	// when the worker stops and by a drain; a power cut in between only
+	// means deliveries again.
 	ckpt, err := q.openCheckpoint()
 	if err != nil {
 		return err
