@@ -514,12 +514,12 @@ func (s *Scheduler) storeViews(entries map[[2]string]*entry) {
 // the processes sharing the state directory tick it, for the UI,
 // /api/flows and /status. A cron expression's times are every process's:
 // sc.Next(now), or the next after the last tick's record when that is a
-// little ahead of the clock (see NextTick). An @every schedule counts from the tick before: from the
-// flow's last tick (its record, whichever process made it), or, before
-// the first, from when this process began to follow the flow; so its next
-// time is the one of the process that holds the flow, then the last tick
-// plus the period, then this process's own next time, and sc.Next(now)
-// only when none of them is still to come.
+// little ahead of the clock (see NextTick). An @every schedule counts from
+// the tick before: from the flow's last tick (its record, whichever
+// process made it), or, before the first, from when this process began to
+// follow the flow; so its next time is the one of the process that holds
+// the flow, then the last tick plus the period, then this process's own
+// next time, and sc.Next(now) only when none of them is still to come.
 func (s *Scheduler) NextTick(tenant, flowName string, sc *flow.Schedule, now time.Time) time.Time {
 	if _, every := sc.Every(); !every {
 		return NextTick(s.cfg.Dir, tenant, flowName, sc, now)
