@@ -323,14 +323,17 @@ func (m *Manager) checkPending(tenant, flow string, id uint64) error {
 
 // reopen replaces a poisoned queue: it leaves the open queues at once, so
 // that the next submission opens the queue again (which verifies its log)
-// with a new worker, and in the background its worker is stopped and the
-// old handle closed. The worker may be in the middle of a delivery, which
-// Stop waits for (up to StopGrace): the submission whose write failed
-// answers without waiting for it. The new worker stands by on the worker
-// lock until the old one has let it go, and is woken then. The queue keeps
-// its slot of the budget meanwhile, and the reopening is tried again after
-// a pause until it works: the messages acknowledged before the failure
-// need a worker.
+// with a new worker, and in the background its worker is retired and the
+// old handle closed. The worker may be in the middle of a delivery, or
+// waiting for a write of the queue's state that it needs (a full disk),
+// which Retire lets it finish, however long that takes (until the
+// Manager stops): the submission whose write failed answers without
+// waiting for it. Stopped instead, a worker waiting on a full disk left
+// its last attempt to be made again by the next worker, once per failed
+// submission. The new worker stands by on the worker lock until the old
+// one has let it go, and is woken then. The queue keeps its slot of the
+// budget meanwhile, and the reopening is tried again after a pause until
+// it works: the messages acknowledged before the failure need a worker.
 func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
@@ -339,23 +342,12 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 	if !ok || e.q != old || m.stopping {
 		return // reopened already, or Stop closes it
 	}
-	if d := e.w.stalledFor(); d > 0 && d < maxReopenDelay {
-		// its worker waits for a write of the queue's state (a full
-		// disk): stopped now, it would leave that state unwritten, and
-		// the new worker would make the delivery again from the state on
-		// disk, at every failed submission. The queue stays poisoned
-		// (submissions answer 503) until a failed one finds the worker
-		// going again, or waiting for longer than maxReopenDelay (a write
-		// that may never work: the queue takes submissions again, at the
-		// cost of that delivery made again)
-		return
-	}
 	delete(m.queues, k)
 	m.reopening[k]++
 	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits
 	go func() {
 		defer m.retiring.Done()
-		e.w.Stop()
+		e.w.Retire(m.done)
 		e.q.Close()
 		defer func() {
 			m.mu.Lock()
@@ -391,10 +383,6 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		}
 	}()
 }
-
-// maxReopenDelay is how long a poisoned queue waits for its worker's write
-// before it is reopened anyway (see reopen).
-const maxReopenDelay = 5 * time.Minute
 
 // QueueInfo describes one open queue.
 type QueueInfo struct {

@@ -115,15 +115,14 @@ func TestManagerConcurrentStopWaitsForTheFirst(t *testing.T) {
 	<-second
 }
 
-// TestManagerDoesNotReopenUnderAStalledWorker: on a full disk, a
-// submission whose append fails poisons the queue, and the Manager
-// reopened it at once, stopping its worker; a worker waiting for the dead
-// letter of a message's last attempt lost it, and the new one made that
-// attempt again from the state on disk, at every failed submission (a
-// client retrying each second: a delivery a second, past
-// queue_max_attempts). The reopening waits until the worker's write went
-// through.
-func TestManagerDoesNotReopenUnderAStalledWorker(t *testing.T) {
+// TestManagerRetiresAStalledWorker: on a full disk, a submission whose
+// append fails poisons the queue, and the Manager reopens it. It stopped
+// the old worker, which was waiting for the dead letter of a message's last
+// attempt: the new one made that attempt again from the state on disk, at
+// every failed submission (a client retrying each second: a delivery a
+// second, past queue_max_attempts). The old worker is now retired: it
+// writes the dead letter once the disk has room, then lets the new one in.
+func TestManagerRetiresAStalledWorker(t *testing.T) {
 	mfs, root := memQueueRoot(t)
 	clk := clocktest.New(epoch)
 	rec := &idRecorder{}
@@ -157,14 +156,17 @@ func TestManagerDoesNotReopenUnderAStalledWorker(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	// submissions while the disk is full: each append fails, poisoning
-	// the queue (here its fdatasync)
+	// the queue (here its fdatasync); the disk stays full for longer than
+	// the workers' stop grace (50 ms)
 	for range 10 {
 		mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
 		if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("more")}); err == nil {
 			t.Fatal("setup: an append succeeded on the full disk")
 		}
-		clk.Advance(time.Second)
-		time.Sleep(2 * time.Millisecond)
+		for range 10 {
+			clk.Advance(time.Second)
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	mfs.Heal() // room again
 	var next Message
@@ -198,14 +200,16 @@ func TestManagerDoesNotReopenUnderAStalledWorker(t *testing.T) {
 	}
 }
 
-// TestManagerReopensUnderAWorkerStalledForLong: a worker whose write may
+// TestManagerTakesSubmissionsWhileAWorkerWaits: a worker whose write may
 // never work (the dead-letter file unwritable for good) does not keep its
-// queue from taking submissions for ever: past maxReopenDelay of waiting,
-// a failed submission reopens the queue, and the next ones are taken.
-func TestManagerReopensUnderAWorkerStalledForLong(t *testing.T) {
+// queue from taking submissions: a failed submission reopens the queue at
+// once, its new worker standing by, while the old one, retired, goes on
+// trying its write rather than leaving the attempt to be made again.
+func TestManagerTakesSubmissionsWhileAWorkerWaits(t *testing.T) {
 	mfs, root := memQueueRoot(t)
 	clk := clocktest.New(epoch)
-	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: HandlerFunc(func(_ context.Context, d Delivery) Verdict {
+	rec := &idRecorder{}
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
 		if string(d.Payload) == "bad" {
 			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
 		}
@@ -213,32 +217,39 @@ func TestManagerReopensUnderAWorkerStalledForLong(t *testing.T) {
 	}), Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Second, Now: clk.Now, StopGrace: 50 * time.Millisecond})
 	t.Cleanup(m.Stop)
 	mfs.Fail(opWrite, dlqFile, 1, syscall.EFBIG, true) // for good
-	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("bad")}); err != nil {
-		t.Fatal(err)
-	}
-	_, w, err := m.Queue(testTenant, testFlow)
+	bad, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("bad")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); w.stalledFor() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !mfs.Fired(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("setup: the worker never waited for its dead letter")
+			t.Fatal("setup: the dead letter's write never failed")
 		}
 	}
 	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
 	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("x")}); err == nil {
 		t.Fatal("setup: the append with a failing fdatasync succeeded")
 	}
-	if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("y")}); !errors.Is(err, ErrPoisoned) {
-		t.Fatalf("an append while the worker waits: %v, want ErrPoisoned (not reopened under it)", err)
-	}
-	clk.Advance(maxReopenDelay + time.Second)
-	m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("z")}) // fails, and reopens
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("taken")}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("submissions still refused %v after the worker waited past maxReopenDelay: %v", maxReopenDelay, err)
+			t.Fatalf("submissions still refused while the old worker waits for its write: %v", err)
 		}
+		clk.Advance(time.Second)
+	}
+	for range 20 { // the old worker's tries go on
+		clk.Advance(30 * time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	ids, atts := rec.got()
+	var got []int
+	for i, id := range ids {
+		if id == bad.ID {
+			got = append(got, atts[i])
+		}
+	}
+	if !slices.Equal(got, []int{1}) {
+		t.Errorf("attempts of the message whose dead letter cannot be written: %v, want [1]", got)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -174,20 +173,41 @@ type Worker struct {
 	stateMu sync.Mutex
 	state   WorkerState
 
-	// stalledSince is when persist began to wait for a write that failed
-	// (unix nanoseconds on the clock), 0 when it does not wait: the state
-	// of the delivery it follows is in this worker's memory alone
-	stalledSince atomic.Int64
+	// retire is closed by Retire: the worker ends at its next safe moment
+	retire     chan struct{}
+	retireOnce sync.Once
+	// exited is closed when run returns
+	exited   chan struct{}
+	exitOnce sync.Once
 }
 
-// stalledFor is how long the worker has waited for a write of the queue's
-// state, 0 when it does not wait.
-func (w *Worker) stalledFor() time.Duration {
-	since := w.stalledSince.Load()
-	if since == 0 {
-		return 0
+// Retire ends the worker at its next safe moment, after the delivery in
+// flight and the writes of the queue's state it needs, however long those
+// wait (a full disk), then lets its lock go; it returns once the worker
+// has ended. Stop, by contrast, gives the delivery StopGrace, and a write
+// still failing then is left undone: the next worker makes the delivery
+// again from the state on disk. When abort closes first, Retire stops the
+// worker as Stop does (the host is shutting down). The Manager retires
+// the worker of a queue it reopens after a failed append: stopped, a
+// worker waiting on a full disk left its last attempt to be made again,
+// once per failed submission.
+func (w *Worker) Retire(abort <-chan struct{}) {
+	w.retireOnce.Do(func() { close(w.retire) })
+	select {
+	case <-w.exited:
+	case <-abort:
 	}
-	return max(w.cfg.Clock.Now().Sub(time.Unix(0, since)), time.Nanosecond)
+	w.Stop()
+}
+
+// retired reports whether Retire was called.
+func (w *Worker) retired() bool {
+	select {
+	case <-w.retire:
+		return true
+	default:
+		return false
+	}
 }
 
 // WorkerState is what a worker is doing, for status pages and metrics.
@@ -222,6 +242,7 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 		q: q, cfg: cfg, wake: make(chan struct{}, 1),
 		logger: cfg.Logger.With("tenant", q.Tenant, "flow", q.Flow),
 		lock:   NewFileLock(filepath.Join(q.dir, workerLockFile)),
+		retire: make(chan struct{}), exited: make(chan struct{}),
 	}
 }
 
@@ -258,6 +279,7 @@ func (w *Worker) Start() { w.life.Start(w.run) }
 func (w *Worker) Stop() { w.life.Stop() }
 
 func (w *Worker) run(ctx context.Context) {
+	defer w.exitOnce.Do(func() { close(w.exited) })
 	// the election: stand by until this process holds the queue's lock
 	for {
 		ok, err := w.lock.TryLock()
@@ -269,6 +291,8 @@ func (w *Worker) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-w.retire:
 			return
 		case <-w.cfg.Clock.After(untilNextPoll(w.cfg.Clock.Now(), w.cfg.Poll)):
 		case <-w.wake:
@@ -287,7 +311,7 @@ func (w *Worker) run(ctx context.Context) {
 	for {
 		began := w.cfg.Clock.Now()
 		err := w.deliver(ctx)
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || w.retired() {
 			return
 		}
 		if w.cfg.Clock.Now().Sub(began) >= maxRestartPause {
@@ -299,6 +323,8 @@ func (w *Worker) run(ctx context.Context) {
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
 		select {
 		case <-ctx.Done():
+			return
+		case <-w.retire:
 			return
 		case <-w.cfg.Clock.After(pause):
 		}
@@ -327,10 +353,9 @@ func (w *Worker) pause(failures int) time.Duration {
 // Now the deliveries wait for the write, and nothing is delivered again
 // for it, unless the worker is stopped and ctx (the deliveries' context,
 // which outlives the stop by StopGrace) ends first: its next start goes
-// on from the state on disk (at least once). While it waits, stalledFor
-// says so, and the Manager does not reopen the queue under it.
+// on from the state on disk (at least once). A worker retired (Retire)
+// waits for it whatever the time.
 func (w *Worker) persist(ctx context.Context, write func() error) error {
-	defer w.stalledSince.Store(0)
 	for failures := 0; ; failures++ {
 		err := write()
 		if err == nil {
@@ -342,7 +367,6 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		w.stalledSince.CompareAndSwap(0, w.cfg.Clock.Now().UnixNano())
 		pause := w.pause(failures)
 		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
@@ -457,7 +481,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	}
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !w.retired() {
 		now := w.cfg.Clock.Now()
 		// a retry that is due goes first: it was scheduled before the
 		// messages now at the cursor were reached… but it lost its place,
@@ -587,6 +611,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+		case <-w.retire:
 		case <-w.wake:
 		case <-w.cfg.Clock.After(wait):
 		}
