@@ -517,8 +517,8 @@ func (x *execution) collect(s *flow.Step, out any) *Error {
 			if err != nil {
 				return &Error{Kind: KindDefect, Step: s.Name(), Msg: "response_status: " + err.Error()}
 			}
-			n, err := statusCode(strings.TrimSpace(text))
-			if err != nil {
+			n, ok := flow.ParseStatus(strings.TrimSpace(text))
+			if !ok {
 				return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status rendered %q, which is not a status code", text)}
 			}
 			code = n
@@ -637,25 +637,3 @@ func platformHeader(req Request) http.Header {
 func errDeadline(ctx context.Context, err error) bool {
 	return errors.Is(ctx.Err(), context.DeadlineExceeded) && err != nil
 }
-
-// statusCode reads the status code a response_status template rendered:
-// three digits from 100 to 599, nothing else ("+201" and "0201" are not
-// status codes, though strconv.Atoi reads them as 201).
-func statusCode(text string) (int, error) {
-	if len(text) != 3 {
-		return 0, errNotStatus
-	}
-	n := 0
-	for i := 0; i < 3; i++ {
-		if text[i] < '0' || text[i] > '9' {
-			return 0, errNotStatus
-		}
-		n = n*10 + int(text[i]-'0')
-	}
-	if n < 100 || n > 599 {
-		return 0, errNotStatus
-	}
-	return n, nil
-}
-
-var errNotStatus = errors.New("not a status code")

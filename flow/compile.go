@@ -672,13 +672,13 @@ func (c *compiler) status(s *Step, k rawKey) {
 		s.status = &Status{Template: t}
 		return
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || !plainDecimal(v) {
+	n, ok := ParseStatus(v)
+	switch {
+	case !plainDecimal(v):
 		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %q", k.key, v)
 		return
-	}
-	if n < 100 || n > 599 {
-		c.errorf(k.line, "%s %d is not a status code: use 100 to 599", k.key, n)
+	case !ok:
+		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, v)
 		return
 	}
 	s.status = &Status{Code: n}

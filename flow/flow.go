@@ -2,6 +2,7 @@ package flow
 
 import (
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -213,6 +214,19 @@ type HeaderOp struct {
 type Status struct {
 	Code     int       // the literal, when Template is nil
 	Template *Template // rendered with $ as the step's output
+}
+
+// ParseStatus reads a status code as response_status takes one, written
+// or rendered: digits alone, without a sign or a leading zero, from 100 to
+// 599 ("+201" and "0201", which strconv.Atoi reads as 201, are not status
+// codes). ok is false for anything else; n is the number read when the
+// text is plain digits, so that a caller can say a code is out of range.
+func ParseStatus(text string) (n int, ok bool) {
+	if !plainDecimal(text) || len(text) > 3 {
+		return 0, false
+	}
+	n, _ = strconv.Atoi(text)
+	return n, n >= 100 && n <= 599
 }
 
 // Step is one `## Step:` or `## Fault:` section. It is immutable.
