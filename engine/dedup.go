@@ -122,7 +122,9 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		}
 	}
 
-	leaseEnd := time.Now().Add(f.Timeout() + e.leaseGrace) // about: the store took its time
+	// when the claim's lease ends, near enough (the store counted it from
+	// its own clock, a moment ago): releaseUntil tries no longer
+	leaseEnd := time.Now().Add(f.Timeout() + e.leaseGrace)
 	ectx, cancel := context.WithTimeout(ctx, f.Timeout())
 	defer cancel()
 	res := e.execute(ectx, req)

@@ -78,10 +78,11 @@ func buildVersion() string {
 	if v == "" {
 		v = "(devel)"
 	}
-	if revision != "" && (v == "(devel)" || !strings.Contains(v, revision[:min(12, len(revision))])) {
+	short := revision[:min(12, len(revision))]
+	if short != "" && (v == "(devel)" || !strings.Contains(v, short)) {
 		// a pseudo-version (v0.0.0-20261201043813-b4b770f3681c+dirty)
 		// names the commit already
-		v += " commit " + revision[:min(12, len(revision))] + modified
+		v += " commit " + short + modified
 	}
 	return v + ", " + info.GoVersion
 }
