@@ -265,26 +265,15 @@ func TestTickWhoseRecordFailsIsTriedAgain(t *testing.T) {
 	e := newEnv(t)
 	logs := e.captureLog()
 	e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
-	clk := clocktest.New(st0)
-	e.start("a", clk, time.Second)
-	clk.WaitCalls(t, 1)
+	_, clk := e.startAt("a", st0, time.Second)
 	clk.StepUntil(t, at(3, 30), 200) // 14:03 ticks
-	blocker := filepath.Join(e.dir, "acme", "minutely.last.tmp")
-	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	unblock := e.blockRecord("acme", "minutely")
 	clk.StepUntil(t, at(4, 20), 200) // 14:04 cannot be recorded, nor at the polls after
-	if err := os.RemoveAll(blocker); err != nil {
-		t.Fatal(err)
-	}
+	unblock()
 	clk.StepUntil(t, at(5, 30), 200) // recorded and appended at the next poll; 14:05 ticks
-	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	unblock = e.blockRecord("acme", "minutely")
 	clk.StepUntil(t, at(7, 30), 300) // 14:06 fails until 14:07 is due: lost; 14:07 fails too
-	if err := os.RemoveAll(blocker); err != nil {
-		t.Fatal(err)
-	}
+	unblock()
 	clk.StepUntil(t, at(7, 40), 300) // 14:07, at the next poll
 	want := []string{"a@14:03:00", "a@14:04:21", "a@14:05:00", "a@14:07:31"}
 	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {
@@ -316,23 +305,16 @@ func TestTickWhoseRecordFailsIsTriedAgain(t *testing.T) {
 func TestTickRecordedButNotQueuedIsQueued(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "minutely", "@every 1m", "", ""))
-	clk := clocktest.New(st0)
-	e.start("a", clk, time.Second)
-	clk.WaitCalls(t, 1)
+	_, clk := e.startAt("a", st0, time.Second)
 	clk.StepUntil(t, at(3, 30), 200) // 14:03 ticks
-	record := filepath.Join(e.dir, "acme", "minutely.last")
-	blocker := record + ".tmp"
-	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	unblock := e.blockRecord("acme", "minutely")
 	clk.StepUntil(t, at(4, 10), 200) // 14:04's write fails
 	// as if its rename had gone through
+	record := filepath.Join(e.dir, "acme", "minutely.last")
 	if err := os.WriteFile(record, []byte(strconv.FormatInt(at(4, 0).UnixNano(), 10)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(blocker); err != nil {
-		t.Fatal(err)
-	}
+	unblock()
 	clk.StepUntil(t, at(4, 30), 200)
 	want := []string{"a@14:03:00", "a@14:04:11"}
 	if diff := cmp.Diff(want, tickTimes(e.ticks.all())); diff != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,33 @@ func (e *env) start(name string, clk *clocktest.Fake, poll time.Duration) *sched
 	s.Start()
 	e.t.Cleanup(s.Stop)
 	return s
+}
+
+// startAt starts a scheduler named name on a fake clock at start, polling
+// every poll, and returns both once the scheduler waits on the clock.
+func (e *env) startAt(name string, start time.Time, poll time.Duration) (*scheduler.Scheduler, *clocktest.Fake) {
+	e.t.Helper()
+	clk := clocktest.New(start)
+	s := e.start(name, clk, poll)
+	clk.WaitCalls(e.t, 1)
+	return s, clk
+}
+
+// blockRecord makes the writes of tenant/flowName's last-tick record fail
+// (a folder, not empty, where the record's temporary file goes, as a full
+// disk fails them) until the returned function is called.
+func (e *env) blockRecord(tenant, flowName string) (unblock func()) {
+	e.t.Helper()
+	blocker := filepath.Join(e.dir, tenant, flowName+".last.tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() {
+		e.t.Helper()
+		if err := os.RemoveAll(blocker); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 func secs(ns ...int) []time.Duration {
