@@ -252,9 +252,7 @@ func TestEveryKeepsItsTimesAcrossRestarts(t *testing.T) {
 		if i == 4 {
 			at = at.Add(2 * time.Minute) // down for two ticks
 		}
-		clk := clocktest.New(at)
-		s := e.start(fmt.Sprintf("p%d", i), clk, time.Second)
-		clk.WaitCalls(t, 1)
+		s, clk := e.startAt(fmt.Sprintf("p%d", i), at, time.Second)
 		clk.StepUntil(t, at.Add(life), 100)
 		s.Stop()
 		at = at.Add(life)
@@ -272,15 +270,11 @@ func TestEveryKeepsItsTimesAcrossRestarts(t *testing.T) {
 func TestEveryScheduledAgainCountsFromThePublication(t *testing.T) {
 	e := newEnv(t)
 	e.publish(cronFlow("acme", "report", "@every 1h", "", ""))
-	clkA := clocktest.New(st0)
-	a := e.start("a", clkA, time.Minute)
-	clkA.WaitCalls(t, 1)
+	a, clkA := e.startAt("a", st0, time.Minute)
 	clkA.StepUntil(t, st0.Add(61*time.Minute), 100) // ticks at 15:02
 	a.Stop()
 	e.publish(flowSrc("acme", "report", "")) // unscheduled
-	clkB := clocktest.New(st0.Add(70 * time.Minute))
-	e.start("b", clkB, time.Minute)
-	clkB.WaitCalls(t, 1)
+	_, clkB := e.startAt("b", st0.Add(70*time.Minute), time.Minute)
 	clkB.StepUntil(t, st0.Add(210*time.Minute), 300) // 17:32
 	e.publish(cronFlow("acme", "report", "@every 90m", "", ""))
 	clkB.StepUntil(t, st0.Add(6*time.Hour), 600)
