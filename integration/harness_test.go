@@ -238,16 +238,18 @@ func (h *hostProc) watch(args []string, keep func(event string) bool, more func(
 			line := sc.Text()
 			var ev struct{ Event, Listen string }
 			json.Unmarshal([]byte(line), &ev)
+			// (kept before the started line is announced: a test that
+			// reads the log once the host listens finds that line in it)
+			if keep == nil || keep(ev.Event) {
+				h.mu.Lock()
+				h.logs = append(h.logs, line)
+				h.mu.Unlock()
+			}
 			if ev.Event == "started" {
 				select {
 				case listening <- ev.Listen:
 				default:
 				}
-			}
-			if keep == nil || keep(ev.Event) {
-				h.mu.Lock()
-				h.logs = append(h.logs, line)
-				h.mu.Unlock()
 			}
 		}
 	}()
