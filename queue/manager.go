@@ -50,6 +50,9 @@ type Manager struct {
 	// (reopen; a reopened queue may fail again before the first is done):
 	// out of queues, it keeps its slot of the budget
 	reopening map[[2]string]int
+	// holds spaces out the reopenings of a queue whose log keeps failing
+	// (reopen): until a hold's time, the queue is not opened again
+	holds map[[2]string]reopenHold
 	// counts are the delivery counts of every queue opened, kept across
 	// the workers of a queue reopened
 	counts map[[2]string]*DeliveryCounts
@@ -86,7 +89,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{},
+	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{}, holds: map[[2]string]reopenHold{},
 		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{}, done: make(chan struct{})}
 }
 
@@ -107,6 +110,11 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	}
 	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
 		return nil, nil, err
+	}
+	if h, ok := m.holds[k]; ok {
+		if wait := h.at.Sub(m.cfg.Clock.Now()); wait > 0 {
+			return nil, nil, &heldError{wait: wait, cause: h.cause}
+		}
 	}
 	if m.reopening[k] == 0 && m.slotsTaken() >= m.cfg.MaxWorkers {
 		return nil, nil, ErrBudget
@@ -178,7 +186,7 @@ func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
 	msg, err := q.Append(nm)
 	if err != nil {
 		if errors.Is(err, ErrPoisoned) {
-			m.reopen(tenant, flow, q)
+			m.reopen(tenant, flow, q, err)
 		}
 		return Message{}, err
 	}
@@ -200,7 +208,7 @@ func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID s
 	}
 	msg, err := q.Replay(id, source, correlationID)
 	if errors.Is(err, ErrPoisoned) {
-		m.reopen(tenant, flow, q) // as Append does: the next replay can work
+		m.reopen(tenant, flow, q, err) // as Append does: the next replay can work
 	}
 	if msg.ID != 0 {
 		w.Wake()
@@ -259,7 +267,7 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 	var out []Replayed
 	_, err = q.ReplayAll(upTo, source, correlationID, func(r Replayed) { out = append(out, r) })
 	if errors.Is(err, ErrPoisoned) {
-		m.reopen(tenant, flow, q)
+		m.reopen(tenant, flow, q, err)
 	}
 	if len(out) > 0 {
 		w.Wake()
@@ -334,7 +342,15 @@ func (m *Manager) checkPending(tenant, flow string, id uint64) error {
 // one has let it go, and is woken then. The queue keeps its slot of the
 // budget meanwhile, and the reopening is tried again after a pause until
 // it works: the messages acknowledged before the failure need a worker.
-func (m *Manager) reopen(tenant, flow string, old *Queue) {
+//
+// A queue whose log keeps failing (a disk full for minutes) is reopened at
+// once the first time, then after 1 s, 2 s, 4 s and so on up to 10 s
+// (reopenHold) rather than at every failed submission: each reopening
+// opens and verifies the files and starts a worker, and a host under load
+// did that a few hundred times a second. Meanwhile its submissions are
+// refused with the failure that poisoned it (heldError, which wraps
+// ErrPoisoned).
+func (m *Manager) reopen(tenant, flow string, old *Queue, cause error) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -343,6 +359,7 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		return // reopened already, or Stop closes it
 	}
 	delete(m.queues, k)
+	m.holdReopening(k, cause)
 	m.reopening[k]++
 	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits
 	go func() {
@@ -372,6 +389,14 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 			if stopping {
 				return
 			}
+			if held := (*heldError)(nil); errors.As(err, &held) {
+				select { // not before its time
+				case <-m.done:
+					return
+				case <-m.cfg.Clock.After(held.wait):
+				}
+				continue
+			}
 			m.cfg.Logger.Error("a queue could not be reopened after a failed write; trying again after a pause", "event", "queue_reopen_failed",
 				"tenant", tenant, "flow", flow, "error", err.Error(), "pause_ms", pause.Milliseconds())
 			select {
@@ -383,6 +408,61 @@ func (m *Manager) reopen(tenant, flow string, old *Queue) {
 		}
 	}()
 }
+
+// reopenHold is when a poisoned queue may be opened again (at), the
+// failure that poisoned it, and the spacing of the reopening after that.
+type reopenHold struct {
+	at    time.Time
+	next  time.Duration
+	cause error
+}
+
+// The spacing of a failing queue's reopenings: the second waits
+// firstReopenSpacing after the first, each later one twice as long as the
+// one before, up to maxReopenSpacing.
+const (
+	firstReopenSpacing = time.Second
+	maxReopenSpacing   = 10 * time.Second
+)
+
+// holdReopening records that k is reopened after a failure (cause): at
+// once if its last reopening is long past (twice its spacing), else not
+// before the spacing since it has passed. Holds of quiet queues are
+// dropped. The caller holds m.mu.
+func (m *Manager) holdReopening(k [2]string, cause error) {
+	now := m.cfg.Clock.Now()
+	for o, h := range m.holds {
+		if now.Sub(h.at) > 2*h.next {
+			delete(m.holds, o)
+		}
+	}
+	h, ok := m.holds[k]
+	if !ok {
+		h = reopenHold{at: now, next: firstReopenSpacing}
+	} else {
+		h.at = h.at.Add(h.next)
+		if h.at.Before(now) {
+			h.at = now
+		}
+		h.next = min(2*h.next, maxReopenSpacing)
+	}
+	h.cause = cause
+	m.holds[k] = h
+}
+
+// heldError refuses a submission to a queue whose reopening is held back
+// (holdReopening); it wraps the failure that poisoned the queue.
+type heldError struct {
+	wait  time.Duration
+	cause error
+}
+
+func (e *heldError) Error() string {
+	// (the cause names the queue)
+	return fmt.Sprintf("%v (the queue is reopened in %s)", e.cause, e.wait.Round(time.Millisecond))
+}
+
+func (e *heldError) Unwrap() error { return e.cause }
 
 // QueueInfo describes one open queue.
 type QueueInfo struct {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestManagerReopenedTwiceKeepsItsBudgetSlot(t *testing.T) {
 				e := m.queues[k]
 				m.mu.Unlock()
 				if e != nil && e.q != q1 {
-					m.reopen(testTenant, testFlow, e.q)
+					m.reopen(testTenant, testFlow, e.q, ErrPoisoned)
 					// from now on the queue cannot be opened: the second
 					// reopening retries after its pause
 					mfs.Fail(opOpen, segmentFile, 1, syscall.EIO, true)
@@ -51,7 +52,7 @@ func TestManagerReopenedTwiceKeepsItsBudgetSlot(t *testing.T) {
 				runtime.Gosched()
 			}
 		}()
-		m.reopen(testTenant, testFlow, q1)
+		m.reopen(testTenant, testFlow, q1, ErrPoisoned)
 		<-second
 		// the first reopening ends (it has only its wake-up left), the
 		// second waits out its pause
@@ -251,5 +252,102 @@ func TestManagerTakesSubmissionsWhileAWorkerWaits(t *testing.T) {
 	}
 	if !slices.Equal(got, []int{1}) {
 		t.Errorf("attempts of the message whose dead letter cannot be written: %v, want [1]", got)
+	}
+}
+
+// TestManagerSpacesOutReopenings: a queue whose log keeps failing is
+// reopened at once the first time, then 1 s, 2 s, 4 s … (up to 10 s) after
+// the reopening before, rather than at every failed submission (a host
+// under load on a full disk opened and verified the queue's files and
+// started a worker a few hundred times a second). Meanwhile its
+// submissions are refused with the failure, as ErrPoisoned, opening
+// nothing. Once the disk heals, the next reopening takes submissions, and
+// a later failure is reopened at once again.
+func TestManagerSpacesOutReopenings(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	var opens atomic.Int64 // of segment.log: one or more for each opening of the queue
+	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
+	mfs.before = func(op, name string) {
+		if op == opOpen && name == segPath {
+			opens.Add(1)
+		}
+	}
+	rec := &idRecorder{}
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(ackAll), Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: time.Hour, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+	t.Cleanup(m.Stop)
+	submit := func(payload string) (Message, error) {
+		return m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte(payload)})
+	}
+	refused := func(when string, n int) {
+		t.Helper()
+		for range n {
+			if _, err := submit("during"); !errors.Is(err, ErrPoisoned) {
+				t.Fatalf("%s: a submission on a failing disk: %v, want ErrPoisoned", when, err)
+			}
+		}
+	}
+	if _, err := submit("before"); err != nil {
+		t.Fatal(err)
+	}
+	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, true) // for good
+	for i, gap := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
+		when := fmt.Sprintf("reopening %d, %s after the one before", i, gap)
+		before := opens.Load()
+		if i > 0 {
+			clk.Advance(gap - time.Millisecond)
+			refused(when+", 1 ms early", 50)
+			if n := opens.Load(); n != before {
+				t.Fatalf("%s: the queue was opened again 1 ms before its time (segment.log opened %d times)", when, n-before)
+			}
+			clk.Advance(time.Millisecond)
+		}
+		// the reopening due now happens (by a submission, or by the
+		// manager's own retry woken by the clock), and the reopened queue
+		// fails its first append
+		for deadline := time.Now().Add(5 * time.Second); opens.Load() == before; time.Sleep(time.Millisecond) {
+			refused(when, 1)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the queue was not reopened", when)
+			}
+		}
+		refused(when, 1)
+		reopened := opens.Load()
+		refused(when+", after it", 50)
+		if n := opens.Load(); n != reopened {
+			t.Fatalf("%s: 50 submissions after it opened the queue again (segment.log opened %d more times)", when, n-reopened)
+		}
+	}
+	mfs.Heal()
+	clk.Advance(10 * time.Second)
+	var taken Message
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		msg, err := submit("after")
+		if err == nil {
+			taken = msg
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submissions still refused 10 s after the disk healed: %v", err)
+		}
+	}
+	// the queue works for a while; a failure now is reopened at once
+	clk.Advance(30 * time.Second)
+	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	if _, err := submit("once"); !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("the submission whose fdatasync fails: %v, want ErrPoisoned", err)
+	}
+	if _, err := submit("again"); err != nil {
+		t.Fatalf("a queue that failed once after a quiet time was not reopened at once: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if ids, _ := rec.got(); slices.Contains(ids, taken.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			ids, _ := rec.got()
+			t.Fatalf("message %d, taken after the disk healed, was not delivered (delivered: %v)", taken.ID, ids)
+		}
 	}
 }
