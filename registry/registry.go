@@ -51,6 +51,14 @@ type Options struct {
 // transaction before it fails.
 const BusyTimeout = 10 * time.Second
 
+// WALSizeLimit is the size in bytes the registry's -wal file is cut back to
+// when SQLite starts it over after a checkpoint (journal_size_limit). The
+// file holds about 4 MiB between checkpoints (SQLite checkpoints at 1,000
+// pages) but grows past that while a reader keeps an old snapshot (a long
+// nexus journal, a backup) during a burst of writes; without a limit it
+// then stays at its peak for as long as the database is in use.
+const WALSizeLimit = 4 << 20
+
 // Open opens (creating it and its folder if needed) the registry at path and
 // runs the schema migrations it has not seen yet.
 func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
@@ -157,6 +165,7 @@ func dataSource(abs string, readOnly bool) string {
 		}
 	} else {
 		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "journal_size_limit("+strconv.Itoa(WALSizeLimit)+")")
 	}
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")

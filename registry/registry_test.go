@@ -331,3 +331,62 @@ func TestJournalByCorrelationID(t *testing.T) {
 		}
 	}
 }
+
+// TestWALCutBackAfterABurst: the -wal file, grown far past its usual size
+// by a burst of writes while another program held an old snapshot (no
+// checkpoint can start the file over under it), is cut back to
+// WALSizeLimit once that reader has gone. It stayed at its peak for as
+// long as the registry was in use.
+func TestWALCutBackAfterABurst(t *testing.T) {
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	reader, err := sideDB(t, path).Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d := r.Dedup()
+	answer := bytes.Repeat([]byte("x"), 256<<10)
+	commit := func(i int) {
+		t.Helper()
+		key := fmt.Sprintf("key-%d", i)
+		_, claim, err := d.Claim(ctx, "acme", "f", key, false, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Commit(ctx, "acme", "f", key, claim, answer, false, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	for i := range 48 { // 12 MiB of answers
+		commit(i)
+	}
+	peak := walSize()
+	if peak < 2*registry.WALSizeLimit {
+		t.Fatalf("setup: the -wal file holds %d bytes after the burst under an old snapshot, want over %d", peak, 2*registry.WALSizeLimit)
+	}
+	if err := reader.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// the next commit checkpoints the whole file, the one after starts it over
+	for i := 48; i < 52; i++ {
+		commit(i)
+		if walSize() <= registry.WALSizeLimit {
+			return
+		}
+	}
+	t.Errorf("the -wal file holds %d bytes (%d at the peak) after the reader went and 4 more commits, want at most %d",
+		walSize(), peak, registry.WALSizeLimit)
+}
