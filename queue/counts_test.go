@@ -1,0 +1,136 @@
+package queue
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestManagerCountsFollowTheLog: Manager.Counts, which reads only what came
+// after its last count of a queue, says what a count of the whole log says
+// (ReadCounts) through appends, a checkpoint moving on, a drain, and a log
+// grown again past where the last count ended, counted or not in between
+// (the drain is told by the log's first message, whose id changes).
+func TestManagerCountsFollowTheLog(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{FS: mfs})
+	m := NewManager(ManagerConfig{Root: root, FS: mfs})
+	var msgs []Message // since the last drain
+	drains := 0
+	appendN := func(n int) func() error {
+		return func() error {
+			for range n {
+				// (frames of another size after each drain: a count going
+				// on from an old log's offsets would not meet the frames)
+				msg, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(fmt.Sprintf(`{"n":%d,"drains":"%s"}`, len(msgs), strings.Repeat("x", 50*drains)))})
+				if err != nil {
+					return err
+				}
+				msgs = append(msgs, msg)
+			}
+			return nil
+		}
+	}
+	processed := func(n int) func() error { // the first n processed
+		return func() error {
+			_, after, err := q.Read(msgs[n-1].Offset)
+			if err != nil {
+				return err
+			}
+			return q.SaveCheckpoint(after)
+		}
+	}
+	drain := func() error {
+		msgs = nil
+		drains++
+		return q.Drain()
+	}
+	steps := []struct {
+		what    string
+		do      func() error
+		counted bool // counted after this step
+		want    Counts
+	}{
+		{"an empty log", func() error { return nil }, true, Counts{}},
+		{"5 appended", appendN(5), true, Counts{Total: 5}},
+		{"2 processed", processed(2), true, Counts{Total: 5, Processed: 2}},
+		{"3 more appended", appendN(3), true, Counts{Total: 8, Processed: 2}},
+		{"all processed", processed(8), true, Counts{Total: 8, Processed: 8}},
+		{"drained", drain, true, Counts{}},
+		{"12 appended (past the last count's end)", appendN(12), true, Counts{Total: 12}},
+		{"4 processed", processed(4), true, Counts{Total: 12, Processed: 4}},
+		{"all processed, not counted", processed(12), false, Counts{}},
+		{"drained, not counted", drain, false, Counts{}},
+		{"20 appended after an uncounted drain", appendN(20), true, Counts{Total: 20}},
+		{"7 processed", processed(7), true, Counts{Total: 20, Processed: 7}},
+		{"all processed", processed(20), true, Counts{Total: 20, Processed: 20}},
+		// the log and its checkpoint both past where the last count ended
+		{"drained, 30 appended and 25 processed, counted only then", func() error {
+			if err := drain(); err != nil {
+				return err
+			}
+			if err := appendN(30)(); err != nil {
+				return err
+			}
+			return processed(25)()
+		}, true, Counts{Total: 30, Processed: 25}},
+		{"all processed and drained", func() error {
+			if err := processed(30)(); err != nil {
+				return err
+			}
+			return drain()
+		}, true, Counts{}},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if !s.counted {
+			continue
+		}
+		got, err := m.Counts(testTenant, testFlow)
+		if err != nil || got != s.want {
+			t.Errorf("%s: Manager.Counts = %+v, %v; want %+v", s.what, got, err, s.want)
+		}
+		if whole, err := ReadCounts(root, testTenant, testFlow, mfs); err != nil || whole != s.want {
+			t.Errorf("%s: ReadCounts = %+v, %v; want %+v", s.what, whole, err, s.want)
+		}
+	}
+}
+
+// TestManagerCountsReadOnlyWhatIsNew: a second count of a queue reads the
+// frames appended since the first, not the whole log again.
+func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
+	var reads atomic.Int64
+	mfs.before = func(op, name string) {
+		if op == opRead && name == segPath {
+			reads.Add(1)
+		}
+	}
+	q, _ := openQueue(t, root, Options{FS: mfs})
+	m := NewManager(ManagerConfig{Root: root, FS: mfs})
+	for i := range 500 {
+		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 500}) {
+		t.Fatalf("the first count: %+v, %v; want 500 messages", c, err)
+	}
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte("one more")}); err != nil {
+		t.Fatal(err)
+	}
+	reads.Store(0)
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 501}) {
+		t.Fatalf("the second count: %+v, %v; want 501 messages", c, err)
+	}
+	// the new frame (header and record), and the first one twice (to
+	// tell a drain): 6 reads
+	if n := reads.Load(); n > 10 {
+		t.Errorf("the second count read segment.log %d times after one append to 500 messages, want at most 10", n)
+	}
+}
