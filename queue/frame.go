@@ -296,10 +296,13 @@ func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
 // scan walks the frames of a file from off, calling fn for each verified
 // record. It reports damage: a torn tail (nothing verifies up to the end)
 // ends the scan at its start; a damaged frame followed by a valid one is
-// skipped. It returns the end of the last verified frame.
+// skipped. It returns the end of the last verified frame. The frames are
+// read readAhead bytes at a time (two reads a frame took a system call
+// each: 0.3 s for a log of 200,000 messages).
 func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error) (end int64, damage []Damage, err error) {
+	window := &windowReader{r: r, size: size}
 	for off < size {
-		rec, n, reason, err := frameAt(r, off, size)
+		rec, n, reason, err := frameAt(window, off, size)
 		if err != nil {
 			return off, damage, err
 		}
@@ -448,4 +451,39 @@ func frameIn(b []byte) (rec []byte, n int, ok bool) {
 		return nil, 0, false
 	}
 	return rec, headerSize + int(length), true
+}
+
+// windowReader serves a forward scan's small reads, up to size, from a
+// window of the file read ahead; a read it cannot serve that way (larger
+// than half the window, past size, or a window that could not be read
+// whole, as when the file was cut short meanwhile) goes to the file as it
+// is, with the file's own result. What the window serves is what the file
+// held when the window was read: a scan of a log another process empties
+// meanwhile reads what it held, or fails at the next window, never a mix
+// within one window.
+type windowReader struct {
+	r     io.ReaderAt
+	size  int64
+	buf   []byte
+	start int64 // the file offset of data[0]
+	data  []byte
+}
+
+func (w *windowReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= w.start && off+int64(len(p)) <= w.start+int64(len(w.data)) {
+		return copy(p, w.data[off-w.start:]), nil
+	}
+	if len(p) > readAhead/2 || off+int64(len(p)) > w.size {
+		return w.r.ReadAt(p, off)
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, readAhead)
+	}
+	w.data = nil
+	n := min(int64(len(w.buf)), w.size-off)
+	if _, err := w.r.ReadAt(w.buf[:n], off); err != nil {
+		return w.r.ReadAt(p, off)
+	}
+	w.start, w.data = off, w.buf[:n]
+	return copy(p, w.data), nil
 }
