@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nexushq/nexus/clock"
@@ -68,9 +70,13 @@ type Manager struct {
 	// in flight may publish); closed is set once they have
 	stopping, closed bool
 
-	sweeper     lifecycle.Loop // the housekeeping of idle queues (Start)
-	retiring    sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
-	done        chan struct{}  // closed by Stop: reopen gives up retrying
+	sweeper  lifecycle.Loop // the housekeeping of idle queues (Start)
+	retiring sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
+	// retired are the workers being retired (reopen) of each queue, and
+	// retiredN how many there are in all (read without m.mu by Append)
+	retired     map[[2]string][]*Worker
+	retiredN    atomic.Int64
+	done        chan struct{} // closed by Stop: reopen gives up retrying
 	stopOnce    sync.Once
 	workersOnce sync.Once
 }
@@ -93,7 +99,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{}, holds: map[[2]string]reopenHold{},
 		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{},
-		cursors: map[[2]string]*countCursor{}, done: make(chan struct{})}
+		cursors: map[[2]string]*countCursor{}, retired: map[[2]string][]*Worker{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
@@ -194,7 +200,21 @@ func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
 		return Message{}, err
 	}
 	w.Wake()
+	if m.retiredN.Load() > 0 {
+		m.wakeRetired([2]string{tenant, flow})
+	}
 	return msg, nil
+}
+
+// wakeRetired wakes the workers being retired of queue k: a submission
+// went through, so one waiting for a write of the queue's state (a full
+// disk) tries it again now rather than after its pause (Worker.persist).
+func (m *Manager) wakeRetired(k [2]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.retired[k] {
+		w.Wake()
+	}
 }
 
 // Replay replays tenant/flow's pending dead letter id (see Queue.Replay)
@@ -391,9 +411,17 @@ func (m *Manager) reopen(tenant, flow string, old *Queue, cause error) {
 	m.holdReopening(k, cause)
 	m.reopening[k]++
 	m.retiring.Add(1) // under m.mu, before Stop sets stopping and waits
+	m.retired[k] = append(m.retired[k], e.w)
+	m.retiredN.Add(1)
 	go func() {
 		defer m.retiring.Done()
 		e.w.Retire(m.done)
+		m.mu.Lock()
+		if m.retired[k] = slices.DeleteFunc(m.retired[k], func(w *Worker) bool { return w == e.w }); len(m.retired[k]) == 0 {
+			delete(m.retired, k)
+		}
+		m.retiredN.Add(-1)
+		m.mu.Unlock()
 		e.q.Close()
 		defer func() {
 			m.mu.Lock()

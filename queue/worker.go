@@ -344,7 +344,8 @@ func (w *Worker) pause(failures int) time.Duration {
 // persist runs write, a write of the queue's state that a delivery made
 // necessary (the checkpoint past it, its retry in the schedule, its dead
 // letter), until it succeeds or ctx ends, pausing between tries as the
-// worker does between its starts (Poll, doubling up to maxRestartPause).
+// worker does between its starts (Poll, doubling up to maxRestartPause),
+// or trying sooner when a submission goes through (awaitRetry).
 // Such an error (a full disk) used to end the round of deliveries, and the
 // worker started again from the state on disk: it delivered again every
 // message since the checkpoint it could not write, and ran again the last
@@ -356,26 +357,53 @@ func (w *Worker) pause(failures int) time.Duration {
 // on from the state on disk (at least once). A worker retired (Retire)
 // waits for it whatever the time.
 func (w *Worker) persist(ctx context.Context, write func() error) error {
+	tries := 1
 	for failures := 0; ; failures++ {
 		err := write()
-		if err == nil {
-			if failures > 0 {
-				w.logger.Info("the queue's state was written; deliveries go on", "event", "worker_recovered", "tries", failures+1)
+		if err != nil && ctx.Err() == nil {
+			pause := w.pause(failures)
+			w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
+				"error", err.Error(), "pause_ms", pause.Milliseconds())
+			if w.awaitRetry(ctx, pause, write, &tries) {
+				err = nil
+			} else if ctx.Err() == nil {
+				tries++
+				continue
 			}
-			return nil
 		}
-		if ctx.Err() != nil {
-			return err
+		if err == nil && tries > 1 {
+			w.logger.Info("the queue's state was written; deliveries go on", "event", "worker_recovered", "tries", tries)
 		}
-		pause := w.pause(failures)
-		w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
-			"error", err.Error(), "pause_ms", pause.Milliseconds())
+		return err
+	}
+}
+
+// awaitRetry waits out persist's pause before its next try. A wake-up (a
+// submission to the queue went through, so the disk may have room again)
+// tries the write at once, at most once per Poll, without logging a
+// failure; it counts in tries. The pause grew to 30 s over a long outage,
+// and the deliveries waited for it after the disk had room again. It
+// reports whether such a try went through; it returns early when ctx ends.
+func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func() error, tries *int) (written bool) {
+	now := w.cfg.Clock.Now()
+	until, tried := now.Add(pause), now
+	for left := pause; left > 0; left = until.Sub(w.cfg.Clock.Now()) {
 		select {
 		case <-ctx.Done():
-			return err
-		case <-w.cfg.Clock.After(pause):
+			return false
+		case <-w.cfg.Clock.After(left):
+			return false
+		case <-w.wake:
+			if now := w.cfg.Clock.Now(); now.Sub(tried) >= w.cfg.Poll {
+				tried = now
+				*tries++
+				if write() == nil {
+					return true
+				}
+			}
 		}
 	}
+	return false
 }
 
 // deliver is the worker's loop once elected.
