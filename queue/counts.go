@@ -107,25 +107,13 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	if first == 0 || first != at.firstID || size < at.scanned || ckpt < at.ckpt {
 		at = countState{firstID: first} // another log since: counted from its start
 	}
-	at.scanned, _, err = scan(f, segmentFile, at.scanned, size, func(rec []byte, _ int64) error {
-		if len(rec) > 0 && rec[0] == kindMessage {
-			at.total++
-		}
-		return nil
-	})
-	if err != nil {
+	if at.scanned, err = countMessages(f, at.scanned, size, &at.total); err != nil {
 		return countState{}, err
 	}
 	// the processed messages: those before the checkpoint, of the frames
 	// counted
 	if to := min(ckpt, at.scanned); to > at.ckpt {
-		at.ckpt, _, err = scan(f, segmentFile, at.ckpt, to, func(rec []byte, _ int64) error {
-			if len(rec) > 0 && rec[0] == kindMessage {
-				at.processed++
-			}
-			return nil
-		})
-		if err != nil {
+		if at.ckpt, err = countMessages(f, at.ckpt, to, &at.processed); err != nil {
 			return countState{}, err
 		}
 	}
@@ -133,6 +121,18 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 		return countState{}, errCountMoved
 	}
 	return at, nil
+}
+
+// countMessages adds to n the messages of the log from off to size, and
+// returns where the last whole frame ends.
+func countMessages(f io.ReaderAt, off, size int64, n *int64) (end int64, err error) {
+	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, _ int64) error {
+		if len(rec) > 0 && rec[0] == kindMessage {
+			*n++
+		}
+		return nil
+	})
+	return end, err
 }
 
 // firstMessageID is the id of the first frame of a log of size bytes, if

@@ -141,16 +141,7 @@ func TestManagerRetiresAStalledWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	mfs.Fail(opWrite, dlqFile, 1, syscall.ENOSPC, true) // the disk is full
-	attempts := func() []int {
-		ids, atts := rec.got()
-		var out []int
-		for i, id := range ids {
-			if id == bad.ID {
-				out = append(out, atts[i])
-			}
-		}
-		return out
-	}
+	attempts := func() []int { return rec.attemptsOf(bad.ID) }
 	for deadline := time.Now().Add(10 * time.Second); len(attempts()) < 2 || !mfs.Fired(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("setup: attempts %v, dead-letter write failed %v", attempts(), mfs.Fired())
@@ -244,14 +235,7 @@ func TestManagerTakesSubmissionsWhileAWorkerWaits(t *testing.T) {
 		clk.Advance(30 * time.Second)
 		time.Sleep(2 * time.Millisecond)
 	}
-	ids, atts := rec.got()
-	var got []int
-	for i, id := range ids {
-		if id == bad.ID {
-			got = append(got, atts[i])
-		}
-	}
-	if !slices.Equal(got, []int{1}) {
+	if got := rec.attemptsOf(bad.ID); !slices.Equal(got, []int{1}) {
 		t.Errorf("attempts of the message whose dead letter cannot be written: %v, want [1]", got)
 	}
 }
@@ -428,14 +412,7 @@ func TestManagerSubmissionWakesAWaitingWrite(t *testing.T) {
 			if p := pendingDeadLetters(t, q); !slices.Equal(p, []uint64{bad.ID}) {
 				t.Errorf("pending dead letters %v, want [%d]", p, bad.ID)
 			}
-			ids, atts := rec.got()
-			var got []int
-			for i, id := range ids {
-				if id == bad.ID {
-					got = append(got, atts[i])
-				}
-			}
-			if !slices.Equal(got, []int{1}) {
+			if got := rec.attemptsOf(bad.ID); !slices.Equal(got, []int{1}) {
 				t.Errorf("attempts of the message whose dead letter waited for room: %v, want [1]", got)
 			}
 		})

@@ -45,6 +45,20 @@ func (r *idRecorder) got() ([]uint64, []int) {
 	return slices.Clone(r.ids), slices.Clone(r.att)
 }
 
+// attemptsOf returns the attempt numbers of the deliveries of message id so
+// far, in order.
+func (r *idRecorder) attemptsOf(id uint64) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int
+	for i, got := range r.ids {
+		if got == id {
+			out = append(out, r.att[i])
+		}
+	}
+	return out
+}
+
 // ackAll acknowledges every delivery.
 func ackAll(Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} }
 
