@@ -347,6 +347,12 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
+	case errors.Is(err, queue.ErrPoisoned):
+		status, err := s.queueUnavailable(w, "dlq_"+action+"_all", tenant, flowName, err)
+		if len(done) > 0 {
+			err = fmt.Errorf("%d dead letters were handled, then %w", len(done), err)
+		}
+		return nil, status, err
 	}
 	s.cfg.Logger.Error("dead letters could not be handled", "event", "internal_error", "action", "dlq_"+action+"_all",
 		"tenant", tenant, "flow", flowName, "done", len(done), "auth", auth.String(), "remote", r.RemoteAddr,
@@ -354,10 +360,21 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 	return nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
 }
 
+// queueUnavailable answers a dead-letter action that found the queue's log
+// failing (a full disk; the queue is being reopened): 503 with
+// Retry-After, as /enqueue answers, rather than an internal error.
+func (s *Server) queueUnavailable(w http.ResponseWriter, action, tenant, flowName string, err error) (int, error) {
+	s.cfg.Logger.Error("a dead-letter action could not be done: the queue's log could not be written", "event", "queue_enqueue_failed",
+		"action", action, "tenant", tenant, "flow", flowName, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
+	w.Header().Set("Retry-After", "1")
+	return http.StatusServiceUnavailable, fmt.Errorf("queue %s/%s could not take the message: %s", tenant, flowName, appendFailure(err))
+}
+
 // doDLQAction runs a replay or a discard and says which status answers
 // it, with the text to show: 404 for an id that is not pending, 409 for a
 // replay into a flow that is not live (its worker would drop the message),
-// 503 when no worker can be started (it sets Retry-After on w), 500 for a
+// 503 when no worker can be started or the queue's log fails (it sets
+// Retry-After on w), 500 for a
 // failure, logged here and shown as "internal error" unless the operator
 // must know (a replay appended but not marked). Each action is logged as
 // admin_action with how the request proved the admin key and where it came
@@ -385,6 +402,9 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
 		return 0, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
+	case errors.Is(err, queue.ErrPoisoned):
+		status, err := s.queueUnavailable(w, "dlq_"+action, tenant, flowName, err)
+		return 0, status, err
 	}
 	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
 		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())

@@ -52,11 +52,12 @@ type adminFixture struct {
 
 // adminOptions adjust newAdminFixture.
 type adminOptions struct {
-	key        string // the admin key; "" closes the management endpoints
-	noQueues   bool   // Config.Queues nil
-	noHistory  bool   // Config.History nil
-	unloaded   bool   // nothing published, the live set not loaded
-	maxWorkers int    // the manager's residency budget; 0: its default
+	key        string   // the admin key; "" closes the management endpoints
+	noQueues   bool     // Config.Queues nil
+	noHistory  bool     // Config.History nil
+	unloaded   bool     // nothing published, the live set not loaded
+	maxWorkers int      // the manager's residency budget; 0: its default
+	fs         queue.FS // the queues' file system; nil: the OS
 }
 
 // adminFlows are the test flows and a cron flow with a description.
@@ -92,7 +93,7 @@ func newAdminFixture(t *testing.T, o adminOptions) *adminFixture {
 	root := filepath.Join(dir, "state", "queues")
 	if !o.noQueues {
 		m := queue.NewManager(queue.ManagerConfig{
-			Root: root, MaxWorkers: o.maxWorkers, Clock: clock, Now: clock.Now, Logger: logger,
+			Root: root, FS: o.fs, MaxWorkers: o.maxWorkers, Clock: clock, Now: clock.Now, Logger: logger,
 			Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return srv.Load().Handle(ctx, d) }),
 		})
 		t.Cleanup(m.Stop) // before the journal stops and the folder goes

@@ -103,8 +103,8 @@ func TestFaultInjectENOSPC(t *testing.T) {
 // it has been opened again and read from its start (reopened and
 // verified); a 202 is only ever given for a frame whose fdatasync returned
 // 0. Once strace is detached the process answers 202 again (after the
-// queue's reopening, held back at most 1 s after a second failure), and
-// every 202 is delivered as sent. A message that got a 503 after
+// queue's reopening, held back 1 s, 2 s, 4 s … after each failure past
+// the first), and every 202 is delivered as sent. A message that got a 503 after
 // its frame was written (the fdatasync failed) may still be delivered: that
 // is at-least-once, allowed; the test reports it.
 func TestFaultInjectEIO(t *testing.T) {

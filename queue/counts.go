@@ -29,8 +29,12 @@ func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
 
 // countCursor is where the last count of one queue's log ended, so that
 // the next reads only what came after: the log only grows between drains,
-// and its checkpoint only moves on, while a drain, which empties the log,
-// changes the id of its first message (ids are never issued twice).
+// and its checkpoint only moves on, while a drain, which empties it,
+// changes the id of its first message (ids are never issued twice). A
+// batch cut from the end of the log (its write or fdatasync failed) after
+// it was counted, and new frames written in its place, change the header
+// of the last frame counted (its CRC covers the id), which the next count
+// reads again.
 type countCursor struct {
 	mu sync.Mutex // held for a count
 	at countState
@@ -38,11 +42,13 @@ type countCursor struct {
 
 // countState is a count up to some point of one log.
 type countState struct {
-	firstID   uint64 // of the log's first message; 0 when it has none (nothing is kept then)
-	scanned   int64  // the log is counted up to this offset…
-	total     int64  // …and holds these messages before it
-	ckpt      int64  // the checkpoint counted up to this offset…
-	processed int64  // …with these messages before it
+	firstID   uint64           // of the log's first message; 0 when it has none (nothing is kept then)
+	scanned   int64            // the log is counted up to this offset…
+	total     int64            // …and holds these messages before it
+	last      int64            // the offset of the last frame counted…
+	tail      [headerSize]byte // …and its header
+	ckpt      int64            // the checkpoint counted up to this offset…
+	processed int64            // …with these messages before it
 }
 
 // readCountsFrom counts tenant/flow's messages from where cur ended, and
@@ -104,16 +110,30 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	if err != nil {
 		return countState{}, err
 	}
-	if first == 0 || first != at.firstID || size < at.scanned || ckpt < at.ckpt {
+	moved := first == 0 || first != at.firstID || size < at.scanned || ckpt < at.ckpt
+	if !moved && at.scanned > 0 {
+		var h [headerSize]byte
+		if _, err := f.ReadAt(h[:], at.last); err != nil || h != at.tail {
+			moved = true
+		}
+	}
+	if moved {
 		at = countState{firstID: first} // another log since: counted from its start
 	}
-	if at.scanned, err = countMessages(f, at.scanned, size, &at.total); err != nil {
+	end, last, err := countMessages(f, at.scanned, size, &at.total)
+	if err != nil {
 		return countState{}, err
+	}
+	if end > at.scanned {
+		if _, err := f.ReadAt(at.tail[:], last); err != nil {
+			return countState{}, err
+		}
+		at.scanned, at.last = end, last
 	}
 	// the processed messages: those before the checkpoint, of the frames
 	// counted
 	if to := min(ckpt, at.scanned); to > at.ckpt {
-		if at.ckpt, err = countMessages(f, at.ckpt, to, &at.processed); err != nil {
+		if at.ckpt, _, err = countMessages(f, at.ckpt, to, &at.processed); err != nil {
 			return countState{}, err
 		}
 	}
@@ -124,15 +144,16 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 }
 
 // countMessages adds to n the messages of the log from off to size, and
-// returns where the last whole frame ends.
-func countMessages(f io.ReaderAt, off, size int64, n *int64) (end int64, err error) {
-	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, _ int64) error {
+// returns where the last whole frame ends and where it begins.
+func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, err error) {
+	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, at int64) error {
 		if len(rec) > 0 && rec[0] == kindMessage {
 			*n++
 		}
+		last = at
 		return nil
 	})
-	return end, err
+	return end, last, err
 }
 
 // firstMessageID is the id of the first frame of a log of size bytes, if

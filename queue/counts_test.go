@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -100,6 +102,62 @@ func TestManagerCountsFollowTheLog(t *testing.T) {
 	}
 }
 
+// TestManagerCountsAfterACutBatch: a count made while a batch is written
+// but before its fdatasync fails counts that batch; the batch is cut from
+// the log, the queue reopened, and smaller frames written in its place.
+// The next count starts over (the last frame it counted has changed)
+// rather than going on from inside a new frame, which kept the counts
+// wrong until the next drain (more processed than there are messages).
+func TestManagerCountsAfterACutBatch(t *testing.T) {
+	mfs, root := memQueueRoot(t)
+	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
+	m := NewManager(ManagerConfig{Root: root, FS: mfs})
+	var countNow atomic.Bool
+	var during Counts
+	mfs.before = func(op, name string) {
+		if op == opSync && name == segPath && countNow.CompareAndSwap(true, false) {
+			during, _ = m.Counts(testTenant, testFlow) // a view of the UI at that moment
+		}
+	}
+	q, _, err := Open(root, testTenant, testFlow, Options{FS: mfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`"a"`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	countNow.Store(true)
+	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`"` + strings.Repeat("b", 300) + `"`)}); !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("setup: the append whose fdatasync fails: %v, want ErrPoisoned", err)
+	}
+	q.Close()
+	if during != (Counts{Total: 4}) {
+		t.Fatalf("setup: counted %+v while the batch was written, want the 4 messages then in the log", during)
+	}
+	q2, _ := openQueue(t, root, Options{FS: mfs})
+	for range 12 {
+		if _, err := q2.Append(NewMessage{Source: "enqueue", Payload: []byte(`"c"`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := m.Counts(testTenant, testFlow); err != nil || got != (Counts{Total: 15}) {
+		t.Errorf("Manager.Counts = %+v, %v; want the 15 messages of the log", got, err)
+	}
+	size, err := q2.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.SaveCheckpoint(size); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Counts(testTenant, testFlow); err != nil || got != (Counts{Total: 15, Processed: 15}) {
+		t.Errorf("all processed: Manager.Counts = %+v, %v; want 15 of 15", got, err)
+	}
+}
+
 // TestManagerCountsReadOnlyWhatIsNew: a second count of a queue reads the
 // frames appended since the first, not the whole log again.
 func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
@@ -113,24 +171,27 @@ func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
 	}
 	q, _ := openQueue(t, root, Options{FS: mfs})
 	m := NewManager(ManagerConfig{Root: root, FS: mfs})
-	for i := range 500 {
-		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(fmt.Sprint(i))}); err != nil {
+	// 2 MiB: 32 windows of the scan's read-ahead
+	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	for range 2000 {
+		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 500}) {
-		t.Fatalf("the first count: %+v, %v; want 500 messages", c, err)
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 2000}) {
+		t.Fatalf("the first count: %+v, %v; want 2000 messages", c, err)
 	}
 	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte("one more")}); err != nil {
 		t.Fatal(err)
 	}
 	reads.Store(0)
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 501}) {
-		t.Fatalf("the second count: %+v, %v; want 501 messages", c, err)
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 2001}) {
+		t.Fatalf("the second count: %+v, %v; want 2001 messages", c, err)
 	}
-	// the new frame (header and record), and the first one twice (to
-	// tell a drain): 6 reads
+	// the new frame (a window), the last frame counted before it, and the
+	// first one twice (to tell a drain, two reads each): 6 reads, where a
+	// whole reading takes 32 or more
 	if n := reads.Load(); n > 10 {
-		t.Errorf("the second count read segment.log %d times after one append to 500 messages, want at most 10", n)
+		t.Errorf("the second count read segment.log %d times after one append to 2000 messages, want at most 10", n)
 	}
 }

@@ -476,8 +476,8 @@ func (w *windowReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) > readAhead/2 || off+int64(len(p)) > w.size {
 		return w.r.ReadAt(p, off)
 	}
-	if w.buf == nil {
-		w.buf = make([]byte, readAhead)
+	if w.buf == nil { // no larger than what is left: most files scanned are small
+		w.buf = make([]byte, min(readAhead, w.size-off))
 	}
 	w.data = nil
 	n := min(int64(len(w.buf)), w.size-off)

@@ -319,9 +319,9 @@ func TestManagerSpacesOutReopenings(t *testing.T) {
 	}
 	// the queue works for a while; a failure now is reopened at once
 	clk.Advance(30 * time.Second)
-	mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
+	mfs.Fail(opWrite, segmentFile, 1, syscall.EIO, false) // (a write: the idle worker's drain syncs the log too)
 	if _, err := submit("once"); !errors.Is(err, ErrPoisoned) {
-		t.Fatalf("the submission whose fdatasync fails: %v, want ErrPoisoned", err)
+		t.Fatalf("the submission whose write fails: %v, want ErrPoisoned", err)
 	}
 	if _, err := submit("again"); err != nil {
 		t.Fatalf("a queue that failed once after a quiet time was not reopened at once: %v", err)
@@ -340,81 +340,79 @@ func TestManagerSpacesOutReopenings(t *testing.T) {
 // TestManagerSubmissionWakesAWaitingWrite: a worker waiting to write its
 // queue's state on a full disk (a dead letter) tries again as soon as a
 // submission to the queue goes through, which says the disk has room
-// again, rather than at the end of its pause (which grows to 30 s): the
+// again, or once Poll has passed since its last try if that is later,
+// rather than at the end of its pause (which grows to 30 s): the
 // deliveries waited that long after the disk had room. Whether the worker
 // is the queue's own or one retired when a failed submission made the
 // Manager reopen the queue.
 func TestManagerSubmissionWakesAWaitingWrite(t *testing.T) {
+	const poll = 10 * time.Second
 	for _, retired := range []bool{false, true} {
-		t.Run(fmt.Sprintf("retired=%v", retired), func(t *testing.T) {
-			mfs, root := memQueueRoot(t)
-			clk := clocktest.New(epoch)
-			var logs jsonlogtest.Buffer
-			rec := &idRecorder{}
-			m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
-				if string(d.Payload) == "bad" {
-					return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
+		for _, since := range []time.Duration{poll, poll / 2} { // since the last try, when the submission goes through
+			t.Run(fmt.Sprintf("retired=%v/after=%s", retired, since), func(t *testing.T) {
+				mfs, root := memQueueRoot(t)
+				clk := clocktest.New(epoch)
+				var logs jsonlogtest.Buffer
+				rec := &idRecorder{}
+				m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
+					if string(d.Payload) == "bad" {
+						return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
+					}
+					return ackAll(d)
+				}), Clock: clk, Logger: logs.Logger(slog.LevelInfo), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+				t.Cleanup(m.Stop)
+				submit := func(payload string) (Message, error) {
+					return m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte(payload)})
 				}
-				return ackAll(d)
-			}), Clock: clk, Logger: logs.Logger(slog.LevelInfo), Poll: 10 * time.Second, Now: clk.Now, StopGrace: 50 * time.Millisecond})
-			t.Cleanup(m.Stop)
-			submit := func(payload string) (Message, error) {
-				return m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte(payload)})
-			}
-			failures := func(n int) {
-				t.Helper()
-				for deadline := time.Now().Add(10 * time.Second); len(logs.Events(t, "worker_failed")) < n; time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("setup: %d worker_failed lines, want %d", len(logs.Events(t, "worker_failed")), n)
+				mfs.Fail(opWrite, dlqFile, 1, syscall.EFBIG, true) // until healed
+				bad, err := submit("bad")
+				if err != nil {
+					t.Fatal(err)
+				}
+				clk.WaitDeadline(t, epoch.Add(poll)) // failed at 0 s; the next try at 10 s
+				clk.Advance(poll)
+				clk.WaitDeadline(t, epoch.Add(3*poll)) // failed at 10 s; the next try at 30 s
+				if retired {
+					mfs.Fail(opWrite, segmentFile, 1, syscall.EIO, false)
+					if _, err := submit("refused"); !errors.Is(err, ErrPoisoned) {
+						t.Fatalf("setup: the submission whose write fails: %v, want ErrPoisoned", err)
 					}
 				}
-			}
-			mfs.Fail(opWrite, dlqFile, 1, syscall.EFBIG, true) // until healed
-			bad, err := submit("bad")
-			if err != nil {
-				t.Fatal(err)
-			}
-			failures(1) // at 0 s; the next try at 10 s
-			clk.Advance(10 * time.Second)
-			failures(2) // at 10 s; the next try at 30 s
-			if retired {
-				mfs.Fail(opSync, segmentFile, 1, syscall.EIO, false)
-				if _, err := submit("refused"); !errors.Is(err, ErrPoisoned) {
-					t.Fatalf("setup: the submission whose fdatasync fails: %v, want ErrPoisoned", err)
+				clk.Advance(since)
+				mfs.Heal()
+				var taken Message
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					if taken, err = submit("taken"); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("a submission once the disk has room: %v", err)
+					}
 				}
-			}
-			clk.Advance(10 * time.Second) // 20 s: 10 s before the next try
-			mfs.Heal()
-			var taken Message
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				if taken, err = submit("taken"); err == nil {
-					break
+				// tried at once, or at 20 s (Poll after the last try),
+				// 10 s before the pause ends
+				if since < poll {
+					clk.WaitDeadline(t, epoch.Add(2*poll)) // the wake-up taken at 15 s
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("a submission once the disk has room: %v", err)
+				clk.AdvanceTo(epoch.Add(2 * poll))
+				for deadline := time.Now().Add(5 * time.Second); !slices.Contains(rec.delivered(), taken.ID); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the dead letter's write was not tried again at 20 s, after a submission went through at %s: "+
+							"message %d taken then not delivered (delivered %v; %d worker_recovered lines)",
+							since+poll, taken.ID, rec.delivered(), len(logs.Events(t, "worker_recovered")))
+					}
 				}
-			}
-			// the clock stays at 20 s
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				ids, _ := rec.got()
-				if slices.Contains(ids, taken.ID) {
-					break
+				q, err := m.Peek(testTenant, testFlow)
+				if err != nil {
+					t.Fatal(err)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the dead letter's write was not tried again when a submission went through, 10 s before its pause ends: "+
-						"message %d taken then not delivered (delivered %v; %d worker_recovered lines)", taken.ID, ids, len(logs.Events(t, "worker_recovered")))
+				if p := pendingDeadLetters(t, q); !slices.Equal(p, []uint64{bad.ID}) {
+					t.Errorf("pending dead letters %v, want [%d]", p, bad.ID)
 				}
-			}
-			q, err := m.Peek(testTenant, testFlow)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p := pendingDeadLetters(t, q); !slices.Equal(p, []uint64{bad.ID}) {
-				t.Errorf("pending dead letters %v, want [%d]", p, bad.ID)
-			}
-			if got := rec.attemptsOf(bad.ID); !slices.Equal(got, []int{1}) {
-				t.Errorf("attempts of the message whose dead letter waited for room: %v, want [1]", got)
-			}
-		})
+				if got := rec.attemptsOf(bad.ID); !slices.Equal(got, []int{1}) {
+					t.Errorf("attempts of the message whose dead letter waited for room: %v, want [1]", got)
+				}
+			})
+		}
 	}
 }

@@ -380,30 +380,41 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 
 // awaitRetry waits out persist's pause before its next try. A wake-up (a
 // submission to the queue went through, so the disk may have room again)
-// tries the write at once, at most once per Poll, without logging a
-// failure; it counts in tries. The pause grew to 30 s over a long outage,
-// and the deliveries waited for it after the disk had room again. It
-// reports whether such a try went through; it returns early when ctx ends.
+// has the write tried at once, or once Poll has passed since the last try,
+// without logging a failure; such tries count in tries. The pause grew to
+// 30 s over a long outage, and the deliveries waited for it after the disk
+// had room again. It reports whether such a try went through (and then
+// wakes the worker again: the wake-up it took may have been for a message
+// the worker has yet to read); it returns early when ctx ends.
 func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func() error, tries *int) (written bool) {
 	now := w.cfg.Clock.Now()
 	until, tried := now.Add(pause), now
-	for left := pause; left > 0; left = until.Sub(w.cfg.Clock.Now()) {
+	woken := false // a wake-up not yet answered with a try
+	for {
+		now := w.cfg.Clock.Now()
+		if woken && now.Sub(tried) >= w.cfg.Poll {
+			woken, tried = false, now
+			*tries++
+			if write() == nil {
+				w.Wake()
+				return true
+			}
+		}
+		wait := until.Sub(now)
+		if wait <= 0 {
+			return false
+		}
+		if woken {
+			wait = min(wait, tried.Add(w.cfg.Poll).Sub(now))
+		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-w.cfg.Clock.After(left):
-			return false
+		case <-w.cfg.Clock.After(wait):
 		case <-w.wake:
-			if now := w.cfg.Clock.Now(); now.Sub(tried) >= w.cfg.Poll {
-				tried = now
-				*tries++
-				if write() == nil {
-					return true
-				}
-			}
+			woken = true
 		}
 	}
-	return false
 }
 
 // deliver is the worker's loop once elected.

@@ -45,6 +45,12 @@ func (r *idRecorder) got() ([]uint64, []int) {
 	return slices.Clone(r.ids), slices.Clone(r.att)
 }
 
+// delivered returns the ids of the deliveries so far, in order.
+func (r *idRecorder) delivered() []uint64 {
+	ids, _ := r.got()
+	return ids
+}
+
 // attemptsOf returns the attempt numbers of the deliveries of message id so
 // far, in order.
 func (r *idRecorder) attemptsOf(id uint64) []int {

@@ -189,6 +189,31 @@ func (c *Fake) WaitCalls(t testing.TB, n int) {
 	}
 }
 
+// WaitDeadline blocks until a waiter whose deadline is at is pending: a
+// component has begun the wait that ends then. It fails the test if none
+// is within a generous real-time bound.
+func (c *Fake) WaitDeadline(t testing.TB, at time.Time) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		found := false
+		for _, w := range c.waiters {
+			found = found || w.at.Equal(at)
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no wait on the clock ends at %s", at.Format(time.RFC3339Nano))
+		}
+	}
+}
+
 // Step advances to the deadline of the most recent wait (the one a single
 // component is blocked on; older ones were abandoned when it was woken
 // otherwise, and fire harmlessly), and waits until it waits on the

@@ -1,0 +1,85 @@
+package host_test
+
+import (
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/queue"
+)
+
+// fullDisk is the OS, except that while full is set every write to a
+// queue's segment.log fails with ENOSPC.
+type fullDisk struct {
+	queue.OS
+	full atomic.Bool
+}
+
+func (d *fullDisk) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+	f, err := d.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != "segment.log" {
+		return f, err
+	}
+	return &fullDiskFile{File: f, disk: d}, nil
+}
+
+type fullDiskFile struct {
+	queue.File
+	disk *fullDisk
+}
+
+func (f *fullDiskFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.disk.full.Load() {
+		return 0, &fs.PathError{Op: "write", Path: "segment.log", Err: syscall.ENOSPC}
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// TestAPIReplayWhileTheQueueFails: a replay, or a replay of all, that finds
+// the queue's log failing (a full disk) answers 503 with Retry-After and
+// the system's error, as /enqueue does, and changes nothing; it was an
+// internal error. Once the disk has room a replay goes through (after the
+// pause the queue's reopening is held to while its log keeps failing).
+func TestAPIReplayWhileTheQueueFails(t *testing.T) {
+	disk := &fullDisk{}
+	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
+	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`)
+	if _, _, err := fx.queues.Queue("acme", "echo"); err != nil {
+		t.Fatal(err)
+	}
+	disk.full.Store(true)
+	const refusal = "queue acme/echo could not take the message: its log could not be written: no space left on device"
+	for _, path := range []string{
+		"/api/queues/acme/echo/dlq/1/replay",
+		"/api/queues/acme/echo/dlq/1/replay", // the reopened queue fails again: its next reopening is held back
+		"/api/queues/acme/echo/dlq/all/replay",
+	} {
+		w := fx.admin(http.MethodPost, path)
+		wantRefusal(t, w, http.StatusServiceUnavailable, refusal)
+		if got := w.Header().Get("Retry-After"); got != "1" {
+			t.Errorf("POST %s: Retry-After = %q, want 1", path, got)
+		}
+	}
+	if got := fx.pendingIDsFromFiles(t, "acme", "echo"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("pending after the refused replays: %v, want [1 2]", got)
+	}
+	disk.full.Store(false)
+	fx.clock.Advance(10 * time.Second) // past the hold
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/replay")
+		if w.Code == http.StatusOK {
+			break
+		}
+		if w.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("a replay once the disk has room: %d %s, want 200", w.Code, w.Body)
+		}
+	}
+	if got := fx.pendingIDsFromFiles(t, "acme", "echo"); !slices.Equal(got, []uint64{2}) {
+		t.Errorf("pending after the replay: %v, want [2]", got)
+	}
+}
