@@ -83,3 +83,39 @@ func TestAPIReplayWhileTheQueueFails(t *testing.T) {
 		t.Errorf("pending after the replay: %v, want [2]", got)
 	}
 }
+
+// TestEnqueueFailuresAreLoggedAtARate: on a full disk every submission is
+// refused, and each was logged as queue_enqueue_failed: 15,000 lines a
+// second under load, into a log that may be on the full disk. They are
+// logged as refusals are, at most a burst at once and a few a second
+// after, the next line saying how many were not (suppressed).
+func TestEnqueueFailuresAreLoggedAtARate(t *testing.T) {
+	disk := &fullDisk{}
+	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
+	disk.full.Store(true)
+	submit := func() {
+		t.Helper()
+		w := fx.serve(newRequest(http.MethodPost, "/flows/acme/echo/enqueue", `{"n":1}`,
+			"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("enqueue on a full disk: %d %s, want 503", w.Code, w.Body)
+		}
+	}
+	for range 60 {
+		submit()
+	}
+	if n := len(fx.logs.Events(t, "queue_enqueue_failed")); n < 1 || n > 20 {
+		t.Errorf("60 refused submissions at once logged %d queue_enqueue_failed lines, want 1 to 20", n)
+	}
+	fx.clock.Advance(10 * time.Second)
+	submit()
+	lines := fx.logs.Events(t, "queue_enqueue_failed")
+	told := len(lines)
+	for _, l := range lines {
+		n, _ := l["suppressed"].(float64)
+		told += int(n)
+	}
+	if told != 61 {
+		t.Errorf("the queue_enqueue_failed lines and the suppressed counts they carry tell of %d refused submissions, want 61", told)
+	}
+}

@@ -84,6 +84,9 @@ type Server struct {
 	ui       *httprouter.Router // the UI's pages; nil without an admin key
 	limiters sync.Map           // a key's hash ([32]byte) → *limiter
 	refusals *refusalLog        // the doors' request_refused lines
+	// enqueueFailures limits the queue_enqueue_failed lines of /enqueue
+	// as refusals are
+	enqueueFailures *refusalLog
 	// runs is the context of /run executions: not the request's, which
 	// ends when the caller hangs up, but one InterruptRuns ends
 	runs          context.Context
@@ -115,7 +118,7 @@ func New(cfg Config) *Server {
 	// which no header or password field can carry: trimmed, as callers'
 	// keys are
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
-	s := &Server{cfg: cfg, refusals: newRefusalLog()}
+	s := &Server{cfg: cfg, refusals: newRefusalLog(), enqueueFailures: newRefusalLog()}
 	s.runs, s.interruptRuns = context.WithCancel(context.Background())
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))

@@ -45,8 +45,15 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 		Source: engine.DoorEnqueue, CorrelationID: a.correlationID, Payload: payload,
 	})
 	if err != nil {
-		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
-			"correlation_id", a.correlationID, "error", err.Error())
+		// at most as many lines as refusals: a full disk under load
+		// refuses every submission (15,000 lines a second on the log,
+		// which may be on the disk that is full)
+		if s.enqueueFailures.lim.AllowN(s.cfg.Now(), 1) {
+			s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
+				"correlation_id", a.correlationID, "error", err.Error(), "suppressed", s.enqueueFailures.suppressed.Swap(0))
+		} else {
+			s.enqueueFailures.suppressed.Add(1)
+		}
 		if errors.Is(err, queue.ErrTooLarge) {
 			// under the flow's max_body_bytes but more than a queued
 			// message holds: it never will, so no Retry-After

@@ -216,10 +216,15 @@ func runFaultCase(t *testing.T, c faultCase) {
 
 	// the answers given while the fault was injected
 	want503 := fmt.Sprintf(`{"ok":false,"error":"queue acme/%s could not take the message: its log could not be written: %s"}`, c.flow, c.errText)
+	// (logged at most 20 at once and 10 a second after, each line saying
+	// how many were not since the last: all told, one per 503)
 	failedEvents := map[string][]map[string]any{}
+	failuresTold := 0
 	for _, e := range h.events("queue_enqueue_failed") {
 		id, _ := e["correlation_id"].(string)
 		failedEvents[id] = append(failedEvents[id], e)
+		n, _ := e["suppressed"].(float64)
+		failuresTold += 1 + int(n)
 	}
 	queuedEvents := map[string]bool{}
 	for _, e := range h.events("queue_enqueued") {
@@ -239,11 +244,15 @@ func runFaultCase(t *testing.T, c faultCase) {
 			if a.resp != want503 {
 				t.Errorf("enqueue %s: 503 body\n%s\nwant\n%s", a.tag, a.resp, want503)
 			}
-			evs := failedEvents[a.tag]
-			if len(evs) != 1 {
-				t.Errorf("enqueue %s got a 503 and logged %d queue_enqueue_failed events, want 1", a.tag, len(evs))
-			} else if e := evs[0]; e["tenant"] != "acme" || e["flow"] != c.flow || !strings.Contains(fmt.Sprint(e["error"]), c.errText) {
-				t.Errorf("enqueue %s: queue_enqueue_failed %v, want tenant acme, flow %s and an error holding %q", a.tag, e, c.flow, c.errText)
+			switch evs := failedEvents[a.tag]; {
+			case len(evs) > 1:
+				t.Errorf("enqueue %s got a 503 and logged %d queue_enqueue_failed events, want at most 1", a.tag, len(evs))
+			case len(evs) == 0:
+				if len(refused) <= 20 {
+					t.Errorf("enqueue %s, among the first 20 refused, logged no queue_enqueue_failed event", a.tag)
+				}
+			case evs[0]["tenant"] != "acme" || evs[0]["flow"] != c.flow || !strings.Contains(fmt.Sprint(evs[0]["error"]), c.errText):
+				t.Errorf("enqueue %s: queue_enqueue_failed %v, want tenant acme, flow %s and an error holding %q", a.tag, evs[0], c.flow, c.errText)
 			}
 			if queuedEvents[a.tag] {
 				t.Errorf("enqueue %s got a 503 but logged queue_enqueued", a.tag)
@@ -259,6 +268,9 @@ func runFaultCase(t *testing.T, c faultCase) {
 		default:
 			t.Errorf("enqueue %s while the fault was injected: %d %s, want 202 or 503", a.tag, a.status, a.resp)
 		}
+	}
+	if failuresTold > len(refused) {
+		t.Errorf("the queue_enqueue_failed lines and their suppressed counts tell of %d failed submissions, but %d got a 503", failuresTold, len(refused))
 	}
 	if during[0].status != http.StatusServiceUnavailable {
 		t.Errorf("enqueue %s, the first after strace attached with inject=%s: %d %s, want 503", during[0].tag, c.inject, during[0].status, during[0].resp)
