@@ -120,20 +120,17 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	if moved {
 		at = countState{firstID: first} // another log since: counted from its start
 	}
-	end, last, err := countMessages(f, at.scanned, size, &at.total)
+	end, last, tail, err := countMessages(f, at.scanned, size, &at.total)
 	if err != nil {
 		return countState{}, err
 	}
 	if end > at.scanned {
-		if _, err := f.ReadAt(at.tail[:], last); err != nil {
-			return countState{}, err
-		}
-		at.scanned, at.last = end, last
+		at.scanned, at.last, at.tail = end, last, tail
 	}
 	// the processed messages: those before the checkpoint, of the frames
 	// counted
 	if to := min(ckpt, at.scanned); to > at.ckpt {
-		if at.ckpt, _, err = countMessages(f, at.ckpt, to, &at.processed); err != nil {
+		if at.ckpt, _, _, err = countMessages(f, at.ckpt, to, &at.processed); err != nil {
 			return countState{}, err
 		}
 	}
@@ -144,16 +141,24 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 }
 
 // countMessages adds to n the messages of the log from off to size, and
-// returns where the last whole frame ends and where it begins.
-func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, err error) {
+// returns where the last whole frame ends, where it begins and its header
+// (made from the record the scan verified, not read again: a batch cut
+// and replaced meanwhile would pass for the one counted).
+func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, tail [headerSize]byte, err error) {
+	var rec0 []byte
 	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, at int64) error {
 		if len(rec) > 0 && rec[0] == kindMessage {
 			*n++
 		}
-		last = at
+		last, rec0 = at, rec
 		return nil
 	})
-	return end, last, err
+	if rec0 != nil {
+		copy(tail[:4], frameMagic[:])
+		binary.BigEndian.PutUint32(tail[4:8], uint32(len(rec0)))
+		binary.BigEndian.PutUint32(tail[8:12], frameCRC(tail[:], rec0))
+	}
+	return end, last, tail, err
 }
 
 // firstMessageID is the id of the first frame of a log of size bytes, if

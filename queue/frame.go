@@ -476,11 +476,12 @@ func (w *windowReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) > readAhead/2 || off+int64(len(p)) > w.size {
 		return w.r.ReadAt(p, off)
 	}
-	if w.buf == nil { // no larger than what is left: most files scanned are small
-		w.buf = make([]byte, min(readAhead, w.size-off))
+	// no larger than what is left: most files scanned are small
+	n := min(readAhead, w.size-off)
+	if int64(len(w.buf)) < n {
+		w.buf = make([]byte, n)
 	}
 	w.data = nil
-	n := min(int64(len(w.buf)), w.size-off)
 	if _, err := w.r.ReadAt(w.buf[:n], off); err != nil {
 		return w.r.ReadAt(p, off)
 	}

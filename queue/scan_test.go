@@ -83,6 +83,7 @@ func TestWindowReader(t *testing.T) {
 		{"up to the scan's end", 1000, []read{{0, 12}, {988, 12}, {990, 12}}, 0},
 		{"the file cut short after the window", 3 * readAhead, []read{{0, 12}, {12, 12}, {readAhead + 100, 12}}, 200},
 		{"the file cut short before the window", 3 * readAhead, []read{{2 * readAhead, 12}, {12, 12}, {readAhead + 100, 12}}, 200},
+		{"backward, after a first read near the end", 3 * readAhead, []read{{3*readAhead - 12, 12}, {100, 40}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

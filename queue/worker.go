@@ -383,27 +383,32 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 // has the write tried at once, or once Poll has passed since the last try,
 // without logging a failure; such tries count in tries. The pause grew to
 // 30 s over a long outage, and the deliveries waited for it after the disk
-// had room again. It reports whether such a try went through (and then
-// wakes the worker again: the wake-up it took may have been for a message
-// the worker has yet to read); it returns early when ctx ends.
+// had room again. It reports whether such a try went through; it returns
+// at the pause's end (persist's own try answers a wake-up then), or early
+// when ctx ends. A wake-up it took is given back to the worker: it may be
+// for a message the worker has yet to read.
 func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func() error, tries *int) (written bool) {
 	now := w.cfg.Clock.Now()
 	until, tried := now.Add(pause), now
-	woken := false // a wake-up not yet answered with a try
+	woken, took := false, false // a wake-up not yet answered with a try; any taken
+	defer func() {
+		if took {
+			w.Wake()
+		}
+	}()
 	for {
 		now := w.cfg.Clock.Now()
+		if !now.Before(until) {
+			return false
+		}
 		if woken && now.Sub(tried) >= w.cfg.Poll {
 			woken, tried = false, now
 			*tries++
 			if write() == nil {
-				w.Wake()
 				return true
 			}
 		}
 		wait := until.Sub(now)
-		if wait <= 0 {
-			return false
-		}
 		if woken {
 			wait = min(wait, tried.Add(w.cfg.Poll).Sub(now))
 		}
@@ -412,7 +417,7 @@ func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func
 			return false
 		case <-w.cfg.Clock.After(wait):
 		case <-w.wake:
-			woken = true
+			woken, took = true, true
 		}
 	}
 }

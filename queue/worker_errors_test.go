@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -297,5 +298,47 @@ func TestWorkerFullDiskDeliversNothingTwice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPersistTriesOnceAtThePauseEnd: a wake-up during persist's first
+// pause (Poll) has the write tried when Poll has passed, which is the
+// pause's end: persist's own try is that try, not a second one at the
+// same instant (two writes on a failing disk, two tries counted).
+func TestPersistTriesOnceAtThePauseEnd(t *testing.T) {
+	_, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{})
+	clk := clocktest.New(epoch)
+	w := NewWorker(q, WorkerConfig{Clock: clk, Poll: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var mu sync.Mutex
+	var at []time.Duration
+	write := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, clk.Now().Sub(epoch))
+		if len(at) <= 3 {
+			return errors.New("the disk is full")
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.persist(context.Background(), write) }()
+	clk.WaitDeadline(t, epoch.Add(10*time.Second)) // failed at 0 s
+	clk.Advance(time.Second)
+	w.Wake()
+	time.Sleep(50 * time.Millisecond) // the wake-up taken at 1 s
+	clk.AdvanceTo(epoch.Add(10 * time.Second))
+	clk.WaitDeadline(t, epoch.Add(30*time.Second)) // failed at 10 s; the next pause: 20 s
+	mu.Lock()
+	got := slices.Clone(at)
+	mu.Unlock()
+	if !slices.Equal(got, []time.Duration{0, 10 * time.Second}) {
+		t.Errorf("tries at %v, want one at 0 s and one at 10 s", got)
+	}
+	clk.AdvanceTo(epoch.Add(30 * time.Second))
+	clk.WaitDeadline(t, epoch.Add(60*time.Second)) // failed at 30 s; the next pause: 30 s, the most
+	clk.AdvanceTo(epoch.Add(60 * time.Second))
+	if err := <-done; err != nil {
+		t.Errorf("persist: %v", err)
 	}
 }
