@@ -154,6 +154,29 @@ func (a *appender) Append(tenant, flowName string, m queue.NewMessage) (queue.Me
 	return queue.Message{ID: id, EnqueuedAt: k.At, Source: m.Source, CorrelationID: m.CorrelationID, Payload: m.Payload}, nil
 }
 
+// NextID is one past the ticks of tenant/flowName appended so far, by any
+// scheduler of the test: the queue they would share.
+func (a *appender) NextID(tenant, flowName string) (uint64, error) {
+	n := uint64(1)
+	for _, k := range a.log.all() {
+		if k.Tenant == tenant && k.Flow == flowName {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Appended finds the tick of tenant/flowName with the correlation ID cid
+// among those appended, by any scheduler of the test.
+func (a *appender) Appended(tenant, flowName string, _ uint64, cid string) (queue.Presence, error) {
+	for _, k := range a.log.all() {
+		if k.Tenant == tenant && k.Flow == flowName && k.Msg.CorrelationID == cid {
+			return queue.Present, nil
+		}
+	}
+	return queue.Absent, nil
+}
+
 // start starts a scheduler (a process) named name on the env's cron folder
 // and stops it when the test ends.
 func (e *env) start(name string, clk *clocktest.Fake, poll time.Duration) *scheduler.Scheduler {

@@ -11,11 +11,13 @@ import (
 )
 
 // TestSaveLastTick: the record is written whole, replaces an older one or a
-// temporary file a crash left, reads back as the time saved, and leaves no
-// temporary file; in a folder that does not exist it fails and makes
+// temporary file a crash left, reads back as the record saved, and leaves
+// no temporary file; in a folder that does not exist it fails and makes
 // nothing. (That it is fsynced cannot be seen without a power cut.)
 func TestSaveLastTick(t *testing.T) {
 	t0 := time.Date(2026, 8, 9, 14, 3, 0, 0, time.UTC)
+	rec := lastRecord{at: t0, from: 42, cid: "5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10"}
+	const line = "1786284180000000000 42 5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10\n"
 	cases := []struct {
 		name    string
 		files   map[string]string // in {dir}/acme before the save
@@ -24,15 +26,19 @@ func TestSaveLastTick(t *testing.T) {
 		want    map[string]string // in {dir}/acme after
 	}{{
 		name: "first record",
-		want: map[string]string{"nightly.last": "1786284180000000000\n"},
+		want: map[string]string{"nightly.last": line},
 	}, {
 		name:  "replaces the previous record",
+		files: map[string]string{"nightly.last": "1786284120000000000 41 c\n"},
+		want:  map[string]string{"nightly.last": line},
+	}, {
+		name:  "replaces an older version's record",
 		files: map[string]string{"nightly.last": "1786284120000000000\n"},
-		want:  map[string]string{"nightly.last": "1786284180000000000\n"},
+		want:  map[string]string{"nightly.last": line},
 	}, {
 		name:  "over a temporary file left by a crash",
 		files: map[string]string{"nightly.last": "1786284120000000000\n", "nightly.last.tmp": "17862841"},
-		want:  map[string]string{"nightly.last": "1786284180000000000\n"},
+		want:  map[string]string{"nightly.last": line},
 	}, {
 		name:    "no folder",
 		noDir:   true,
@@ -54,7 +60,7 @@ func TestSaveLastTick(t *testing.T) {
 			}
 			s := New(Config{Dir: dir})
 			e := &entry{tenant: "acme", flow: "nightly"}
-			err := s.saveLastTick(e, t0)
+			err := s.saveLastTick(e, rec)
 			if (err != nil) != c.wantErr {
 				t.Fatalf("saveLastTick: %v, want an error: %v", err, c.wantErr)
 			}
@@ -71,10 +77,44 @@ func TestSaveLastTick(t *testing.T) {
 				t.Errorf("files after the save (-want +got):\n%s", diff)
 			}
 			if !c.wantErr {
-				if last, err := s.lastTick(e); err != nil || !last.Equal(t0) {
-					t.Errorf("lastTick = %v, %v; want %v", last, err, t0)
+				got, err := readLastRecord(s.lastPath(e))
+				if err != nil || !got.at.Equal(rec.at) || got.from != rec.from || got.cid != rec.cid {
+					t.Errorf("readLastRecord = %+v, %v; want %+v", got, err, rec)
 				}
 			}
 		})
+	}
+}
+
+// TestReadLastRecord: a record reads back whole; an older version's record
+// (the time alone), or one whose id is missing or not a number, is its
+// time without the tick's id, which resume then leaves alone; anything
+// else is no record.
+func TestReadLastRecord(t *testing.T) {
+	t0 := time.Unix(0, 1786284180000000000)
+	cases := []struct {
+		content string
+		want    lastRecord
+	}{
+		{"1786284180000000000 42 abc\n", lastRecord{at: t0, from: 42, cid: "abc"}},
+		{"1786284180000000000\n", lastRecord{at: t0}},
+		{"1786284180000000000 abc\n", lastRecord{at: t0}},
+		{"1786284180000000000 x abc\n", lastRecord{at: t0}},
+		{"1786284180000000000 0 abc\n", lastRecord{at: t0}},
+		{"", lastRecord{}},
+		{"garbage 42 abc\n", lastRecord{}},
+	}
+	for _, c := range cases {
+		path := filepath.Join(t.TempDir(), "f.last")
+		if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readLastRecord(path)
+		if err != nil {
+			t.Fatalf("%q: %v", c.content, err)
+		}
+		if diff := cmp.Diff(c.want, got, cmp.AllowUnexported(lastRecord{})); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", c.content, diff)
+		}
 	}
 }

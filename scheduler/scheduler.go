@@ -32,9 +32,15 @@ type LiveSource interface {
 }
 
 // Appender appends a message to a flow's own queue (a *queue.Manager),
-// starting the queue's worker on first use.
+// starting the queue's worker on first use, and tells whether a tick was
+// appended.
 type Appender interface {
 	Append(tenant, flow string, m queue.NewMessage) (queue.Message, error)
+	// NextID is a lower bound of the id the queue's next message gets.
+	NextID(tenant, flow string) (uint64, error)
+	// Appended tells whether the queue's log holds the message appended
+	// with the correlation ID cid, whose id is at least from.
+	Appended(tenant, flow string, from uint64, cid string) (queue.Presence, error)
 }
 
 // Config configures a Scheduler.
@@ -57,8 +63,9 @@ type Config struct {
 // flow's schedule_input to its own queue with door cron, so its retries,
 // dead-letter queue and journal apply. Among processes sharing a state
 // directory, a lock file per flow lets one of them tick it; a record of the
-// last tick keeps a takeover from ticking the same time twice. Ticks missed
-// while no process ran are not replayed.
+// last tick keeps a takeover from ticking the same time twice, and lets it
+// queue a tick the process before recorded and went before appending.
+// Ticks missed while no process ran are not replayed.
 type Scheduler struct {
 	cfg Config
 
@@ -132,8 +139,8 @@ type entry struct {
 	// none; cid is its correlation ID. While this process holds the flow,
 	// the append is tried again at every pass, until it goes through or
 	// the next tick is due, which stands for it (and the older one is
-	// logged as lost). A process that stops meanwhile loses it: the record
-	// says it was made, and ticks are at most once.
+	// logged as lost). If this process stops meanwhile, the next one to
+	// hold the flow queues it (resume).
 	unqueued    time.Time
 	unqueuedCID string
 	// unrecorded is a due tick whose .last record could not be written
@@ -156,7 +163,7 @@ func (s *Scheduler) run(ctx context.Context) {
 	defer func() {
 		for _, e := range entries {
 			if !e.unqueued.IsZero() {
-				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped: it is lost", "event", "cron_failed",
+				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped; the next process to hold the flow queues it unless a later tick is due by then", "event", "cron_failed",
 					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
 			}
 			if !e.unrecorded.IsZero() {
@@ -373,14 +380,65 @@ func (s *Scheduler) takeOver(e *entry, now time.Time) {
 	s.fire(e, lf.Flow.Schedule(), due, s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow))
 }
 
-// tryLock takes the flow's lock if no process holds it.
+// tryLock takes the flow's lock if no process holds it, and when it takes
+// it, queues the last tick if the process that made it went before it
+// could (resume).
 func (s *Scheduler) tryLock(e *entry) (bool, error) {
 	if err := queue.MakeDir(nil, s.cfg.Dir, e.tenant); err != nil {
 		return false, err
 	}
+	was := e.held
 	held, err := e.lock.TryLock()
 	e.held = held
+	if held && !was {
+		s.resume(e)
+	}
 	return held, err
+}
+
+// resume runs when this process takes a flow's lock: if the flow's last
+// tick was recorded but never appended, because the process that made it
+// was killed between the two or stopped while its append kept failing, it
+// queues the tick, as long as no later tick is due (which stands for it,
+// as for a tick whose append fails until then). The record names the
+// tick's correlation ID and a lower bound of its message id, and the
+// queue's log tells whether it holds it. A tick the log cannot tell about
+// (messages issued since it could have been were drained) is not queued
+// again: ticks stay at most once.
+func (s *Scheduler) resume(e *entry) {
+	rec, err := readLastRecord(s.lastPath(e))
+	if err != nil || rec.cid == "" {
+		return // no record, or one without its tick's id (an older version's)
+	}
+	lf, ok := s.cfg.Live.Live().Lookup(e.tenant, e.flow)
+	if !ok || lf.Flow == nil || lf.Flow.Schedule() == nil {
+		return
+	}
+	sc := lf.Flow.Schedule()
+	now := s.cfg.Clock.Now()
+	if lastInForce(rec.at, sc, now).IsZero() {
+		return // made before the clock was set back: fire ticks by the clock
+	}
+	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
+	p, err := s.cfg.Queues.Appended(e.tenant, e.flow, rec.from, rec.cid)
+	if err != nil {
+		log.Error("the queue could not be read to tell whether the last tick was queued; it is not queued again", "event", "cron_failed",
+			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
+		return
+	}
+	if p != queue.Absent {
+		return // queued, or perhaps queued and processed since: not again
+	}
+	if next := sc.Next(rec.at); next.IsZero() || !next.After(now) {
+		log.Error("the last tick was recorded but never queued (the process that made it went before); a later tick is due and stands for it", "event", "cron_failed",
+			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid)
+		return
+	}
+	if err := s.queueTick(e, sc, rec.at, rec.cid, log.With("resumed", true)); err != nil {
+		log.Error("a cron tick the process before recorded could not be queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
+			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
+		e.unqueued, e.unqueuedCID = rec.at, rec.cid
+	}
 }
 
 // fire appends the flow's input for the time due, held under the flow's
@@ -449,17 +507,25 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 			"scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
 		e.unqueued, e.unqueuedCID = time.Time{}, ""
 	}
-	if err := s.saveLastTick(e, due); err != nil {
+	cid := ""
+	if s.cfg.NewID != nil {
+		cid = s.cfg.NewID()
+	}
+	// the record names the tick's correlation ID and a lower bound of its
+	// message id, so that a process taking the flow over can tell from the
+	// log whether it was queued (resume); without the id (the counter could
+	// not be read) it cannot, and the tick stays at most once
+	from, err := s.cfg.Queues.NextID(e.tenant, e.flow)
+	if err != nil {
+		from = 0
+	}
+	if err := s.saveLastTick(e, lastRecord{at: due, from: from, cid: cid}); err != nil {
 		if !retrying {
 			log.Error("the last tick could not be recorded, so nothing was queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
 				"scheduled_for", due.UTC().Format(time.RFC3339), "error", err.Error())
 		}
 		e.unrecorded = due
 		return
-	}
-	cid := ""
-	if s.cfg.NewID != nil {
-		cid = s.cfg.NewID()
 	}
 	if err := s.queueTick(e, sc, due, cid, log); err != nil {
 		log.Error("a cron tick could not be queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
@@ -635,36 +701,72 @@ func lastPath(dir, tenant, flowName string) string {
 // lastTick reads the time of the flow's last tick (zero when none).
 func (s *Scheduler) lastTick(e *entry) (time.Time, error) { return readLastTick(s.lastPath(e)) }
 
-// readLastTick reads the last-tick record at path (zero when none). A
+// lastRecord is a flow's last-tick record: the tick's time and, to tell
+// whether it was queued, a lower bound of its message id (the queue's
+// next id before the append) and its correlation ID. On disk it is one
+// line, written whole (queue.WriteAtomic): the time in Unix nanoseconds,
+// then the id and the correlation ID, each after a space
+// ("1786284180000000000 42 5d0c7f0e-…\n"). A record of the time alone (an
+// older version's) has neither: from is 0 and cid empty.
+type lastRecord struct {
+	at   time.Time
+	from uint64
+	cid  string
+}
+
+// readLastTick reads the time of the last-tick record at path (zero when
+// none).
+func readLastTick(path string) (time.Time, error) {
+	rec, err := readLastRecord(path)
+	return rec.at, err
+}
+
+// readLastRecord reads the last-tick record at path (zero when none). A
 // symbolic link where the record should be is refused (queue.ErrLink), as
 // everywhere in the state directory: a planted record could silence the
 // flow.
-func readLastTick(path string) (time.Time, error) {
+func readLastRecord(path string) (lastRecord, error) {
 	f, err := queue.OS{}.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return time.Time{}, nil
+		return lastRecord{}, nil
 	}
 	if err != nil {
-		return time.Time{}, err
+		return lastRecord{}, err
 	}
 	defer f.Close()
-	b := make([]byte, 32) // a record is at most 20 digits and a newline
+	// 20 digits, a space, 20 digits, a space, a correlation ID (at most
+	// 128 bytes) and a newline
+	b := make([]byte, 192)
 	k, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return time.Time{}, fmt.Errorf("reading %s: %w", path, err)
+		return lastRecord{}, fmt.Errorf("reading %s: %w", path, err)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b[:k])), 10, 64)
+	fields := strings.Fields(string(b[:k]))
+	if len(fields) == 0 {
+		return lastRecord{}, nil // not a record WriteAtomic wrote: none
+	}
+	n, err := strconv.ParseInt(fields[0], 10, 64)
 	if err != nil {
-		return time.Time{}, nil // not a record WriteAtomic wrote: none
+		return lastRecord{}, nil
 	}
-	return time.Unix(0, n), nil
+	rec := lastRecord{at: time.Unix(0, n)}
+	if len(fields) == 3 {
+		if from, err := strconv.ParseUint(fields[1], 10, 64); err == nil && from > 0 {
+			rec.from, rec.cid = from, fields[2]
+		}
+	}
+	return rec, nil
 }
 
-// saveLastTick records t as the flow's last tick. The record must survive a
+// saveLastTick writes the flow's last-tick record. It must survive a
 // power cut: if it were lost or empty, a takeover after the restart would
-// tick t again.
-func (s *Scheduler) saveLastTick(e *entry, t time.Time) error {
-	return queue.WriteAtomic(nil, s.lastPath(e), []byte(strconv.FormatInt(t.UnixNano(), 10)+"\n"))
+// tick its time again.
+func (s *Scheduler) saveLastTick(e *entry, rec lastRecord) error {
+	line := strconv.FormatInt(rec.at.UnixNano(), 10)
+	if rec.from > 0 && rec.cid != "" && !strings.ContainsAny(rec.cid, " \t\r\n") {
+		line += " " + strconv.FormatUint(rec.from, 10) + " " + rec.cid
+	}
+	return queue.WriteAtomic(nil, s.lastPath(e), []byte(line+"\n"))
 }
 
 // appendInput is the JSON of a schedule_input document.

@@ -29,7 +29,8 @@ func tickTimes(ticks []tick) []string {
 	return out
 }
 
-// lastRecord reads the flow's last-tick record (zero when there is none).
+// lastRecord reads the time of the flow's last-tick record (zero when
+// there is none).
 func (e *env) lastRecord(tenant, flowName string) time.Time {
 	e.t.Helper()
 	b, err := os.ReadFile(filepath.Join(e.dir, tenant, flowName+".last"))
@@ -39,7 +40,11 @@ func (e *env) lastRecord(tenant, flowName string) time.Time {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		e.t.Fatalf("the .last record %q is empty", b)
+	}
+	n, err := strconv.ParseInt(fields[0], 10, 64)
 	if err != nil {
 		e.t.Fatalf("the .last record %q: %v", b, err)
 	}

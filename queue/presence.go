@@ -1,0 +1,134 @@
+package queue
+
+import (
+	"encoding/binary"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Presence is what a queue's files say of a message that may or may not
+// have been appended: a cron tick whose last-tick record was written, by a
+// process that may have gone before the append.
+type Presence int
+
+const (
+	// Absent: it was never appended. The log holds every message issued
+	// since it could have been, and none is it.
+	Absent Presence = iota
+	// Present: the log holds it.
+	Present
+	// Gone: the log does not hold it, but messages issued since it could
+	// have been were processed and drained, and it may have been one.
+	Gone
+)
+
+// String names the presence for logs.
+func (p Presence) String() string {
+	switch p {
+	case Absent:
+		return "absent"
+	case Present:
+		return "present"
+	default:
+		return "gone"
+	}
+}
+
+// NextID is a lower bound of the id tenant/flow's next message gets, read
+// from its files without opening the queue (nothing is created or locked,
+// and it works while other processes append): 1 for a queue that does not
+// exist. A message appended after the call gets this id or a later one,
+// since every append raises the counter before it writes its frames.
+func (m *Manager) NextID(tenant, flow string) (uint64, error) {
+	dir, err := Dir(m.cfg.Root, tenant, flow)
+	if err != nil {
+		return 0, err
+	}
+	return readNextID(m.fs(), dir)
+}
+
+// readNextID reads the id counter in dir (1 when there is none).
+func readNextID(fsys FS, dir string) (uint64, error) {
+	b, err := readFile(fsys, filepath.Join(dir, seqFile))
+	if err != nil {
+		return 0, err
+	}
+	if v, ok := decodeValue(seqMagic, b); ok && v > 0 {
+		return v, nil
+	}
+	return 1, nil
+}
+
+// Appended tells whether tenant/flow's log holds the message appended with
+// the correlation ID cid, whose id, if it was appended, is at least from
+// (a NextID read before the append). It reads the files without opening
+// the queue, as NextID does. A message cut from the log because its write
+// or fdatasync failed was never acknowledged: its Append returned the
+// error, so it reads as Absent, rightly.
+func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presence, error) {
+	dir, err := Dir(m.cfg.Root, tenant, flow)
+	if err != nil {
+		return Gone, err
+	}
+	fsys := m.fs()
+	// the counter first: an append raises it before it writes its frames,
+	// so a message the scan below does not meet was issued below it
+	next, err := readNextID(fsys, dir)
+	if err != nil {
+		return Gone, err
+	}
+	f, err := fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return emptyLogPresence(next, from), nil
+	}
+	if err != nil {
+		return Gone, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return Gone, err
+	}
+	var first uint64
+	found := false
+	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) < 9 || rec[0] != kindMessage {
+			return nil
+		}
+		id := binary.BigEndian.Uint64(rec[1:9])
+		if first == 0 {
+			first = id
+		}
+		if id < from {
+			return nil
+		}
+		if msg, err := decodeMessage(rec, off); err == nil && msg.CorrelationID == cid {
+			found = true
+			return errStopScan
+		}
+		return nil
+	})
+	switch {
+	case found:
+		return Present, nil
+	case err != nil:
+		return Gone, err
+	case first != 0 && first <= from:
+		// a drain empties the whole log, so a log whose first message was
+		// issued at or before from holds every message issued since
+		return Absent, nil
+	}
+	return emptyLogPresence(next, from), nil
+}
+
+// emptyLogPresence is the presence of a message not in a log that holds
+// nothing issued at or before from: Absent if no id was issued since from,
+// Gone otherwise.
+func emptyLogPresence(next, from uint64) Presence {
+	if next <= from {
+		return Absent
+	}
+	return Gone
+}
