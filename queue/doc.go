@@ -93,8 +93,9 @@
 //   - the id counter under the append lock after each batch, without fsync
 //     (recovery takes the larger of it and the highest id in the log), and
 //     fsynced before the log is emptied;
-//   - the checkpoint by the worker every CheckpointEvery messages and when
-//     the queue goes idle, without fsync (a process that dies leaves it in
+//   - the checkpoint by the worker every CheckpointEvery messages, after a
+//     message that finds the last write CheckpointAfter old, and when the
+//     queue goes idle, without fsync (a process that dies leaves it in
 //     the page cache), and fsynced when the worker stops and by a drain. A
 //     power cut can only take it back to an older value, or to 0 when it
 //     does not verify: messages are delivered again, never skipped. A

@@ -120,6 +120,13 @@ type WorkerConfig struct {
 	// checkpoint is written (it is also written when the queue goes idle);
 	// default 64.
 	CheckpointEvery int
+	// CheckpointAfter is how long a processed message may wait for the
+	// checkpoint to pass it while the queue stays busy; default 50 ms. A
+	// slow flow (a backend taking seconds) then has the checkpoint written
+	// after nearly every message rather than every CheckpointEvery: a
+	// process killed meanwhile delivers again what finished in the last
+	// CheckpointAfter, not minutes of work.
+	CheckpointAfter time.Duration
 	// StopGrace is how long Stop lets the delivery in progress run before
 	// cancelling it; default 30 s. A delivery cancelled so is not an
 	// attempt: the message is delivered again at the next start.
@@ -231,6 +238,9 @@ func NewWorker(q *Queue, cfg WorkerConfig) *Worker {
 	}
 	if cfg.CheckpointEvery <= 0 {
 		cfg.CheckpointEvery = 64
+	}
+	if cfg.CheckpointAfter <= 0 {
+		cfg.CheckpointAfter = 50 * time.Millisecond
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 30 * time.Second
@@ -464,7 +474,8 @@ func (w *Worker) deliver(ctx context.Context) error {
 	defer cancel()
 	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
 	// The checkpoint is rewritten in place as the cursor moves (every
-	// CheckpointEvery messages and whenever the queue goes idle), without
+	// CheckpointEvery messages, once CheckpointAfter has passed since the
+	// last write, and whenever the queue goes idle), without
 	// fsync: a process that dies leaves it in the page cache. It is synced
 	// when the worker stops and by a drain; a power cut in between only
 	// means deliveries again.
@@ -489,6 +500,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// not there reads as 0), unsynced, which loses nothing
 	saved, synced := cursor, true
 	sinceSave := 0
+	savedAt := w.cfg.Clock.Now()
 	// saveCheckpoint writes the cursor, durably if asked, waiting for a
 	// write that fails (persist): the messages it passes were delivered
 	saveCheckpoint := func(durable bool) error {
@@ -501,7 +513,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			if err := writeCheckpoint(ckpt, cursor, durable); err != nil {
 				return err
 			}
-			saved, synced, sinceSave = cursor, durable, 0
+			saved, synced, sinceSave, savedAt = cursor, durable, 0, w.cfg.Clock.Now()
 			return nil
 		})
 	}
@@ -593,7 +605,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 			}
 			cursor = after
-			if sinceSave++; sinceSave >= w.cfg.CheckpointEvery {
+			if sinceSave++; sinceSave >= w.cfg.CheckpointEvery || w.cfg.Clock.Now().Sub(savedAt) >= w.cfg.CheckpointAfter {
 				if err := saveCheckpoint(false); err != nil {
 					return err
 				}

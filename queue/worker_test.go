@@ -949,6 +949,48 @@ func TestRestartStopFinishesDeliveryAndSavesCheckpoint(t *testing.T) {
 	}
 }
 
+// TestCheckpointAfterASlowDelivery: while the queue stays busy, a
+// message that took longer than CheckpointAfter has the checkpoint passed
+// over it at once, not after CheckpointEvery (64) messages: a process
+// killed during the next delivery does not deliver it again. Fast
+// messages still wait for the 64.
+func TestCheckpointAfterASlowDelivery(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	var msgs []queue.Message
+	for i := 1; i <= 4; i++ {
+		msgs = append(msgs, put(t, q, fmt.Sprintf("m%d", i)))
+	}
+	parked := make(chan string)
+	startWorker(t, q, queue.WorkerConfig{Clock: clk, Handler: rec.handler("w1", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		switch string(d.Payload) {
+		case "m2":
+			clk.Advance(2 * time.Second) // a slow backend
+		case "m3", "m4":
+			parked <- string(d.Payload)
+			<-parked
+		}
+		return ack(ctx, d)
+	})})
+	// m2 was slow: the checkpoint passed m1 and m2 before m3 began
+	if got := <-parked; got != "m3" {
+		t.Fatalf("parked at %s", got)
+	}
+	if ckpt, _ := q.Checkpoint(); ckpt != msgs[2].Offset {
+		t.Errorf("checkpoint while m3 runs = %d, want %d (after the slow m2)", ckpt, msgs[2].Offset)
+	}
+	parked <- ""
+	// m3 was fast: the checkpoint stays after m2 while m4 runs
+	if got := <-parked; got != "m4" {
+		t.Fatalf("parked at %s", got)
+	}
+	if ckpt, _ := q.Checkpoint(); ckpt != msgs[2].Offset {
+		t.Errorf("checkpoint while m4 runs = %d, want %d (after m2: m3 was fast)", ckpt, msgs[2].Offset)
+	}
+	parked <- ""
+}
+
 // At-least-once: a crash after a message ran but before the checkpoint
 // passed it delivers it again.
 //
