@@ -117,7 +117,11 @@ type Syncer struct {
 
 	mu        sync.Mutex // one Sync at a time in this process
 	evaluated bool       // a round of this Syncer compiled a head (under mu)
-	life      lifecycle.Loop
+	// repackFailedAt is how many packs the clone held when its last
+	// repack failed, 0 when none did (under mu): the next is tried once
+	// MaxPacks more have come, not at every round
+	repackFailedAt int
+	life           lifecycle.Loop
 }
 
 // SupersededError is the error of a round that did not run because
@@ -590,31 +594,42 @@ func short(commit string) string {
 // commit at every poll spent more and more of its time reading indexes
 // (0.17 ms of CPU a pack a poll: 80 ms a poll after 475 commits). Past
 // MaxPacks the round packs the clone into one pack (go-git's
-// RepackObjects: the objects the branch reaches, so those a force-push
-// left behind go too).
+// repack: the objects the references reach, so those a force-push left
+// behind go too).
 const MaxPacks = 16
 
 // packClone packs the clone into one pack when it holds more than
 // MaxPacks. A failure is logged and left: the clone still holds its
 // packs, and one a crash left half done is damage, which the next round
-// repairs by cloning anew.
+// repairs by cloning anew. After a failure the next repack waits for
+// MaxPacks more packs, so that a clone that cannot be packed does not cost
+// a walk of its history and a warning at every poll.
 func (s *Syncer) packClone(repo *git.Repository) {
 	pos, ok := repo.Storer.(storer.PackedObjectStorer)
 	if !ok {
 		return
 	}
 	packs, err := pos.ObjectPacks()
-	if err != nil || len(packs) <= MaxPacks {
+	if err != nil || !s.repackDue(len(packs)) {
 		return
 	}
 	start := time.Now()
-	if err := repo.RepackObjects(&git.RepackConfig{}); err != nil {
-		s.cfg.Logger.Warn("the clone's packs could not be packed into one", "event", "sync_repack_failed",
-			"packs", len(packs), "error", err.Error())
+	if err := repack(repo); err != nil {
+		s.repackFailedAt = len(packs)
+		s.cfg.Logger.Warn("the clone's packs could not be packed into one; tried again once it holds more", "event", "sync_repack_failed",
+			"packs", len(packs), "next_try_at_packs", len(packs)+MaxPacks, "error", err.Error())
 		return
 	}
+	s.repackFailedAt = 0
 	s.cfg.Logger.Info("the clone's packs were packed into one", "event", "sync_repacked",
 		"packs", len(packs), "duration_ms", time.Since(start).Milliseconds())
+}
+
+// repackDue tells whether a clone holding packs packs is packed at the
+// end of this round: past MaxPacks, and after a failed repack only once
+// MaxPacks more have come.
+func (s *Syncer) repackDue(packs int) bool {
+	return packs > MaxPacks && (s.repackFailedAt == 0 || packs >= s.repackFailedAt+MaxPacks)
 }
 
 // reclone removes a damaged clone and fetches the branch into a new one,

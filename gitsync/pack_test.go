@@ -1,6 +1,7 @@
 package gitsync_test
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,16 +33,37 @@ func packFiles(t *testing.T, dir string) int {
 // a commit at every poll made each round costlier than the last. Past
 // gitsync.MaxPacks a round packs the clone into one; the flows of every
 // later commit are still read from it, and so is the head after a
-// force-push back to an old commit.
+// force-push back to an old commit. A symbolic link or a submodule in the
+// repo (outside flows/, where they are allowed) does not stop the packing:
+// go-git's own repack failed on both, at every round, for ever.
 func TestCloneKeepsFewPacks(t *testing.T) {
+	for _, extra := range []string{"", "a symbolic link", "a submodule"} {
+		t.Run(cmp.Or(extra, "files only"), func(t *testing.T) { testCloneKeepsFewPacks(t, extra) })
+	}
+}
+
+func testCloneKeepsFewPacks(t *testing.T, extra string) {
 	e := newEnv(t)
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
-	first := e.src.commit("v0")
+	e.src.write("README.md", []byte("the config repo\n"))
+	switch extra {
+	case "a symbolic link":
+		if err := os.Symlink("README.md", filepath.Join(e.src.dir, "README-link.md")); err != nil {
+			t.Fatal(err)
+		}
+	case "a submodule":
+		// an uninitialised submodule: an empty folder and a gitlink
+		if err := os.MkdirAll(filepath.Join(e.src.dir, "vendor", "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.src.git("update-index", "--add", "--cacheinfo", "160000,1234567890abcdef1234567890abcdef12345678,vendor/sub")
+	}
+	first := e.src.gitCommit("v0")
 	e.mustApply(first)
 	most := 0
 	for i := 1; i <= 3*gitsync.MaxPacks; i++ {
 		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", fmt.Sprintf("v%d", i)))
-		e.mustApply(e.src.commit(fmt.Sprintf("v%d", i)), fmt.Sprintf("published acme/x v%d", i+1))
+		e.mustApply(e.src.gitCommit(fmt.Sprintf("v%d", i)), fmt.Sprintf("published acme/x v%d", i+1))
 		most = max(most, packFiles(t, e.cfg.Dir))
 		if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != fmt.Sprintf("v%d", i) {
 			t.Fatalf("after commit v%d the live flow is %+v", i, lf)
@@ -50,9 +72,14 @@ func TestCloneKeepsFewPacks(t *testing.T) {
 	if most > gitsync.MaxPacks {
 		t.Errorf("the clone held %d packs after a round, more than %d", most, gitsync.MaxPacks)
 	}
+	if got := e.logs.Events(t, "sync_repack_failed"); len(got) != 0 {
+		t.Errorf("%d sync_repack_failed lines, the first: %v", len(got), got[0])
+	}
 	if got := len(e.logs.Events(t, "sync_repacked")); got < 2 {
 		t.Errorf("%d sync_repacked lines after %d commits, want at least 2", got, 3*gitsync.MaxPacks)
 	}
+	// the packed clone is whole: git finds every object its history needs
+	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
 	// packed, not cloned anew: a round that read the clone after a repack
 	// through the indexes of the packs it deleted took that for damage
 	if got := e.logs.Events(t, "sync_repaired"); len(got) != 0 {
