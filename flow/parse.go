@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nexushq/nexus/naming"
 )
 
 // Canonical returns the canonical form of a flow file's bytes: a leading
@@ -41,6 +43,43 @@ func IsFlowFile(src []byte) bool {
 	}
 	return false
 }
+
+// SkippedAsNotFlow says why Markdown that is not a flow file (IsFlowFile
+// is false) looks meant to be one, or "" when it does not: its front
+// matter, opening the file, has a key one or two letters from
+// flowmarkdown_version, or names a flow and a tenant without it. Such a
+// file is skipped as any Markdown is (a README), so a typo in the one key
+// that makes a file a flow file left a new flow silently undeployed;
+// nexus validate and deploy warn with this.
+func SkippedAsNotFlow(src []byte) string {
+	lines := strings.Split(string(Canonical(src)), "\n")
+	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" {
+		return ""
+	}
+	var named []string
+	for _, l := range lines[1:] {
+		if t := strings.TrimRight(l, " \t"); t == "---" || t == "..." {
+			break
+		}
+		m := topLevelKey.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		if hint := naming.Suggest(m[1], []string{"flowmarkdown_version"}); hint != "" && m[1] != "flowmarkdown_version" {
+			return fmt.Sprintf("its front matter has %s, not flowmarkdown_version", m[1])
+		}
+		if m[1] == "flow" || m[1] == "tenant" {
+			named = append(named, m[1])
+		}
+	}
+	if len(named) == 2 {
+		return "its front matter names a flow and a tenant but has no flowmarkdown_version"
+	}
+	return ""
+}
+
+// topLevelKey is a front matter line that starts a top-level key.
+var topLevelKey = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)\s*:`)
 
 // hasVersionKey reports whether a front matter written in YAML's flow
 // style (a mapping in braces) has the key flowmarkdown_version at its top

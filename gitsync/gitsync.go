@@ -74,8 +74,8 @@ type Config struct {
 	SSHKeyFile string
 	// Registry receives the publications and the refused commits.
 	Registry *registry.Registry
-	// Logger receives sync_applied, sync_failed, sync_unreachable and
-	// sync_error events.
+	// Logger receives sync_applied, sync_failed, sync_unreachable,
+	// sync_error and sync_file_skipped events, and the clone's.
 	Logger *slog.Logger
 	// MaxFileBytes, MaxFiles and MaxTotalBytes are the operational limits;
 	// 0 means the defaults. MaxTotalBytes bounds the Markdown one commit
@@ -982,6 +982,18 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		problems = append(problems, e.Error())
 	}
 	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
+	for _, src := range w.sources {
+		// skipped as other Markdown is, as the spec has it, but said: a
+		// typo in the key that makes a file a flow file left a new flow
+		// undeployed without a word (a live one's is refused: lostFlows)
+		if flow.IsFlowFile(src.Data) {
+			continue
+		}
+		if why := flow.SkippedAsNotFlow(src.Data); why != "" {
+			s.cfg.Logger.Warn("a Markdown file that looks meant for a flow is not a flow file, and was skipped", "event", "sync_file_skipped",
+				"commit", commit.Hash.String(), "file", src.Path, "reason", why)
+		}
+	}
 	return flows, keys, problems, nil
 }
 

@@ -223,6 +223,24 @@ func TestBrokenFrontMatterKeepsTheFlow(t *testing.T) {
 	e.mustApply(e.src.commit("y deleted"), "unchanged acme/x v2", "withdrawn acme/y v1")
 }
 
+// A new file whose front matter looks meant for a flow but is not a flow
+// file's (a misspelt flowmarkdown_version) is skipped, as other Markdown
+// is, and said: a sync_file_skipped line names it and why. A README is
+// skipped without a word.
+func TestLookalikeFlowFileIsSaid(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
+	e.src.write("flows/acme/README.md", []byte("---\ntitle: acme's flows\n---\n# Flows\n"))
+	e.src.write("flows/acme/y.md", bytes.Replace(flowtest.Marked("acme", "y", "0"), []byte("flowmarkdown_version"), []byte("flowmarkdown_verison"), 1))
+	c := e.src.commit("0")
+	e.mustApply(c, "published acme/x v1")
+	evs := e.logs.Events(t, "sync_file_skipped")
+	if len(evs) != 1 || evs[0]["file"] != "flows/acme/y.md" || evs[0]["commit"] != c ||
+		evs[0]["reason"] != "its front matter has flowmarkdown_verison, not flowmarkdown_version" {
+		t.Errorf("sync_file_skipped lines: %v", evs)
+	}
+}
+
 // A restart judges the branch's head again: a commit refused under one
 // --flows-dir applies once the folder is fixed, and a new --flows-dir on
 // an unchanged head takes effect, without a new push.

@@ -22,7 +22,9 @@ files, folders of them, or a config-repo folder (one holding access.yaml),
 whose flows/ folder and access.yaml are published together.
 
 Nothing is published if any file has an error: every error is printed as
-FILE:LINE: message and the command exits 1. Otherwise it prints one line per
+FILE:LINE: message and the command exits 1. A file named alone that is not a
+flow file is an error; Markdown in a folder that is not is skipped, with a
+warning when its front matter looks meant for a flow. Otherwise it prints one line per
 flow, "published acme/order-intake v3" or "unchanged acme/order-intake v2".
 Flows not named are left as they are. Running servers pick the change up
 within about a second.
@@ -77,6 +79,7 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 			keys = set
 		}
 	}
+	warnSkipped(stderr, "deploy", srcs)
 	flows, errs := flow.CompileSet(srcs)
 	for _, e := range errs {
 		problems = append(problems, e.Error())

@@ -27,7 +27,9 @@ error as FILE:LINE: message. A folder is read as git sync reads a commit, and
 refused for what would refuse one; every file in it is checked (only .git is
 left out); a config repo folder (one holding access.yaml) is its access.yaml
 and flows/. Markdown that is not a flow file (no front matter with
-flowmarkdown_version) is skipped. Nothing is published.
+flowmarkdown_version) is skipped, with a warning when its front matter looks
+meant for a flow (a misspelt flowmarkdown_version); a file named alone that
+is not a flow file is an error. Nothing is published.
 
 Exit status: 0 when every flow compiles (it prints "ok: N flows in M files",
 M counting the Markdown files read), 1 on any error, 2 on bad usage.
@@ -60,6 +62,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			problems = append(problems, gitsync.AccessProblems(err)...)
 		}
 	}
+	warnSkipped(stderr, "validate", srcs)
 	flows, errs := flow.CompileSet(srcs)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
@@ -169,10 +172,24 @@ func sameFolder(a, b string) bool {
 	return filepath.Clean(a) == filepath.Clean(b)
 }
 
+// warnSkipped prints a warning for each of srcs that is skipped as not a
+// flow file although its front matter looks meant for one.
+func warnSkipped(stderr io.Writer, cmd string, srcs []flow.Source) {
+	for _, src := range srcs {
+		if flow.IsFlowFile(src.Data) {
+			continue
+		}
+		if why := flow.SkippedAsNotFlow(src.Data); why != "" {
+			fmt.Fprintf(stderr, "nexus %s: warning: %s: skipped, not a flow file: %s\n", cmd, src.Path, why)
+		}
+	}
+}
+
 // readSources reads files named alone, within git sync's limits (a file
 // up to gitsync.DefaultMaxFileBytes, all the Markdown read, total bytes
 // already, up to gitsync.DefaultMaxTotalBytes); a file that cannot be
-// read, is not a regular file or is over a limit is a problem.
+// read, is not a regular file, is over a limit or is not a flow file (named
+// alone, it was meant to be one) is a problem.
 func readSources(files []string, total int64) ([]flow.Source, []string) {
 	var srcs []flow.Source
 	var problems []string
@@ -187,6 +204,14 @@ func readSources(files []string, total int64) ([]flow.Source, []string) {
 		if total += int64(len(data)); total > gitsync.DefaultMaxTotalBytes {
 			problems = append(problems, fmt.Sprintf("%s: the files hold more than %d bytes in all, the limit of one commit", path, gitsync.DefaultMaxTotalBytes))
 			break
+		}
+		if !flow.IsFlowFile(data) {
+			why := flow.SkippedAsNotFlow(data)
+			if why == "" {
+				why = "it does not start with front matter holding flowmarkdown_version"
+			}
+			problems = append(problems, fmt.Sprintf("%s: not a flow file: %s", path, why))
+			continue
 		}
 		srcs = append(srcs, flow.Source{Path: path, Data: data})
 	}

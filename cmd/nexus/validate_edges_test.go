@@ -183,3 +183,37 @@ func TestDeployOneRepoTwoSpellings(t *testing.T) {
 		t.Errorf("deploy DIR DIR/: exit %d %q", code, out)
 	}
 }
+
+// TestValidateNotAFlowFile: a file named alone that is not a flow file is
+// an error for validate and deploy alike (validate said "ok: 0 flows in 1
+// file" where deploy refused it); Markdown in a folder that is not a flow
+// file is skipped, with a warning when its front matter looks meant for a
+// flow (a misspelt flowmarkdown_version), and none for a README.
+func TestValidateNotAFlowFile(t *testing.T) {
+	dir := t.TempDir()
+	typo := strings.Replace(minimalFlow("acme", "y"), "flowmarkdown_version", "flowmarkdown_versoin", 1)
+	writeFiles(t, dir, map[string]string{"acme/x.md": minimalFlow("acme", "x"), "acme/y.md": typo, "README.md": "# flows\n", "notes.txt": "hello\n"})
+	y := filepath.Join(dir, "acme", "y.md")
+	warning := "warning: " + y + ": skipped, not a flow file: its front matter has flowmarkdown_versoin, not flowmarkdown_version\n"
+	if code, out, errOut := runNexus(t, "validate", dir); code != exitOK || out != "ok: 1 flow in 3 files\n" || errOut != "nexus validate: "+warning {
+		t.Errorf("a folder with a misspelt flow: exit %d %q %q", code, out, errOut)
+	}
+	for _, c := range []struct{ path, why string }{
+		{y, "its front matter has flowmarkdown_versoin, not flowmarkdown_version"},
+		{filepath.Join(dir, "README.md"), "it does not start with front matter holding flowmarkdown_version"},
+		{filepath.Join(dir, "notes.txt"), "it does not start with front matter holding flowmarkdown_version"},
+	} {
+		want := c.path + ": not a flow file: " + c.why + "\n"
+		if code, out, errOut := runNexus(t, "validate", c.path); code != exitError || out != want || errOut != "nexus validate: 1 error\n" {
+			t.Errorf("validate %s: exit %d %q %q, want 1 %q", c.path, code, out, errOut, want)
+		}
+		db := filepath.Join(t.TempDir(), "registry.db")
+		if code, out, errOut := runNexus(t, "deploy", "--db", db, c.path); code != exitError || out != want || !strings.Contains(errOut, "nothing published") {
+			t.Errorf("deploy %s: exit %d %q %q, want 1 %q", c.path, code, out, errOut, want)
+		}
+	}
+	db := filepath.Join(t.TempDir(), "registry.db")
+	if code, out, errOut := runNexus(t, "deploy", "--db", db, dir); code != exitOK || out != "published acme/x v1\n" || errOut != "nexus deploy: "+warning {
+		t.Errorf("deploy of the folder: exit %d %q %q", code, out, errOut)
+	}
+}
