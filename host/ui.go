@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
+	"mime"
 	"net/http"
 	"net/url"
 	"path"
@@ -163,6 +165,15 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	correlationID(w, r)
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	next := localNext(r.URL.Query().Get("next"))
+	// a form that cannot be read is said as such, not taken for a wrong
+	// key (and not logged as a failed login)
+	if status, why := loginFormRefusal(r); status != 0 {
+		if r.ContentLength != 0 {
+			w.Header().Set("Connection", "close") // the body may be left unread
+		}
+		s.render(w, r, status, "login", uiPage{Title: "Log in", LoginTo: next, Error: why})
+		return
+	}
 	// trimmed, as the configured key is: a key pasted with its newline
 	key := strings.TrimSpace(r.PostFormValue("key"))
 	if key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
@@ -174,6 +185,30 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	setSession(w, r, s.newSession(now), now.Add(sessionTTL))
 	s.cfg.Logger.Info("a UI session started", "event", "ui_login", "remote", r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// loginFormRefusal is the status and the text of a login form that cannot
+// be read (0 when it can): sent as something other than a form (415), over
+// maxFormBytes (413), or not a form's encoding (400).
+func loginFormRefusal(r *http.Request) (int, string) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err != nil || mt != "application/x-www-form-urlencoded" && mt != "multipart/form-data":
+		return http.StatusUnsupportedMediaType, "This login was not sent as a form (application/x-www-form-urlencoded): use the login page."
+	case mt == "multipart/form-data":
+		err = r.ParseMultipartForm(maxFormBytes)
+	default:
+		err = r.ParseForm()
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, "This form is larger than the 64 KiB a form may hold."
+	default:
+		return http.StatusBadRequest, "This form could not be read (it is not encoded as a form is): use the login page."
+	}
 }
 
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ string) {

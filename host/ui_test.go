@@ -369,6 +369,44 @@ func TestUILogin(t *testing.T) {
 		})
 	}
 
+	// a form that cannot be read is said as such, not as a wrong key, and
+	// is no failed login; a multipart form (a browser's enctype) logs in
+	for _, tc := range []struct {
+		name, contentType, body string
+		status                  int
+		say                     string
+	}{
+		{"JSON", "application/json", `{"key":"` + adminKey + `"}`, http.StatusUnsupportedMediaType, "This login was not sent as a form (application/x-www-form-urlencoded): use the login page."},
+		{"no content type", "", "key=" + adminKey, http.StatusUnsupportedMediaType, "This login was not sent as a form (application/x-www-form-urlencoded): use the login page."},
+		{"over 64 KiB", "application/x-www-form-urlencoded", "key=" + strings.Repeat("a", 70<<10), http.StatusRequestEntityTooLarge, "This form is larger than the 64 KiB a form may hold."},
+		{"a broken escape", "application/x-www-form-urlencoded", "key=%zz", http.StatusBadRequest, "This form could not be read (it is not encoded as a form is): use the login page."},
+		{"a broken multipart form", "multipart/form-data; boundary=x", "--x\r\nnot a part", http.StatusBadRequest, "This form could not be read (it is not encoded as a form is): use the login page."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(fx.logs.Events(t, "ui_login_failed"))
+			r := newRequest(http.MethodPost, "/ui/login", tc.body)
+			if tc.contentType != "" {
+				r.Header.Set("Content-Type", tc.contentType)
+			}
+			w := fx.serve(r)
+			body := wantPage(t, w, tc.status)
+			if !strings.Contains(body, `<div class="error" role="alert">`+html.EscapeString(tc.say)+`</div>`) || sessionOf(w) != nil {
+				t.Errorf("the page does not say %q, or a session was set:\n%s", tc.say, body)
+			}
+			if got := len(fx.logs.Events(t, "ui_login_failed")); got != n {
+				t.Errorf("%d ui_login_failed lines more, want none", got-n)
+			}
+		})
+	}
+	t.Run("a multipart form", func(t *testing.T) {
+		body := "--x\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n" + adminKey + "\r\n--x--\r\n"
+		r := newRequest(http.MethodPost, "/ui/login", body)
+		r.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+		if w := fx.serve(r); w.Code != http.StatusSeeOther || sessionOf(w) == nil {
+			t.Errorf("%d %s", w.Code, w.Body)
+		}
+	})
+
 	t.Run("the key as the Bearer token does not log in", func(t *testing.T) {
 		w := fx.serve(loginRequest("", "", "Authorization", "Bearer "+adminKey))
 		if w.Code != http.StatusUnauthorized || sessionOf(w) != nil {

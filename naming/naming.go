@@ -44,18 +44,37 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("invalid name %s for %s (%s): %s", strconv.Quote(e.Name), e.Field.Kind, e.Field.other(), e.Reason)
+	return fmt.Sprintf("invalid name %s for %s (%s): %s", quote(e.Name), e.Field.Kind, e.Field.other(), e.Reason)
 }
 
 func (f Field) other() string {
 	switch f.Kind {
 	case "tenant":
-		return "flow " + strconv.Quote(f.Flow)
+		return "flow " + quote(f.Flow)
 	case "flow":
-		return "tenant " + strconv.Quote(f.Tenant)
+		return "tenant " + quote(f.Tenant)
 	default:
-		return "tenant " + strconv.Quote(f.Tenant) + ", flow " + strconv.Quote(f.Flow)
+		return "tenant " + quote(f.Tenant) + ", flow " + quote(f.Flow)
 	}
+}
+
+// quote quotes a name for an error; one longer than twice MaxLen
+// characters is cut after MaxLen and followed by "…": a name in a URL may
+// be as long as the server takes a request line, and the error is one
+// line of an answer and of the log (a name of 60,000 characters made a
+// 60 KB answer).
+func quote(name string) string {
+	if utf8.RuneCountInString(name) <= 2*MaxLen {
+		return strconv.Quote(name)
+	}
+	n := 0
+	for i := range name {
+		if n == MaxLen {
+			return strconv.Quote(name[:i]) + "…"
+		}
+		n++
+	}
+	return strconv.Quote(name)
 }
 
 // Valid reports whether name follows the rule: 1 to MaxLen characters from

@@ -30,6 +30,11 @@ func TestCheck(t *testing.T) {
 		{"a/b", Flow("acme"), `invalid name "a/b" for flow (tenant "acme"): character '/' at position 2 is not allowed`},
 		{"", Flow("acme"), `invalid name "" for flow (tenant "acme"): the name is empty`},
 		{strings.Repeat("a", 65), Flow("acme"), `invalid name "` + strings.Repeat("a", 65) + `" for flow (tenant "acme"): the name is 65 characters long, more than 64`},
+		{strings.Repeat("a", 128), Flow("acme"), `invalid name "` + strings.Repeat("a", 128) + `" for flow (tenant "acme"): the name is 128 characters long, more than 64`},
+		// a longer name is cut after 64 characters, and so is the other of
+		// the pair: the error stays one short line
+		{strings.Repeat("a", 60000), Flow(strings.Repeat("é", 200)), `invalid name "` + strings.Repeat("a", 64) + `"… for flow (tenant "` + strings.Repeat("é", 64) + `"…): the name is 60000 characters long, more than 64`},
+		{strings.Repeat("é", 129), Tenant("x"), `invalid name "` + strings.Repeat("é", 64) + `"… for tenant (flow "x"): the name is 129 characters long, more than 64`},
 	}
 	for _, tt := range tests {
 		err := Check(tt.name, tt.field)
