@@ -313,8 +313,8 @@ func TestDLQWorkedExample(t *testing.T) {
 		} {
 			r := dlqCLI(t, db, c.args...)
 			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
-			if r.code == 0 || !strings.Contains(lines[0], c.want) || r.stdout != "" {
-				t.Errorf("dlq %v: exit %d stdout %q, first line %q\nwant a non-zero exit and %q", c.args, r.code, r.stdout, lines[0], c.want)
+			if r.code != 2 || !strings.Contains(lines[0], c.want) || r.stdout != "" {
+				t.Errorf("dlq %v: exit %d stdout %q, first line %q\nwant exit 2 (bad usage) and %q", c.args, r.code, r.stdout, lines[0], c.want)
 			}
 		}
 		for _, args := range [][]string{

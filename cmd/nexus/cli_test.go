@@ -367,8 +367,8 @@ func TestKeyGenerateEntryErrors(t *testing.T) {
 	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "a,a", "--id", "nxk_x"}, &stdout, &stderr)
 	want := "nexus key generate: id starts with nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders\n" +
 		"nexus key generate: flows lists \"a\" twice\n"
-	if code != exitError || stderr.String() != want || stdout.Len() != 0 {
-		t.Errorf("exit %d, stderr %q, stdout %q; want exit 1 and %q", code, stderr.String(), stdout.String(), want)
+	if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("exit %d, stderr %q, stdout %q; want exit 2 and %q", code, stderr.String(), stdout.String(), want)
 	}
 }
 
@@ -432,8 +432,8 @@ func TestKeyGenerateSaysWhenTheKeyIsLost(t *testing.T) {
 }
 
 // TestJournalFilterNames: a --tenant or --flow the name rule refuses is
-// said, in the rule's words, exit 1, as nexus dlq says it; it printed "the
-// journal is empty", as if the filter had matched nothing.
+// said, in the rule's words, exit 2 (bad usage), as nexus dlq says it; it
+// printed "the journal is empty", as if the filter had matched nothing.
 func TestJournalFilterNames(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "registry.db")
 	for _, c := range []struct {
@@ -449,8 +449,8 @@ func TestJournalFilterNames(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"journal", "--db", db}, c.args...), &stdout, &stderr)
-		if code != exitError || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
-			t.Errorf("nexus journal %v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, stdout.String(), stderr.String(), c.want)
+		if code != exitUsage || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus journal %v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout.String(), stderr.String(), c.want)
 		}
 	}
 }

@@ -81,10 +81,11 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitUsage
 	}
-	// the name rule, before anything is opened or created
+	// the name rule, before anything is opened or created: a flag's value
+	// the command cannot take, bad usage as --id abc is
 	if err := checkNameFlags(fs, *tenant, *flowName); err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-		return exitError
+		return exitUsage
 	}
 	dbPath, err := expandHome(*db)
 	if err != nil {

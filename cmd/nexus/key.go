@@ -42,11 +42,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
-		var ne *naming.Error
-		if errors.As(err, &ne) {
-			return exitError
-		}
-		return exitUsage
+		return exitUsage // a name the rule refuses too: a flag's value
 	}
 	key, err := access.Generate()
 	if err != nil {
@@ -72,7 +68,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 		for _, e := range list {
 			fmt.Fprintf(stderr, "nexus key generate: %s\n", e.Msg)
 		}
-		return exitError
+		return exitUsage
 	}
 	if _, err := fmt.Fprintf(stdout, "key: %s\n\nKeep the key now: it is shown once and stored nowhere.\nAdd this entry under keys: in access.yaml and commit it:\n\n%s", key, entry); err != nil {
 		// the key is stored nowhere: a script must not go on without it
