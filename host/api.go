@@ -318,6 +318,13 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 // It is logged as one admin_action line.
 func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, int, error) {
 	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); action == "replay" && err != nil {
+		// nothing to replay is said as nothing, as nexus dlq replay --all
+		// says it, whether the flow is live or not
+		if q, perr := s.cfg.Queues.Peek(tenant, flowName); perr == nil {
+			if ids, perr := q.PendingIDs(); perr == nil && len(ids) == 0 {
+				return [][2]uint64{}, http.StatusOK, nil
+			}
+		}
 		return nil, http.StatusConflict, err
 	}
 	done := [][2]uint64{}

@@ -1324,6 +1324,9 @@ func TestAPIReplayAndDiscardAll(t *testing.T) {
 	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/discard"), `{"tenant":"acme","flow":"echo","discarded":[]}`)
 	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/frobnicate"), http.StatusNotFound, `no such action "frobnicate": replay or discard`)
 
+	// a flow not live with nothing pending: nothing to replay, said as
+	// nothing (as nexus dlq replay --all says it), not 409
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/all/replay"), `{"tenant":"acme","flow":"gone","replayed":[]}`)
 	seedDeadLetters(t, fx.root, "acme", "gone", `{"n":1}`, `{"n":2}`)
 	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/gone/dlq/all/replay"), http.StatusConflict,
 		"flow acme/gone is not live: its worker would drop a replayed message; publish the flow first")

@@ -151,8 +151,8 @@ func TestServeRefusesABlankAdminKey(t *testing.T) {
 	}
 }
 
-// TestServeRefusesGitSettingsWithoutARepo: --branch and --flows-dir, or
-// their variables, without --repo (or --dev) do nothing: refused as bad
+// TestServeRefusesGitSettingsWithoutARepo: --branch, --flows-dir and
+// --ssh-key, or their variables, without --repo (or --dev) do nothing: refused as bad
 // usage, naming the setting as it was given; the variables were accepted
 // silently (beside a misspelt NEXUS_REPO, the host would not follow git).
 func TestServeRefusesGitSettingsWithoutARepo(t *testing.T) {
@@ -163,9 +163,12 @@ func TestServeRefusesGitSettingsWithoutARepo(t *testing.T) {
 		{env: "NEXUS_BRANCH=staging", want: "NEXUS_BRANCH is a setting of the git sync: give NEXUS_REPO"},
 		{env: "NEXUS_FLOWS_DIR=config", want: "NEXUS_FLOWS_DIR is a setting of the git sync: give NEXUS_REPO"},
 		{flag: "--flows-dir", value: "config", env: "NEXUS_BRANCH=staging", want: "NEXUS_BRANCH is a setting of the git sync: give NEXUS_REPO"},
+		{flag: "--ssh-key", value: "/nonexistent", want: "--ssh-key is a setting of the git sync: give --repo"},
+		{env: "NEXUS_SSH_KEY=/etc/nexus/deploy_key", want: "NEXUS_SSH_KEY is a setting of the git sync: give NEXUS_REPO"},
 	} {
 		t.Setenv("NEXUS_BRANCH", "")
 		t.Setenv("NEXUS_FLOWS_DIR", "")
+		t.Setenv("NEXUS_SSH_KEY", "")
 		if name, value, ok := strings.Cut(c.env, "="); ok {
 			t.Setenv(name, value)
 		}

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -148,9 +149,13 @@ func envError(err error, cfg, def *serveConfig) envProblems {
 		}
 		reflect.ValueOf(cfg).Elem().FieldByIndex(f.Index).Set(reflect.ValueOf(def).Elem().FieldByIndex(f.Index))
 		name := f.Tag.Get("env")
+		msg := fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), valueWanted(pe.Type))
+		if errors.Is(pe.Err, strconv.ErrRange) {
+			msg = fmt.Sprintf("%s=%q is out of range", name, os.Getenv(name)) // as the flag says it
+		}
 		problems = append(problems, envProblem{
 			flag: strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "NEXUS_")), "_", "-"),
-			msg:  fmt.Sprintf("%s=%q is not %s", name, os.Getenv(name), valueWanted(pe.Type)),
+			msg:  msg,
 		})
 	}
 	return problems
@@ -329,13 +334,16 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			what = name("flows-dir")
 		}
 		return fmt.Errorf("--dev serves --dev-flows through its own repo (branch main, folder flows): leave %s out", what)
-	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir")):
+	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir") || givenOrInEnv(set, "ssh-key")):
 		// without a repo nothing is fetched: the setting would do nothing,
 		// and in the environment it most likely sits beside a misspelt
 		// NEXUS_REPO (--poll is let be: a command line kept for both ways)
 		given, repo := name("branch"), "--repo"
-		if !givenOrInEnv(set, "branch") {
-			given = name("flows-dir")
+		for _, f := range []string{"flows-dir", "ssh-key"} {
+			if !givenOrInEnv(set, "branch") && givenOrInEnv(set, f) {
+				given = name(f)
+				break
+			}
 		}
 		if strings.HasPrefix(given, "NEXUS_") {
 			repo = "NEXUS_REPO"

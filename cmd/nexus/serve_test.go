@@ -121,6 +121,7 @@ func TestServeEnvironmentErrorsNameTheVariable(t *testing.T) {
 	for _, c := range []struct{ name, value, want string }{
 		{"NEXUS_POLL", "10", `nexus serve: NEXUS_POLL="10" is not a duration (such as 10s, 5m or 168h)`},
 		{"NEXUS_MAX_WORKERS", "many", `nexus serve: NEXUS_MAX_WORKERS="many" is not a whole number`},
+		{"NEXUS_MAX_WORKERS", "99999999999999999999", `nexus serve: NEXUS_MAX_WORKERS="99999999999999999999" is out of range`},
 		{"NEXUS_JOURNAL_RETENTION", "7d", `nexus serve: NEXUS_JOURNAL_RETENTION="7d" is not a duration (such as 10s, 5m or 168h)`},
 		{"NEXUS_MAX_BODY_BYTES", "1e6", `nexus serve: NEXUS_MAX_BODY_BYTES="1e6" is not a whole number`},
 		{"NEXUS_POLL", "50ms", "nexus serve: NEXUS_POLL must be at least 100ms, not 50ms"},
