@@ -189,15 +189,16 @@ func TestDoorLinesNameTheKey(t *testing.T) {
 // sequence's error, as run_completed does for /run: it is the line
 // queues-retries-dlq.md has operators watch for a handler that keeps
 // failures from the dead-letter queue. It said the outcome and the step,
-// not the error.
+// not the error. It is a warning, as run_completed's of the same outcome
+// is (it was logged as info).
 func TestFaultHandledDeliveryLineSaysTheError(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	fx.publishWith("guarded", "",
 		"## Step: check\n```validate\n$.orderId != null | \"orderId is required\"\n```\n\n## Fault: answer\n```ntd\n{\"rejected\": true}\n```\n")
 	fx.enqueue(t, "guarded", `{}`)
 	evs := fx.waitLogEvents(t, "queue_processed", 1)
-	if len(evs) != 1 || evs[0]["outcome"] != "fault_handled" || evs[0]["error"] != "step 'check': validation failed (Semantic): orderId is required" {
-		t.Errorf("queue_processed events %v, want one fault_handled naming the error", evs)
+	if len(evs) != 1 || evs[0]["outcome"] != "fault_handled" || evs[0]["error"] != "step 'check': validation failed (Semantic): orderId is required" || evs[0]["level"] != "WARN" {
+		t.Errorf("queue_processed events %v, want one fault_handled warning naming the error", evs)
 	}
 }
 

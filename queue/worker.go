@@ -747,9 +747,14 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	count := w.cfg.Counts.add
 	switch v.Kind {
 	case VerdictAck:
-		if v.Outcome == "filtered" {
+		switch v.Outcome {
+		case "filtered":
 			log(slog.LevelInfo, "message filtered", "queue_filtered")
-		} else {
+		case "fault_handled":
+			// a failure its fault handler answered: a warning, as /run's
+			// run_completed line of the same outcome is
+			log(slog.LevelWarn, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
+		default:
 			log(slog.LevelInfo, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
 		}
 		count(v.Outcome)
