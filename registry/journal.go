@@ -42,6 +42,11 @@ type JournalConfig struct {
 	FlushEvery time.Duration
 	// Retention is how long entries are kept; 0 keeps them forever.
 	Retention time.Duration
+	// MaxEntries is the most entries kept: at each prune, the oldest
+	// written beyond it are deleted, whatever Retention says, so that a
+	// busy host's journal cannot fill its disk (a week at 1,000
+	// executions a second is 600 million rows). 0 keeps any number.
+	MaxEntries int64
 	// PruneEvery is how often old entries are deleted. Default 1 minute.
 	PruneEvery time.Duration
 	// Logger receives the writer's warnings; nil means slog.Default().
@@ -278,6 +283,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 	var (
 		pruning atomic.Bool
 		pruned  sync.WaitGroup
+		capped  int64 // prunes that deleted entries for MaxEntries, for the log
 	)
 	failures := 0 // rounds refused in a row, for the log
 	// writeAll writes what waits, a batch at a time; a batch the database
@@ -328,11 +334,25 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		case <-prune.C:
 			// beside the writing, which a long prune (batches with
 			// pauses between) must not hold up; one prune at a time
-			if w.cfg.Retention > 0 && pruning.CompareAndSwap(false, true) {
+			if (w.cfg.Retention > 0 || w.cfg.MaxEntries > 0) && pruning.CompareAndSwap(false, true) {
 				pruned.Go(func() {
 					defer pruning.Store(false)
-					if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
-						w.cfg.Logger.Error("old journal entries could not be deleted", "event", "journal_prune_failed", "error", err.Error())
+					if w.cfg.Retention > 0 {
+						if _, err := w.r.PruneJournal(ctx, w.r.now().Add(-w.cfg.Retention)); err != nil && ctx.Err() == nil {
+							w.cfg.Logger.Error("old journal entries could not be deleted", "event", "journal_prune_failed", "error", err.Error())
+						}
+					}
+					if w.cfg.MaxEntries > 0 {
+						n, err := w.r.CapJournal(ctx, w.cfg.MaxEntries)
+						if err != nil && ctx.Err() == nil {
+							w.cfg.Logger.Error("journal entries past the most kept could not be deleted", "event", "journal_prune_failed", "error", err.Error())
+						}
+						// said at the 1st, 2nd, 4th… such prune: a busy
+						// host deletes some at every prune
+						if capped += min(n, 1); n > 0 && sparse(capped) {
+							w.cfg.Logger.Warn("the journal holds its most entries: the oldest were deleted before the retention said so", "event", "journal_capped",
+								"deleted", n, "max_entries", w.cfg.MaxEntries, "prunes", capped)
+						}
 					}
 				})
 			}
@@ -473,6 +493,14 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 // PruneJournal deletes entries older than before and returns how many.
 func (r *Registry) PruneJournal(ctx context.Context, before time.Time) (int64, error) {
 	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE at < ? LIMIT ?)`, before.UnixMicro())
+}
+
+// CapJournal deletes the oldest entries written beyond the newest max, and
+// returns how many. Entries are kept by id, the order they were written in
+// (ids only grow: rows are deleted from the oldest, so the newest always
+// holds the largest).
+func (r *Registry) CapJournal(ctx context.Context, max int64) (int64, error) {
+	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= (SELECT max(id) FROM journal) - ? ORDER BY id LIMIT ?)`, max)
 }
 
 // pruneBatch is how many rows one pruning transaction deletes: a catch-up

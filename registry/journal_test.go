@@ -328,6 +328,67 @@ func TestJournalRetention(t *testing.T) {
 	}
 }
 
+// TestCapJournal keeps the newest entries written and deletes the older
+// ones beyond the most kept, batch after batch; a journal within it loses
+// nothing.
+func TestCapJournal(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	const n, keep = 12345, 100
+	var all []registry.Entry
+	for i := range n {
+		e := entry(i, "acme", "f", t0.Add(-time.Duration(n-i)*time.Second))
+		all = append(all, e)
+		w.Append(e)
+	}
+	w.Stop()
+	ctx := context.Background()
+	if got, err := r.CapJournal(ctx, n); err != nil || got != 0 {
+		t.Fatalf("CapJournal(%d) of %d entries = %d, %v; want 0", n, n, got, err)
+	}
+	if got, err := r.CapJournal(ctx, keep); err != nil || got != n-keep {
+		t.Fatalf("CapJournal(%d) = %d, %v; want %d", keep, got, err, n-keep)
+	}
+	want := slices.Clone(all[n-keep:])
+	slices.Reverse(want)
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{Limit: 1000})); diff != "" {
+		t.Errorf("journal after the cap (-want +got):\n%s", diff)
+	}
+}
+
+// TestJournalMaxEntries: a writer with MaxEntries deletes the entries
+// beyond it by itself, at its prunes, whatever the retention, and says so
+// (journal_capped).
+func TestJournalMaxEntries(t *testing.T) {
+	r, _ := newRegistry(t)
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: time.Millisecond, Retention: 24 * time.Hour, MaxEntries: 3,
+		PruneEvery: 5 * time.Millisecond, Logger: logs.Logger(slog.LevelInfo)})
+	var all []registry.Entry
+	for i := range 5 { // before Start: written in one batch, so one prune deletes
+		e := entry(i, "acme", "f", t0.Add(-time.Duration(5-i)*time.Minute))
+		all = append(all, e)
+		w.Append(e)
+	}
+	w.Start()
+	defer w.Stop()
+	want := slices.Clone(all[2:])
+	slices.Reverse(want)
+	_, ok := waitFor[struct{}](t, 5*time.Second, nil, func() bool {
+		got, err := r.Journal(context.Background(), registry.JournalQuery{})
+		return err == nil && w.Written() == 5 && cmp.Equal(want, got, cmpopts.IgnoreFields(registry.Entry{}, "Row")) &&
+			strings.Contains(logs.String(), "journal_capped")
+	})
+	if !ok {
+		t.Fatalf("journal %v, written %d; want the newest 3 and a journal_capped line; log:\n%s", journal(t, r, registry.JournalQuery{}), w.Written(), logs.String())
+	}
+	evs := logs.Events(t, "journal_capped")
+	if len(evs) != 1 || evs[0]["deleted"] != 2.0 || evs[0]["max_entries"] != 3.0 {
+		t.Errorf("journal_capped lines: %v, want one that deleted 2", evs)
+	}
+}
+
 // BenchmarkJournalAppend measures Append with the writer running, and
 // reports the rows the writer put in SQLite per second of the benchmark
 // (Stop, which writes what is still buffered, included), and how many

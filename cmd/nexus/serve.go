@@ -58,6 +58,7 @@ type serveConfig struct {
 	MaxWorkers       int           `env:"NEXUS_MAX_WORKERS" envDefault:"256"`
 	LogFormat        string        `env:"NEXUS_LOG_FORMAT" envDefault:"json"`
 	JournalRetention time.Duration `env:"NEXUS_JOURNAL_RETENTION" envDefault:"168h"`
+	JournalMax       int64         `env:"NEXUS_JOURNAL_MAX_ENTRIES" envDefault:"10000000"`
 	SSHKey           string        `env:"NEXUS_SSH_KEY"`
 	ShutdownGrace    time.Duration `env:"NEXUS_SHUTDOWN_GRACE" envDefault:"20s"`
 	Dev              bool
@@ -96,6 +97,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
 	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
+	fs.Int64Var(&cfg.JournalMax, "journal-max-entries", cfg.JournalMax, "the most journal `entries` kept, the oldest deleted first whatever the retention; 0 keeps any number (env NEXUS_JOURNAL_MAX_ENTRIES)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "the `duration` a shutdown lets the requests and deliveries in flight run; keep it 5s or more under the time your orchestrator waits before it kills (env NEXUS_SHUTDOWN_GRACE)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
@@ -323,6 +325,8 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s must be at least 1, not %d", name("max-workers"), cfg.MaxWorkers)
 	case cfg.JournalRetention < 0:
 		return fmt.Errorf("%s must not be negative", name("journal-retention"))
+	case cfg.JournalMax < 0:
+		return fmt.Errorf("%s must not be negative", name("journal-max-entries"))
 	case cfg.ShutdownGrace < time.Second:
 		return fmt.Errorf("%s must be at least 1s, not %s", name("shutdown-grace"), cfg.ShutdownGrace)
 	case cfg.Dev && cfg.Repo != "":
@@ -528,7 +532,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 
 	metrics := host.NewMetrics()
 	watcher := &registry.Watcher{Registry: reg, Logger: logger}
-	journal := reg.NewJournalWriter(registry.JournalConfig{Retention: cfg.JournalRetention, Logger: logger})
+	journal := reg.NewJournalWriter(registry.JournalConfig{Retention: cfg.JournalRetention, MaxEntries: cfg.JournalMax, Logger: logger})
 	pruner := &registry.DedupPruner{Registry: reg, Logger: logger}
 	var syncer *gitsync.Syncer
 	syncHealth := &host.SyncHealth{}
