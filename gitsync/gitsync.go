@@ -593,8 +593,8 @@ func short(commit string) string {
 // index again (the clone is opened anew), so a host whose repo took a
 // commit at every poll spent more and more of its time reading indexes
 // (0.17 ms of CPU a pack a poll: 80 ms a poll after 475 commits). Past
-// MaxPacks the round packs the clone into one pack (go-git's
-// repack: the objects the references reach, so those a force-push left
+// MaxPacks the round packs the clone into one pack (repack: the
+// objects the references reach, so those a force-push left
 // behind go too).
 const MaxPacks = 16
 
@@ -640,6 +640,7 @@ func (s *Syncer) repackDue(packs int) bool {
 // a refused commit or a sync that fails for ever.
 func (s *Syncer) reclone(ctx context.Context, damage error) (*git.Repository, *object.Commit, error) {
 	s.cfg.Logger.Warn("the clone is damaged; cloning the repo anew", "event", "sync_repaired", "error", damage.Error())
+	s.repackFailedAt = 0 // a new clone: its packs are counted afresh
 	if err := os.RemoveAll(s.cfg.Dir); err != nil {
 		return nil, nil, fmt.Errorf("removing the damaged clone %s: %w", s.cfg.Dir, err)
 	}

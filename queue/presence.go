@@ -3,9 +3,11 @@ package queue
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Presence is what a queue's files say of a message that may or may not
@@ -19,8 +21,11 @@ const (
 	Absent Presence = iota
 	// Present: the log holds it.
 	Present
-	// Gone: the log does not hold it, but messages issued since it could
-	// have been were processed and drained, and it may have been one.
+	// Gone: the log does not hold it, but ids were issued since it could
+	// have been and the log no longer holds their messages: processed and
+	// drained, and it may have been one. An append that raised the id
+	// counter and failed before its frame was written (a full disk, a kill
+	// between the two) leaves the same files, so it reads as Gone too.
 	Gone
 )
 
@@ -64,15 +69,30 @@ func readNextID(fsys FS, dir string) (uint64, error) {
 // Appended tells whether tenant/flow's log holds the message appended with
 // the correlation ID cid, whose id, if it was appended, is at least from
 // (a NextID read before the append). It reads the files without opening
-// the queue, as NextID does. A message cut from the log because its write
-// or fdatasync failed was never acknowledged: its Append returned the
-// error, so it reads as Absent, rightly.
+// the queue, as NextID does, under a shared lock on the queue's append
+// lock file when there is one, so that no append or drain changes the log
+// while it is read (a drain empties it in place, and frames appended
+// after it would be read beside the old ones). A message cut from the log
+// because its write or fdatasync failed was never acknowledged (its
+// Append returned the error): it reads as Absent while the log holds the
+// messages issued before it, and as Gone when the log is empty.
 func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presence, error) {
 	dir, err := Dir(m.cfg.Root, tenant, flow)
 	if err != nil {
 		return Gone, err
 	}
 	fsys := m.fs()
+	if lock, err := fsys.OpenFile(filepath.Join(dir, lockFile), os.O_RDONLY, 0); err == nil {
+		defer lock.Close()
+		if lf, ok := lock.(interface{ Fd() uintptr }); ok {
+			if err := flockFd(int(lf.Fd()), syscall.LOCK_SH); err != nil {
+				return Gone, fmt.Errorf("taking the append lock: %w", err)
+			}
+			defer flockFd(int(lf.Fd()), syscall.LOCK_UN)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return Gone, err
+	}
 	// the counter first: an append raises it before it writes its frames,
 	// so a message the scan below does not meet was issued below it
 	next, err := readNextID(fsys, dir)
@@ -121,6 +141,15 @@ func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presen
 		return Absent, nil
 	}
 	return emptyLogPresence(next, from), nil
+}
+
+// flockFd is flock(2) on fd, tried again when a signal interrupts it.
+func flockFd(fd, how int) error {
+	for {
+		if err := syscall.Flock(fd, how); err != syscall.EINTR {
+			return err
+		}
+	}
 }
 
 // emptyLogPresence is the presence of a message not in a log that holds

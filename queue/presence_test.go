@@ -1,7 +1,11 @@
 package queue_test
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/queue"
@@ -80,5 +84,81 @@ func TestManagerAppended(t *testing.T) {
 	}
 	if _, err := m.NextID("acme", "A"); err == nil {
 		t.Error("NextID(acme/A) = nil error")
+	}
+}
+
+// TestManagerAppendedAfterAFailedAppend: an append whose fdatasync failed
+// raised the id counter and its frame was cut from the log. Its message
+// was never acknowledged; it reads as Absent while the log holds the
+// messages issued before it, and as Gone once the log holds none (the
+// files then look as after a drain, which Appended cannot tell apart).
+func TestManagerAppendedAfterAFailedAppend(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		before bool // a message appended before the failed one
+		want   queue.Presence
+	}{
+		{"after another message", true, queue.Absent},
+		{"into an empty log", false, queue.Gone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktest.New(wt0)
+			m, root := newManager(t, clk, queue.HandlerFunc(ack), 0, nil)
+			hooks := &hookFS{}
+			q, _, err := queue.Open(root, "acme", "nightly", queue.Options{Now: clk.Now, FS: hooks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if c.before {
+				if _, err := q.Append(queue.NewMessage{Source: "cron", CorrelationID: "other", Payload: []byte("{}")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			from, err := m.NextID("acme", "nightly")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooks.failNextSync()
+			if _, err := q.Append(queue.NewMessage{Source: "cron", CorrelationID: "tick", Payload: []byte("{}")}); err == nil {
+				t.Fatal("the append whose fdatasync failed succeeded")
+			}
+			if got, err := m.Appended("acme", "nightly", from, "tick"); err != nil || got != c.want {
+				t.Errorf("Appended = %v, %v; want %v", got, err, c.want)
+			}
+		})
+	}
+}
+
+// TestManagerAppendedWaitsForTheAppendLock: Appended reads the log under
+// the append lock, so that no drain or append changes it meanwhile.
+func TestManagerAppendedWaitsForTheAppendLock(t *testing.T) {
+	clk := clocktest.New(wt0)
+	m, root := newManager(t, clk, queue.HandlerFunc(ack), 0, nil)
+	q := openQueueAt(t, root, "acme", "nightly", clk)
+	if _, err := q.Append(queue.NewMessage{Source: "cron", CorrelationID: "tick", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.Open(filepath.Join(root, "acme", "nightly", "append.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan queue.Presence)
+	go func() {
+		p, _ := m.Appended("acme", "nightly", 1, "tick")
+		done <- p
+	}()
+	select {
+	case p := <-done:
+		t.Fatalf("Appended = %v while another held the append lock", p)
+	case <-time.After(100 * time.Millisecond):
+	}
+	syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if p := <-done; p != queue.Present {
+		t.Errorf("Appended = %v once the lock was let go, want present", p)
 	}
 }

@@ -286,13 +286,7 @@ func (q *Queue) lockAppend() (func(), error) {
 	}, nil
 }
 
-func flockRetry(f *os.File, how int) error {
-	for {
-		if err := syscall.Flock(int(f.Fd()), how); err != syscall.EINTR {
-			return err
-		}
-	}
-}
+func flockRetry(f *os.File, how int) error { return flockFd(int(f.Fd()), how) }
 
 // Close closes the queue's files.
 func (q *Queue) Close() error {

@@ -120,12 +120,14 @@ type WorkerConfig struct {
 	// checkpoint is written (it is also written when the queue goes idle);
 	// default 64.
 	CheckpointEvery int
-	// CheckpointAfter is how long a processed message may wait for the
-	// checkpoint to pass it while the queue stays busy; default 50 ms. A
-	// slow flow (a backend taking seconds) then has the checkpoint written
-	// after nearly every message rather than every CheckpointEvery: a
-	// process killed meanwhile delivers again what finished in the last
-	// CheckpointAfter, not minutes of work.
+	// CheckpointAfter is how old the last checkpoint write may be when a
+	// message finishes before the checkpoint is written again, while the
+	// queue stays busy; default 50 ms. A slow flow (a backend taking
+	// seconds) then has the checkpoint written after nearly every message
+	// rather than every CheckpointEvery: a process killed meanwhile
+	// delivers again the message in flight and those finished since the
+	// last write, which finished within CheckpointAfter of one another,
+	// not minutes of work.
 	CheckpointAfter time.Duration
 	// StopGrace is how long Stop lets the delivery in progress run before
 	// cancelling it; default 30 s. A delivery cancelled so is not an

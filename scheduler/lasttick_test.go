@@ -3,6 +3,8 @@ package scheduler
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 func TestSaveLastTick(t *testing.T) {
 	t0 := time.Date(2026, 8, 9, 14, 3, 0, 0, time.UTC)
 	rec := lastRecord{at: t0, from: 42, cid: "5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10"}
-	const line = "1786284180000000000 42 5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10\n"
+	const line = "1786284180000000000            \n42 5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10\n"
 	cases := []struct {
 		name    string
 		files   map[string]string // in {dir}/acme before the save
@@ -81,6 +83,13 @@ func TestSaveLastTick(t *testing.T) {
 				if err != nil || !got.at.Equal(rec.at) || got.from != rec.from || got.cid != rec.cid {
 					t.Errorf("readLastRecord = %+v, %v; want %+v", got, err, rec)
 				}
+				// an earlier version read the first 32 bytes, trimmed, as
+				// the time: it still finds it (a rolling upgrade, a
+				// rollback)
+				b, _ := os.ReadFile(s.lastPath(e))
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(b[:min(32, len(b))])), 10, 64); err != nil || n != t0.UnixNano() {
+					t.Errorf("an earlier version reads the time as %d, %v; want %d", n, err, t0.UnixNano())
+				}
 			}
 		})
 	}
@@ -96,6 +105,7 @@ func TestReadLastRecord(t *testing.T) {
 		content string
 		want    lastRecord
 	}{
+		{"1786284180000000000            \n42 abc\n", lastRecord{at: t0, from: 42, cid: "abc"}},
 		{"1786284180000000000 42 abc\n", lastRecord{at: t0, from: 42, cid: "abc"}},
 		{"1786284180000000000\n", lastRecord{at: t0}},
 		{"1786284180000000000 abc\n", lastRecord{at: t0}},

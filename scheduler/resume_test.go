@@ -102,25 +102,37 @@ func TestTakeoverQueuesATickNeverQueued(t *testing.T) {
 // after a process was killed with its last tick recorded: the tick is
 // queued if the log does not hold it, once, with the correlation ID the
 // record names; not if the log holds it, nor if the record is an older
-// version's (the time alone), which cannot tell.
+// version's (the time alone), which cannot tell, nor when the host comes
+// back long after the tick (a daily tick is not replayed in the evening).
 func TestRestartQueuesATickNeverQueued(t *testing.T) {
 	const cid = "5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10"
+	const rec = "1786284120000000000            \n1 " + cid + "\n" // the tick at 14:02:00
 	cases := []struct {
 		name      string
-		appended  bool   // the killed process appended the tick
-		record    string // the record it left, for the tick at 14:02:00
-		wantTotal int64  // messages in the log after the restart's first poll
+		spec      string        // the flow's schedule; default every minute
+		after     time.Duration // the restart, after the tick at 14:02:00
+		appended  bool          // the killed process appended the tick
+		record    string        // the record it left
+		wantTotal int64         // messages in the log after the restart's first polls
 	}{
-		{name: "killed between the record and the append", record: "1786284120000000000 1 " + cid + "\n", wantTotal: 1},
-		{name: "killed after the append", appended: true, record: "1786284120000000000 1 " + cid + "\n", wantTotal: 1},
+		{name: "killed between the record and the append", record: rec, wantTotal: 1},
+		{name: "killed after the append", appended: true, record: rec, wantTotal: 1},
 		{name: "an older version's record", record: "1786284120000000000\n", wantTotal: 0},
+		{name: "the record of a version that wrote one line", record: "1786284120000000000 1 " + cid + "\n", wantTotal: 1},
+		{name: "a daily tick, the host back hours later", spec: "2 14 * * *", after: 8 * time.Hour, record: rec, wantTotal: 0},
+		{name: "a daily tick, the host back within a minute", spec: "2 14 * * *", record: rec, wantTotal: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.publish(cronFlow("acme", "minutely", "* * * * *", "", ""))
+			spec := c.spec
+			if spec == "" {
+				spec = "* * * * *"
+			}
+			e.publish(cronFlow("acme", "minutely", spec, "", ""))
 			root := filepath.Join(filepath.Dir(e.dir), "queues")
-			clk := clocktest.New(st0.Add(20 * time.Second))
+			start := st0.Add(c.after + 20*time.Second)
+			clk := clocktest.New(start)
 			// a handler that holds its delivery until the manager stops, so
 			// that the log keeps what was appended
 			m := queue.NewManager(queue.ManagerConfig{Root: root, Clock: clk, Logger: quietLog(), Poll: time.Hour, Now: clk.Now,
@@ -147,7 +159,7 @@ func TestRestartQueuesATickNeverQueued(t *testing.T) {
 			s.Start()
 			t.Cleanup(s.Stop)
 			clk.WaitCalls(t, 1)
-			clk.StepUntil(t, st0.Add(50*time.Second), 10) // polls, before the 14:03 tick
+			clk.StepUntil(t, start.Add(30*time.Second), 10) // polls, before the next tick
 			counts, err := queue.ReadCounts(root, "acme", "minutely", nil)
 			if err != nil {
 				t.Fatal(err)

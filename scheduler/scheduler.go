@@ -140,7 +140,8 @@ type entry struct {
 	// the append is tried again at every pass, until it goes through or
 	// the next tick is due, which stands for it (and the older one is
 	// logged as lost). If this process stops meanwhile, the next one to
-	// hold the flow queues it (resume).
+	// hold the flow queues it (resume) if the queue's log can tell it was
+	// not queued and no later tick is due by then.
 	unqueued    time.Time
 	unqueuedCID string
 	// unrecorded is a due tick whose .last record could not be written
@@ -163,7 +164,7 @@ func (s *Scheduler) run(ctx context.Context) {
 	defer func() {
 		for _, e := range entries {
 			if !e.unqueued.IsZero() {
-				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped; the next process to hold the flow queues it unless a later tick is due by then", "event", "cron_failed",
+				s.cfg.Logger.Error("a cron tick could not be queued before the scheduler stopped; the next process to hold the flow queues it if the queue's log can tell it was not, and no later tick is due by then", "event", "cron_failed",
 					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
 			}
 			if !e.unrecorded.IsZero() {
@@ -400,11 +401,14 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 // tick was recorded but never appended, because the process that made it
 // was killed between the two or stopped while its append kept failing, it
 // queues the tick, as long as no later tick is due (which stands for it,
-// as for a tick whose append fails until then). The record names the
-// tick's correlation ID and a lower bound of its message id, and the
-// queue's log tells whether it holds it. A tick the log cannot tell about
-// (messages issued since it could have been were drained) is not queued
-// again: ticks stay at most once.
+// as for a tick whose append fails until then) and the tick is at most
+// resumeWithin old (a host down for hours does not replay a tick when it
+// comes back). The record names the tick's correlation ID and a lower
+// bound of its message id, and the queue's log tells whether it holds it.
+// A tick the log cannot tell about is not queued again, so that ticks
+// stay at most once: messages issued since it could have been were
+// drained, which is also how a log reads after an append that raised the
+// id counter and failed before its frame was written (queue.Gone).
 func (s *Scheduler) resume(e *entry) {
 	rec, err := readLastRecord(s.lastPath(e))
 	if err != nil || rec.cid == "" {
@@ -434,12 +438,23 @@ func (s *Scheduler) resume(e *entry) {
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid)
 		return
 	}
+	if late := now.Sub(rec.at); late > resumeWithin {
+		log.Error("the last tick was recorded but never queued (the process that made it went before), too long ago to queue it now: ticks missed while no process ran are not replayed", "event", "cron_failed",
+			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "late_ms", late.Milliseconds())
+		return
+	}
 	if err := s.queueTick(e, sc, rec.at, rec.cid, log.With("resumed", true)); err != nil {
 		log.Error("a cron tick the process before recorded could not be queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
 		e.unqueued, e.unqueuedCID = rec.at, rec.cid
 	}
 }
+
+// resumeWithin is how late resume queues a tick the process before
+// recorded and never queued: a standby takes over within a poll or two,
+// and a supervisor restarts a killed host within seconds; a tick older
+// than this was missed while no process ran, which is not replayed.
+const resumeWithin = time.Minute
 
 // fire appends the flow's input for the time due, held under the flow's
 // lock, unless the last-tick record shows it made already.
@@ -703,11 +718,18 @@ func (s *Scheduler) lastTick(e *entry) (time.Time, error) { return readLastTick(
 
 // lastRecord is a flow's last-tick record: the tick's time and, to tell
 // whether it was queued, a lower bound of its message id (the queue's
-// next id before the append) and its correlation ID. On disk it is one
-// line, written whole (queue.WriteAtomic): the time in Unix nanoseconds,
-// then the id and the correlation ID, each after a space
-// ("1786284180000000000 42 5d0c7f0e-…\n"). A record of the time alone (an
-// older version's) has neither: from is 0 and cid empty.
+// next id before the append) and its correlation ID. On disk, written
+// whole (queue.WriteAtomic), it is two lines: the time in Unix nanoseconds
+// padded with spaces to 31 bytes and a newline, so that the first 32
+// bytes are what an earlier version wrote and reads (it reads 32 bytes and
+// trims them: a process of an earlier version sharing the state directory,
+// in a rolling upgrade or after a rollback, still finds the time); then
+// the id and the correlation ID, a space between, and a newline:
+//
+//	"1786284180000000000            \n42 5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10\n"
+//
+// A record of the time alone (an earlier version's) has neither: from is
+// 0 and cid empty.
 type lastRecord struct {
 	at   time.Time
 	from uint64
@@ -734,8 +756,8 @@ func readLastRecord(path string) (lastRecord, error) {
 		return lastRecord{}, err
 	}
 	defer f.Close()
-	// 20 digits, a space, 20 digits, a space, a correlation ID (at most
-	// 128 bytes) and a newline
+	// 32 bytes, 20 digits, a space, a correlation ID (at most 128 bytes)
+	// and a newline
 	b := make([]byte, 192)
 	k, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -762,11 +784,11 @@ func readLastRecord(path string) (lastRecord, error) {
 // power cut: if it were lost or empty, a takeover after the restart would
 // tick its time again.
 func (s *Scheduler) saveLastTick(e *entry, rec lastRecord) error {
-	line := strconv.FormatInt(rec.at.UnixNano(), 10)
+	b := []byte(strconv.FormatInt(rec.at.UnixNano(), 10))
 	if rec.from > 0 && rec.cid != "" && !strings.ContainsAny(rec.cid, " \t\r\n") {
-		line += " " + strconv.FormatUint(rec.from, 10) + " " + rec.cid
+		b = fmt.Appendf(nil, "%-31s\n%d %s", b, rec.from, rec.cid)
 	}
-	return queue.WriteAtomic(nil, s.lastPath(e), []byte(line+"\n"))
+	return queue.WriteAtomic(nil, s.lastPath(e), append(b, '\n'))
 }
 
 // appendInput is the JSON of a schedule_input document.
