@@ -231,7 +231,7 @@ func newQueueCollector(m *queue.Manager) *queueCollector {
 	l := []string{"tenant", "flow"}
 	return &queueCollector{
 		m:         m,
-		depth:     prometheus.NewDesc("nexus_queue_depth", "Bytes of the queue's log not yet processed.", l, nil),
+		depth:     prometheus.NewDesc("nexus_queue_depth", "Messages of the queue's log not yet processed (those waiting for a retry are nexus_queue_retries_pending).", l, nil),
 		inFlight:  prometheus.NewDesc("nexus_queue_in_flight", "Deliveries running now.", l, nil),
 		retries:   prometheus.NewDesc("nexus_queue_retries_pending", "Messages waiting for a retry.", l, nil),
 		dead:      prometheus.NewDesc("nexus_queue_dead_letters", "Dead letters not yet replayed or discarded.", l, nil),

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -524,7 +523,7 @@ func (e *heldError) Unwrap() error { return e.cause }
 // QueueInfo describes one open queue.
 type QueueInfo struct {
 	Tenant, Flow string
-	Depth        int64 // bytes of log not yet processed
+	Depth        int64 // messages of the log not yet processed (Counts)
 	State        WorkerState
 	DeadLetters  int
 	// DamagedDeadLetters counts the damaged frames of the dead-letter
@@ -586,15 +585,7 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 
 // openInfo describes a queue this process has open.
 func (m *Manager) openInfo(e *managed) QueueInfo {
-	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
-	// the checkpoint first: the log only grows until a drain, so the size
-	// read after it is at least the checkpoint, but for a drain between
-	// the two reads
-	if ckpt, err := e.q.Checkpoint(); err == nil {
-		if size, err := e.q.Size(); err == nil {
-			info.Depth = max(size-ckpt, 0)
-		}
-	}
+	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true, Depth: m.depth(e.q.Tenant, e.q.Flow)}
 	if n, damaged, err := m.deadLetterCounts(e.q); err == nil {
 		info.DeadLetters, info.DamagedDeadLetters = n, damaged
 	}
@@ -606,6 +597,18 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 		}
 	}
 	return info
+}
+
+// depth counts tenant/flow's messages not yet processed, as Counts does (0
+// when the log cannot be read): after the first count of a log, only what
+// was appended and processed since is read, so /metrics can say it in
+// messages at every scrape.
+func (m *Manager) depth(tenant, flow string) int64 {
+	c, err := m.Counts(tenant, flow)
+	if err != nil {
+		return 0
+	}
+	return max(c.Total-c.Processed, 0)
 }
 
 // onDisk describes a queue this process has not opened, from its files.
@@ -621,14 +624,7 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 		return info
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
-	if seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0); err == nil {
-		b, _ := readFile(q.fs, q.path(ckptFile)) // before the size, as ReadCounts
-		if size, err := fileSize(seg); err == nil {
-			ckpt, _ := resolveCheckpoint(b, seg, size)
-			info.Depth = max(size-ckpt, 0)
-		}
-		seg.Close()
-	}
+	info.Depth = m.depth(tenant, flow)
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}

@@ -118,8 +118,9 @@ func TestManagerStopLetsADeliveryInFlightPublish(t *testing.T) {
 }
 
 // TestManagerDepthNeverNegative: nexus_queue_depth of an open queue is
-// read from the checkpoint and the size one after the other: a message
-// appended and processed between the two reads does not make it negative.
+// counted from the checkpoint and the log read one after the other: a
+// message appended and processed between the two reads does not make it
+// negative.
 func TestManagerDepthNeverNegative(t *testing.T) {
 	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
@@ -158,7 +159,7 @@ func TestManagerDepthNeverNegative(t *testing.T) {
 	armed.Store(true)
 	for _, info := range m.Queues() {
 		if info.Depth < 0 {
-			t.Errorf("nexus_queue_depth{tenant=%q,flow=%q} = %d: a gauge of bytes not yet processed is negative", info.Tenant, info.Flow, info.Depth)
+			t.Errorf("nexus_queue_depth{tenant=%q,flow=%q} = %d: a gauge of messages not yet processed is negative", info.Tenant, info.Flow, info.Depth)
 		}
 	}
 }
