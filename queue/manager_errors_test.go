@@ -2,12 +2,9 @@ package queue_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,53 +111,6 @@ func TestManagerStopLetsADeliveryInFlightPublish(t *testing.T) {
 	}
 	if _, _, err := m.Queue("acme", "d"); err == nil {
 		t.Error("a queue opened after Stop returned")
-	}
-}
-
-// TestManagerDepthNeverNegative: nexus_queue_depth of an open queue is
-// counted from the checkpoint and the log read one after the other: a
-// message appended and processed between the two reads does not make it
-// negative.
-func TestManagerDepthNeverNegative(t *testing.T) {
-	clk := clocktest.New(wt0)
-	rec := newRecorder(clk)
-	hooks := &hookFS{}
-	m, root := newManager(t, clk, rec.handler("m", ack), 0, hooks)
-	if _, _, err := m.Queue("acme", "a"); err != nil {
-		t.Fatal(err)
-	}
-	clk.WaitCalls(t, 1) // the worker is idle (its first housekeeping done)
-	ckptPath := filepath.Join(root, "acme", "a", "segment.log.ckpt")
-	segPath := filepath.Join(root, "acme", "a", "segment.log")
-	var armed atomic.Bool
-	hooks.mu.Lock()
-	hooks.onOpen = func(name string, flag int) {
-		if name != ckptPath || flag != os.O_RDONLY || !armed.CompareAndSwap(true, false) {
-			return
-		}
-		// between Size() and Checkpoint(): a message comes and is processed
-		if _, err := m.Append("acme", "a", enqueue("x")); err != nil {
-			t.Error(err)
-			return
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			b, _ := os.ReadFile(ckptPath)
-			info, err := os.Stat(segPath)
-			if len(b) == 16 && string(b[:4]) == "NXC1" && err == nil && info.Size() > 0 &&
-				int64(binary.BigEndian.Uint64(b[4:12])) == info.Size() {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-		t.Error("the worker did not write its checkpoint")
-	}
-	hooks.mu.Unlock()
-	armed.Store(true)
-	for _, info := range m.Queues() {
-		if info.Depth < 0 {
-			t.Errorf("nexus_queue_depth{tenant=%q,flow=%q} = %d: a gauge of messages not yet processed is negative", info.Tenant, info.Flow, info.Depth)
-		}
 	}
 }
 

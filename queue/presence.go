@@ -69,59 +69,43 @@ func readNextID(fsys FS, dir string) (uint64, error) {
 // Appended tells whether tenant/flow's log holds the message appended with
 // the correlation ID cid, whose id, if it was appended, is at least from
 // (a NextID read before the append). It reads the files without opening
-// the queue, as NextID does, under a shared lock on the queue's append
-// lock file when there is one, so that no append or drain changes the log
-// while it is read (a drain empties it in place, and frames appended
-// after it would be read beside the old ones). A message cut from the log
-// because its write or fdatasync failed was never acknowledged (its
-// Append returned the error): it reads as Absent while the log holds the
-// messages issued before it, and as Gone when the log is empty.
+// the queue, as NextID does. The id counter, the log's size and its first
+// message are read under a shared lock on the queue's append lock file
+// (when there is one), so that they agree; the log is then scanned
+// without the lock (a backlog takes a while, and appends would wait for
+// it), and read again if its first message changed meanwhile (a drain
+// emptied it in place, and frames appended after it would be read beside
+// the old ones). A message cut from the log because its write or
+// fdatasync failed was never acknowledged (its Append returned the
+// error): it reads as Absent while the log holds the messages issued
+// before it, and as Gone when the log is empty.
 func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presence, error) {
 	dir, err := Dir(m.cfg.Root, tenant, flow)
 	if err != nil {
 		return Gone, err
 	}
-	fsys := m.fs()
-	if lock, err := fsys.OpenFile(filepath.Join(dir, lockFile), os.O_RDONLY, 0); err == nil {
-		defer lock.Close()
-		if lf, ok := lock.(interface{ Fd() uintptr }); ok {
-			if err := flockFd(int(lf.Fd()), syscall.LOCK_SH); err != nil {
-				return Gone, fmt.Errorf("taking the append lock: %w", err)
-			}
-			defer flockFd(int(lf.Fd()), syscall.LOCK_UN)
+	for tries := 1; ; tries++ {
+		p, err := appended(m.fs(), dir, from, cid)
+		if !errors.Is(err, errCountMoved) || tries == 5 {
+			return p, err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return Gone, err
 	}
-	// the counter first: an append raises it before it writes its frames,
-	// so a message the scan below does not meet was issued below it
-	next, err := readNextID(fsys, dir)
+}
+
+// appended is one reading of Appended; errCountMoved when a drain emptied
+// the log while it was scanned.
+func appended(fsys FS, dir string, from uint64, cid string) (Presence, error) {
+	next, f, size, first, err := logEnds(fsys, dir)
 	if err != nil {
 		return Gone, err
 	}
-	f, err := fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	if f == nil {
 		return emptyLogPresence(next, from), nil
 	}
-	if err != nil {
-		return Gone, err
-	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return Gone, err
-	}
-	var first uint64
 	found := false
 	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
-		if len(rec) < 9 || rec[0] != kindMessage {
-			return nil
-		}
-		id := binary.BigEndian.Uint64(rec[1:9])
-		if first == 0 {
-			first = id
-		}
-		if id < from {
+		if len(rec) < 9 || rec[0] != kindMessage || binary.BigEndian.Uint64(rec[1:9]) < from {
 			return nil
 		}
 		if msg, err := decodeMessage(rec, off); err == nil && msg.CorrelationID == cid {
@@ -130,6 +114,9 @@ func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presen
 		}
 		return nil
 	})
+	if again, aerr := firstMessageID(f, size); aerr != nil || again != first {
+		return Gone, errCountMoved
+	}
 	switch {
 	case found:
 		return Present, nil
@@ -141,6 +128,43 @@ func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presen
 		return Absent, nil
 	}
 	return emptyLogPresence(next, from), nil
+}
+
+// logEnds reads, under a shared lock on dir's append lock file when there
+// is one, the id counter and segment.log's size and first message id, and
+// returns the log open (nil when there is none).
+func logEnds(fsys FS, dir string) (next uint64, f File, size int64, first uint64, err error) {
+	if lock, err := fsys.OpenFile(filepath.Join(dir, lockFile), os.O_RDONLY, 0); err == nil {
+		defer lock.Close()
+		if lf, ok := lock.(interface{ Fd() uintptr }); ok {
+			if err := flockFd(int(lf.Fd()), syscall.LOCK_SH); err != nil {
+				return 0, nil, 0, 0, fmt.Errorf("taking the append lock: %w", err)
+			}
+			defer flockFd(int(lf.Fd()), syscall.LOCK_UN)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, nil, 0, 0, err
+	}
+	// the counter first: an append raises it before it writes its frames,
+	// so a message the scan does not meet was issued below it
+	if next, err = readNextID(fsys, dir); err != nil {
+		return 0, nil, 0, 0, err
+	}
+	f, err = fsys.OpenFile(filepath.Join(dir, segmentFile), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return next, nil, 0, 0, nil
+	}
+	if err != nil {
+		return 0, nil, 0, 0, err
+	}
+	if size, err = fileSize(f); err == nil {
+		first, err = firstMessageID(f, size)
+	}
+	if err != nil {
+		f.Close()
+		return 0, nil, 0, 0, err
+	}
+	return next, f, size, first, nil
 }
 
 // flockFd is flock(2) on fd, tried again when a signal interrupts it.

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -498,9 +499,25 @@ func (r *Registry) PruneJournal(ctx context.Context, before time.Time) (int64, e
 // CapJournal deletes the oldest entries written beyond the newest max, and
 // returns how many. Entries are kept by id, the order they were written in
 // (ids only grow: rows are deleted from the oldest, so the newest always
-// holds the largest).
+// holds the largest). The ids have holes (the retention prunes by time,
+// and an entry is written when its execution ends), so the cut is the id
+// of the newest entry past max, found once, not max(id) - max.
 func (r *Registry) CapJournal(ctx context.Context, max int64) (int64, error) {
-	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= (SELECT max(id) FROM journal) - ? ORDER BY id LIMIT ?)`, max)
+	// the ids' span first, from the primary key's two ends: at most max
+	// entries when it is no wider (the count itself reads every row)
+	var lo, hi sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, `SELECT min(id), max(id) FROM journal`).Scan(&lo, &hi); err != nil || !hi.Valid || hi.Int64-lo.Int64 < max {
+		return 0, err
+	}
+	var cut int64
+	err := r.db.QueryRowContext(ctx, `SELECT id FROM journal ORDER BY id DESC LIMIT 1 OFFSET ?`, max).Scan(&cut)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil // no more than max entries
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= ? ORDER BY id LIMIT ?)`, cut)
 }
 
 // pruneBatch is how many rows one pruning transaction deletes: a catch-up

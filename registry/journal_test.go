@@ -357,6 +357,38 @@ func TestCapJournal(t *testing.T) {
 	}
 }
 
+// TestCapJournalOverHoles: the ids have holes (the retention prunes by
+// time, and an entry is written when its execution ends, so an old one can
+// have a recent id): the cap keeps max entries, not the entries of the
+// last max ids.
+func TestCapJournalOverHoles(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	var all []registry.Entry
+	for i := range 10 {
+		at := t0.Add(-time.Duration(10-i) * time.Minute)
+		if i >= 5 && i <= 7 {
+			at = t0.Add(-2 * time.Hour) // long executions, written late
+		}
+		e := entry(i, "acme", "f", at)
+		all = append(all, e)
+		w.Append(e)
+	}
+	w.Start()
+	w.Stop()
+	ctx := context.Background()
+	if n, err := r.PruneJournal(ctx, t0.Add(-time.Hour)); err != nil || n != 3 {
+		t.Fatalf("PruneJournal = %d, %v; want 3", n, err)
+	}
+	if n, err := r.CapJournal(ctx, 5); err != nil || n != 2 {
+		t.Fatalf("CapJournal(5) over 7 entries = %d, %v; want 2", n, err)
+	}
+	want := []registry.Entry{all[9], all[8], all[4], all[3], all[2]}
+	if diff := cmp.Diff(want, journal(t, r, registry.JournalQuery{})); diff != "" {
+		t.Errorf("journal after the cap (-want +got):\n%s", diff)
+	}
+}
+
 // TestJournalMaxEntries: a writer with MaxEntries deletes the entries
 // beyond it by itself, at its prunes, whatever the retention, and says so
 // (journal_capped).
