@@ -44,8 +44,8 @@ func IsFlowFile(src []byte) bool {
 	return false
 }
 
-// SkippedAsNotFlow says why Markdown that is not a flow file (IsFlowFile
-// is false) looks meant to be one, or "" when it does not: its front
+// SkippedAsNotFlow says why Markdown that is not a flow file looks meant
+// to be one, or "" when it does not (a flow file included): its front
 // matter, opening the file, has a key one or two letters from
 // flowmarkdown_version, or names a flow and a tenant without it. Such a
 // file is skipped as any Markdown is (a README), so a typo in the one key
@@ -53,7 +53,7 @@ func IsFlowFile(src []byte) bool {
 // nexus validate and deploy warn with this.
 func SkippedAsNotFlow(src []byte) string {
 	lines := strings.Split(string(Canonical(src)), "\n")
-	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" {
+	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" || IsFlowFile(src) {
 		return ""
 	}
 	var named []string
@@ -65,7 +65,7 @@ func SkippedAsNotFlow(src []byte) string {
 		if m == nil {
 			continue
 		}
-		if hint := naming.Suggest(m[1], []string{"flowmarkdown_version"}); hint != "" && m[1] != "flowmarkdown_version" {
+		if naming.Suggest(m[1], []string{"flowmarkdown_version"}) != "" {
 			return fmt.Sprintf("its front matter has %s, not flowmarkdown_version", m[1])
 		}
 		if m[1] == "flow" || m[1] == "tenant" {

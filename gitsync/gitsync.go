@@ -987,9 +987,6 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		// skipped as other Markdown is, as the spec has it, but said: a
 		// typo in the key that makes a file a flow file left a new flow
 		// undeployed without a word (a live one's is refused: lostFlows)
-		if flow.IsFlowFile(src.Data) {
-			continue
-		}
 		if why := flow.SkippedAsNotFlow(src.Data); why != "" {
 			s.cfg.Logger.Warn("a Markdown file that looks meant for a flow is not a flow file, and was skipped", "event", "sync_file_skipped",
 				"commit", commit.Hash.String(), "file", src.Path, "reason", why)

@@ -60,10 +60,7 @@ func readNextID(fsys FS, dir string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if v, ok := decodeValue(seqMagic, b); ok && v > 0 {
-		return v, nil
-	}
-	return 1, nil
+	return seqValue(b), nil
 }
 
 // Appended tells whether tenant/flow's log holds the message appended with

@@ -394,10 +394,16 @@ func (q *Queue) readSeq() (uint64, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, err
 	}
-	if v, ok := decodeValue(seqMagic, b[:n]); ok && v > 0 {
-		return v, nil
+	return seqValue(b[:n]), nil
+}
+
+// seqValue is the next id an id counter's bytes hold: 1 when they do not
+// verify (recovery raises it past the ids in the log).
+func seqValue(b []byte) uint64 {
+	if v, ok := decodeValue(seqMagic, b); ok && v > 0 {
+		return v
 	}
-	return 1, nil
+	return 1
 }
 
 // writeSeq rewrites the id counter in place (16 bytes, one sector), synced

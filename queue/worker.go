@@ -749,15 +749,16 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	count := w.cfg.Counts.add
 	switch v.Kind {
 	case VerdictAck:
-		switch v.Outcome {
-		case "filtered":
-			log(slog.LevelInfo, "message filtered", "queue_filtered")
-		case "fault_handled":
+		level := slog.LevelInfo
+		if v.Outcome == "fault_handled" {
 			// a failure its fault handler answered: a warning, as /run's
 			// run_completed line of the same outcome is
-			log(slog.LevelWarn, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
-		default:
-			log(slog.LevelInfo, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
+			level = slog.LevelWarn
+		}
+		if v.Outcome == "filtered" {
+			log(level, "message filtered", "queue_filtered")
+		} else {
+			log(level, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
 		}
 		count(v.Outcome)
 		return nil, nil

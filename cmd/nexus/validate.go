@@ -176,9 +176,6 @@ func sameFolder(a, b string) bool {
 // flow file although its front matter looks meant for one.
 func warnSkipped(stderr io.Writer, cmd string, srcs []flow.Source) {
 	for _, src := range srcs {
-		if flow.IsFlowFile(src.Data) {
-			continue
-		}
 		if why := flow.SkippedAsNotFlow(src.Data); why != "" {
 			fmt.Fprintf(stderr, "nexus %s: warning: %s: skipped, not a flow file: %s\n", cmd, src.Path, why)
 		}
