@@ -30,7 +30,10 @@ func ReadCounts(root, tenant, flow string, fsys FS) (Counts, error) {
 // countCursor is where the last count of one queue's log ended, so that
 // the next reads only what came after: the log only grows between drains,
 // and its checkpoint only moves on, while a drain, which empties it,
-// changes the id of its first message (ids are never issued twice). A
+// changes the header of its first frame (its CRC covers the first
+// message's id, and ids are never issued twice), a header read as it is,
+// so that a log whose first frame is damaged is not read whole at every
+// count (every scrape of /metrics) for want of a first id. A
 // batch cut from the end of the log (its write or fdatasync failed) after
 // it was counted, and new frames written in its place, change the header
 // of the last frame counted (its CRC covers the id), which the next count
@@ -42,7 +45,8 @@ type countCursor struct {
 
 // countState is a count up to some point of one log.
 type countState struct {
-	firstID   uint64           // of the log's first message; 0 when it has none (nothing is kept then)
+	head      [headerSize]byte // the log's first bytes, its first frame's header, damaged or not
+	headed    bool             // the log holds a whole header (nothing is kept otherwise)
 	scanned   int64            // the log is counted up to this offset…
 	total     int64            // …and holds these messages before it
 	last      int64            // the offset of the last frame counted…
@@ -106,11 +110,11 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	if err != nil {
 		return countState{}, err
 	}
-	first, err := firstMessageID(f, size)
+	head, headed, err := logHead(f, size)
 	if err != nil {
 		return countState{}, err
 	}
-	moved := first == 0 || first != at.firstID || size < at.scanned || ckpt < at.ckpt
+	moved := !headed || !at.headed || head != at.head || size < at.scanned || ckpt < at.ckpt
 	if !moved && at.scanned > 0 {
 		var h [headerSize]byte
 		if _, err := f.ReadAt(h[:], at.last); err != nil || h != at.tail {
@@ -118,7 +122,7 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 		}
 	}
 	if moved {
-		at = countState{firstID: first} // another log since: counted from its start
+		at = countState{head: head, headed: headed} // another log since: counted from its start
 	}
 	end, last, tail, err := countMessages(f, at.scanned, size, &at.total)
 	if err != nil {
@@ -134,10 +138,22 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 			return countState{}, err
 		}
 	}
-	if again, err := firstMessageID(f, size); err != nil || again != first {
+	if again, _, err := logHead(f, size); err != nil || again != head {
 		return countState{}, errCountMoved
 	}
 	return at, nil
+}
+
+// logHead reads the first headerSize bytes of a log of size bytes, as
+// they are: headed is false when the log is shorter.
+func logHead(r io.ReaderAt, size int64) (head [headerSize]byte, headed bool, err error) {
+	if size < headerSize {
+		return head, false, nil
+	}
+	if _, err := r.ReadAt(head[:], 0); err != nil {
+		return head, false, err
+	}
+	return head, true, nil
 }
 
 // countMessages adds to n the messages of the log from off to size, and

@@ -353,7 +353,7 @@ func (m *Manager) Counts(tenant, flow string) (Counts, error) {
 	// kept for the queues with messages in their log (not for every name
 	// asked about, nor for the logs the janitor has removed)
 	cur.mu.Lock()
-	keep := cur.at.firstID != 0
+	keep := cur.at.headed
 	cur.mu.Unlock()
 	m.mu.Lock()
 	if keep {
