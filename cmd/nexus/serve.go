@@ -323,8 +323,10 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s must be at least 1, not %d", name("max-body-bytes"), cfg.MaxBodyBytes)
 	case cfg.MaxWorkers < 1:
 		return fmt.Errorf("%s must be at least 1, not %d", name("max-workers"), cfg.MaxWorkers)
-	case cfg.JournalRetention < 0:
-		return fmt.Errorf("%s must not be negative", name("journal-retention"))
+	case cfg.JournalRetention != 0 && cfg.JournalRetention < time.Minute:
+		// the journal is pruned once a minute: less is a unit left out
+		// (--journal-retention 168 is refused as no duration, 1ns is not)
+		return fmt.Errorf("%s must be 0 (keep forever) or at least 1m, not %s", name("journal-retention"), cfg.JournalRetention)
 	case cfg.JournalMax < 0:
 		return fmt.Errorf("%s must not be negative", name("journal-max-entries"))
 	case cfg.ShutdownGrace < time.Second:

@@ -127,6 +127,8 @@ func TestServeEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{"NEXUS_POLL", "50ms", "nexus serve: NEXUS_POLL must be at least 100ms, not 50ms"},
 		{"NEXUS_MAX_WORKERS", "0", "nexus serve: NEXUS_MAX_WORKERS must be at least 1, not 0"},
 		{"NEXUS_JOURNAL_MAX_ENTRIES", "-1", "nexus serve: NEXUS_JOURNAL_MAX_ENTRIES must not be negative"},
+		{"NEXUS_JOURNAL_RETENTION", "1ns", "nexus serve: NEXUS_JOURNAL_RETENTION must be 0 (keep forever) or at least 1m, not 1ns"},
+		{"NEXUS_JOURNAL_RETENTION", "-1h", "nexus serve: NEXUS_JOURNAL_RETENTION must be 0 (keep forever) or at least 1m, not -1h0m0s"},
 		{"NEXUS_JOURNAL_MAX_ENTRIES", "1e7", `nexus serve: NEXUS_JOURNAL_MAX_ENTRIES="1e7" is not a whole number`},
 		{"NEXUS_LOG_FORMAT", "JSON", `nexus serve: NEXUS_LOG_FORMAT must be json or text, not "JSON"`},
 		{"NEXUS_LISTEN", "9090", `nexus serve: NEXUS_LISTEN "9090": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
