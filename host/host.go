@@ -87,6 +87,7 @@ type Server struct {
 	// enqueueFailures limits the queue_enqueue_failed lines of /enqueue
 	// as refusals are
 	enqueueFailures *refusalLog
+	failedLogins    *refusalLog // the ui_login_failed lines
 	// runs is the context of /run executions: not the request's, which
 	// ends when the caller hangs up, but one InterruptRuns ends
 	runs          context.Context
@@ -118,7 +119,7 @@ func New(cfg Config) *Server {
 	// which no header or password field can carry: trimmed, as callers'
 	// keys are
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
-	s := &Server{cfg: cfg, refusals: newRefusalLog(), enqueueFailures: newRefusalLog()}
+	s := &Server{cfg: cfg, refusals: newRefusalLog(), enqueueFailures: newRefusalLog(), failedLogins: newRefusalLog()}
 	s.runs, s.interruptRuns = context.WithCancel(context.Background())
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))

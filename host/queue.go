@@ -48,11 +48,9 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 		// at most as many lines as refusals: a full disk under load
 		// refuses every submission (15,000 lines a second on the log,
 		// which may be on the disk that is full)
-		if s.enqueueFailures.lim.AllowN(s.cfg.Now(), 1) {
+		if ok, suppressed := s.enqueueFailures.allow(s.cfg.Now()); ok {
 			s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
-				"correlation_id", a.correlationID, "error", err.Error(), "suppressed", s.enqueueFailures.suppressed.Swap(0))
-		} else {
-			s.enqueueFailures.suppressed.Add(1)
+				"correlation_id", a.correlationID, "error", err.Error(), "suppressed", suppressed)
 		}
 		if errors.Is(err, queue.ErrTooLarge) {
 			// under the flow's max_body_bytes but more than a queued

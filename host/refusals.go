@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -22,7 +23,8 @@ const (
 	refusalBurst = 20
 )
 
-// refusalLog rate-limits the request_refused lines.
+// refusalLog rate-limits one kind of line a caller can cause at will
+// (request_refused, queue_enqueue_failed, ui_login_failed).
 type refusalLog struct {
 	lim        *rate.Limiter
 	suppressed atomic.Int64
@@ -32,14 +34,24 @@ func newRefusalLog() *refusalLog {
 	return &refusalLog{lim: rate.NewLimiter(refusalRate, refusalBurst)}
 }
 
+// allow tells whether a line may be logged at now, and if so how many
+// were not since the last one (its suppressed attribute).
+func (l *refusalLog) allow(now time.Time) (ok bool, suppressed int64) {
+	if !l.lim.AllowN(now, 1) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
+}
+
 // logRefusal logs a door's refusal written to w (a *statusWriter that
 // remembers its status and text), unless the rate is spent.
 func (s *Server) logRefusal(door string, w *statusWriter, r *http.Request, tenant, flowName string, a admission) {
 	if w.status < http.StatusBadRequest {
 		return
 	}
-	if !s.refusals.lim.AllowN(s.cfg.Now(), 1) {
-		s.refusals.suppressed.Add(1)
+	ok, suppressed := s.refusals.allow(s.cfg.Now())
+	if !ok {
 		return
 	}
 	keyID := ""
@@ -49,5 +61,5 @@ func (s *Server) logRefusal(door string, w *statusWriter, r *http.Request, tenan
 	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "request refused",
 		slog.String("event", "request_refused"), slog.String("door", door), slog.String("tenant", tenant), slog.String("flow", flowName),
 		slog.Int("status", w.status), slog.String("error", w.refusal), slog.String("correlation_id", a.correlationID),
-		slog.String("key", keyID), slog.String("remote", r.RemoteAddr), slog.Int64("suppressed", s.refusals.suppressed.Swap(0)))
+		slog.String("key", keyID), slog.String("remote", r.RemoteAddr), slog.Int64("suppressed", suppressed))
 }

@@ -415,6 +415,30 @@ func TestUILogin(t *testing.T) {
 	})
 }
 
+// TestUIFailedLoginsAreLimited: anyone may post wrong keys to /ui/login,
+// so its ui_login_failed lines are limited as the doors' refusals are (20
+// at once, 10 a second after; the next line counts those not logged); a
+// flood of 1,000 wrong keys wrote 1,000 lines. Every answer is still 401.
+func TestUIFailedLoginsAreLimited(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	for range 1000 { // the fixture's clock stands still: one instant
+		if w := fx.serve(loginRequest("wrong-guess", "")); w.Code != http.StatusUnauthorized {
+			t.Fatalf("a wrong key: %d", w.Code)
+		}
+	}
+	if n := len(fx.logs.Events(t, "ui_login_failed")); n != 20 {
+		t.Errorf("%d ui_login_failed lines for 1,000 failed logins in one instant, want 20", n)
+	}
+	fx.clock.Advance(time.Second)
+	if w := fx.serve(loginRequest("wrong-guess", "")); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a wrong key: %d", w.Code)
+	}
+	lines := fx.logs.Events(t, "ui_login_failed")
+	if len(lines) != 21 || lines[20]["suppressed"] != float64(980) {
+		t.Errorf("a second later: %d lines, the last %v; want 21, the last with suppressed 980", len(lines), lines[len(lines)-1])
+	}
+}
+
 func TestUISession(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`)
