@@ -223,9 +223,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !set["log-format"] && !inEnv && isTerminal(stderr) {
 		cfg.LogFormat = "text" // a person reads it
 	}
-	if cfg.Dev && !set["db"] && os.Getenv("NEXUS_DB") == "" {
-		cfg.DB = filepath.Join(".nexus-dev", "registry.db")
-	}
+	devDefaults(&cfg, set)
 	if cfg.DB, err = expandHome(cfg.DB); err != nil {
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		return exitError
@@ -246,6 +244,26 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// devListen is where --dev listens unless told: the loopback only, since
+// the example key it accepts for every acme flow is printed in the README
+// (on every interface, anyone on the network could run the flows and fill
+// the disk through /enqueue).
+const devListen = "127.0.0.1:9090"
+
+// devDefaults gives a --dev host the settings of development mode that
+// were not given: its state directory and the loopback address.
+func devDefaults(cfg *serveConfig, set map[string]bool) {
+	if !cfg.Dev {
+		return
+	}
+	if !givenOrInEnv(set, "db") {
+		cfg.DB = filepath.Join(".nexus-dev", "registry.db")
+	}
+	if !givenOrInEnv(set, "listen") {
+		cfg.Listen = devListen
+	}
 }
 
 // stopOnSignal returns a context cancelled by the first SIGINT or SIGTERM,

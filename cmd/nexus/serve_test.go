@@ -351,3 +351,41 @@ func TestHangup(t *testing.T) {
 		stop()
 	}
 }
+
+// TestDevDefaults: --dev listens on the loopback unless --listen or
+// NEXUS_LISTEN says otherwise (it listened on every interface, and the
+// example key it accepts is printed in the README), and keeps its state
+// in ./.nexus-dev unless --db or NEXUS_DB does; without --dev nothing
+// changes.
+func TestDevDefaults(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		listen   string
+		database string
+	}{
+		{"--dev", []string{"--dev"}, nil, "127.0.0.1:9090", filepath.Join(".nexus-dev", "registry.db")},
+		{"--dev --listen", []string{"--dev", "--listen", ":9191"}, nil, ":9191", filepath.Join(".nexus-dev", "registry.db")},
+		{"--dev NEXUS_LISTEN", []string{"--dev"}, map[string]string{"NEXUS_LISTEN": "0.0.0.0:9090"}, "0.0.0.0:9090", filepath.Join(".nexus-dev", "registry.db")},
+		{"--dev --db", []string{"--dev", "--db", "/tmp/x/registry.db"}, nil, "127.0.0.1:9090", "/tmp/x/registry.db"},
+		{"--dev NEXUS_DB", []string{"--dev"}, map[string]string{"NEXUS_DB": "/tmp/y/registry.db"}, "127.0.0.1:9090", "/tmp/y/registry.db"},
+		{"without --dev", nil, nil, ":9090", "~/.nexus/registry.db"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, v := range []string{"NEXUS_LISTEN", "NEXUS_DB"} {
+				t.Setenv(v, c.env[v])
+			}
+			cfg, fs, _ := serveFlags()
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			set := map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			devDefaults(cfg, set)
+			if cfg.Listen != c.listen || cfg.DB != c.database {
+				t.Errorf("listen %q, db %q; want %q and %q", cfg.Listen, cfg.DB, c.listen, c.database)
+			}
+		})
+	}
+}
