@@ -352,7 +352,17 @@ func fnDiv(a ...any) (any, error) {
 			return nil, evalErrorf("division by zero")
 		}
 	}
-	return arith("/", func(a, b float64) float64 { return a / b }, nil)(a...)
+	return arith("/", func(a, b float64) float64 { return a / b }, divInt)(a...)
+}
+
+// divInt is exact integer division when the quotient is whole (an id or an
+// amount in minor units above 2^53 keeps its digits); a fraction goes
+// through float64.
+func divInt(a, b int) (int, bool) {
+	if b == 0 || a%b != 0 || a == math.MinInt && b == -1 {
+		return 0, false
+	}
+	return a / b, true
 }
 
 func fnNeg(a ...any) (any, error) {
