@@ -165,7 +165,14 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if errors.Is(context.Cause(callCtx), errReadTimeout) {
 			return nil, fail("the answer from %s did not arrive within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
 		}
-		return nil, fail("reading the answer: %v", err)
+		// Go's text may quote what the downstream sent (a malformed
+		// chunk's trailer line): only the log has it then
+		if platformCause(err) {
+			return nil, fail("reading the answer: %v", err)
+		}
+		e := fail("reading the answer: the body from %s could not be read (the log has why)", req.URL.Host)
+		e.Detail = "reading the answer: " + err.Error()
+		return nil, e
 	}
 	x.setVar("HTTP_SC", resp.StatusCode)
 	x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))

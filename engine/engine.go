@@ -415,6 +415,7 @@ func (x *execution) faultSequence(ctx context.Context, steps iter.Seq[*flow.Step
 // sequence runs steps in order on doc and returns the last document, or
 // what stopped it.
 func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], doc any) (any, *stepError) {
+	last := "" // the last step run
 	for s := range steps {
 		if ctx.Err() != nil {
 			return doc, &stepError{err: x.deadline(s.Name())}
@@ -432,6 +433,7 @@ func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], do
 		if serr != nil {
 			return doc, serr
 		}
+		last = s.Name()
 		if err := x.collect(s, out); err != nil {
 			return doc, &stepError{err: err}
 		}
@@ -439,6 +441,12 @@ func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], do
 			x.setVar(name, out)
 		}
 		doc = out
+	}
+	// a step that ran past the ceiling (a slow match, rules checked
+	// between) fails it as one that began after it does; not a runner's
+	// cancellation after the work was done, which is no ceiling
+	if last != "" && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return doc, &stepError{err: x.deadline(last)}
 	}
 	return doc, nil
 }
@@ -480,6 +488,11 @@ func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *step
 	case flow.BlockValidate:
 		env := x.env(doc)
 		for r := range s.Rules() {
+			// each rule is bounded (a match's cost is), not the step's
+			// many: the ceiling is looked at between them
+			if ctx.Err() != nil {
+				return nil, &stepError{err: x.deadline(s.Name())}
+			}
 			ok, err := r.Expr.EvalBool(env)
 			if err != nil {
 				// a rule that cannot be evaluated fails as semantic, with the

@@ -533,6 +533,36 @@ endpoint: BACKEND/notify
 	waitFor(t, cancelled, "cancellation of the notify call")
 }
 
+// TestDurationCeilingHoldsForAStepThatRunsPastIt: a step cannot be stopped
+// in the middle of a match (a pattern the message carries costs up to its
+// bound each time), so the ceiling is looked at between a validate step's
+// rules and after the last step: a flow whose last step ran past
+// timeout_ms answered 200 long after it (5.7 s against 100 ms was seen),
+// and one whose slow rule came before a failing one answered that rule's
+// 422. Each rule here takes tens of milliseconds on any machine, the
+// ceiling is 1 ms.
+func TestDurationCeilingHoldsForAStepThatRunsPastIt(t *testing.T) {
+	slow := `matches($.v, $.p) | "no match"` + "\n"
+	doc := `{"p":"[\\p{L}]{0,600}c","v":"` + strings.Repeat("ab", 2000) + `c"}`
+	for _, c := range []struct{ name, rules string }{
+		{"the last step", slow + slow},
+		{"a rule after a slow one", slow + `false | "the second rule"` + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := flowSource("slow-check", "timeout_ms: 1\n", "\n## Step: check\n~~~validate\n"+c.rules+"~~~\n")
+			res := run(t, engine.New(engine.Config{}), compile(t, src), doc)
+			checkView(t, res, view{Status: 500, Header: jsonHdr("c-1"),
+				Body:    `{"ok":false,"error":"duration ceiling of 1 ms reached","step":"check"}`,
+				Outcome: engine.Failed, Err: "step 'check': duration ceiling of 1 ms reached", ErrKind: engine.KindDeadline})
+		})
+	}
+	// within the ceiling, the same flow answers as before
+	src := flowSource("slow-check", "", "\n## Step: check\n~~~validate\n"+slow+"~~~\n")
+	if res := run(t, engine.New(engine.Config{}), compile(t, src), doc); res.Status != 200 {
+		t.Errorf("within the ceiling: %d %s", res.Status, res.Body)
+	}
+}
+
 // blockingPublisher accepts a message only when the execution's context is
 // done, and reports success anyway: the step takes the whole ceiling.
 type blockingPublisher struct{ calls atomic.Int64 }

@@ -87,3 +87,38 @@ func TestTransportErrorNeverQuotesTheDownstream(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyReadErrorNeverQuotesTheDownstream: an answer whose head was read
+// but whose body could not be fails the call in the platform's words too;
+// Go's text for a chunked body's malformed trailer quotes the line the
+// downstream sent, and reached the caller through $.fault_error. A body
+// cut short keeps Go's text, which is the platform's.
+func TestBodyReadErrorNeverQuotesTheDownstream(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+	for _, c := range []struct {
+		name, reply, want, detail string
+	}{
+		{"a malformed trailer", head + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n" + secret + "\r\n\r\n",
+			"the body from HOST could not be read (the log has why)", "reading the answer: malformed MIME header"},
+		{"a body cut short", head + "Content-Length: 10\r\n\r\n{}", "unexpected EOF", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr := rawBackend(t, c.reply)
+			src := flowSource("raw", "", "\n## Step: forward\neffects: [http_egress]\nendpoint: BACKEND/ingest\n"+handlerSection)
+			res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", addr), `{}`)
+			if res.Status != 502 || res.Err == nil {
+				t.Fatalf("got %d %s, want 502 and the call's failure", res.Status, res.Body)
+			}
+			want := "reading the answer: " + strings.Replace(c.want, "HOST", strings.TrimPrefix(addr, "http://"), 1)
+			if got := res.Err.Error(); got != "step 'forward': effect handler failed: "+want {
+				t.Errorf("error %q, want %q", got, "step 'forward': effect handler failed: "+want)
+			}
+			if strings.Contains(string(res.Body), secret) || !strings.Contains(string(res.Body), want) {
+				t.Errorf("the handler's answer %s: want %q in it and nothing the downstream sent", res.Body, want)
+			}
+			if !strings.HasPrefix(res.Err.Detail, c.detail) || (c.detail == "") != (res.Err.Detail == "") {
+				t.Errorf("Detail %q: want %q (Go's text, for the log alone)", res.Err.Detail, c.detail)
+			}
+		})
+	}
+}
