@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
@@ -62,6 +64,11 @@ type Config struct {
 	// Secrets, when any is set, make every door require a signature and the
 	// webhook require GitHub's X-Hub-Signature-256.
 	Secrets []string
+	// MaxRuns is the most /run executions in progress at once (0:
+	// DefaultMaxRuns; negative: no limit). One more is refused with 503
+	// and Retry-After: 1 before its body is read, so that a flood of
+	// callers of slow flows cannot hold the host's memory.
+	MaxRuns int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SyncHealth is the git sync's run of rounds that could not run, for
@@ -75,6 +82,10 @@ type Config struct {
 
 // DefaultMaxBodyBytes is the ceiling when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultMaxRuns is Config.MaxRuns when it is 0: as many requests as
+// Envoy lets a cluster have in flight by default.
+const DefaultMaxRuns = 1024
 
 // Server is the HTTP side of the host: the doors and the operations
 // endpoints.
@@ -92,6 +103,8 @@ type Server struct {
 	// ends when the caller hangs up, but one InterruptRuns ends
 	runs          context.Context
 	interruptRuns context.CancelFunc
+	// running counts the /run executions in progress, against MaxRuns
+	running atomic.Int64
 }
 
 // InterruptRuns stops the /run executions still running, when the
@@ -112,6 +125,9 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxRuns == 0 {
+		cfg.MaxRuns = DefaultMaxRuns
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
@@ -124,6 +140,9 @@ func New(cfg Config) *Server {
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
 	}
+	cfg.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nexus_runs_in_progress", Help: "/run executions in progress (at most --max-runs).",
+	}, func() float64 { return float64(s.running.Load()) }))
 	r := httprouter.New()
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -48,7 +49,16 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) serveRun(w *statusWriter, r *http.Request, tenant, flowName string, start time.Time) {
-	a, doc, ok := s.admit(w, r, tenant, flowName)
+	a, ok := s.gate(w, r, tenant, flowName)
+	if ok {
+		if ok = s.takeRun(w, r); ok {
+			defer s.running.Add(-1)
+		}
+	}
+	var doc any
+	if ok {
+		doc, ok = s.admitBody(w, r, &a)
+	}
 	if !ok {
 		s.logRefusal(engine.DoorRun, w, r, tenant, flowName, a)
 		return
@@ -100,13 +110,31 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant, flowName 
 	if !ok {
 		return a, nil, false
 	}
+	doc, ok := s.admitBody(w, r, &a)
+	return a, doc, ok
+}
+
+// admitBody is admit after the gate: the body, the signature, the parse.
+func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, a *admission) (any, bool) {
 	body, ok := readBody(w, r, s.bodyLimit(a.flow))
 	if !ok || !s.checkSignature(w, r, body) {
-		return a, nil, false
+		return nil, false
 	}
 	doc, rawJSON, ok := parseBody(w, r, body)
 	a.rawJSON = rawJSON
-	return a, doc, ok
+	return doc, ok
+}
+
+// takeRun counts one more /run in progress, or refuses it (503,
+// Retry-After: 1, before its body is read) when MaxRuns are.
+func (s *Server) takeRun(w http.ResponseWriter, r *http.Request) bool {
+	if n := s.running.Add(1); s.cfg.MaxRuns > 0 && n > int64(s.cfg.MaxRuns) {
+		s.running.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		refuseUnread(w, r, http.StatusServiceUnavailable, "too many runs in progress (at most "+strconv.Itoa(s.cfg.MaxRuns)+"): try again")
+		return false
+	}
+	return true
 }
 
 // bodyLimit is the message-size ceiling of lf: its max_body_bytes, or the

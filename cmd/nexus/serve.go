@@ -56,6 +56,7 @@ type serveConfig struct {
 	AdminKey         string        `env:"NEXUS_ADMIN_KEY"`
 	MaxBodyBytes     int64         `env:"NEXUS_MAX_BODY_BYTES" envDefault:"1048576"`
 	MaxWorkers       int           `env:"NEXUS_MAX_WORKERS" envDefault:"256"`
+	MaxRuns          int           `env:"NEXUS_MAX_RUNS" envDefault:"1024"`
 	LogFormat        string        `env:"NEXUS_LOG_FORMAT" envDefault:"json"`
 	JournalRetention time.Duration `env:"NEXUS_JOURNAL_RETENTION" envDefault:"168h"`
 	JournalMax       int64         `env:"NEXUS_JOURNAL_MAX_ENTRIES" envDefault:"10000000"`
@@ -95,6 +96,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.StringVar(&cfg.AdminKey, "admin-key", cfg.AdminKey, "the admin `key` of /status, the management API and the UI; none closes them (env NEXUS_ADMIN_KEY)")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size `ceiling` of flows that set none (env NEXUS_MAX_BODY_BYTES)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
+	fs.IntVar(&cfg.MaxRuns, "max-runs", cfg.MaxRuns, "the most /run `executions` in progress at once, one more answered 503; 0 sets no limit (env NEXUS_MAX_RUNS)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
 	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
 	fs.Int64Var(&cfg.JournalMax, "journal-max-entries", cfg.JournalMax, "the most journal `entries` kept, the oldest deleted first whatever the retention; 0 keeps any number (env NEXUS_JOURNAL_MAX_ENTRIES)")
@@ -345,6 +347,8 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		// the journal is pruned once a minute: less is a unit left out
 		// (--journal-retention 168 is refused as no duration, 1ns is not)
 		return fmt.Errorf("%s must be 0 (keep forever) or at least 1m, not %s", name("journal-retention"), cfg.JournalRetention)
+	case cfg.MaxRuns < 0:
+		return fmt.Errorf("%s must not be negative (0 sets no limit), not %d", name("max-runs"), cfg.MaxRuns)
 	case cfg.JournalMax < 0:
 		return fmt.Errorf("%s must not be negative", name("journal-max-entries"))
 	case cfg.ShutdownGrace < time.Second:
@@ -598,7 +602,10 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	})
 	hostCfg := host.Config{
 		Live: reg, Status: reg, History: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
-		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret),
+		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret), MaxRuns: cfg.MaxRuns,
+	}
+	if cfg.MaxRuns == 0 {
+		hostCfg.MaxRuns = -1 // no limit
 	}
 	if syncer != nil {
 		hostCfg.Sync, hostCfg.SyncHealth = syncer, syncHealth

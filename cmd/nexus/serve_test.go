@@ -126,6 +126,7 @@ func TestServeEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{"NEXUS_MAX_BODY_BYTES", "1e6", `nexus serve: NEXUS_MAX_BODY_BYTES="1e6" is not a whole number`},
 		{"NEXUS_POLL", "50ms", "nexus serve: NEXUS_POLL must be at least 100ms, not 50ms"},
 		{"NEXUS_MAX_WORKERS", "0", "nexus serve: NEXUS_MAX_WORKERS must be at least 1, not 0"},
+		{"NEXUS_MAX_RUNS", "-1", "nexus serve: NEXUS_MAX_RUNS must not be negative (0 sets no limit), not -1"},
 		{"NEXUS_JOURNAL_MAX_ENTRIES", "-1", "nexus serve: NEXUS_JOURNAL_MAX_ENTRIES must not be negative"},
 		{"NEXUS_JOURNAL_RETENTION", "1ns", "nexus serve: NEXUS_JOURNAL_RETENTION must be 0 (keep forever) or at least 1m, not 1ns"},
 		{"NEXUS_JOURNAL_RETENTION", "-1h", "nexus serve: NEXUS_JOURNAL_RETENTION must be 0 (keep forever) or at least 1m, not -1h0m0s"},
