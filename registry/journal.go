@@ -289,12 +289,19 @@ func (w *JournalWriter) loop(ctx context.Context) {
 	failures := 0 // rounds refused in a row, for the log
 	// writeAll writes what waits, a batch at a time; a batch the database
 	// refuses (locked by another process past BusyTimeout, say) goes back
-	// to the buffer for the next round
+	// to the buffer for the next round. It writes no more than waited
+	// when it began: entries arriving as fast as it writes them kept it
+	// from ever returning, so that neither a prune nor a Stop was ever
+	// taken up (Append's full signal starts the next round at once).
 	writeAll := func() error {
-		for {
+		w.bufMu.Lock()
+		left := w.count
+		w.bufMu.Unlock()
+		for left > 0 {
 			if batch = w.take(batch); len(batch) == 0 {
 				return nil
 			}
+			left -= len(batch)
 			if insert == nil && len(batch) >= journalRowsPerInsert {
 				// on an error, writeEntries prepares it in its transaction
 				if stmt, err := w.r.db.PrepareContext(context.Background(), fullJournalInsert); err == nil {
@@ -325,6 +332,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 			}
 			w.written.Add(int64(len(batch)))
 		}
+		return nil
 	}
 	for {
 		select {
@@ -360,12 +368,18 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		case <-ctx.Done():
 			pruned.Wait()
 			// a database still refusing after a few tries (each waits
-			// BusyTimeout for the lock) loses what waits: counted
-			for try := 0; writeAll() != nil && try < 2; try++ {
+			// BusyTimeout for the lock) loses what waits: counted. What
+			// came during the last round waits for the next Start (or is
+			// dropped by Close, which says so)
+			err := writeAll()
+			for try := 0; err != nil && try < 2; try++ {
+				err = writeAll()
 			}
-			if n := w.discard(); n > 0 {
-				w.dropped.Add(int64(n))
-				w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
+			if err != nil {
+				if n := w.discard(); n > 0 {
+					w.dropped.Add(int64(n))
+					w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
+				}
 			}
 			return
 		}

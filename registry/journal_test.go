@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -573,4 +575,53 @@ func TestJournalClosedDropsWhatComesAfter(t *testing.T) {
 	if n := len(journal(t, r, registry.JournalQuery{})); n != 1 {
 		t.Errorf("%d entries in the journal, want 1", n)
 	}
+}
+
+// TestJournalStopReturnsUnderTraffic: Stop writes what waited when it was
+// called, not what keeps coming: a round wrote until the buffer was empty,
+// so appends as fast as the writes kept Stop (and Close) from ever
+// returning, and no prune ran meanwhile. What came during the last round
+// waits for the next Start.
+func TestJournalStopReturnsUnderTraffic(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	defer func() { stop.Store(true); wg.Wait() }()
+	var appended atomic.Int64
+	for range 2 { // two busy doors
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				w.Append(entry(i, "acme", "f", t0))
+				appended.Add(1)
+			}
+		})
+	}
+	for w.Written() < 10_000 {
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { w.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Stop has not returned after 30 s of appends (%d written)", w.Written())
+	}
+	stop.Store(true)
+	wg.Wait()
+	if w.Written()+w.Dropped() > appended.Load() {
+		t.Errorf("%d written and %d dropped of %d appended", w.Written(), w.Dropped(), appended.Load())
+	}
+	// what came during and after the last round is written at the next
+	// Start (but for what a full buffer dropped), then Close returns
+	w.Start()
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Written()+w.Dropped() < appended.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a new Start: %d written and %d dropped of %d appended", w.Written(), w.Dropped(), appended.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.Close()
 }
