@@ -78,6 +78,7 @@ type JournalWriter struct {
 	stopped bool
 	late    atomic.Int64 // entries appended after Stop, for their warning
 	lost    atomic.Int64 // batches putBack could not keep, for their line
+	refused atomic.Int64 // entries the database refused for what they hold, for their line
 
 	life lifecycle.Loop
 }
@@ -181,8 +182,13 @@ func (w *JournalWriter) writeOneByOne(batch []Entry, first error) {
 		}
 		if err != nil {
 			dropped++
-			w.cfg.Logger.Error("a journal entry could not be written: dropped", "event", "journal_write_failed",
-				"tenant", batch[i].Tenant, "flow", batch[i].Flow, "correlation_id", batch[i].CorrelationID, "error", err.Error())
+			// at the 1st, 2nd, 4th, 8th… such entry: a database that
+			// refuses every write for good (read-only, damaged) refused
+			// every entry, and wrote a line for each at traffic rate
+			if n := w.refused.Add(1); sparse(n) {
+				w.cfg.Logger.Error("a journal entry could not be written: dropped", "event", "journal_write_failed",
+					"tenant", batch[i].Tenant, "flow", batch[i].Flow, "correlation_id", batch[i].CorrelationID, "refused", n, "error", err.Error())
+			}
 			continue
 		}
 		w.written.Add(1)

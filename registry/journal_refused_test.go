@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -161,5 +162,32 @@ func TestBufferFullWarnsEvenAfterOtherDrops(t *testing.T) {
 	}
 	if got := logs.Events(t, "journal_dropped"); len(got) == 0 {
 		t.Errorf("the buffer overflowed and dropped an execution, but no journal_dropped warning was logged (log:\n%s)", logs.String())
+	}
+}
+
+// TestRefusedJournalEntriesLogSparsely: entries the database refuses for
+// what they hold are logged at the 1st, 2nd, 4th, 8th… (with the count so
+// far), not each: a database refusing every write for good wrote one line
+// per execution, at traffic rate. Every one is still dropped and counted.
+func TestRefusedJournalEntriesLogSparsely(t *testing.T) {
+	r, _ := newRegistry(t)
+	exec(t, sideDB(t, r.Path()), `CREATE TRIGGER poison BEFORE INSERT ON journal WHEN NEW.tenant = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'refused for good'); END`)
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
+	for i := range 100 {
+		w.Append(entry(i, "poison", "f", t0.Add(time.Duration(i)*time.Second)))
+	}
+	w.Start()
+	w.Stop()
+	if w.Dropped() != 100 || w.Written() != 0 {
+		t.Fatalf("dropped %d, written %d; want all 100 dropped", w.Dropped(), w.Written())
+	}
+	var counts []any
+	for _, e := range logs.Events(t, "journal_write_failed") {
+		counts = append(counts, e["refused"])
+	}
+	if want := []any{1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0}; !slices.Equal(counts, want) {
+		t.Errorf("journal_write_failed lines with refused %v, want %v", counts, want)
 	}
 }
