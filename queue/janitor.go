@@ -28,7 +28,7 @@ func (m *Manager) sweepIdle() {
 	for _, n := range names {
 		m.mu.Lock()
 		_, open := m.queues[n]
-		open = open || m.reopening[n] > 0
+		open = open || m.reopening[n] > 0 || m.opening[n] != nil
 		closed := m.stopping
 		m.mu.Unlock()
 		if closed {

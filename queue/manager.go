@@ -64,6 +64,10 @@ type Manager struct {
 	deadLetters map[[2]string]cachedCount
 	// cursors are where the last count of each queue's log ended (Counts)
 	cursors map[[2]string]*countCursor
+	// opening are the queues being opened (Queue), outside m.mu: opening a
+	// queue waits for its append lock, which another process may hold for
+	// seconds, and every other queue's submissions went through m.mu
+	opening map[[2]string]*opening
 	// stopping is set when Stop begins: no worker starts any more, but
 	// the queues take appends until the workers have stopped (a delivery
 	// in flight may publish); closed is set once they have
@@ -85,6 +89,13 @@ type managed struct {
 	w *Worker
 }
 
+// opening is a queue being opened: done is closed once it is open (in
+// Manager.queues) or could not be, err saying why.
+type opening struct {
+	done chan struct{}
+	err  error
+}
+
 // NewManager returns a Manager; it opens nothing until used.
 func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.MaxWorkers <= 0 {
@@ -98,37 +109,58 @@ func NewManager(cfg ManagerConfig) *Manager {
 	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{}, holds: map[[2]string]reopenHold{},
 		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{},
-		cursors: map[[2]string]*countCursor{}, retired: map[[2]string][]*Worker{}, done: make(chan struct{})}
+		cursors: map[[2]string]*countCursor{}, opening: map[[2]string]*opening{}, retired: map[[2]string][]*Worker{}, done: make(chan struct{})}
 }
 
 // Queue returns the open queue tenant/flow with its worker, opening the
 // queue and starting the worker on first use. It fails with the name
 // rule's error for a bad name and with ErrBudget when no worker can start.
 // Once Stop has begun, a queue opened takes appends but its worker does
-// not start.
+// not start. The queue is opened outside the Manager's lock (it waits for
+// the queue's append lock, which another process may hold), so that one
+// queue's opening holds up no other queue; concurrent callers for the same
+// queue wait for the one opening it.
 func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	k := [2]string{tenant, flow}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, nil, errors.New("the queues are shut down")
+	for {
+		if m.closed {
+			m.mu.Unlock()
+			return nil, nil, errors.New("the queues are shut down")
+		}
+		if e, ok := m.queues[k]; ok {
+			m.mu.Unlock()
+			return e.q, e.w, nil
+		}
+		o := m.opening[k]
+		if o == nil {
+			break
+		}
+		m.mu.Unlock()
+		if <-o.done; o.err != nil {
+			return nil, nil, o.err
+		}
+		m.mu.Lock()
 	}
-	if e, ok := m.queues[k]; ok {
-		return e.q, e.w, nil
-	}
-	if _, err := Dir(m.cfg.Root, tenant, flow); err != nil {
+	if err := m.mayOpen(k); err != nil {
+		m.mu.Unlock()
 		return nil, nil, err
 	}
-	if h, ok := m.holds[k]; ok {
-		if wait := h.at.Sub(m.cfg.Clock.Now()); wait > 0 {
-			return nil, nil, &heldError{wait: wait, cause: h.cause}
-		}
-	}
-	if m.reopening[k] == 0 && m.slotsTaken() >= m.cfg.MaxWorkers {
-		return nil, nil, ErrBudget
-	}
+	o := &opening{done: make(chan struct{})}
+	m.opening[k] = o
+	m.mu.Unlock()
+
 	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.opening, k)
+	defer close(o.done)         // before the unlock: the waiters find the queue
+	if err == nil && m.closed { // Stop closed the queues meanwhile
+		q.Close()
+		err = errors.New("the queues are shut down")
+	}
 	if err != nil {
+		o.err = err
 		return nil, nil, err
 	}
 	for _, d := range damage {
@@ -149,6 +181,23 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	return q, w, nil
 }
 
+// mayOpen refuses to open queue k for a bad name, while its reopening is
+// held back, or when the budget is spent. The caller holds m.mu.
+func (m *Manager) mayOpen(k [2]string) error {
+	if _, err := Dir(m.cfg.Root, k[0], k[1]); err != nil {
+		return err
+	}
+	if h, ok := m.holds[k]; ok {
+		if wait := h.at.Sub(m.cfg.Clock.Now()); wait > 0 {
+			return &heldError{wait: wait, cause: h.cause}
+		}
+	}
+	if m.reopening[k] == 0 && m.slotsTaken() >= m.cfg.MaxWorkers {
+		return ErrBudget
+	}
+	return nil
+}
+
 // Budget says how much of the residency budget (MaxWorkers) is spent: the
 // queues this process holds open, each with its worker, and the budget.
 func (m *Manager) Budget() (taken, max int) {
@@ -158,11 +207,16 @@ func (m *Manager) Budget() (taken, max int) {
 }
 
 // slotsTaken is how much of the budget is spent: the open queues and
-// those being reopened. The caller holds m.mu.
+// those being opened or reopened. The caller holds m.mu.
 func (m *Manager) slotsTaken() int {
 	n := len(m.queues)
 	for k := range m.reopening {
 		if _, ok := m.queues[k]; !ok {
+			n++
+		}
+	}
+	for k := range m.opening {
+		if _, ok := m.queues[k]; !ok && m.reopening[k] == 0 {
 			n++
 		}
 	}
@@ -175,7 +229,7 @@ func (m *Manager) Has(tenant, flow string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{tenant, flow}
-	if _, ok := m.queues[k]; ok || m.reopening[k] > 0 {
+	if _, ok := m.queues[k]; ok || m.reopening[k] > 0 || m.opening[k] != nil {
 		return nil
 	}
 	if m.slotsTaken() >= m.cfg.MaxWorkers {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -648,4 +649,86 @@ func TestManagerStopWorkersWithPublishAndReplay(t *testing.T) {
 			t.Errorf("delivered after StopWorkers: %v", d)
 		}
 	}
+}
+
+// TestManagerOpeningOneQueueHoldsUpNoOther: opening a queue waits for its
+// append lock, which another process may hold for seconds (a janitor
+// reading a large dlq.log, a dead-letter compaction, a replay of a whole
+// queue, a process stopped mid-append); it did so holding the Manager's
+// lock, so every other queue's submissions, Has, Budget and the metrics
+// waited too. A second submission to the queue being opened waits for that
+// opening and takes the same queue; the opening holds a slot of the budget.
+func TestManagerOpeningOneQueueHoldsUpNoOther(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	m, root := newManager(t, clk, rec.handler("m", ack), 3, nil)
+	if _, err := m.Append("acme", "b", enqueue("b1")); err != nil {
+		t.Fatal(err)
+	}
+	// acme/a exists on disk, and "another process" holds its append lock
+	qa, _, err := queue.Open(root, "acme", "a", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa.Close()
+	lf, err := os.OpenFile(filepath.Join(root, "acme", "a", "append.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var released atomic.Bool
+	release := func() {
+		if released.CompareAndSwap(false, true) {
+			syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+		}
+	}
+	defer release()
+
+	aDone := make(chan error, 2)
+	for _, p := range []string{"a1", "a2"} {
+		go func() { _, err := m.Append("acme", "a", enqueue(p)); aDone <- err }()
+	}
+	// within a bounded time: Budget waited on the Manager's lock
+	within := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			release()
+			t.Fatalf("%s waited 5 s for acme/a's append lock, held by another process", what)
+		}
+	}
+	for taken := 0; taken != 2; {
+		within("Budget", func() { taken, _ = m.Budget() })
+	}
+	within("an append to the open queue acme/b", func() {
+		if _, err := m.Append("acme", "b", enqueue("b2")); err != nil {
+			t.Error(err)
+		}
+	})
+	within("Has for a third queue", func() {
+		if err := m.Has("acme", "c"); err != nil {
+			t.Errorf("Has(acme/c) = %v; the budget of 3 has a slot left", err)
+		}
+	})
+	select {
+	case err := <-aDone:
+		t.Fatalf("an append to acme/a went through while another process held its append lock: %v", err)
+	default:
+	}
+	release()
+	for range 2 {
+		if err := <-aDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if taken, _ := m.Budget(); taken != 2 {
+		t.Errorf("%d slots of the budget taken, want 2 (acme/a opened once)", taken)
+	}
+	rec.wait(t, 4)
 }
