@@ -92,7 +92,10 @@
 //
 //   - the id counter under the append lock after each batch, without fsync
 //     (recovery takes the larger of it and the highest id in the log), and
-//     fsynced before the log is emptied;
+//     fsynced before the log is emptied; a counter missing or that does
+//     not verify is raised past the ids of the dead letters and of their
+//     marks' replays as well (after a drain the log holds none of the ids
+//     issued);
 //   - the checkpoint by the worker every CheckpointEvery messages, after a
 //     message that finds the last write CheckpointAfter old, and when the
 //     queue goes idle, without fsync (a process that dies leaves it in

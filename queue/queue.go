@@ -330,9 +330,19 @@ func (q *Queue) recover() ([]Damage, error) {
 	if _, err := q.resolveCheckpointFile(end, false); err != nil {
 		return damage, err
 	}
-	next, err := q.readSeq()
+	next, verified, err := q.readSeqVerified()
 	if err != nil {
 		return damage, err
+	}
+	if !verified {
+		// a counter missing or damaged reads as 1: after a drain the log
+		// holds none of the ids issued, but the dead letters keep theirs
+		// and the marks their replays', which must not be issued again
+		kept, err := q.highestKeptID()
+		if err != nil {
+			return damage, err
+		}
+		maxID = max(maxID, kept)
 	}
 	if next <= maxID {
 		if err := q.writeSeq(maxID+1, true); err != nil {
@@ -386,15 +396,45 @@ func scanIDs(seg File, size int64) (maxID uint64, end int64, damage []Damage, er
 	return maxID, end, damage, err
 }
 
+// highestKeptID is the highest message id the dead letters and their
+// marks (a replay's new message) hold, for a counter that was lost.
+func (q *Queue) highestKeptID() (uint64, error) {
+	var top uint64
+	for _, name := range []string{dlqFile, ackedFile} {
+		recs, _, err := q.readRecords(name)
+		if err != nil {
+			return 0, err
+		}
+		for _, rec := range recs {
+			switch {
+			case len(rec) >= 9 && rec[0] == kindDeadLetter:
+				top = max(top, binary.BigEndian.Uint64(rec[1:9]))
+			case rec[0] == kindMark:
+				if m, err := decodeMark(rec); err == nil {
+					top = max(top, m.id, m.replayID)
+				}
+			}
+		}
+	}
+	return top, nil
+}
+
 // readSeq reads the next id; a missing or unreadable counter is 1 (recovery
 // raises it past the ids in the log).
 func (q *Queue) readSeq() (uint64, error) {
+	next, _, err := q.readSeqVerified()
+	return next, err
+}
+
+// readSeqVerified is readSeq, and whether the counter verified.
+func (q *Queue) readSeqVerified() (next uint64, verified bool, err error) {
 	var b [16]byte
 	n, err := q.seq.ReadAt(b[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, err
+		return 0, false, err
 	}
-	return seqValue(b[:n]), nil
+	_, verified = decodeValue(seqMagic, b[:n])
+	return seqValue(b[:n]), verified, nil
 }
 
 // seqValue is the next id an id counter's bytes hold: 1 when they do not
@@ -665,13 +705,18 @@ func (q *Queue) advanceDurable(end int64) {
 // (which syncs before it releases the append lock), or by a drain: the
 // end is read again under the lock. The caller holds segMu for reading.
 func (q *Queue) readableEnd() (int64, error) {
+	// the synced end before the size: read after it, an append that ended
+	// in between made the size look short of it, a drain's, and the synced
+	// end was moved back below the message just acknowledged (its wake-up
+	// then lost until the next poll when the append lock was busy)
+	d := q.durable.Load()
 	size, err := fileSize(q.seg())
 	if err != nil {
 		return 0, err
 	}
-	if d := q.durable.Load(); size <= d {
+	if size <= d {
 		if size < d {
-			q.durable.Store(size) // emptied by a drain
+			q.durable.CompareAndSwap(d, size) // emptied by a drain
 		}
 		return size, nil
 	}
