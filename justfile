@@ -32,14 +32,29 @@ soak:
     just fuzz 30m
 
 # Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
+# A run that ends in "context deadline exceeded" without writing a failing input is Go 1.26's
+# fuzz coordinator racing its own deadline (golang/go#75804, fixed in Go 1.27), not a finding:
+# it is said and the sweep goes on; any other failure stops it.
 fuzz time="60s":
     #!/usr/bin/env bash
     set -euo pipefail
+    out="$(mktemp)"
+    trap 'rm -f "$out"' EXIT
+    inputs() { if [ -d "$1" ]; then ls "$1" | wc -l; else echo 0; fi; }
     go test -list '^Fuzz' ./... \
         | awk '/^Fuzz/ { t[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2, t[i]; n = 0 }' \
         | while read -r pkg target; do
             echo "== $pkg $target"
-            go test -run '^$' -fuzz "^${target}\$" -fuzztime {{time}} "$pkg" </dev/null
+            corpus="$(go list -f '{{{{.Dir}}' "$pkg")/testdata/fuzz/$target"
+            before="$(inputs "$corpus")"
+            if go test -run '^$' -fuzz "^${target}\$" -fuzztime {{time}} "$pkg" </dev/null 2>&1 | tee "$out"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+                continue
+            fi
+            if [ "$(inputs "$corpus")" -eq "$before" ] && grep -q '^    context deadline exceeded$' "$out" && ! grep -q -- '--- FAIL: .*/' "$out"; then
+                echo "== $pkg $target: no failing input written; the fuzz coordinator's deadline race (golang/go#75804), not a finding"
+                continue
+            fi
+            exit 1
         done
 
 # gofmt, go vet and staticcheck.
