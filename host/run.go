@@ -128,13 +128,23 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, a *admission)
 // takeRun counts one more /run in progress, or refuses it (503,
 // Retry-After: 1, before its body is read) when MaxRuns are.
 func (s *Server) takeRun(w http.ResponseWriter, r *http.Request) bool {
-	if n := s.running.Add(1); s.cfg.MaxRuns > 0 && n > int64(s.cfg.MaxRuns) {
-		s.running.Add(-1)
-		w.Header().Set("Retry-After", "1")
-		refuseUnread(w, r, http.StatusServiceUnavailable, "too many runs in progress (at most "+strconv.Itoa(s.cfg.MaxRuns)+"): try again")
-		return false
+	if s.cfg.MaxRuns < 0 {
+		s.running.Add(1)
+		return true
 	}
-	return true
+	for {
+		// never counted past the most, even for a moment: a refusal
+		// counted and taken back could refuse another caller meanwhile
+		n := s.running.Load()
+		if n >= int64(s.cfg.MaxRuns) {
+			w.Header().Set("Retry-After", "1")
+			refuseUnread(w, r, http.StatusServiceUnavailable, "too many runs in progress (at most "+strconv.Itoa(s.cfg.MaxRuns)+"): try again")
+			return false
+		}
+		if s.running.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // bodyLimit is the message-size ceiling of lf: its max_body_bytes, or the

@@ -95,7 +95,9 @@
 //     fsynced before the log is emptied; a counter missing or that does
 //     not verify is raised past the ids of the dead letters and of their
 //     marks' replays as well (after a drain the log holds none of the ids
-//     issued);
+//     issued). Ids a compaction of dlq.log removed with their dead letters
+//     are held nowhere else: a counter lost after that may issue them
+//     again;
 //   - the checkpoint by the worker every CheckpointEvery messages, after a
 //     message that finds the last write CheckpointAfter old, and when the
 //     queue goes idle, without fsync (a process that dies leaves it in

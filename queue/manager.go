@@ -150,11 +150,24 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	m.opening[k] = o
 	m.mu.Unlock()
 
+	locked, opened := false, false
+	defer func() {
+		// whatever the end, a panic included: the waiters are let go
+		// (before the unlock, so that they find the queue) and the
+		// queue's slot given back if it was not opened
+		if !locked {
+			m.mu.Lock()
+		}
+		if !opened && o.err == nil {
+			o.err = fmt.Errorf("queue %s/%s could not be opened", tenant, flow)
+		}
+		delete(m.opening, k)
+		close(o.done)
+		m.mu.Unlock()
+	}()
 	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.opening, k)
-	defer close(o.done)         // before the unlock: the waiters find the queue
+	locked = true
 	if err == nil && m.closed { // Stop closed the queues meanwhile
 		q.Close()
 		err = errors.New("the queues are shut down")
@@ -175,6 +188,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll,
 		StopGrace: m.cfg.StopGrace, Counts: counts})
 	m.queues[k] = &managed{q: q, w: w}
+	opened = true
 	if !m.stopping {
 		w.Start()
 	}
@@ -735,6 +749,10 @@ func (m *Manager) closeQueues() {
 		list = append(list, e) // those opened since too, their workers not started
 	}
 	m.queues = map[[2]string]*managed{}
+	var openings []*opening // each closes its queue itself, finding m.closed
+	for _, o := range m.opening {
+		openings = append(openings, o)
+	}
 	m.mu.Unlock()
 	m.each(list, func(e *managed) {
 		e.w.Stop()
@@ -742,6 +760,9 @@ func (m *Manager) closeQueues() {
 			m.cfg.Logger.Error("a queue did not close cleanly", "event", "queue_close_failed", "tenant", e.q.Tenant, "flow", e.q.Flow, "error", err.Error())
 		}
 	})
+	for _, o := range openings {
+		<-o.done
+	}
 }
 
 // each calls f for every entry of list at once and waits for them.

@@ -732,3 +732,43 @@ func TestManagerOpeningOneQueueHoldsUpNoOther(t *testing.T) {
 	}
 	rec.wait(t, 4)
 }
+
+// TestManagerStopWaitsForAnOpening: Stop returns once every queue is
+// closed, one being opened when it began included (it closes itself,
+// finding the queues shut down): Stop returned while such a queue was
+// still opening, and it was opened and closed after.
+func TestManagerStopWaitsForAnOpening(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	m, root := newManager(t, clk, rec.handler("m", ack), 0, nil)
+	qa, _, err := queue.Open(root, "acme", "a", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa.Close()
+	lf, err := os.OpenFile(filepath.Join(root, "acme", "a", "append.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil { // "another process"
+		t.Fatal(err)
+	}
+	appended := make(chan error, 1)
+	go func() { _, err := m.Append("acme", "a", enqueue("a1")); appended <- err }()
+	for taken := 0; taken != 1; taken, _ = m.Budget() {
+		time.Sleep(time.Millisecond)
+	}
+	stopped := make(chan struct{})
+	go func() { m.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while acme/a was being opened")
+	case <-time.After(100 * time.Millisecond):
+	}
+	syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	<-stopped
+	if err := <-appended; err == nil {
+		t.Error("the append to a queue opened while the Manager stopped went through")
+	}
+}

@@ -409,7 +409,7 @@ func (q *Queue) highestKeptID() (uint64, error) {
 			switch {
 			case len(rec) >= 9 && rec[0] == kindDeadLetter:
 				top = max(top, binary.BigEndian.Uint64(rec[1:9]))
-			case rec[0] == kindMark:
+			case len(rec) > 0 && rec[0] == kindMark:
 				if m, err := decodeMark(rec); err == nil {
 					top = max(top, m.id, m.replayID)
 				}
