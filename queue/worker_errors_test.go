@@ -264,6 +264,20 @@ func TestWorkerFullDiskDeliversNothingTwice(t *testing.T) {
 				}
 				return ackAll(d)
 			}))
+			// with room for the checkpoint, the five first deliveries need
+			// no time: the clock stands still until they are made (moved
+			// at once, it had 3's retry due before 4 was read, on a slow
+			// machine)
+			for deadline := time.Now().Add(10 * time.Second); c.attempts > 0; {
+				if ids, _ := rec.got(); len(ids) >= 5 {
+					break
+				}
+				if time.Now().After(deadline) {
+					ids, _ := rec.got()
+					t.Fatalf("deliveries %v in 10 s, want the five messages first", ids)
+				}
+				time.Sleep(time.Millisecond)
+			}
 			// ten minutes of a full disk, the worker's pauses included
 			for range 200 {
 				clk.WaitCalls(t, clk.Calls()) // at rest
