@@ -159,42 +159,57 @@ func TestManagerCountsAfterACutBatch(t *testing.T) {
 	}
 }
 
-// TestManagerCountsReadOnlyWhatIsNew: a second count of a queue reads the
-// frames appended since the first, not the whole log again.
-func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
+// countedLog is a queue of 2,000 messages of 1 KiB (2 MiB: 32 windows of
+// the scan's read-ahead) on a memory file system, a Manager over it, and
+// the count of reads of its segment.log.
+func countedLog(t *testing.T) (q *Queue, m *Manager, mfs *memFS, segPath string, reads *atomic.Int64) {
+	t.Helper()
 	mfs, root := memQueueRoot(t)
-	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
-	var reads atomic.Int64
+	segPath = filepath.Join(root, testTenant, testFlow, segmentFile)
+	reads = new(atomic.Int64)
 	mfs.before = func(op, name string) {
 		if op == opRead && name == segPath {
 			reads.Add(1)
 		}
 	}
-	q, _ := openQueue(t, root, Options{FS: mfs})
-	m := NewManager(ManagerConfig{Root: root, FS: mfs})
-	// 2 MiB: 32 windows of the scan's read-ahead
+	q, _ = openQueue(t, root, Options{FS: mfs})
+	m = NewManager(ManagerConfig{Root: root, FS: mfs})
 	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
 	for range 2000 {
 		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 2000}) {
-		t.Fatalf("the first count: %+v, %v; want 2000 messages", c, err)
+	return q, m, mfs, segPath, reads
+}
+
+// countAfterOneMore counts q's log, appends one message and counts it
+// again, and fails the test when the second count read segment.log more
+// than 10 times: the new frame (a window), the last frame counted before
+// it, and the first one twice (to tell a drain, two reads each) take 6,
+// where a whole reading takes 32 or more.
+func countAfterOneMore(t *testing.T, q *Queue, m *Manager, reads *atomic.Int64, first Counts) {
+	t.Helper()
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != first {
+		t.Fatalf("the first count: %+v, %v; want %+v", c, err, first)
 	}
 	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte("one more")}); err != nil {
 		t.Fatal(err)
 	}
 	reads.Store(0)
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 2001}) {
-		t.Fatalf("the second count: %+v, %v; want 2001 messages", c, err)
+	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: first.Total + 1}) {
+		t.Fatalf("the second count: %+v, %v; want %d messages", c, err, first.Total+1)
 	}
-	// the new frame (a window), the last frame counted before it, and the
-	// first one twice (to tell a drain, two reads each): 6 reads, where a
-	// whole reading takes 32 or more
 	if n := reads.Load(); n > 10 {
 		t.Errorf("the second count read segment.log %d times after one append to 2000 messages, want at most 10", n)
 	}
+}
+
+// TestManagerCountsReadOnlyWhatIsNew: a second count of a queue reads the
+// frames appended since the first, not the whole log again.
+func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
+	q, m, _, _, reads := countedLog(t)
+	countAfterOneMore(t, q, m, reads, Counts{Total: 2000})
 }
 
 // TestManagerCountsAfterADamagedFirstFrame: a log whose first frame is
@@ -203,22 +218,7 @@ func TestManagerCountsReadOnlyWhatIsNew(t *testing.T) {
 // for any log; it was read whole at every count (every scrape of
 // /metrics), for want of a first message's id.
 func TestManagerCountsAfterADamagedFirstFrame(t *testing.T) {
-	mfs, root := memQueueRoot(t)
-	segPath := filepath.Join(root, testTenant, testFlow, segmentFile)
-	var reads atomic.Int64
-	mfs.before = func(op, name string) {
-		if op == opRead && name == segPath {
-			reads.Add(1)
-		}
-	}
-	q, _ := openQueue(t, root, Options{FS: mfs})
-	m := NewManager(ManagerConfig{Root: root, FS: mfs})
-	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
-	for range 2000 {
-		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	q, m, mfs, segPath, reads := countedLog(t)
 	f, err := mfs.OpenFile(segPath, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -228,17 +228,5 @@ func TestManagerCountsAfterADamagedFirstFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 1999}) {
-		t.Fatalf("the first count: %+v, %v; want the 1999 messages after the damaged one", c, err)
-	}
-	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte("one more")}); err != nil {
-		t.Fatal(err)
-	}
-	reads.Store(0)
-	if c, err := m.Counts(testTenant, testFlow); err != nil || c != (Counts{Total: 2000}) {
-		t.Fatalf("the second count: %+v, %v; want 2000 messages", c, err)
-	}
-	if n := reads.Load(); n > 10 {
-		t.Errorf("the second count read segment.log %d times after one append to 2000 messages, want at most 10", n)
-	}
+	countAfterOneMore(t, q, m, reads, Counts{Total: 1999})
 }

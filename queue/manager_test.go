@@ -651,6 +651,30 @@ func TestManagerStopWorkersWithPublishAndReplay(t *testing.T) {
 	}
 }
 
+// holdAppendLock makes tenant/flow's files under root and takes its append
+// lock as another process would; release lets it go (at the test's end if
+// not before).
+func holdAppendLock(t *testing.T, root, tenant, flow string) (release func()) {
+	t.Helper()
+	q, _, err := queue.Open(root, tenant, flow, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	lf, err := os.OpenFile(filepath.Join(root, tenant, flow, "append.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		lf.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { lf.Close() }) } // closing the file lets the lock go
+	t.Cleanup(release)
+	return release
+}
+
 // TestManagerOpeningOneQueueHoldsUpNoOther: opening a queue waits for its
 // append lock, which another process may hold for seconds (a janitor
 // reading a large dlq.log, a dead-letter compaction, a replay of a whole
@@ -665,28 +689,7 @@ func TestManagerOpeningOneQueueHoldsUpNoOther(t *testing.T) {
 	if _, err := m.Append("acme", "b", enqueue("b1")); err != nil {
 		t.Fatal(err)
 	}
-	// acme/a exists on disk, and "another process" holds its append lock
-	qa, _, err := queue.Open(root, "acme", "a", queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa.Close()
-	lf, err := os.OpenFile(filepath.Join(root, "acme", "a", "append.lock"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	var released atomic.Bool
-	release := func() {
-		if released.CompareAndSwap(false, true) {
-			syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-		}
-	}
-	defer release()
-
+	release := holdAppendLock(t, root, "acme", "a")
 	aDone := make(chan error, 2)
 	for _, p := range []string{"a1", "a2"} {
 		go func() { _, err := m.Append("acme", "a", enqueue(p)); aDone <- err }()
@@ -741,19 +744,7 @@ func TestManagerStopWaitsForAnOpening(t *testing.T) {
 	clk := clocktest.New(wt0)
 	rec := newRecorder(clk)
 	m, root := newManager(t, clk, rec.handler("m", ack), 0, nil)
-	qa, _, err := queue.Open(root, "acme", "a", queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa.Close()
-	lf, err := os.OpenFile(filepath.Join(root, "acme", "a", "append.lock"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil { // "another process"
-		t.Fatal(err)
-	}
+	release := holdAppendLock(t, root, "acme", "a")
 	appended := make(chan error, 1)
 	go func() { _, err := m.Append("acme", "a", enqueue("a1")); appended <- err }()
 	for taken := 0; taken != 1; taken, _ = m.Budget() {
@@ -766,7 +757,7 @@ func TestManagerStopWaitsForAnOpening(t *testing.T) {
 		t.Fatal("Stop returned while acme/a was being opened")
 	case <-time.After(100 * time.Millisecond):
 	}
-	syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	release()
 	<-stopped
 	if err := <-appended; err == nil {
 		t.Error("the append to a queue opened while the Manager stopped went through")
