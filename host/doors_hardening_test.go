@@ -54,16 +54,8 @@ func TestHandleAbsorbedDuplicate(t *testing.T) {
 // the call out completes, and a deduplicating flow records the flow's
 // answer, which the caller's retry then receives.
 func TestRunOutlivesItsCaller(t *testing.T) {
-	var calls atomic.Int32
-	release := make(chan struct{})
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		<-release
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"accepted":true}`))
-	}))
-	t.Cleanup(be.Close)
-	t.Cleanup(func() { close(release) })
+	be := newHeldBackend(t)
+	calls := &be.calls
 	fx := newFixture(t, nil)
 	files := testFlows()
 	files["flows/acme/forward.md"] = flowFile("acme", "forward", "effects: [http_egress]\ndedup_key: \"{{ $.orderId }}\"\n",
@@ -88,7 +80,7 @@ func TestRunOutlivesItsCaller(t *testing.T) {
 		t.Fatal("the first request was not cut off")
 	}
 	time.Sleep(200 * time.Millisecond) // the server notices the hang-up (the request's context ends)
-	release <- struct{}{}              // then the backend answers
+	be.free()                          // then the backend answers
 	var resp *http.Response
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,3 +317,31 @@ func absorbServer(t *testing.T, fx *fixture, backend, front, step string) (*host
 			Payload: []byte(`{"orderId":"A-1"}`)}, Tenant: "acme", Flow: "absorb", Attempt: attempt}
 	}
 }
+
+// heldBackend is a downstream that counts its calls and answers each
+// (200 {"accepted":true}) only once it is freed: a flow calling it stays
+// in flight meanwhile.
+type heldBackend struct {
+	*httptest.Server
+	calls   atomic.Int32
+	release chan struct{}
+	once    sync.Once
+}
+
+// newHeldBackend starts a heldBackend, freed and closed when the test ends.
+func newHeldBackend(t *testing.T) *heldBackend {
+	t.Helper()
+	b := &heldBackend{release: make(chan struct{})}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.calls.Add(1)
+		<-b.release
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"accepted":true}`))
+	}))
+	t.Cleanup(b.Close)
+	t.Cleanup(b.free) // before Close: the calls held end
+	return b
+}
+
+// free lets every call held, and every later one, answer.
+func (b *heldBackend) free() { b.once.Do(func() { close(b.release) }) }

@@ -2,10 +2,8 @@ package host_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,21 +13,11 @@ import (
 // TestMaxRuns: with MaxRuns /run executions in progress, one more is
 // refused before its body is read (503, Retry-After: 1, the correlation
 // ID, the connection closed), counted and shown in
-// nexus_runs_in_progress, and once a run ends the next is taken. Without a limit the callers of a slow flow held the
-// host's memory without a bound.
+// nexus_runs_in_progress, and once a run ends the next is taken. Without
+// a limit the callers of a slow flow held the host's memory without a
+// bound.
 func TestMaxRuns(t *testing.T) {
-	var calls atomic.Int32
-	release := make(chan struct{})
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		<-release
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"accepted":true}`))
-	}))
-	t.Cleanup(be.Close)
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	be := newHeldBackend(t)
 	fx := newFixture(t, func(c *host.Config) { c.MaxRuns = 2 })
 	files := testFlows()
 	files["flows/acme/forward.md"] = flowFile("acme", "forward", "effects: [http_egress]\n",
@@ -42,9 +30,9 @@ func TestMaxRuns(t *testing.T) {
 		wg.Go(func() { answers[i] = fx.serve(runRequest("acme", "forward", keyAcmeAll, `{"orderId":"A-1"}`)).Code })
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for calls.Load() < 2 {
+	for be.calls.Load() < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of the 2 runs reached the backend", calls.Load())
+			t.Fatalf("%d of the 2 runs reached the backend", be.calls.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -63,7 +51,7 @@ func TestMaxRuns(t *testing.T) {
 		t.Errorf("a wrong key while the runs are taken: %d %s", w.Code, w.Body)
 	}
 
-	free()
+	be.free()
 	wg.Wait()
 	if answers[0] != 200 || answers[1] != 200 {
 		t.Errorf("the two runs answered %v, want 200 both", answers)

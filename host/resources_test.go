@@ -42,22 +42,8 @@ func settledGoroutines() int {
 // its goroutines and its store queries: a caller sending duplicates and
 // hanging up piled them up.
 func TestDedupWaitEndsWithItsCaller(t *testing.T) {
-	var calls atomic.Int32
-	release := make(chan struct{})
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		<-release
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"ok":1}`))
-	}))
-	t.Cleanup(be.Close)
-	var once atomic.Bool
-	free := func() {
-		if once.CompareAndSwap(false, true) {
-			close(release)
-		}
-	}
-	t.Cleanup(free)
+	be := newHeldBackend(t)
+	calls, free := &be.calls, be.free
 	fx := newFixture(t, nil)
 	files := testFlows()
 	files["flows/acme/dd.md"] = flowFile("acme", "dd", "effects: [http_egress]\ndedup_key: \"{{ $.id }}\"\ntimeout_ms: 60000\n",

@@ -49,16 +49,7 @@ func TestManagerAppended(t *testing.T) {
 					q = openQueueAt(t, root, "acme", "nightly", clk)
 				}
 				if step == "drain" {
-					size, err := q.Size()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := q.SaveCheckpoint(size); err != nil {
-						t.Fatal(err)
-					}
-					if err := q.Drain(); err != nil {
-						t.Fatal(err)
-					}
+					drainAll(t, q)
 					continue
 				}
 				cid := "other-cid"

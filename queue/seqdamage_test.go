@@ -42,16 +42,7 @@ func TestDamagedCounterAfterADrainIssuesNoIDAgain(t *testing.T) {
 					t.Fatalf("Replay = %d, %v; want id %d", m.ID, err, c.issued)
 				}
 			}
-			size, err := q.Size()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.SaveCheckpoint(size); err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Drain(); err != nil {
-				t.Fatal(err)
-			}
+			drainAll(t, q)
 			q.Close()
 			// a flipped bit in the counter's one sector
 			b, err := os.ReadFile(queueFile(root, "segment.log.seq"))

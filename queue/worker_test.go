@@ -146,6 +146,22 @@ func put(t testing.TB, q *queue.Queue, payload string) queue.Message {
 	return m
 }
 
+// drainAll moves q's checkpoint to the end of its log, as a worker that
+// processed every message would, and drains it: the log is emptied.
+func drainAll(t testing.TB, q *queue.Queue) {
+	t.Helper()
+	size, err := q.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SaveCheckpoint(size); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startWorker starts a worker on q and stops it when the test ends (before
 // the queue is closed).
 func startWorker(t testing.TB, q *queue.Queue, cfg queue.WorkerConfig) *queue.Worker {
