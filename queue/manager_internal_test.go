@@ -337,6 +337,73 @@ func TestManagerSpacesOutReopenings(t *testing.T) {
 	}
 }
 
+// TestFailingWriteBacksOffDespiteAnEarlierWakeUp: a submission's wake-up
+// that reached the worker while it was busy with the delivery before
+// (buffered, its message read since) is answered by one try of a failed
+// write, not by a try every Poll for as long as the write fails: the
+// pauses still double (tries at 0, 10 and 30 s with Poll at 10 s). It was
+// given back after each pause and taken again by the next one. The message
+// of that submission is still delivered once the write goes through.
+func TestFailingWriteBacksOffDespiteAnEarlierWakeUp(t *testing.T) {
+	const poll = 10 * time.Second
+	mfs, root := memQueueRoot(t)
+	clk := clocktest.New(epoch)
+	var triesMu sync.Mutex
+	var tries []time.Duration // when dlq.log was written, from epoch
+	mfs.before = func(op, name string) {
+		if op == opWrite && filepath.Base(name) == dlqFile {
+			triesMu.Lock()
+			if at := clk.Now().Sub(epoch); len(tries) == 0 || tries[len(tries)-1] != at {
+				tries = append(tries, at)
+			}
+			triesMu.Unlock()
+		}
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	rec := &idRecorder{}
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
+		if string(d.Payload) == "bad" {
+			close(started)
+			<-release
+			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
+		}
+		return ackAll(d)
+	}), Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+	t.Cleanup(m.Stop)
+	submit := func(payload string) Message {
+		t.Helper()
+		msg, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	mfs.Fail(opWrite, dlqFile, 1, syscall.EFBIG, true) // until healed
+	submit("bad")
+	<-started
+	other := submit("other") // its wake-up waits in the channel: the worker is busy
+	close(release)
+	// failed at 0 s; the next try at 10 s, a wait begun again once the
+	// wake-up is taken
+	clk.WaitDeadlines(t, epoch.Add(poll), 2)
+	clk.Advance(poll)
+	clk.WaitDeadline(t, epoch.Add(3*poll)) // failed at 10 s; the next try at 30 s
+	clk.AdvanceTo(epoch.Add(2 * poll))
+	time.Sleep(100 * time.Millisecond) // a try at 20 s, were it due, is made now and fails
+	mfs.Heal()
+	clk.AdvanceTo(epoch.Add(3 * poll))
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(rec.delivered(), other.ID); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("message %d, submitted while the worker was busy, was not delivered once the write went through (delivered %v)", other.ID, rec.delivered())
+		}
+	}
+	triesMu.Lock()
+	defer triesMu.Unlock()
+	if want := []time.Duration{0, poll, 3 * poll}; !slices.Equal(tries, want) {
+		t.Errorf("the dead letter's write was tried at %v, want %v", tries, want)
+	}
+}
+
 // TestManagerSubmissionWakesAWaitingWrite: a worker waiting to write its
 // queue's state on a full disk (a dead letter) tries again as soon as a
 // submission to the queue goes through, which says the disk has room
@@ -354,8 +421,11 @@ func TestManagerSubmissionWakesAWaitingWrite(t *testing.T) {
 				clk := clocktest.New(epoch)
 				var logs jsonlogtest.Buffer
 				rec := &idRecorder{}
+				started, release := make(chan struct{}), make(chan struct{})
 				m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
 					if string(d.Payload) == "bad" {
+						close(started)
+						<-release
 						return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
 					}
 					return ackAll(d)
@@ -369,7 +439,17 @@ func TestManagerSubmissionWakesAWaitingWrite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				clk.WaitDeadline(t, epoch.Add(poll)) // failed at 0 s; the next try at 10 s
+				// A wake-up waits in the channel, whether or not the
+				// worker read "bad" before it took the first one: the
+				// worker is busy with "bad" when "other" goes through.
+				<-started
+				if _, err := submit("other"); err != nil {
+					t.Fatal(err)
+				}
+				close(release)
+				// failed at 0 s; the next try at 10 s, a wait begun
+				// again once the wake-up is taken
+				clk.WaitDeadlines(t, epoch.Add(poll), 2)
 				clk.Advance(poll)
 				clk.WaitDeadline(t, epoch.Add(3*poll)) // failed at 10 s; the next try at 30 s
 				if retired {

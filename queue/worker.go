@@ -370,13 +370,25 @@ func (w *Worker) pause(failures int) time.Duration {
 // waits for it whatever the time.
 func (w *Worker) persist(ctx context.Context, write func() error) error {
 	tries := 1
+	// A wake-up awaitRetry took may be for a message the worker has yet
+	// to read: it is given back once persist returns, so the worker looks
+	// at the log before it next waits. Not sooner: given back after each
+	// pause, a wake-up answered by a failed try would be taken again by
+	// the next pause, and the write would be tried every Poll for as long
+	// as it fails instead of backing off.
+	woken := false
+	defer func() {
+		if woken {
+			w.Wake()
+		}
+	}()
 	for failures := 0; ; failures++ {
 		err := write()
 		if err != nil && ctx.Err() == nil {
 			pause := w.pause(failures)
 			w.logger.Error("the queue's state could not be written; deliveries wait for it, and it is tried again after a pause", "event", "worker_failed",
 				"error", err.Error(), "pause_ms", pause.Milliseconds())
-			if w.awaitRetry(ctx, pause, write, &tries) {
+			if w.awaitRetry(ctx, pause, write, &tries, &woken) {
 				err = nil
 			} else if ctx.Err() == nil {
 				tries++
@@ -397,17 +409,12 @@ func (w *Worker) persist(ctx context.Context, write func() error) error {
 // 30 s over a long outage, and the deliveries waited for it after the disk
 // had room again. It reports whether such a try went through; it returns
 // at the pause's end (persist's own try answers a wake-up then), or early
-// when ctx ends. A wake-up it took is given back to the worker: it may be
-// for a message the worker has yet to read.
-func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func() error, tries *int) (written bool) {
+// when ctx ends. It sets *took when it takes a wake-up (persist gives it
+// back).
+func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func() error, tries *int, took *bool) (written bool) {
 	now := w.cfg.Clock.Now()
 	until, tried := now.Add(pause), now
-	woken, took := false, false // a wake-up not yet answered with a try; any taken
-	defer func() {
-		if took {
-			w.Wake()
-		}
-	}()
+	woken := false // a wake-up not yet answered with a try
 	for {
 		now := w.cfg.Clock.Now()
 		if !now.Before(until) {
@@ -429,7 +436,7 @@ func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func
 			return false
 		case <-w.cfg.Clock.After(wait):
 		case <-w.wake:
-			woken, took = true, true
+			woken, *took = true, true
 		}
 	}
 }

@@ -194,22 +194,35 @@ func (c *Fake) WaitCalls(t testing.TB, n int) {
 // is within a generous real-time bound.
 func (c *Fake) WaitDeadline(t testing.TB, at time.Time) {
 	t.Helper()
+	c.WaitDeadlines(t, at, 1)
+}
+
+// WaitDeadlines blocks until n waiters whose deadline is at are pending
+// (abandoned ones count): a component that begins a wait, is woken
+// otherwise (a channel it also selects on) and begins the same wait
+// again has made two. Advancing the clock between a component's reading
+// of Now and its call to After would move the second wait's deadline.
+// It fails the test if there are not n within a generous real-time bound.
+func (c *Fake) WaitDeadlines(t testing.TB, at time.Time, n int) {
+	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		c.mu.Lock()
-		found := false
+		found := 0
 		for _, w := range c.waiters {
-			found = found || w.at.Equal(at)
+			if w.at.Equal(at) {
+				found++
+			}
 		}
 		changed := c.changed
 		c.mu.Unlock()
-		if found {
+		if found >= n {
 			return
 		}
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("no wait on the clock ends at %s", at.Format(time.RFC3339Nano))
+			t.Fatalf("%d waits on the clock end at %s, want %d", found, at.Format(time.RFC3339Nano), n)
 		}
 	}
 }
