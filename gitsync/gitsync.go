@@ -593,17 +593,18 @@ func short(commit string) string {
 // index again (the clone is opened anew), so a host whose repo took a
 // commit at every poll spent more and more of its time reading indexes
 // (0.17 ms of CPU a pack a poll: 80 ms a poll after 475 commits). Past
-// MaxPacks the round packs the clone into one pack (repack: the
-// objects the references reach, so those a force-push left
-// behind go too).
+// MaxPacks the round packs the small packs into one, or the whole clone
+// (rollUpOrRepack).
 const MaxPacks = 16
 
-// packClone packs the clone into one pack when it holds more than
-// MaxPacks. A failure is logged and left: the clone still holds its
-// packs, and one a crash left half done is damage, which the next round
-// repairs by cloning anew. After a failure the next repack waits for
-// MaxPacks more packs, so that a clone that cannot be packed does not cost
-// a walk of its history and a warning at every poll.
+// packClone packs the clone's packs when it holds more than MaxPacks: the
+// small ones into one, or now and then every object the references reach
+// into one (planRollUp; the whole clone also drops the objects a
+// force-push left behind). A failure is logged and left: the clone still
+// holds its packs, and one a crash left half done is damage, which the
+// next round repairs by cloning anew. After a failure the next try waits
+// for MaxPacks more packs, so that a clone that cannot be packed does not
+// cost a walk of its history and a warning at every poll.
 func (s *Syncer) packClone(repo *git.Repository) {
 	pos, ok := repo.Storer.(storer.PackedObjectStorer)
 	if !ok {
@@ -614,15 +615,16 @@ func (s *Syncer) packClone(repo *git.Repository) {
 		return
 	}
 	start := time.Now()
-	if err := repack(repo); err != nil {
+	packed, whole, err := rollUpOrRepack(repo)
+	if err != nil {
 		s.repackFailedAt = len(packs)
-		s.cfg.Logger.Warn("the clone's packs could not be packed into one; tried again once it holds more", "event", "sync_repack_failed",
-			"packs", len(packs), "next_try_at_packs", len(packs)+MaxPacks, "error", err.Error())
+		s.cfg.Logger.Warn("the clone's packs could not be packed; tried again once it holds more", "event", "sync_repack_failed",
+			"packs", len(packs), "next_try_at_packs", len(packs)+MaxPacks, "whole", whole, "error", err.Error())
 		return
 	}
 	s.repackFailedAt = 0
-	s.cfg.Logger.Info("the clone's packs were packed into one", "event", "sync_repacked",
-		"packs", len(packs), "duration_ms", time.Since(start).Milliseconds())
+	s.cfg.Logger.Info("the clone's packs were packed", "event", "sync_repacked",
+		"packs", len(packs), "packed", packed, "whole", whole, "duration_ms", time.Since(start).Milliseconds())
 }
 
 // repackDue tells whether a clone holding packs packs is packed at the

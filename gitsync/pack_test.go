@@ -91,3 +91,56 @@ func testCloneKeepsFewPacks(t *testing.T, extra string) {
 		t.Fatalf("after the force-push back to v0 the live flow is %+v", lf)
 	}
 }
+
+// TestCloneRollsUpItsSmallPacks: a clone of a large repo packs the small
+// packs its later fetches brought into one and keeps its large pack as it
+// is (packing the whole clone every gitsync.MaxPacks fetches read and
+// wrote every object of the repo each time: 5.8 s for 2,000 commits, in
+// the sync round); the clone stays whole.
+func TestCloneRollsUpItsSmallPacks(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
+	for i := range 600 {
+		e.src.write(fmt.Sprintf("docs/page-%03d.md", i), fmt.Appendf(nil, "page %d\n", i))
+	}
+	first := e.src.gitCommit("v0")
+	e.mustApply(first)
+	entries, err := os.ReadDir(filepath.Join(e.cfg.Dir, "objects", "pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var large []string // the first fetch's pack and its index
+	for _, en := range entries {
+		large = append(large, en.Name())
+	}
+	for i := 1; i <= 3*gitsync.MaxPacks; i++ {
+		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", fmt.Sprintf("v%d", i)))
+		e.mustApply(e.src.gitCommit(fmt.Sprintf("v%d", i)), fmt.Sprintf("published acme/x v%d", i+1))
+		if n := packFiles(t, e.cfg.Dir); n > gitsync.MaxPacks {
+			t.Fatalf("the clone held %d packs after commit v%d, more than %d", n, i, gitsync.MaxPacks)
+		}
+	}
+	repacked := e.logs.Events(t, "sync_repacked")
+	if len(repacked) < 2 {
+		t.Fatalf("%d sync_repacked lines after %d commits, want at least 2", len(repacked), 3*gitsync.MaxPacks)
+	}
+	for _, l := range repacked {
+		if l["whole"] != false || l["packed"] == l["packs"] {
+			t.Errorf("the whole clone was packed: %v", l)
+		}
+	}
+	for _, name := range large {
+		if _, err := os.Stat(filepath.Join(e.cfg.Dir, "objects", "pack", name)); err != nil {
+			t.Errorf("the first fetch's large pack was rewritten: %v", err)
+		}
+	}
+	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
+	if got := e.logs.Events(t, "sync_repaired"); len(got) != 0 {
+		t.Errorf("the clone was repaired %d times: %v", len(got), got[0])
+	}
+	e.src.git("reset", "--hard", first)
+	e.mustApply(first, fmt.Sprintf("published acme/x v%d", 3*gitsync.MaxPacks+2))
+	if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.Flow.Description() != "v0" {
+		t.Fatalf("after the force-push back to v0 the live flow is %+v", lf)
+	}
+}

@@ -1,6 +1,13 @@
 package gitsync
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/google/go-cmp/cmp"
+)
 
 // TestRepackDue: the clone is packed once it holds more than MaxPacks
 // packs; after a repack that failed, only once MaxPacks more have come,
@@ -21,5 +28,61 @@ func TestRepackDue(t *testing.T) {
 		if got := s.repackDue(c.packs); got != c.want {
 			t.Errorf("failed at %d packs, %d packs now: repackDue = %v, want %v", c.failedAt, c.packs, got, c.want)
 		}
+	}
+}
+
+// TestPlanRollUp: the small packs are packed into one and the large ones
+// kept while each holds at least twice the objects of the next smaller
+// (git repack --geometric=2); the whole clone is packed when the roll-up
+// would reach the largest pack, take fewer than two packs, or leave more
+// than MaxPacks/2.
+func TestPlanRollUp(t *testing.T) {
+	same := func(n int, objects int64) []int64 { return slices.Repeat([]int64{objects}, n) }
+	progression := func(n int, from int64) []int64 {
+		var out []int64
+		for i := range n {
+			out = append(out, from<<i)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		packs  []int64 // object counts, in the order ObjectPacks gives them
+		rollUp []int64 // those of the packs rolled up, smallest first
+		whole  bool
+	}{
+		{"packs alike", same(17, 5), nil, true},
+		{"a large pack and the fetches since", append([]int64{600}, same(16, 5)...), same(16, 5), false},
+		{"the fetches since and the last roll-up", append([]int64{600, 80}, same(16, 5)...), append(same(16, 5), 80), false},
+		{"the roll-up reaches the largest pack", append([]int64{150, 80}, same(16, 5)...), nil, true},
+		{"a pack in the middle joins the roll-up", append([]int64{5000, 150, 120}, same(15, 5)...), append(same(15, 5), 120, 150), false},
+		{"kept packs in progression", append(progression(7, 1000), same(16, 5)...), same(16, 5), false},
+		{"too many packs kept", append(progression(8, 1000), same(16, 5)...), nil, true},
+		{"one pack", []int64{10}, nil, true},
+		{"no pack", nil, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var packs []packWeight
+			for i, n := range c.packs {
+				packs = append(packs, packWeight{hash: plumbing.NewHash(fmt.Sprintf("%040x", i+1)), objects: n})
+			}
+			rollUp, whole := planRollUp(packs)
+			if whole != c.whole {
+				t.Fatalf("whole = %v, want %v", whole, c.whole)
+			}
+			if whole {
+				if len(rollUp) != len(packs) {
+					t.Errorf("the whole clone packed, and %d packs of %d said rolled up", len(rollUp), len(packs))
+				}
+				return
+			}
+			var got []int64
+			for _, p := range rollUp {
+				got = append(got, p.objects)
+			}
+			if diff := cmp.Diff(c.rollUp, got); diff != "" {
+				t.Errorf("rolled up (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
