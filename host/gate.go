@@ -72,9 +72,9 @@ type admission struct {
 func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName string) (admission, bool) {
 	a := admission{correlationID: correlationID(w, r)}
 	a.live = s.cfg.Live.Live()
-	if a.live == nil {
+	if why := s.starting(a.live); why != "" {
 		w.Header().Set("Retry-After", "1") // the live set loads in moments
-		refuseUnread(w, r, http.StatusServiceUnavailable, "the host is starting: no live set yet")
+		refuseUnread(w, r, http.StatusServiceUnavailable, why)
 		return a, false
 	}
 	presented, ok := bearer(r)

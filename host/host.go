@@ -69,6 +69,13 @@ type Config struct {
 	// and Retry-After: 1 before its body is read, so that a flood of
 	// callers of slow flows cannot hold the host's memory.
 	MaxRuns int
+	// AwaitFirstPublication is set on a host that follows a repo: until
+	// the registry holds a first publication (generation 0: a new state
+	// directory, the repo's first sync not done), /readyz and the doors
+	// answer 503 with Retry-After: 1, as before the live set is loaded,
+	// instead of taking traffic with nothing to serve (every key unknown:
+	// 401).
+	AwaitFirstPublication bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SyncHealth is the git sync's run of rounds that could not run, for

@@ -15,6 +15,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/registry"
 )
 
 // healthz answers 200 while the process runs.
@@ -24,15 +25,29 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	w.Write([]byte(`{"ok":true}`))
 }
 
-// readyz answers 200 once a live set is loaded.
+// readyz answers 200 once a live set is loaded (on a host that follows a
+// repo, one holding a publication: starting).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
-	if s.cfg.Live.Live() == nil {
-		writeError(w, http.StatusServiceUnavailable, "the live set is not loaded yet")
+	if why := s.starting(s.cfg.Live.Live()); why != "" {
+		writeError(w, http.StatusServiceUnavailable, why)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"ok":true}`))
+}
+
+// starting says why the host cannot serve live yet, "" once it can: no
+// live set loaded, or, on a host that awaits its repo's first
+// publication, a live set of a registry that never had one.
+func (s *Server) starting(live *registry.LiveSet) string {
+	switch {
+	case live == nil:
+		return "the host is starting: no live set yet"
+	case s.cfg.AwaitFirstPublication && live.Generation() == 0:
+		return "the host is starting: the repo's first sync has not published yet"
+	}
+	return ""
 }
 
 // admin checks the admin key of /status (registered only on a host that

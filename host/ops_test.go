@@ -48,8 +48,33 @@ func TestHealthAndReadiness(t *testing.T) {
 	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeAll, `{"a":1}`)), `{"a":1}`)
 }
 
+// TestReadyAwaitsTheFirstPublication: a host that follows a repo, on a
+// registry that never had a publication (a new state directory, the
+// repo's first sync not done), is not ready and its doors answer 503 with
+// Retry-After: 1: it took traffic with nothing to serve, every key
+// unknown (401) until the first sync. Once a publication is live it is.
+func TestReadyAwaitsTheFirstPublication(t *testing.T) {
+	fx := newUnloadedFixture(t, func(c *host.Config) { c.AwaitFirstPublication = true })
+	if _, err := fx.reg.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const why = "the host is starting: the repo's first sync has not published yet"
+	wantRefusal(t, fx.serve(newRequest(http.MethodGet, "/readyz", "")), http.StatusServiceUnavailable, why)
+	w := fx.serve(runRequest("acme", "echo", keyAcmeAll, `{}`)) // /enqueue's gate is the same
+	wantRefusal(t, w, http.StatusServiceUnavailable, why)
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("/run before the first publication: Retry-After %q, want 1", got)
+	}
+	fx.publish(testFlows(), testAccessYAML(), fixtureCommit)
+	if w := fx.serve(newRequest(http.MethodGet, "/readyz", "")); w.Code != http.StatusOK {
+		t.Errorf("/readyz after the first publication: %d %s", w.Code, w.Body)
+	}
+	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeAll, `{"a":1}`)), `{"a":1}`)
+}
+
 func TestReadyWithAnEmptyRegistry(t *testing.T) {
-	// a loaded live set with no flows is ready: nothing is deployed yet
+	// a loaded live set with no flows is ready on a host that follows no
+	// repo: nothing is deployed yet (nexus deploy publishes)
 	fx := newUnloadedFixture(t, nil)
 	if _, err := fx.reg.Load(context.Background()); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1003,7 +1004,8 @@ func TestDevMode(t *testing.T) {
 		t.Errorf("the curl line's URL %s does not name the port listened on, %s", url, port)
 	}
 
-	// the example flows are live after the first sync
+	// the example flows are live after the first sync, and the doors
+	// answer 503 (Retry-After: 1) until then
 	var status int
 	var body string
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -1019,7 +1021,7 @@ func TestDevMode(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		status, body = resp.StatusCode, string(b)
-		if status != 401 && status != 404 {
+		if status != 503 { // the host is starting: the first sync has not published
 			break
 		}
 	}
@@ -1090,16 +1092,25 @@ func TestServeConfigFromTheEnvironment(t *testing.T) {
 	t.Run("a flag wins over its variable", func(t *testing.T) {
 		env := append(append([]string(nil), env...), "NEXUS_LISTEN=256.0.0.1:1", "NEXUS_LOG_FORMAT=text", "NEXUS_SECRET=env-secret")
 		h, _ := launch(t, t.TempDir(), []string{"serve", "--listen", "127.0.0.1:0", "--admin-key", "flag-admin-key",
-			"--max-body-bytes", "200", "--log-format", "json", "--secret", ""}, env, "flag-admin-key")
+			"--max-body-bytes", "200", "--log-format", "json", "--secret", "flag-secret"}, env, "flag-admin-key")
 		h.waitCommit(commit, 10*time.Second)
-		waitRun(t, h, "acme", "hello", acmeKey, `{"name":"Ada"}`, `{"greeting":"hello, Ada"}`, 5*time.Second)
+		const ada = `{"name":"Ada"}`
+		if r := h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", ada, docQueueSignature("env-secret", ada)...); r.status != 401 {
+			t.Errorf("a run signed with NEXUS_SECRET's secret when --secret is given: %d %s", r.status, r.body)
+		}
+		if r := h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", ada, docQueueSignature("flag-secret", ada)...); r.status != 200 || r.body != `{"greeting":"hello, Ada"}` {
+			t.Errorf("a run signed with --secret's secret: %d %s", r.status, r.body)
+		}
 		if r := h.do(http.MethodGet, "/status", "env-admin-key", "", ""); r.status != 401 {
 			t.Errorf("/status with NEXUS_ADMIN_KEY's key when --admin-key is given: %d", r.status)
 		}
-		if r := h.run("acme", "hello", acmeKey, body(200)); r.status != 200 {
+		signed := func(b string) response {
+			return h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", b, docQueueSignature("flag-secret", b)...)
+		}
+		if r := signed(body(200)); r.status != 200 {
 			t.Errorf("200 bytes under --max-body-bytes 200: %d %s", r.status, r.body)
 		}
-		if r := h.run("acme", "hello", acmeKey, body(201)); r.status != 413 || r.body != `{"ok":false,"error":"body exceeds 200 bytes"}` {
+		if r := signed(body(201)); r.status != 413 || r.body != `{"ok":false,"error":"body exceeds 200 bytes"}` {
 			t.Errorf("201 bytes: %d %s", r.status, r.body)
 		}
 	})
@@ -1130,6 +1141,77 @@ func TestServeGCPercent(t *testing.T) {
 				t.Errorf("/metrics: %d, want %q, have %.40q", r.status, tc.want, r.body[max(i, 0):])
 			}
 		})
+	}
+}
+
+// A host that follows a repo, on a new state directory, is not ready
+// and its doors answer 503 with Retry-After: 1 until the repo's first
+// sync publishes (here: until the repo exists); it was ready at once, and
+// every key unknown (401) until then.
+func TestServeReadyAfterTheFirstPublication(t *testing.T) {
+	later := filepath.Join(t.TempDir(), "config-repo")
+	h, _ := launch(t, t.TempDir(), []string{"serve", "--listen", "127.0.0.1:0", "--repo", later, "--poll", "200ms",
+		"--db", filepath.Join(t.TempDir(), "state", "registry.db")}, []string{"NEXUS_LOG_FORMAT=json"}, "")
+	const why = `{"ok":false,"error":"the host is starting: the repo's first sync has not published yet"}`
+	if r := h.do(http.MethodGet, "/readyz", "", "", ""); r.status != 503 || r.body != why {
+		t.Errorf("/readyz before the repo exists: %d %s, want 503 %s", r.status, r.body, why)
+	}
+	if r := h.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != 503 || r.body != why || r.header.Get("Retry-After") != "1" {
+		t.Errorf("/run before the repo exists: %d %s (Retry-After %q), want 503 %s", r.status, r.body, r.header.Get("Retry-After"), why)
+	}
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	if err := os.Rename(repo.dir, later); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := h.do(http.MethodGet, "/readyz", "", "", "")
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz 30 s after the repo was made: %d %s", r.status, r.body)
+		}
+	}
+	if r := h.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != 200 || r.body != `{"greeting":"hello, Ada"}` {
+		t.Errorf("/run once ready: %d %s", r.status, r.body)
+	}
+}
+
+// NEXUS_ADMIN_KEY or NEXUS_SECRET set and empty (a secret file found
+// empty) counts as not set, as every empty variable does, and is said at
+// the start: the UI closed, the doors unsigned.
+func TestServeWarnsOfAnEmptyKeyVariable(t *testing.T) {
+	repo := newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+	for _, tc := range []struct {
+		env  []string
+		want []string // the settings warned of
+	}{
+		{[]string{"NEXUS_ADMIN_KEY=", "NEXUS_SECRET="}, []string{"NEXUS_ADMIN_KEY", "NEXUS_SECRET"}},
+		{[]string{"NEXUS_SECRET="}, []string{"NEXUS_SECRET"}},
+		{nil, nil},
+	} {
+		h, _ := launch(t, t.TempDir(), []string{"serve", "--listen", "127.0.0.1:0", "--repo", repo.dir,
+			"--db", filepath.Join(t.TempDir(), "state", "registry.db")}, tc.env, "")
+		waitGate(t, h, "acme", "hello", acmeKey)
+		var got []string
+		for _, ev := range h.events("empty_setting") {
+			got = append(got, fmt.Sprint(ev["setting"]))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("env %q: empty_setting lines for %q, want %q", tc.env, got, tc.want)
+		}
+		if r := h.do(http.MethodGet, "/status", "", "", ""); r.status != http.StatusNotFound {
+			t.Errorf("env %q: /status answered %d, want 404 (no admin key: closed)", tc.env, r.status)
+		}
+		if r := h.do(http.MethodPost, "/flows/acme/hello/run", acmeKey, "application/json", `{}`); r.status != 200 {
+			t.Errorf("env %q: an unsigned run answered %d, want 200 (no secret)", tc.env, r.status)
+		}
 	}
 }
 

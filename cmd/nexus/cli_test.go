@@ -117,13 +117,34 @@ func firstLine(s string) string {
 	return line
 }
 
+// unmakeableDB is a registry path whose folder is a file: a serve that
+// took its settings fails at once (exit 1) rather than serving until the
+// test times out.
+func unmakeableDB(t *testing.T) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(file, "registry.db")
+}
+
 // TestServeRefusesABlankSecret: a --secret (or NEXUS_SECRET) with a blank
 // part (",", " ", "a,,b") is refused at start, exit 2, rather than
-// dropped: a value of blanks alone once left every door unsigned.
+// dropped: a value of blanks alone once left every door unsigned; so is a
+// --secret given empty.
 func TestServeRefusesABlankSecret(t *testing.T) {
+	for _, args := range [][]string{{"--secret="}, {"--secret", ""}} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"serve", "--db", unmakeableDB(t)}, args...), &stdout, &stderr)
+		want := "nexus serve: --secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors"
+		if code != exitUsage || firstLine(stderr.String()) != want {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %q", args, code, firstLine(stderr.String()), want)
+		}
+	}
 	for _, secret := range []string{",", " ", " , ", "s3cret,,other", "s3cret, "} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"serve", "--secret", secret, "--db", filepath.Join(t.TempDir(), "registry.db")}, &stdout, &stderr)
+		code := run([]string{"serve", "--secret", secret, "--db", unmakeableDB(t)}, &stdout, &stderr)
 		want := "nexus serve: --secret holds an empty secret: give one or more secrets, comma-separated, none blank"
 		if code != exitUsage || firstLine(stderr.String()) != want {
 			t.Errorf("--secret %q: exit %d, %q; want exit 2 and %q", secret, code, firstLine(stderr.String()), want)
@@ -132,16 +153,24 @@ func TestServeRefusesABlankSecret(t *testing.T) {
 }
 
 // TestServeRefusesABlankAdminKey: an admin key of blanks only (an empty
-// secret file, a newline) is refused, as a blank secret is; it closed
-// /status, the API and the UI without a word.
+// secret file, a newline) is refused, as a blank secret is, and so is an
+// --admin-key given empty; they closed /status, the API and the UI
+// without a word.
 func TestServeRefusesABlankAdminKey(t *testing.T) {
 	for _, c := range []struct{ flag, env, want string }{
 		{"  ", "", "nexus serve: --admin-key is blank: give a key, or leave it out to close /status, the API and the UI"},
 		{"", "\n", "nexus serve: NEXUS_ADMIN_KEY is blank: give a key, or leave it out to close /status, the API and the UI"},
+		// --admin-key "$(cat file)" of an empty file
+		{"=", "", "nexus serve: --admin-key is empty: give a key, or leave it out to close /status, the API and the UI"},
+		{"=", "nxk_from_the_environment_0123456789", "nexus serve: --admin-key is empty: give a key, or leave it out to close /status, the API and the UI"},
 	} {
 		t.Setenv("NEXUS_ADMIN_KEY", c.env)
-		args := []string{"serve", "--db", filepath.Join(t.TempDir(), "registry.db")}
-		if c.flag != "" {
+		args := []string{"serve", "--db", unmakeableDB(t)}
+		switch c.flag {
+		case "":
+		case "=": // given, empty
+			args = append(args, "--admin-key", "")
+		default:
 			args = append(args, "--admin-key", c.flag)
 		}
 		var stdout, stderr bytes.Buffer

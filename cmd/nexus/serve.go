@@ -235,6 +235,18 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
 	logger := newLogger(cfg.LogFormat, logOut)
+	// An empty variable counts as not set, as for every setting; a key's
+	// or a secret's, set and empty, is most likely a secret file found
+	// empty: said at start (--dev makes its own admin key).
+	for _, v := range []struct{ flag, closes string }{
+		{"admin-key", "/status, the API and the UI are closed"},
+		{"secret", "the doors take unsigned requests"},
+	} {
+		env := "NEXUS_" + strings.ToUpper(strings.ReplaceAll(v.flag, "-", "_"))
+		if val, ok := os.LookupEnv(env); ok && val == "" && !set[v.flag] && !(cfg.Dev && v.flag == "admin-key") {
+			logger.Warn(fmt.Sprintf("%s is set and empty, which counts as not set: %s", env, v.closes), "event", "empty_setting", "setting", env)
+		}
+	}
 	// a hang-up from the terminal that runs it stops it; any other is
 	// ignored (see stopOnSignal)
 	ctx, stop := stopOnSignal(logger, logOut, isTerminal(stderr))
@@ -377,6 +389,11 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			repo = "NEXUS_REPO"
 		}
 		return fmt.Errorf("%s is a setting of the git sync: give %s too (without it the host serves what nexus deploy published)", given, repo)
+	case set["admin-key"] && cfg.AdminKey == "":
+		// --admin-key "$(cat file)" of an empty file
+		return errors.New("--admin-key is empty: give a key, or leave it out to close /status, the API and the UI")
+	case set["secret"] && cfg.Secret == "":
+		return errors.New("--secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors")
 	case cfg.AdminKey != "" && strings.TrimSpace(cfg.AdminKey) == "":
 		// an empty secret file mounted by mistake would close the UI and
 		// the API without a word
@@ -603,6 +620,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	hostCfg := host.Config{
 		Live: reg, Status: reg, History: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
 		MaxBodyBytes: cfg.MaxBodyBytes, AdminKey: cfg.AdminKey, Secrets: splitSecrets(cfg.Secret), MaxRuns: cfg.MaxRuns,
+		AwaitFirstPublication: cfg.Repo != "",
 	}
 	if cfg.MaxRuns == 0 {
 		hostCfg.MaxRuns = -1 // no limit
