@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -11,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/host"
+	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -65,11 +69,30 @@ func TestReadyAwaitsTheFirstPublication(t *testing.T) {
 	if got := w.Header().Get("Retry-After"); got != "1" {
 		t.Errorf("/run before the first publication: Retry-After %q, want 1", got)
 	}
+	// a queued message waits rather than being dropped as withdrawn (its
+	// flow may well be in the repo), and a publish is refused
+	queues := queue.NewManager(queue.ManagerConfig{Root: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Handler: queue.HandlerFunc(func(context.Context, queue.Delivery) queue.Verdict { return queue.Verdict{Kind: queue.VerdictRetryLater} })})
+	t.Cleanup(queues.Stop)
+	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{}), AwaitFirstPublication: true,
+		Queues: queues, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
+	delivery := queue.Delivery{Message: queue.Message{ID: 1, Source: engine.DoorEnqueue, CorrelationID: "m1", Payload: []byte(`{"a":1}`)},
+		Tenant: "acme", Flow: "echo", Attempt: 1}
+	if v := srv.Handle(context.Background(), delivery); v.Kind != queue.VerdictRetryLater || v.Error != why {
+		t.Errorf("a delivery before the first publication: %+v, want a retry later (%s)", v, why)
+	}
+	if err := srv.Publish(context.Background(), "acme", "echo", []byte(`{}`), "c1"); err == nil || err.Error() != why {
+		t.Errorf("a publish before the first publication: %v, want %s", err, why)
+	}
+
 	fx.publish(testFlows(), testAccessYAML(), fixtureCommit)
 	if w := fx.serve(newRequest(http.MethodGet, "/readyz", "")); w.Code != http.StatusOK {
 		t.Errorf("/readyz after the first publication: %d %s", w.Code, w.Body)
 	}
 	wantJSON(t, fx.serve(runRequest("acme", "echo", keyAcmeAll, `{"a":1}`)), `{"a":1}`)
+	if v := srv.Handle(context.Background(), delivery); v.Kind != queue.VerdictAck {
+		t.Errorf("the delivery after the first publication: %+v, want it acknowledged", v)
+	}
 }
 
 func TestReadyWithAnEmptyRegistry(t *testing.T) {

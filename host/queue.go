@@ -102,8 +102,12 @@ const queuedMaxDepth = 2*flow.XMLMaxDepth + 1
 // attempt, and the result turned into a verdict.
 func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	live := s.cfg.Live.Live()
-	if live == nil {
-		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: "the registry is not loaded"}
+	if why := s.starting(live); why != "" {
+		// a host awaiting its repo's first publication has nothing live
+		// yet, which says nothing of the message's flow (a registry made
+		// anew beside the queues of an earlier one, a dead letter
+		// replayed meanwhile): not dropped as withdrawn
+		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: why}
 	}
 	lf, ok := live.Lookup(d.Tenant, d.Flow)
 	if !ok {
@@ -189,8 +193,8 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 		return errors.New("this host has no queues")
 	}
 	live := s.cfg.Live.Live()
-	if live == nil {
-		return errors.New("the registry is not loaded")
+	if why := s.starting(live); why != "" {
+		return errors.New(why)
 	}
 	lf, ok := live.Lookup(tenant, flowName)
 	if !ok {

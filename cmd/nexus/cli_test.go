@@ -134,14 +134,24 @@ func unmakeableDB(t *testing.T) string {
 // dropped: a value of blanks alone once left every door unsigned; so is a
 // --secret given empty.
 func TestServeRefusesABlankSecret(t *testing.T) {
-	for _, args := range [][]string{{"--secret="}, {"--secret", ""}} {
+	for _, c := range []struct {
+		args []string
+		env  string // NEXUS_SECRET
+		want string
+	}{
+		{[]string{"--secret="}, "", "nexus serve: --secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors"},
+		{[]string{"--secret", ""}, "", "nexus serve: --secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors"},
+		// leaving it out would not do: the variable's secret would hold
+		{[]string{"--secret", ""}, "env-secret", "nexus serve: --secret is empty: give one or more secrets, comma-separated (for unsigned doors, leave out both --secret and NEXUS_SECRET, which is set)"},
+	} {
+		t.Setenv("NEXUS_SECRET", c.env)
 		var stdout, stderr bytes.Buffer
-		code := run(append([]string{"serve", "--db", unmakeableDB(t)}, args...), &stdout, &stderr)
-		want := "nexus serve: --secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors"
-		if code != exitUsage || firstLine(stderr.String()) != want {
-			t.Errorf("%q: exit %d, %q; want exit 2 and %q", args, code, firstLine(stderr.String()), want)
+		code := run(append([]string{"serve", "--db", unmakeableDB(t)}, c.args...), &stdout, &stderr)
+		if code != exitUsage || firstLine(stderr.String()) != c.want {
+			t.Errorf("%q, NEXUS_SECRET %q: exit %d, %q; want exit 2 and %q", c.args, c.env, code, firstLine(stderr.String()), c.want)
 		}
 	}
+	t.Setenv("NEXUS_SECRET", "")
 	for _, secret := range []string{",", " ", " , ", "s3cret,,other", "s3cret, "} {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"serve", "--secret", secret, "--db", unmakeableDB(t)}, &stdout, &stderr)
@@ -162,7 +172,7 @@ func TestServeRefusesABlankAdminKey(t *testing.T) {
 		{"", "\n", "nexus serve: NEXUS_ADMIN_KEY is blank: give a key, or leave it out to close /status, the API and the UI"},
 		// --admin-key "$(cat file)" of an empty file
 		{"=", "", "nexus serve: --admin-key is empty: give a key, or leave it out to close /status, the API and the UI"},
-		{"=", "nxk_from_the_environment_0123456789", "nexus serve: --admin-key is empty: give a key, or leave it out to close /status, the API and the UI"},
+		{"=", "nxk_from_the_environment_0123456789", "nexus serve: --admin-key is empty: give a key (to close /status, the API and the UI, leave out both --admin-key and NEXUS_ADMIN_KEY, which is set)"},
 	} {
 		t.Setenv("NEXUS_ADMIN_KEY", c.env)
 		args := []string{"serve", "--db", unmakeableDB(t)}

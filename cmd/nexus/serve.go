@@ -391,8 +391,14 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s is a setting of the git sync: give %s too (without it the host serves what nexus deploy published)", given, repo)
 	case set["admin-key"] && cfg.AdminKey == "":
 		// --admin-key "$(cat file)" of an empty file
+		if os.Getenv("NEXUS_ADMIN_KEY") != "" {
+			return errors.New("--admin-key is empty: give a key (to close /status, the API and the UI, leave out both --admin-key and NEXUS_ADMIN_KEY, which is set)")
+		}
 		return errors.New("--admin-key is empty: give a key, or leave it out to close /status, the API and the UI")
 	case set["secret"] && cfg.Secret == "":
+		if os.Getenv("NEXUS_SECRET") != "" {
+			return errors.New("--secret is empty: give one or more secrets, comma-separated (for unsigned doors, leave out both --secret and NEXUS_SECRET, which is set)")
+		}
 		return errors.New("--secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors")
 	case cfg.AdminKey != "" && strings.TrimSpace(cfg.AdminKey) == "":
 		// an empty secret file mounted by mistake would close the UI and
@@ -656,8 +662,21 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("nexus is serving", "event", "started", "version", buildVersion(), "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
+	bannerCtx, stopBanner := context.WithCancel(ctx)
+	bannerDone := make(chan struct{})
+	defer func() { stopBanner(); <-bannerDone }()
 	if cfg.Dev {
-		printDevBanner(stdout, ln.Addr(), devKey, keyShown, cfg)
+		// once the first sync has published, so that the banner's example
+		// answers (before it, the doors answer 503: starting); a first
+		// sync that fails says why in the log, and the banner waits
+		go func() {
+			defer close(bannerDone)
+			if awaitFirstPublication(bannerCtx, reg) {
+				printDevBanner(stdout, ln.Addr(), devKey, keyShown, cfg)
+			}
+		}()
+	} else {
+		close(bannerDone)
 	}
 
 	select {
@@ -761,6 +780,21 @@ func prepareDev(src, stateDir string) (repo, key string, err error) {
 		}
 	}
 	return repo, key, nil
+}
+
+// awaitFirstPublication waits until the registry's live set holds a
+// publication, and reports whether one came before ctx ended.
+func awaitFirstPublication(ctx context.Context, reg *registry.Registry) bool {
+	for {
+		if live := reg.Live(); live != nil && live.Generation() > 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func printDevBanner(w io.Writer, addr net.Addr, key string, keyShown bool, cfg serveConfig) {
