@@ -499,12 +499,16 @@ func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 		return jq, errors.New("correlation_id is empty: give one, or leave it out")
 	}
 	if jq.Tenant != "" {
-		if err := naming.Check(jq.Tenant, naming.Tenant(jq.Flow)); err != nil {
+		field := naming.Tenant(jq.Flow)
+		field.Alone = jq.Flow == ""
+		if err := naming.Check(jq.Tenant, field); err != nil {
 			return jq, err
 		}
 	}
 	if jq.Flow != "" {
-		if err := naming.Check(jq.Flow, naming.Flow(jq.Tenant)); err != nil {
+		field := naming.Flow(jq.Tenant)
+		field.Alone = jq.Tenant == ""
+		if err := naming.Check(jq.Flow, field); err != nil {
 			return jq, err
 		}
 	}

@@ -975,8 +975,9 @@ func TestAPIJournal(t *testing.T) {
 	// a name no flow could have is said, as nexus journal says it, not
 	// answered with an empty journal
 	for _, tc := range []struct{ query, want string }{
-		{"tenant=Bad", `invalid name "Bad" for tenant (flow ""): character 'B' at position 1 is not allowed`},
+		{"tenant=Bad", `invalid name "Bad" for tenant (any flow): character 'B' at position 1 is not allowed`},
 		{"tenant=acme&flow=a.b", `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
+		{"flow=a.b", `invalid name "a.b" for flow (any tenant): character '.' at position 2 is not allowed`},
 		{"correlation_id=", "correlation_id is empty: give one, or leave it out"},
 		{"before=12", `before "12" is not a cursor of the journal (next_before of the page before)`},
 		{"before=x.1", `before "x.1" is not a cursor of the journal (next_before of the page before)`},

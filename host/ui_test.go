@@ -1070,7 +1070,7 @@ func TestUIJournalPage(t *testing.T) {
 	if !strings.Contains(body, `<input name="limit" value="5"`) {
 		t.Errorf("tenant=Bad&limit=5: the form forgot the limit:\n%s", body)
 	}
-	if want := `<div class="error" role="alert">Invalid name &#34;Bad&#34; for tenant (flow &#34;&#34;): character &#39;B&#39; at position 1 is not allowed.</div>`; !strings.Contains(body, want) {
+	if want := `<div class="error" role="alert">Invalid name &#34;Bad&#34; for tenant (any flow): character &#39;B&#39; at position 1 is not allowed.</div>`; !strings.Contains(body, want) {
 		t.Errorf("tenant=Bad: no %q in:\n%s", want, body)
 	}
 

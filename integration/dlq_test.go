@@ -300,7 +300,7 @@ func TestDLQWorkedExample(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"list", "--tenant", "../x"}, `invalid name "../x" for tenant (flow ""): character '.' at position 1 is not allowed`},
+			{[]string{"list", "--tenant", "../x"}, `invalid name "../x" for tenant (any flow): character '.' at position 1 is not allowed`},
 			{[]string{"replay", "--tenant", "../x", "--flow", "forward-order", "--id", "1"}, `invalid name "../x" for tenant (flow "forward-order"): character '.' at position 1 is not allowed`},
 			{[]string{"discard", "--tenant", "A", "--flow", "forward-order", "--id", "1"}, `invalid name "A" for tenant (flow "forward-order"): character 'A' at position 1 is not allowed`},
 			{[]string{"list", "--tenant", "A", "--flow", "forward-order"}, `invalid name "A" for tenant (flow "forward-order"): character 'A' at position 1 is not allowed`},
@@ -308,8 +308,9 @@ func TestDLQWorkedExample(t *testing.T) {
 			{[]string{"list", "--tenant", "acme", "--flow", "a.b"}, `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 			{[]string{"discard", "--tenant", "acme", "--flow", "../../x", "--id", "1"}, `invalid name "../../x" for flow (tenant "acme"): character '.' at position 1 is not allowed`},
 			// a filter given empty (a shell variable not set) is not "no filter"
-			{[]string{"list", "--tenant", ""}, `invalid name "" for tenant (flow ""): the name is empty`},
+			{[]string{"list", "--tenant", ""}, `invalid name "" for tenant (any flow): the name is empty`},
 			{[]string{"list", "--tenant", "acme", "--flow="}, `invalid name "" for flow (tenant "acme"): the name is empty`},
+			{[]string{"list", "--flow", "a.b"}, `invalid name "a.b" for flow (any tenant): character '.' at position 2 is not allowed`},
 		} {
 			r := dlqCLI(t, db, c.args...)
 			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")

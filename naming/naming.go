@@ -24,6 +24,10 @@ type Field struct {
 	// Tenant and Flow are the other names of the pair as given; the one that
 	// Kind names is ignored.
 	Tenant, Flow string
+	// Alone says the name was given without the other (a filter of a
+	// listing: a tenant's flows, a flow of any tenant): the error says so
+	// instead of quoting an empty other name.
+	Alone bool
 }
 
 // Tenant describes a tenant name (of the pair with flow).
@@ -48,6 +52,12 @@ func (e *Error) Error() string {
 }
 
 func (f Field) other() string {
+	switch {
+	case f.Alone && f.Kind == "tenant":
+		return "any flow"
+	case f.Alone && f.Kind == "flow":
+		return "any tenant"
+	}
 	switch f.Kind {
 	case "tenant":
 		return "flow " + quote(f.Flow)

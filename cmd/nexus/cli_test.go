@@ -482,11 +482,13 @@ func TestJournalFilterNames(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--tenant", "../x"}, `nexus journal: invalid name "../x" for tenant (flow ""): character '.' at position 1 is not allowed`},
+		{[]string{"--tenant", "../x"}, `nexus journal: invalid name "../x" for tenant (any flow): character '.' at position 1 is not allowed`},
 		{[]string{"--tenant", "acme", "--flow", "a.b"}, `nexus journal: invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 		// given empty (a shell variable not set): refused, not "no filter"
-		{[]string{"--tenant", ""}, `nexus journal: invalid name "" for tenant (flow ""): the name is empty`},
+		{[]string{"--tenant", ""}, `nexus journal: invalid name "" for tenant (any flow): the name is empty`},
 		{[]string{"--tenant", "acme", "--flow="}, `nexus journal: invalid name "" for flow (tenant "acme"): the name is empty`},
+		{[]string{"--flow", "a.b"}, `nexus journal: invalid name "a.b" for flow (any tenant): character '.' at position 2 is not allowed`},
+		{[]string{"--tenant", "", "--flow", "hello"}, `nexus journal: invalid name "" for tenant (flow "hello"): the name is empty`},
 		{[]string{"--correlation-id", ""}, `nexus journal: --correlation-id is empty: give one, or leave it out`},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -112,13 +112,18 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 // refused too, not taken for no filter. A filter no flow could match is a
 // mistake to say, not an empty listing.
 func checkNameFlags(fs *flag.FlagSet, tenant, flowName string) error {
-	if tenant != "" || flagGiven(fs, "tenant") {
-		if err := naming.Check(tenant, naming.Tenant(flowName)); err != nil {
+	tenantGiven, flowGiven := tenant != "" || flagGiven(fs, "tenant"), flowName != "" || flagGiven(fs, "flow")
+	if tenantGiven {
+		field := naming.Tenant(flowName)
+		field.Alone = !flowGiven
+		if err := naming.Check(tenant, field); err != nil {
 			return err
 		}
 	}
-	if flowName != "" || flagGiven(fs, "flow") {
-		return naming.Check(flowName, naming.Flow(tenant))
+	if flowGiven {
+		field := naming.Flow(tenant)
+		field.Alone = !tenantGiven
+		return naming.Check(flowName, field)
 	}
 	return nil
 }
