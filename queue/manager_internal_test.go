@@ -337,6 +337,23 @@ func TestManagerSpacesOutReopenings(t *testing.T) {
 	}
 }
 
+// holdBad returns a handler, recording in rec, that acknowledges every
+// message but one whose payload is "bad": it closes started when that
+// one's delivery begins, holds it until release is closed, then
+// dead-letters it. A message submitted meanwhile leaves its wake-up
+// waiting in the worker's channel.
+func holdBad(rec *idRecorder) (h Handler, started, release chan struct{}) {
+	started, release = make(chan struct{}), make(chan struct{})
+	return rec.handler(func(d Delivery) Verdict {
+		if string(d.Payload) == "bad" {
+			close(started)
+			<-release
+			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
+		}
+		return ackAll(d)
+	}), started, release
+}
+
 // TestFailingWriteBacksOffDespiteAnEarlierWakeUp: a submission's wake-up
 // that reached the worker while it was busy with the delivery before
 // (buffered, its message read since) is answered by one try of a failed
@@ -359,16 +376,9 @@ func TestFailingWriteBacksOffDespiteAnEarlierWakeUp(t *testing.T) {
 			triesMu.Unlock()
 		}
 	}
-	started, release := make(chan struct{}), make(chan struct{})
 	rec := &idRecorder{}
-	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
-		if string(d.Payload) == "bad" {
-			close(started)
-			<-release
-			return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
-		}
-		return ackAll(d)
-	}), Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+	handler, started, release := holdBad(rec)
+	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: handler, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
 	t.Cleanup(m.Stop)
 	submit := func(payload string) Message {
 		t.Helper()
@@ -421,15 +431,8 @@ func TestManagerSubmissionWakesAWaitingWrite(t *testing.T) {
 				clk := clocktest.New(epoch)
 				var logs jsonlogtest.Buffer
 				rec := &idRecorder{}
-				started, release := make(chan struct{}), make(chan struct{})
-				m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: rec.handler(func(d Delivery) Verdict {
-					if string(d.Payload) == "bad" {
-						close(started)
-						<-release
-						return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"}
-					}
-					return ackAll(d)
-				}), Clock: clk, Logger: logs.Logger(slog.LevelInfo), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
+				handler, started, release := holdBad(rec)
+				m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: handler, Clock: clk, Logger: logs.Logger(slog.LevelInfo), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
 				t.Cleanup(m.Stop)
 				submit := func(payload string) (Message, error) {
 					return m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte(payload)})
