@@ -185,12 +185,18 @@ func valueWanted(t reflect.Type) string {
 // flag was given, else its variable when that is set, else the flag.
 func settingName(set map[string]bool, flagName string) string {
 	if !set[flagName] {
-		v := "NEXUS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+		v := envName(flagName)
 		if os.Getenv(v) != "" {
 			return v
 		}
 	}
 	return "--" + flagName
+}
+
+// envName is the variable of the setting of flagName (--max-runs:
+// NEXUS_MAX_RUNS).
+func envName(flagName string) string {
+	return "NEXUS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // givenOrInEnv says whether the setting of flagName was given on the
@@ -242,7 +248,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		{"admin-key", "/status, the API and the UI are closed"},
 		{"secret", "the doors take unsigned requests"},
 	} {
-		env := "NEXUS_" + strings.ToUpper(strings.ReplaceAll(v.flag, "-", "_"))
+		env := envName(v.flag)
 		if val, ok := os.LookupEnv(env); ok && val == "" && !set[v.flag] && !(cfg.Dev && v.flag == "admin-key") {
 			logger.Warn(fmt.Sprintf("%s is set and empty, which counts as not set: %s", env, v.closes), "event", "empty_setting", "setting", env)
 		}
