@@ -72,7 +72,9 @@ func TestReadyAwaitsTheFirstPublication(t *testing.T) {
 	// a queued message waits rather than being dropped as withdrawn (its
 	// flow may well be in the repo), and a publish is refused
 	queues := queue.NewManager(queue.ManagerConfig{Root: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Handler: queue.HandlerFunc(func(context.Context, queue.Delivery) queue.Verdict { return queue.Verdict{Kind: queue.VerdictRetryLater} })})
+		Handler: queue.HandlerFunc(func(context.Context, queue.Delivery) queue.Verdict {
+			return queue.Verdict{Kind: queue.VerdictRetryLater}
+		})})
 	t.Cleanup(queues.Stop)
 	srv := host.New(host.Config{Live: fx.reg, Status: fx.reg, Engine: engine.New(engine.Config{}), AwaitFirstPublication: true,
 		Queues: queues, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now})
