@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver: the binary needs no cgo
+	"modernc.org/sqlite" // the pure-Go SQLite driver: the binary needs no cgo
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/nexushq/nexus/flow"
 )
@@ -105,7 +106,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		// another program's database (a mistyped --db) is refused before
 		// anything is written to it, as the read-only open refuses it
 		if err := checkNotForeign(ctx, abs); err != nil {
-			return nil, fmt.Errorf("registry %s: %w", path, err)
+			return nil, openError(path, err)
 		}
 	}
 	db, err := sql.Open("sqlite", dataSource(abs, opts.ReadOnly))
@@ -120,7 +121,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	if opts.ReadOnly {
 		if err := r.checkSchema(ctx); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("registry %s: %w", path, err)
+			return nil, openError(path, err)
 		}
 		return r, nil
 	}
@@ -134,7 +135,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		}
 		if !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			db.Close()
-			return nil, fmt.Errorf("registry %s: %w", path, err)
+			return nil, openError(path, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -221,6 +222,17 @@ func CheckSQLite(path string) error {
 }
 
 // isBusy reports whether err is SQLite's "database is locked".
+// openError is the error of a registry's first statement: SQLite's own
+// text, but for a folder this user may not write (SQLite's
+// SQLITE_READONLY_DIRECTORY, "attempt to write a readonly database
+// (1544)"), which says which folder and why it matters.
+func openError(path string, err error) error {
+	if se, ok := errors.AsType[*sqlite.Error](err); ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
+	}
+	return fmt.Errorf("registry %s: %w", path, err)
+}
+
 func isBusy(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
