@@ -1203,8 +1203,16 @@ func TestQueueMetricsAfterRestart(t *testing.T) {
 		retries, retriesOK = metricValue(m.body, "nexus_queue_retries_pending", map[string]string{"tenant": "acme", "flow": "sync-invoices"})
 		return
 	}
-	if d, r, dok, rok := gauges(h); d != 1 || r != 1 || !dok || !rok {
-		t.Fatalf("before the restart: dead letters %v (%v), retries pending %v (%v)", d, dok, r, rok)
+	// the worker counts a retry pending once the schedule is written,
+	// just after it logs queue_retry_scheduled
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d, r, dok, rok := gauges(h)
+		if d == 1 && r == 1 && dok && rok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("before the restart: dead letters %v (%v), retries pending %v (%v)", d, dok, r, rok)
+		}
 	}
 	if code := h.stop(10 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM", code)
