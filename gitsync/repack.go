@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -175,45 +176,17 @@ func rollUpPacks(repo *git.Repository, st *filesystem.Storage, rollUp []packWeig
 		}
 		entries.Close()
 	}
-	loose := 0
 	if err := st.ForEachObjectHash(func(h plumbing.Hash) error {
 		seen[h] = struct{}{}
-		loose++
 		return nil
 	}); err != nil {
 		return err
 	}
-	objs := make([]plumbing.Hash, 0, len(seen))
-	for h := range seen {
-		objs = append(objs, h)
-	}
-	cfg, err := repo.Config()
-	if err != nil {
-		return err
-	}
-	nh, err := writePack(st, repo, objs, cfg.Pack.Window)
-	if err != nil {
-		return err
-	}
-	if loose > 0 {
-		if err := st.ForEachObjectHash(func(h plumbing.Hash) error {
-			if _, packed := seen[h]; packed {
-				return st.DeleteLooseObject(h)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
+	old := make([]plumbing.Hash, 0, len(rollUp))
 	for _, p := range rollUp {
-		if p.hash == nh {
-			continue
-		}
-		if err := st.DeleteOldObjectPackAndIndex(p.hash, time.Time{}); err != nil {
-			return err
-		}
+		old = append(old, p.hash)
 	}
-	return nil
+	return replacePacks(repo, seen, old)
 }
 
 // repack packs every object the clone's references reach into one new
@@ -226,10 +199,6 @@ func rollUpPacks(repo *git.Repository, st *filesystem.Storage, rollUp []packWeig
 // symbolic link's blob is packed as any blob, and a gitlink is left out,
 // as git does.
 func repack(repo *git.Repository) error {
-	pfw, ok := repo.Storer.(storer.PackfileWriter)
-	if !ok {
-		return errors.New("the clone's storage cannot write a pack")
-	}
 	pos, ok := repo.Storer.(storer.PackedObjectStorer)
 	if !ok {
 		return git.ErrPackedObjectsNotSupported
@@ -242,21 +211,33 @@ func repack(repo *git.Repository) error {
 	if err := w.walkRefs(); err != nil {
 		return err
 	}
-	objs := make([]plumbing.Hash, 0, len(w.seen))
-	for h := range w.seen {
-		objs = append(objs, h)
+	return replacePacks(repo, w.seen, old)
+}
+
+// replacePacks encodes objs into a new pack of the clone, then deletes
+// the loose objects among objs and the packs old (but the new one, should
+// it be one of them): everything old held that is in objs is still in
+// the clone.
+func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []plumbing.Hash) error {
+	pfw, ok := repo.Storer.(storer.PackfileWriter)
+	if !ok {
+		return errors.New("the clone's storage cannot write a pack")
+	}
+	pos, ok := repo.Storer.(storer.PackedObjectStorer)
+	if !ok {
+		return git.ErrPackedObjectsNotSupported
 	}
 	cfg, err := repo.Config()
 	if err != nil {
 		return err
 	}
-	nh, err := writePack(pfw, repo, objs, cfg.Pack.Window)
+	nh, err := writePack(pfw, repo, slices.Collect(maps.Keys(objs)), cfg.Pack.Window)
 	if err != nil {
 		return err
 	}
 	if los, ok := repo.Storer.(storer.LooseObjectStorer); ok {
 		if err := los.ForEachObjectHash(func(h plumbing.Hash) error {
-			if _, packed := w.seen[h]; packed {
+			if _, packed := objs[h]; packed {
 				return los.DeleteLooseObject(h)
 			}
 			return nil
