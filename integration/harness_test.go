@@ -32,6 +32,16 @@ type configRepo struct {
 	dir string
 }
 
+// helloRepo is a config repo of one flow, acme/hello (helloFlow), and a key
+// for every acme flow (acmeKey).
+func helloRepo(t *testing.T) *configRepo {
+	t.Helper()
+	return newConfigRepo(t, map[string]string{
+		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/hello.md": helloFlow,
+	})
+}
+
 // newConfigRepo makes a git repository on branch main holding files and
 // commits them.
 func newConfigRepo(t *testing.T, files map[string]string) *configRepo {

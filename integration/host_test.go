@@ -546,10 +546,7 @@ func TestGateEndToEnd(t *testing.T) {
 
 func TestCommitSwapsUnderLoad(t *testing.T) {
 	hi := strings.Replace(helloFlow, "hello, ", "hi, ", 1)
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	const poll = 200 * time.Millisecond // the harness's --poll
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
@@ -794,10 +791,7 @@ func hubSignature(secret, body string) string {
 
 func TestSecretEndToEnd(t *testing.T) {
 	const oldSecret, newSecret = "whsec_old_secret_for_tests_01", "whsec_new_secret_for_tests_02"
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir, args: []string{"--secret", oldSecret + "," + newSecret}})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 
@@ -848,10 +842,7 @@ func TestSecretEndToEnd(t *testing.T) {
 }
 
 func TestGitHookWithLongPoll(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir, args: []string{"--poll", "60s"}})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 	waitDeployed(t, h, "acme", "hello", acmeKey)
@@ -1051,10 +1042,7 @@ func TestDevMode(t *testing.T) {
 }
 
 func TestServeConfigFromTheEnvironment(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	commit := repo.git("rev-parse", "HEAD")
 	env := []string{
 		"NEXUS_LISTEN=127.0.0.1:0",
@@ -1112,10 +1100,7 @@ func TestServeConfigFromTheEnvironment(t *testing.T) {
 // nexus serve sets the collector's target to 200 unless GOGC is set; the
 // runtime's own gauge on /metrics says which is in force.
 func TestServeGCPercent(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -1152,10 +1137,7 @@ func TestServeReadyAfterTheFirstPublication(t *testing.T) {
 	if r := h.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != 503 || r.body != why || r.header.Get("Retry-After") != "1" {
 		t.Errorf("/run before the repo exists: %d %s (Retry-After %q), want 503 %s", r.status, r.body, r.header.Get("Retry-After"), why)
 	}
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	if err := os.Rename(repo.dir, later); err != nil {
 		t.Fatal(err)
 	}
@@ -1177,10 +1159,7 @@ func TestServeReadyAfterTheFirstPublication(t *testing.T) {
 // empty) counts as not set, as every empty variable does, and is said at
 // the start: the UI closed, the doors unsigned.
 func TestServeWarnsOfAnEmptyKeyVariable(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	for _, tc := range []struct {
 		env  []string
 		want []string // the settings warned of
@@ -1265,10 +1244,7 @@ func TestServeLogsNoRepoPassword(t *testing.T) {
 // stays where it was (an alert on its age fires), and the refusal counts
 // once.
 func TestSyncMetricsOnARefusedHead(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 	repo.commit(map[string]string{"flows/acme/hello.md": "---\nflowmarkdown_version: \"0.1\"\nflow: hello\ntenant: acme\nqueue_max_attempts: 0\n---\n"})
@@ -1370,10 +1346,7 @@ func TestServeBadValues(t *testing.T) {
 // TestHTTPFramingEndToEnd: malformed framing is refused by the server
 // before any flow runs.
 func TestHTTPFramingEndToEnd(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 	waitDeployed(t, h, "acme", "hello", acmeKey)
@@ -1443,10 +1416,7 @@ func TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable(t *testing.T) {
 // the failed commit and its errors" through the log event sync_failed too:
 // its line lists every error, as /status does (it once held the first).
 func TestSyncFailedLogsEveryError(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 	broken := func(name string) string {

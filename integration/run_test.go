@@ -10,10 +10,7 @@ import (
 const acmeKey = "test-key-acme"
 
 func TestRunThroughGitSync(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
 

@@ -16,10 +16,7 @@ import (
 // set does not flap between the two branches at every poll. Once the later
 // server is gone (killed), the first publishes again.
 func TestALaterServerOfAnotherBranchTakesOver(t *testing.T) {
-	repo := newConfigRepo(t, map[string]string{
-		"access.yaml":         accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
-		"flows/acme/hello.md": helloFlow,
-	})
+	repo := helloRepo(t)
 	mainCommit := repo.git("rev-parse", "HEAD")
 	repo.git("checkout", "-q", "-b", "other")
 	otherCommit := repo.commit(map[string]string{"flows/acme/hello.md": strings.Replace(helloFlow, "hello,", "hi,", 1)})

@@ -397,12 +397,12 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s is a setting of the git sync: give %s too (without it the host serves what nexus deploy published)", given, repo)
 	case set["admin-key"] && cfg.AdminKey == "":
 		// --admin-key "$(cat file)" of an empty file
-		if os.Getenv("NEXUS_ADMIN_KEY") != "" {
+		if os.Getenv(envName("admin-key")) != "" {
 			return errors.New("--admin-key is empty: give a key (to close /status, the API and the UI, leave out both --admin-key and NEXUS_ADMIN_KEY, which is set)")
 		}
 		return errors.New("--admin-key is empty: give a key, or leave it out to close /status, the API and the UI")
 	case set["secret"] && cfg.Secret == "":
-		if os.Getenv("NEXUS_SECRET") != "" {
+		if os.Getenv(envName("secret")) != "" {
 			return errors.New("--secret is empty: give one or more secrets, comma-separated (for unsigned doors, leave out both --secret and NEXUS_SECRET, which is set)")
 		}
 		return errors.New("--secret is empty: give one or more secrets, comma-separated, or leave it out for unsigned doors")
