@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/naming"
 )
 
 // maxJSONDepth is the deepest nesting a body may have.
@@ -150,10 +151,10 @@ func bodyKind(contentType string) (contentKind, error) {
 	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
-		return 0, fmt.Errorf("unsupported content type %q", contentType)
+		return 0, fmt.Errorf("unsupported content type %s", naming.Quote(contentType))
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
-		return 0, fmt.Errorf("unsupported charset %q: send UTF-8", cs)
+		return 0, fmt.Errorf("unsupported charset %s: send UTF-8", naming.Quote(cs))
 	}
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
@@ -161,5 +162,5 @@ func bodyKind(contentType string) (contentKind, error) {
 	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
 		return kindXML, nil
 	}
-	return 0, fmt.Errorf("unsupported content type %q", mt)
+	return 0, fmt.Errorf("unsupported content type %s", naming.Quote(mt))
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The access gate: 401, 400 for a name, 403, 404, 429, in that order, each
@@ -345,4 +347,50 @@ func TestRefusalsAreLogged(t *testing.T) {
 	if last := evs[len(evs)-1]; len(evs) != 21 || last["suppressed"] != 22.0 {
 		t.Errorf("the line after a pause: %d lines, the last %v; want 21, saying 22 were not logged", len(evs), last)
 	}
+}
+
+// TestRefusalLinesCutWhatTheCallerSent: the names of a refused request's
+// path, and a media type it sent, are cut in its answer and in its
+// request_refused line as the name rule's errors cut them (the first 64
+// characters and "…" past 128): the refusal limiter counts lines, and a
+// caller without a key wrote 60 KB lines ten times a second.
+func TestRefusalLinesCutWhatTheCallerSent(t *testing.T) {
+	long := strings.Repeat("a", 60000)
+	cut := strings.Repeat("a", 64) + "…"
+	longType := "application/" + long
+	for _, tc := range []struct {
+		name         string
+		r            *http.Request
+		status       int
+		tenant, flow string
+	}{
+		{"no key, a long tenant", runRequest(long, "echo", "", `{}`), http.StatusUnauthorized, cut, "echo"},
+		{"no key, a long flow", runRequest("acme", long, "", `{}`), http.StatusUnauthorized, "acme", cut},
+		{"a key, a long flow", runRequest("acme", long, keyAcmeAll, `{}`), http.StatusBadRequest, "acme", cut},
+		{"no key, a long tenant, enqueue", newRequest(http.MethodPost, "/flows/"+long+"/echo/enqueue", `{}`, "Content-Type", "application/json"), http.StatusUnauthorized, cut, "echo"},
+		{"a name of 128 characters is not cut", runRequest(strings.Repeat("b", 128), "echo", "", `{}`), http.StatusUnauthorized, strings.Repeat("b", 128), "echo"},
+		{"a key, a long media type", runRequest("acme", "echo", keyAcmeAll, `{}`, "Content-Type", longType), http.StatusUnsupportedMediaType, "acme", "echo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newAdminFixture(t, adminOptions{key: adminKey})
+			w := fx.serve(tc.r)
+			if w.Code != tc.status || w.Body.Len() > 512 {
+				t.Fatalf("answer %d of %d bytes, want %d of at most 512: %.300s", w.Code, w.Body.Len(), tc.status, w.Body)
+			}
+			evs := fx.logs.Events(t, "request_refused")
+			if len(evs) != 1 {
+				t.Fatalf("%d request_refused lines, want 1", len(evs))
+			}
+			got := map[string]any{"tenant": evs[0]["tenant"], "flow": evs[0]["flow"]}
+			if diff := cmp.Diff(map[string]any{"tenant": tc.tenant, "flow": tc.flow}, got); diff != "" {
+				t.Errorf("the line's names (-want +got):\n%s", diff)
+			}
+			if n := len(fx.logs.String()); n > 1024 {
+				t.Errorf("the log is %d bytes: %.300s…", n, fx.logs.String())
+			}
+		})
+	}
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	w := fx.serve(runRequest("acme", "echo", keyAcmeAll, `{}`, "Content-Type", longType))
+	wantRefusal(t, w, http.StatusUnsupportedMediaType, `unsupported content type "application/`+strings.Repeat("a", 52)+`"…`)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/nexushq/nexus/jsonlog"
+	"github.com/nexushq/nexus/naming"
 )
 
 // A door's refusals (401, 403, 404, 413, 415, 429, …) are logged as
@@ -45,7 +46,9 @@ func (l *refusalLog) allow(now time.Time) (ok bool, suppressed int64) {
 }
 
 // logRefusal logs a door's refusal written to w (a *statusWriter that
-// remembers its status and text), unless the rate is spent.
+// remembers its status and text), unless the rate is spent. The names are
+// cut as errors cut them: a refusal may come before the name rule, and a
+// caller without a key must not write a line as long as a request line.
 func (s *Server) logRefusal(door string, w *statusWriter, r *http.Request, tenant, flowName string, a admission) {
 	if w.status < http.StatusBadRequest {
 		return
@@ -59,7 +62,7 @@ func (s *Server) logRefusal(door string, w *statusWriter, r *http.Request, tenan
 		keyID = a.key.ID
 	}
 	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "request refused",
-		slog.String("event", "request_refused"), slog.String("door", door), slog.String("tenant", tenant), slog.String("flow", flowName),
+		slog.String("event", "request_refused"), slog.String("door", door), slog.String("tenant", naming.Shorten(tenant)), slog.String("flow", naming.Shorten(flowName)),
 		slog.Int("status", w.status), slog.String("error", w.refusal), slog.String("correlation_id", a.correlationID),
 		slog.String("key", keyID), slog.String("remote", r.RemoteAddr), slog.Int64("suppressed", suppressed))
 }

@@ -48,7 +48,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("invalid name %s for %s (%s): %s", quote(e.Name), e.Field.Kind, e.Field.other(), e.Reason)
+	return fmt.Sprintf("invalid name %s for %s (%s): %s", Quote(e.Name), e.Field.Kind, e.Field.other(), e.Reason)
 }
 
 func (f Field) other() string {
@@ -60,31 +60,50 @@ func (f Field) other() string {
 	}
 	switch f.Kind {
 	case "tenant":
-		return "flow " + quote(f.Flow)
+		return "flow " + Quote(f.Flow)
 	case "flow":
-		return "tenant " + quote(f.Tenant)
+		return "tenant " + Quote(f.Tenant)
 	default:
-		return "tenant " + quote(f.Tenant) + ", flow " + quote(f.Flow)
+		return "tenant " + Quote(f.Tenant) + ", flow " + Quote(f.Flow)
 	}
 }
 
-// quote quotes a name for an error; one longer than twice MaxLen
-// characters is cut after MaxLen and followed by "…": a name in a URL may
-// be as long as the server takes a request line, and the error is one
-// line of an answer and of the log (a name of 60,000 characters made a
-// 60 KB answer).
-func quote(name string) string {
+// Quote quotes a name a caller gave (or any text of theirs: a media type)
+// for an error; one longer than twice MaxLen characters is cut after MaxLen
+// and followed by "…": a name in a URL may be as long as the server takes a
+// request line, and the error is one line of an answer and of the log (a
+// name of 60,000 characters made a 60 KB answer).
+func Quote(name string) string {
+	if short, cut := shorten(name); cut {
+		return strconv.Quote(short) + "…"
+	}
+	return strconv.Quote(name)
+}
+
+// Shorten is name as a log line shows it, unquoted: whole, or cut as Quote
+// cuts it and followed by "…". A name logged before it was checked (a
+// refused request's) may be any length.
+func Shorten(name string) string {
+	if short, cut := shorten(name); cut {
+		return short + "…"
+	}
+	return name
+}
+
+// shorten returns the first MaxLen characters of a name of more than twice
+// MaxLen, and whether it cut.
+func shorten(name string) (string, bool) {
 	if utf8.RuneCountInString(name) <= 2*MaxLen {
-		return strconv.Quote(name)
+		return name, false
 	}
 	n := 0
 	for i := range name {
 		if n == MaxLen {
-			return strconv.Quote(name[:i]) + "…"
+			return name[:i], true
 		}
 		n++
 	}
-	return strconv.Quote(name)
+	return name, false
 }
 
 // Valid reports whether name follows the rule: 1 to MaxLen characters from

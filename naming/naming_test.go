@@ -51,6 +51,24 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestShorten: a log line shows a name of at most twice MaxLen characters
+// whole, and a longer one as its first MaxLen characters and "…", counted
+// in characters (as Quote cuts it).
+func TestShorten(t *testing.T) {
+	for _, tt := range []struct{ name, want string }{
+		{"", ""},
+		{"acme", "acme"},
+		{strings.Repeat("a", 128), strings.Repeat("a", 128)},
+		{strings.Repeat("a", 129), strings.Repeat("a", 64) + "…"},
+		{strings.Repeat("é", 129), strings.Repeat("é", 64) + "…"},
+		{"\xff" + strings.Repeat("a", 200), "\xff" + strings.Repeat("a", 63) + "…"},
+	} {
+		if got := Shorten(tt.name); got != tt.want {
+			t.Errorf("Shorten(%.20q… of %d bytes) = %q, want %q", tt.name, len(tt.name), got, tt.want)
+		}
+	}
+}
+
 // FuzzCheck holds the rule's promise: a valid name is a single local path
 // element, lowercase, of at most MaxLen bytes; an invalid one always gets a
 // one-line error that quotes it.
