@@ -977,8 +977,13 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 
 func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
 	var x float64
-	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil {
 		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
+		return 0, false
+	}
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		// YAML's .inf and .nan are numbers to it
+		c.errorf(line, "%s must be a finite number, not %s", key, v.Value)
 		return 0, false
 	}
 	if x < min {
