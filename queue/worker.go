@@ -535,8 +535,15 @@ func (w *Worker) deliver(ctx context.Context) error {
 	}()
 	// Housekeeping (emptying the log, rewriting dlq.log) costs a few
 	// fsyncs: it runs at an idle moment at most once per Poll, so that a
-	// steady trickle of messages does not pay for it each time.
-	var housekept time.Time
+	// steady trickle of messages does not pay for it each time. A round
+	// that fails (a full disk) is tried again after a pause that doubles
+	// from Poll up to maxRestartPause, and logged at the 1st, 2nd, 4th,
+	// 8th… failure in a row: every idle queue of the process tried it and
+	// logged it at every Poll for as long as the disk stayed full.
+	var (
+		housekept, housekeepAfter time.Time
+		housekeepFailures         int
+	)
 	reader := newLogReader(q)
 	// a message delivered before and waiting in the retry schedule: the
 	// same offset and the same id (an offset can hold another message
@@ -631,8 +638,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if err := saveCheckpoint(false); err != nil {
 			return err
 		}
-		if len(retries) == 0 && (housekept.IsZero() || pollSlot(now, w.cfg.Poll) != pollSlot(housekept, w.cfg.Poll)) {
+		if len(retries) == 0 && !now.Before(housekeepAfter) && (housekept.IsZero() || pollSlot(now, w.cfg.Poll) != pollSlot(housekept, w.cfg.Poll)) {
 			housekept = now
+			var failed []string // what this round could not do, and why
 			switch err := q.Drain(); {
 			case err == nil:
 				// emptied (or empty): whatever another process appends from
@@ -641,7 +649,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 				reader.reset()
 			case errors.Is(err, ErrNotDrained):
 			default:
-				w.logger.Error("the queue could not be emptied", "event", "housekeeping_failed", "error", err.Error())
+				failed = append(failed, "the queue could not be emptied: "+err.Error())
 				// stopped somewhere between marking the drain and writing
 				// the checkpoint back to 0: the checkpoint file tells
 				// where the messages appended since begin (at 0 when the
@@ -657,7 +665,20 @@ func (w *Worker) deliver(ctx context.Context) error {
 			}
 			applied, damage, err := q.CompactDLQ()
 			if err != nil {
-				w.logger.Error("dlq.log could not be rewritten", "event", "housekeeping_failed", "error", err.Error())
+				failed = append(failed, "dlq.log could not be rewritten: "+err.Error())
+			}
+			switch {
+			case len(failed) > 0:
+				housekeepFailures++
+				pause := w.pause(housekeepFailures - 1)
+				housekeepAfter = now.Add(pause)
+				if sparse(housekeepFailures) {
+					w.logger.Error("the queue's housekeeping failed; it is tried again after a pause", "event", "housekeeping_failed",
+						"error", strings.Join(failed, "; "), "failures", housekeepFailures, "pause_ms", pause.Milliseconds())
+				}
+			case housekeepFailures > 0:
+				w.logger.Info("the queue's housekeeping went through again", "event", "housekeeping_resumed", "failures", housekeepFailures)
+				housekeepFailures, housekeepAfter = 0, time.Time{}
 			}
 			for _, d := range damage {
 				w.logger.Error("a dead-letter file held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
@@ -700,6 +721,10 @@ func untilNextPoll(now time.Time, poll time.Duration) time.Duration {
 
 // pollSlot numbers the stretch of time between two of the moments
 // untilNextPoll waits for that holds t.
+// sparse reports whether the n-th failure in a row (from 1) is logged:
+// the 1st, 2nd, 4th, 8th…
+func sparse(n int) bool { return n&(n-1) == 0 }
+
 func pollSlot(t time.Time, poll time.Duration) int64 {
 	if poll <= 0 {
 		return t.UnixNano()
