@@ -603,3 +603,108 @@ func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerBudgetFitsTheOpenFileLimit: under an open-file limit of 256,
+// nexus serve lowers its worker budget of 256 queues to the 21 that half
+// the limit holds (6 files a queue) and says so at start; a flood of
+// enqueues to 80 flows is answered 202 for 21 of them and with the
+// budget's 503 for the rest. Every message it acknowledged is delivered,
+// and the host still answers. Its queues used to take every descriptor it
+// could open: it stopped accepting connections, and workers that could not
+// open their files again left acknowledged messages undelivered.
+func TestWorkerBudgetFitsTheOpenFileLimit(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	const flows = 80
+	files := map[string]string{"access.yaml": accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey})}
+	for i := range flows {
+		files[fmt.Sprintf("flows/acme/q%02d.md", i)] = queueExample(t, "forward-order", be.URL, "flow: forward-order", fmt.Sprintf("flow: q%02d", i))
+	}
+	repo := newConfigRepo(t, files)
+	db := filepath.Join(t.TempDir(), "state", "registry.db")
+	const admin = "admin-test-key"
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--admin-key", admin, "--poll", "200ms", "--repo", repo.dir}
+	h := &hostProc{t: t, db: db, adminKey: admin, exited: make(chan struct{})}
+	// the shell sets the limit (soft and hard) and becomes nexus
+	h.cmd = exec.Command("sh", append([]string{"-c", `ulimit -n 256 && exec "$0" "$@"`, nexusBinary()}, args...)...)
+	h.cmd.Env = append(os.Environ(), "NEXUS_LOG_FORMAT=json")
+	h.watch(args, nil, nil)
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	if evs := h.events("worker_budget_lowered"); len(evs) != 1 || evs[0]["budget"] != 21.0 || evs[0]["max_workers"] != 256.0 || evs[0]["open_file_limit"] != 256.0 {
+		t.Errorf("worker_budget_lowered lines %v, want one lowering 256 to 21 for a limit of 256", evs)
+	}
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answers := make([]answer, flows)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range flows {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/flows/acme/q%02d/enqueue", h.url, i), strings.NewReader(fmt.Sprintf(`{"orderId":"q%02d"}`, i)))
+			req.Header.Set("Authorization", "Bearer "+acmeKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				answers[i] = answer{err: err}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers[i] = answer{status: resp.StatusCode, body: string(b)}
+		})
+	}
+	wg.Wait()
+	accepted := map[string]bool{}
+	for i, a := range answers {
+		switch {
+		case a.err == nil && a.status == http.StatusAccepted:
+			accepted[fmt.Sprintf(`{"orderId":"q%02d"}`, i)] = true
+		case a.err == nil && a.status == http.StatusServiceUnavailable && strings.Contains(a.body, "residency budget"):
+		default:
+			t.Errorf("enqueue to q%02d: %d %s %v; want 202, or the budget's 503", i, a.status, a.body, a.err)
+		}
+	}
+	if len(accepted) != 21 {
+		t.Errorf("%d enqueues accepted, want 21 (the budget)", len(accepted))
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		delivered := map[string]bool{}
+		for _, x := range be.on("/") {
+			delivered[x.body] = true
+		}
+		var missing []string
+		for body := range accepted {
+			if !delivered[body] {
+				missing = append(missing, body)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(missing)
+			t.Fatalf("%d messages acknowledged with a 202 were not delivered: %v", len(missing), missing)
+		}
+	}
+	resp, err := client.Get(h.url + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz after the flood: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz after the flood: %d", resp.StatusCode)
+	}
+	for _, line := range h.logLines() {
+		if strings.Contains(line, "too many open files") {
+			t.Errorf("the host ran out of descriptors: %s", line)
+			break
+		}
+	}
+}

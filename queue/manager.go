@@ -18,11 +18,19 @@ import (
 // can start in this process.
 var ErrBudget = errors.New("no worker can be started: the residency budget (--max-workers) is spent")
 
+// FilesPerQueue is how many open files a queue with a worker needs: it
+// holds five for as long as the process runs (segment.log and its .seq,
+// the checkpoint, append.lock and worker.lock), and housekeeping opens
+// one more for a moment. A budget of MaxWorkers queues needs MaxWorkers·FilesPerQueue
+// descriptors besides the process's others (nexus serve fits its budget
+// to half the open-file limit).
+const FilesPerQueue = 6
+
 // ManagerConfig configures a Manager.
 type ManagerConfig struct {
 	Root       string // {state}/queues
 	FS         FS     // nil: OS
-	MaxWorkers int    // the residency budget; 0 means 256
+	MaxWorkers int    // the residency budget; 0 means 256 (see FilesPerQueue)
 	Handler    Handler
 	Clock      clock.Clock
 	Logger     *slog.Logger

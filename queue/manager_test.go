@@ -763,3 +763,54 @@ func TestManagerStopWaitsForAnOpening(t *testing.T) {
 		t.Error("the append to a queue opened while the Manager stopped went through")
 	}
 }
+
+// TestQueueFilesHeld: a queue with an idle worker holds at most
+// FilesPerQueue-1 open files (FilesPerQueue leaves one for housekeeping's
+// moment), which nexus serve counts on to fit its worker budget to the
+// open-file limit. Read from /proc/self/fd: the files this process holds
+// under each queue's folder.
+func TestQueueFilesHeld(t *testing.T) {
+	clk := clocktest.New(wt0)
+	rec := newRecorder(clk)
+	m, root := newManager(t, clk, rec.handler("m", ack), 0, nil)
+	const queues = 8
+	for i := range queues {
+		if _, err := m.Append("acme", fmt.Sprintf("f%d", i), enqueue(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() map[string][]string {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skipf("no /proc/self/fd: %v", err)
+		}
+		out := map[string][]string{}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+			if err != nil || !strings.HasPrefix(target, root+string(filepath.Separator)) {
+				continue
+			}
+			out[filepath.Dir(target)] = append(out[filepath.Dir(target)], filepath.Base(target))
+		}
+		return out
+	}
+	rec.wait(t, queues)
+	// once every worker is idle (housekept, waiting for the next Poll);
+	// a handle opened for a moment is closed by then
+	over := func(files map[string][]string) (bad []string) {
+		for dir, names := range files {
+			if len(names) > queue.FilesPerQueue-1 {
+				slices.Sort(names)
+				bad = append(bad, fmt.Sprintf("%s: %d files held (%v)", dir, len(names), names))
+			}
+		}
+		return bad
+	}
+	files := held()
+	for deadline := time.Now().Add(5 * time.Second); len(files) != queues || len(over(files)) > 0; files = held() {
+		if time.Now().After(deadline) {
+			t.Fatalf("files held in %d queue folders, want %d, at most FilesPerQueue-1 = %d each: %v", len(files), queues, queue.FilesPerQueue-1, over(files))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -506,6 +506,24 @@ var checkStateDir = queue.CheckLocal
 // minAdminKey is the length under which serve warns about the admin key.
 const minAdminKey = 24
 
+// fitWorkerBudget fits a worker budget to an open-file limit (Go raises
+// the soft limit to the hard one at start): a queue with a worker keeps
+// queue.FilesPerQueue files open for the process's life, and the queues
+// may use half the limit, the other half left for connections (each
+// request's, each flow's calls out), the registry and the clone. A host
+// whose queues took every descriptor it could open accepted no connection,
+// and its workers could not open their files again after an error, so
+// messages it had acknowledged stayed undelivered; now a queue past the
+// budget is refused with the budget's 503 instead. It reports whether it
+// lowered the budget.
+func fitWorkerBudget(budget int, limit uint64) (int, bool) {
+	fit := limit / 2 / queue.FilesPerQueue
+	if fit >= uint64(budget) {
+		return budget, false
+	}
+	return max(int(fit), 1), true
+}
+
 // serve runs the host until ctx ends, then shuts it down in order: stop
 // taking requests and finish those in flight, stop the background work,
 // write what is buffered, close the registry.
@@ -625,8 +643,17 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	eng := engine.New(engine.Config{Dedup: reg.Dedup(), DedupCommitWait: registry.BusyTimeout, Publisher: publisherFunc(func(ctx context.Context, tenant, flow string, payload []byte, cid string) error {
 		return doors.Publish(ctx, tenant, flow, payload, cid)
 	})})
+	budget := cfg.MaxWorkers
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil {
+		if fit, lowered := fitWorkerBudget(budget, nofile.Cur); lowered {
+			logger.Warn(fmt.Sprintf("the open-file limit of %d holds the files of no more than %d queues' workers: the worker budget is %d, not %d (raise the limit: ulimit -n, LimitNOFILE=, --ulimit nofile=)",
+				nofile.Cur, fit, fit, budget), "event", "worker_budget_lowered", "max_workers", budget, "budget", fit, "open_file_limit", nofile.Cur)
+			budget = fit
+		}
+	}
 	queues := queue.NewManager(queue.ManagerConfig{
-		Root: filepath.Join(stateDir, "queues"), MaxWorkers: cfg.MaxWorkers, Logger: logger, OnCommit: metrics.QueueCommitted, StopGrace: cfg.ShutdownGrace,
+		Root: filepath.Join(stateDir, "queues"), MaxWorkers: budget, Logger: logger, OnCommit: metrics.QueueCommitted, StopGrace: cfg.ShutdownGrace,
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
 	})
 	hostCfg := host.Config{

@@ -390,3 +390,30 @@ func TestDevDefaults(t *testing.T) {
 		})
 	}
 }
+
+// TestFitWorkerBudget: the worker budget is lowered to what half the
+// open-file limit holds at queue.FilesPerQueue files a queue, never below
+// one, and left alone when the limit holds it.
+func TestFitWorkerBudget(t *testing.T) {
+	for _, tt := range []struct {
+		budget  int
+		limit   uint64
+		want    int
+		lowered bool
+	}{
+		{256, 1 << 20, 256, false},
+		{256, 524288, 256, false},
+		{256, 3072, 256, false}, // 1536 / 6 = 256
+		{256, 3071, 255, true},
+		{256, 1024, 85, true},
+		{256, 256, 21, true},
+		{10, 256, 10, false},
+		{256, 11, 1, true},
+		{256, 0, 1, true},
+	} {
+		got, lowered := fitWorkerBudget(tt.budget, tt.limit)
+		if got != tt.want || lowered != tt.lowered {
+			t.Errorf("fitWorkerBudget(%d, %d) = %d, %v; want %d, %v", tt.budget, tt.limit, got, lowered, tt.want, tt.lowered)
+		}
+	}
+}
