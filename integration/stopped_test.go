@@ -1,7 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,4 +70,78 @@ func TestCronStoppedHolderNotReplaced(t *testing.T) {
 	if n := len(other.events("cron_tick")); n != 0 {
 		t.Errorf("the other process ticked %d times after the holder resumed; want none", n)
 	}
+}
+
+// TestStopDuringStartIsNoError: a SIGINT or SIGTERM that comes while nexus
+// serve is still starting (committing the --dev folder, opening the
+// registry, loading a large live set) is the stop the operator asked for,
+// as it is once the host serves: it exited 1 with a "fatal" log line and
+// "nexus serve: registry …: context canceled" (or "loading the live set:
+// reading the registry: context canceled"), as if the registry had failed;
+// a rolling update's SIGTERM to a pod still starting read as a crash. Now
+// it exits 0, its last line "stopped".
+func TestStopDuringStartIsNoError(t *testing.T) {
+	t.Parallel()
+	// a development folder large enough that committing it takes a while
+	// (seconds): the signal comes while the host is starting
+	src := filepath.Join(t.TempDir(), "dev-flows")
+	hello, err := os.ReadFile(filepath.Join(repoRoot, "flows-example", "flows", "acme", "hello.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	access, err := os.ReadFile(filepath.Join(repoRoot, "flows-example", "access.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"access.yaml": string(access)}
+	for i := range 2000 {
+		files[fmt.Sprintf("flows/acme/hello-%d.md", i)] = strings.Replace(string(hello), "flow: hello\n", fmt.Sprintf("flow: hello-%d\n", i), 1)
+	}
+	writeFiles(t, src, files)
+
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		state := filepath.Join(t.TempDir(), "state")
+		cmd := nexusCmd(t.TempDir(), "serve", "--dev", "--dev-flows", src, "--db", filepath.Join(state, "registry.db"),
+			"--listen", "127.0.0.1:0", "--log-format", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// the development repo is being made: the host has not started
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(state, "dev-repo")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				<-exited
+				t.Fatalf("no dev-repo within 20 s; stderr:\n%s", stderr.String())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		cmd.Process.Signal(sig)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("%v while starting: nexus serve did not exit within 60 s", sig)
+		}
+		code := cmd.ProcessState.ExitCode()
+		if code != 0 || strings.Contains(stderr.String(), `"event":"fatal"`) || strings.Contains(stderr.String(), "context canceled") ||
+			!strings.Contains(lastLines(stderr.String(), 1), `"event":"stopped"`) {
+			t.Errorf("%v while nexus serve starts: exit %d, stderr:\n%s\nwant exit 0 and a stopped line, no fatal error: the stop was asked for", sig, code, lastLines(stderr.String(), 3))
+		}
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -19,13 +20,16 @@ const deployUsage = `Usage: nexus deploy [--db FILE] PATH...
 Compiles flow files and publishes them into the registry, making each the
 latest version of its flow; for installations without git. PATH may be flow
 files, folders of them, or a config-repo folder (one holding access.yaml),
-whose flows/ folder and access.yaml are published together.
+whose flows/ folder and access.yaml are published together. An access.yaml
+named alone is published too, replacing the access keys; one per deploy.
 
 Nothing is published if any file has an error: every error is printed as
 FILE:LINE: message and the command exits 1. A file named alone that is not a
 flow file is an error; Markdown in a folder that is not is skipped, with a
 warning when its front matter looks meant for a flow. Otherwise it prints one line per
-flow, "published acme/order-intake v3" or "unchanged acme/order-intake v2".
+flow, "published acme/order-intake v3" or "unchanged acme/order-intake v2",
+and one for the access keys when an access.yaml is published,
+"published access keys of repo/access.yaml (3 keys)".
 Flows not named are left as they are. Running servers pick the change up
 within about a second.
 
@@ -42,7 +46,10 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err == nil && len(paths) == 0 {
-		err = errors.New("give at least one flow file or folder")
+		// given nothing to do: the one line and the usage, as validate
+		fmt.Fprintln(stderr, "nexus deploy: give at least one flow file or folder")
+		printUsage(stderr, deployUsage, fs)
+		return exitUsage
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus deploy: %v\n", err)
@@ -58,26 +65,33 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	srcs, accessFiles, _, problems := readPaths(paths)
+	// the key set published: a config repo's access.yaml, or one named
+	// alone (it was checked and then left out: a key it no longer held,
+	// revoked, stayed live); one of them per deploy
 	var (
-		keys  *access.Set
-		repos int
+		keys     *access.Set
+		keysFrom string // the access.yaml published
+		repos    int
 	)
 	for _, a := range accessFiles {
-		if a.dir != "" {
-			// a config repo: its flows/ and its access.yaml
-			if repos++; repos > 1 {
-				problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", a.dir))
-				continue
-			}
+		switch {
+		case a.dir != "" && repos > 0:
+			problems = append(problems, fmt.Sprintf("%s: a second config repo in one deploy: deploy one at a time", a.dir))
+			continue
+		case keysFrom != "":
+			problems = append(problems, fmt.Sprintf("%s: a second access.yaml in one deploy, besides %s: deploy one key set at a time", a.path, keysFrom))
+			continue
 		}
+		if a.dir != "" {
+			repos++ // a config repo: its flows/ and its access.yaml
+		}
+		keysFrom = a.path
 		if a.refused {
 			continue
 		}
 		set, err := access.Parse(a.path, a.data)
 		problems = append(problems, gitsync.AccessProblems(err)...)
-		if a.dir != "" {
-			keys = set
-		}
+		keys = set
 	}
 	warnSkipped(stderr, "deploy", srcs)
 	flows, errs := flow.CompileSet(srcs)
@@ -103,6 +117,12 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	}
 	defer reg.Close()
 	before, _ := reg.Status(ctx)
+	keysChanged := true
+	if keys != nil {
+		if live, err := reg.Load(ctx); err == nil {
+			keysChanged = !bytes.Equal(live.Access().Source(), keys.Source())
+		}
+	}
 	changes, err := reg.Publish(ctx, registry.Publication{Flows: flows, Access: keys})
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus deploy: nothing published: %v\n", err)
@@ -110,6 +130,13 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range changes {
 		fmt.Fprintln(stdout, c)
+	}
+	if keys != nil {
+		action := "published"
+		if !keysChanged {
+			action = "unchanged"
+		}
+		fmt.Fprintf(stdout, "%s access keys of %s (%d key%s)\n", action, keysFrom, keys.Len(), plural(keys.Len()))
 	}
 	// a registry a server fills from git: what this published serves
 	// until that server's next commit replaces it (unless it changed

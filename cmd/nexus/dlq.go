@@ -52,6 +52,7 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		return noSubcommand(args, "nexus dlq: the subcommand is list, replay or discard", dlqUsage, fs, stdout, stderr)
 	}
 	sub := args[0]
+	flagsOnce(fs) // a replay or a discard cannot be undone
 	rest, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout, dlqUsage, fs)
@@ -93,10 +94,15 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	// the queues are beside the registry: a --db naming some other file
-	// (a mistyped path) would list "DLQ is empty"
-	if err := registry.CheckSQLite(dbPath); err != nil {
+	// (a mistyped path, another program's database, a damaged registry)
+	// would list "DLQ is empty"; it is opened as nexus status opens it
+	reg, _, err := readRegistry(context.Background(), dbPath)
+	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
+	}
+	if reg != nil {
+		reg.Close()
 	}
 	root := filepath.Join(filepath.Dir(dbPath), "queues")
 	switch sub {

@@ -99,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "--version", "-version":
-		return runVersion(nil, stdout, stderr)
+		return runVersion(args[1:], stdout, stderr) // as nexus version: no argument
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			c, ok := cmds[args[1]]

@@ -258,6 +258,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := stopOnSignal(logger, logOut, isTerminal(stderr))
 	defer stop()
 	if err := serve(ctx, cfg, logger, stdout); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// a SIGINT or SIGTERM before the host served (a large
+			// registry loading, --dev committing its folder): the stop
+			// asked for, not a failure (a rolling update that stopped a
+			// starting pod read as a crash)
+			logger.Info("nexus stopped before it served", "event", "stopped", "during", strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error()))
+			return exitOK
+		}
 		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
 		logOut.Close()
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
@@ -380,6 +388,15 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 			what = name("flows-dir")
 		}
 		return fmt.Errorf("--dev serves --dev-flows through its own repo (branch main, folder flows): leave %s out", what)
+	case set["repo"] && cfg.Repo == "":
+		// --repo "$REPO" with REPO unset: a host that follows nothing,
+		// ready at once with nothing to serve
+		if os.Getenv(envName("repo")) != "" {
+			return errors.New("--repo is empty: give the config repo's git URL or path (to serve what nexus deploy publishes, leave out both --repo and NEXUS_REPO, which is set)")
+		}
+		return errors.New("--repo is empty: give the config repo's git URL or path, or leave it out to serve what nexus deploy publishes")
+	case cfg.Repo != "" && strings.TrimSpace(cfg.Repo) == "":
+		return fmt.Errorf("%s is blank: give the config repo's git URL or path", name("repo"))
 	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir") || givenOrInEnv(set, "ssh-key")):
 		// without a repo nothing is fetched: the setting would do nothing,
 		// and in the environment it most likely sits beside a misspelt

@@ -105,7 +105,7 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 			problems = append(problems, fmt.Sprintf("%s: %v", p, pathError(err)))
 		case info.IsDir():
 			before := len(reader.Problems())
-			if data, repo := reader.Folder(p); repo && !slices.ContainsFunc(accessFiles, func(a accessFile) bool { return a.dir != "" && sameFolder(a.dir, p) }) {
+			if data, repo := reader.Folder(p); repo && !slices.ContainsFunc(accessFiles, func(a accessFile) bool { return a.dir != "" && samePath(a.dir, p) }) {
 				refused := len(reader.Problems()) > before && data == nil
 				accessFiles = append(accessFiles, accessFile{dir: p, path: filepath.Join(p, "access.yaml"), data: data, refused: refused})
 			}
@@ -131,6 +131,8 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 	for _, p := range named {
 		switch {
 		case read[abs(p)]: // read already, in its folder, or named twice
+		case filepath.Base(p) == "access.yaml" && slices.ContainsFunc(accessFiles, func(a accessFile) bool { return samePath(a.path, p) }):
+			// a config repo's, given too, or named twice
 		case filepath.Base(p) == "access.yaml":
 			data, err := readSource(p)
 			if err != nil {
@@ -161,9 +163,9 @@ func readPaths(paths []string) (srcs []flow.Source, accessFiles []accessFile, fi
 	return srcs, accessFiles, files + len(srcs), problems
 }
 
-// sameFolder reports whether a and b name the same folder (REPO and
+// samePath reports whether a and b name the same folder or file (REPO and
 // REPO/, ./REPO and its absolute path).
-func sameFolder(a, b string) bool {
+func samePath(a, b string) bool {
 	if ia, err := os.Stat(a); err == nil {
 		if ib, err := os.Stat(b); err == nil {
 			return os.SameFile(ia, ib)
@@ -247,23 +249,74 @@ func pathError(err error) error {
 
 // parseInterleaved parses flags that may come before, between or after the
 // positional arguments, and returns the positional ones. An empty --db
-// (what --db "$DB" gives with DB unset) or one naming a folder is refused,
-// for every command that has one: it would read as an empty registry.
+// (what --db "$DB" gives with DB unset) or one naming a folder (one that
+// exists, or any path ending in a slash) is refused, for every command
+// that has one: it would read as an empty registry, or be made as a
+// folder. The setting is named as it was given, --db or NEXUS_DB.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	positional, err := parseFlagsAndArgs(fs, args)
 	if f := fs.Lookup("db"); err == nil && f != nil {
 		if f.Value.String() == "" {
 			return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
 		}
+		setting := "--db"
+		if !flagGiven(fs, "db") {
+			setting = "NEXUS_DB"
+		}
 		// a folder (the state directory) would be read as a registry
 		// with no queue beside it: "DLQ is empty"
 		if p, perr := expandHome(f.Value.String()); perr == nil {
 			if info, serr := os.Stat(p); serr == nil && info.IsDir() {
-				return nil, fmt.Errorf("--db %s is a directory: give the registry file, such as %s", p, filepath.Join(p, "registry.db"))
+				return nil, fmt.Errorf("%s %s is a directory: give the registry file, such as %s", setting, p, filepath.Join(p, "registry.db"))
+			}
+			if strings.HasSuffix(p, string(filepath.Separator)) { // a folder to be made
+				return nil, fmt.Errorf("%s %s names a directory: give the registry file, such as %s", setting, p, filepath.Join(p, "registry.db"))
 			}
 		}
 	}
 	return positional, err
+}
+
+// flagsOnce makes each flag of fs refuse a second value (bad usage). The
+// flag package keeps the last, which most commands keep too (a flag of an
+// alias or a wrapper script can be given again to override it); nexus dlq
+// refuses it: nexus dlq discard --id 1 --id 2 discarded 2 without a word
+// of the 1, and no command can bring a discarded dead letter back.
+func flagsOnce(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, done := f.Value.(*onceValue); !done {
+			f.Value = &onceValue{Value: f.Value, name: f.Name}
+		}
+	})
+}
+
+// onceValue is a flag's value that refuses a second one (flagsOnce).
+type onceValue struct {
+	flag.Value
+	name  string
+	first *string // the value given first, once given
+}
+
+func (v *onceValue) Set(s string) error {
+	if v.first != nil {
+		return fmt.Errorf("--%s is given twice (%q, then %q): give it once", v.name, *v.first, s)
+	}
+	v.first = &s
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag one that takes no value (--dev).
+func (v *onceValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Get keeps what flagError reads of a flag's type.
+func (v *onceValue) Get() any {
+	if g, ok := v.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
 }
 
 // flagValueRE is the flag package's error for a value its flag cannot
@@ -290,6 +343,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 		return err
 	}
 	name, why := m[2], m[3]
+	if strings.HasPrefix(why, "--"+name+" is given twice") {
+		return errors.New(why)
+	}
 	value, uerr := strconv.Unquote(`"` + m[1] + `"`) // the flag package quoted it
 	if uerr != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -179,7 +183,8 @@ func TestDeployOneRepoTwoSpellings(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"access.yaml": "keys: []\n", "flows/acme/x.md": minimalFlow("acme", "x")})
 	db := filepath.Join(t.TempDir(), "registry.db")
 	code, out, _ := runNexus(t, "deploy", "--db", db, dir, dir+"/")
-	if code != exitOK || !slices.Equal(strings.Split(strings.TrimSpace(out), "\n"), []string{"published acme/x v1"}) {
+	want := []string{"published acme/x v1", "unchanged access keys of " + filepath.Join(dir, "access.yaml") + " (0 keys)"}
+	if code != exitOK || !slices.Equal(strings.Split(strings.TrimSpace(out), "\n"), want) {
 		t.Errorf("deploy DIR DIR/: exit %d %q", code, out)
 	}
 }
@@ -215,5 +220,69 @@ func TestValidateNotAFlowFile(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "registry.db")
 	if code, out, errOut := runNexus(t, "deploy", "--db", db, dir); code != exitOK || out != "published acme/x v1\n" || errOut != "nexus deploy: "+warning {
 		t.Errorf("deploy of the folder: exit %d %q %q", code, out, errOut)
+	}
+}
+
+// TestDeployPublishesANamedAccessFile: an access.yaml named alone is
+// published, replacing the access keys (it was checked and left out, exit
+// 0: a key revoked from it stayed live); a config repo's access.yaml named
+// again is the same file; a second key set in one deploy is an error that
+// names both, and publishes nothing.
+func TestDeployPublishesANamedAccessFile(t *testing.T) {
+	entry := func(id, key string) string {
+		h := access.HashKey(key)
+		return "  - id: " + id + "\n    tenant: acme\n    sha256: " + hex.EncodeToString(h[:]) + "\n    flows: [\"*\"]\n"
+	}
+	const keyA, keyB = "nxk_deploy_key_a_0123456789abcdef0123", "nxk_deploy_key_b_0123456789abcdef0123"
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{"access.yaml": "keys:\n" + entry("a", keyA) + entry("b", keyB), "flows/acme/x.md": minimalFlow("acme", "x")})
+	db := filepath.Join(t.TempDir(), "registry.db")
+	keysOf := func() []string {
+		t.Helper()
+		reg, err := registry.Open(context.Background(), db, registry.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close()
+		live, err := reg.Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, k := range live.Access().Keys() {
+			ids = append(ids, k.ID)
+		}
+		return ids
+	}
+	deploy := func(paths ...string) (int, []string) {
+		t.Helper()
+		code, out, stderr := runNexus(t, append([]string{"deploy", "--db", db}, paths...)...)
+		t.Logf("deploy %v: exit %d %q %q", paths, code, out, stderr)
+		return code, strings.Split(strings.TrimSpace(out), "\n")
+	}
+	accessFile := filepath.Join(repo, "access.yaml")
+	if code, lines := deploy(repo, accessFile); code != exitOK || !slices.Equal(lines, []string{"published acme/x v1", "published access keys of " + accessFile + " (2 keys)"}) {
+		t.Fatalf("deploy REPO REPO/access.yaml: exit %d %q", code, lines)
+	}
+	// key b revoked: access.yaml named with a flow file
+	writeFiles(t, repo, map[string]string{"access.yaml": "keys:\n" + entry("a", keyA)})
+	if code, lines := deploy(filepath.Join(repo, "flows", "acme", "x.md"), accessFile); code != exitOK || !slices.Equal(lines, []string{"unchanged acme/x v1", "published access keys of " + accessFile + " (1 key)"}) {
+		t.Fatalf("deploy FLOW access.yaml: exit %d %q", code, lines)
+	}
+	if diff := cmp.Diff([]string{"a"}, keysOf()); diff != "" {
+		t.Errorf("the live keys after the named access.yaml (-want +got):\n%s", diff)
+	}
+	if code, lines := deploy(accessFile); code != exitOK || !slices.Equal(lines, []string{"unchanged access keys of " + accessFile + " (1 key)"}) {
+		t.Errorf("deploy access.yaml again: exit %d %q", code, lines)
+	}
+	// two key sets: nothing published
+	other := filepath.Join(t.TempDir(), "access.yaml")
+	writeFiles(t, filepath.Dir(other), map[string]string{"access.yaml": "keys:\n" + entry("b", keyB)})
+	code, lines := deploy(accessFile, other)
+	if want := other + ": a second access.yaml in one deploy, besides " + accessFile + ": deploy one key set at a time"; code != exitError || !slices.Equal(lines, []string{want}) {
+		t.Errorf("deploy with two access.yaml: exit %d %q, want exit %d and %q", code, lines, exitError, want)
+	}
+	if diff := cmp.Diff([]string{"a"}, keysOf()); diff != "" {
+		t.Errorf("the live keys after a refused deploy (-want +got):\n%s", diff)
 	}
 }

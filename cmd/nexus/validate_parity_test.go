@@ -171,7 +171,8 @@ func TestValidateTakesWhatGitSyncTakes(t *testing.T) {
 	if code, lines, stderr := runCLI(t, "validate", dir); code != exitOK || !slices.Equal(lines, []string{"ok: 1 flow in 2 files"}) {
 		t.Errorf("nexus validate DIR: exit %d, %q (%s); want ok: 1 flow in 2 files", code, lines, stderr)
 	}
-	if code, lines, stderr := runCLI(t, "deploy", "--db", filepath.Join(t.TempDir(), "registry.db"), dir); code != exitOK || !slices.Equal(lines, []string{"published acme/hello v1"}) {
+	want := []string{"published acme/hello v1", "unchanged access keys of " + filepath.Join(dir, "access.yaml") + " (0 keys)"}
+	if code, lines, stderr := runCLI(t, "deploy", "--db", filepath.Join(t.TempDir(), "registry.db"), dir); code != exitOK || !slices.Equal(lines, want) {
 		t.Errorf("nexus deploy DIR: exit %d, %q (%s)", code, lines, stderr)
 	}
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/nexushq/nexus/queue"
+)
+
+// Bad input on the command line, from an operator's review: each is bad
+// usage (exit 2) or a refusal said in one line, with nothing made or done.
+
+// TestServeRefusesAnEmptyRepo: --repo "" (what --repo "$REPO" gives with
+// REPO unset) or a --repo of blanks was taken: "" for no repo at all (a
+// host that serves an empty registry and answers /readyz 200 with nothing
+// deployed), " " for a local folder named " ". Like --admin-key "",
+// --secret "" and --db "", it is bad usage, said in one line naming
+// --repo, before anything is made.
+func TestServeRefusesAnEmptyRepo(t *testing.T) {
+	for _, repo := range []string{"", " "} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", repo}, &stdout, &stderr)
+		line := firstLine(stderr.String())
+		if code != exitUsage || !strings.HasPrefix(line, "nexus serve: --repo") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("nexus serve --repo %q: exit %d, stderr %q; want exit 2 and one line \"nexus serve: --repo …\"", repo, code, stderr.String())
+		}
+	}
+}
+
+// TestServeNamesNEXUS_DBWhenItIsAFolder: nexus serve names a setting it
+// refuses as it was given (docs/decisions.md: "naming the setting as it was
+// given (--poll or NEXUS_POLL)"), as it does for NEXUS_LISTEN, NEXUS_REPO
+// or NEXUS_ADMIN_KEY; NEXUS_DB naming a folder was said as "--db DIR is a
+// directory", a flag the operator never typed.
+func TestServeNamesNEXUS_DBWhenItIsAFolder(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NEXUS_DB", dir)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"serve", "--listen", "127.0.0.1:0"}, &stdout, &stderr)
+	if code != exitUsage || !strings.HasPrefix(stderr.String(), "nexus serve: NEXUS_DB") {
+		t.Errorf("NEXUS_DB=%s nexus serve: exit %d, stderr %q; want exit 2 and a line naming NEXUS_DB", dir, code, stderr.String())
+	}
+}
+
+// TestDLQListRefusesAnotherProgramsDatabase: nexus status and nexus
+// journal refuse a --db that is another program's SQLite database ("not a
+// registry"); nexus dlq list, whose --db check exists so that a mistyped
+// --db does not list "DLQ is empty", listed "DLQ is empty" beside it, exit 0.
+func TestDLQListRefusesAnotherProgramsDatabase(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "places.sqlite")
+	conn, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(`CREATE TABLE bookmarks (url TEXT); INSERT INTO bookmarks VALUES ('https://example.com')`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	for _, cmd := range []string{"status", "journal", "dlq list"} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(strings.Fields(cmd), "--db", db), &stdout, &stderr)
+		if code != exitError || !strings.Contains(stderr.String(), "not a registry") || stdout.Len() != 0 {
+			t.Errorf("nexus %s --db (another program's SQLite database): exit %d, stdout %q, stderr %q; want exit 1 and \"not a registry\"",
+				cmd, code, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestDLQFlagGivenTwiceIsBadUsage: nexus dlq discard --id 1 --id 2
+// discarded dead letter 2 and said nothing of the 1 (the flag package keeps
+// the last value); a discard cannot be undone ("there is no command to
+// bring it back"), so a flag given twice with two values is bad usage,
+// said in one line, and nothing is marked.
+func TestDLQFlagGivenTwiceIsBadUsage(t *testing.T) {
+	state := t.TempDir()
+	q, _ := deadLetterQueue(t, state, 2)
+	q.Close()
+	db := filepath.Join(state, "registry.db")
+	for _, args := range [][]string{
+		{"dlq", "discard", "--tenant", "acme", "--flow", "orders", "--id", "1", "--id", "2", "--db", db},
+		{"dlq", "discard", "--tenant", "acme", "--tenant", "acme", "--flow", "orders", "--id", "2", "--flow", "other", "--db", db},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitUsage || stdout.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, stdout %q, stderr %q; want exit 2 and nothing done", strings.Join(args, " "), code, stdout.String(), stderr.String())
+		}
+	}
+	pending, _, err := queue.ReadDeadLetters(filepath.Join(state, "queues"), "acme", "orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 2 {
+		t.Errorf("%d dead letters pending after the refused discards, want 2", len(pending))
+	}
+}
+
+// TestDeployAloneShowsTheUsage: the README says the usage is printed "when
+// a command is given nothing to do, such as nexus validate alone"; nexus
+// deploy alone printed one line and no usage.
+func TestDeployAloneShowsTheUsage(t *testing.T) {
+	for _, cmd := range []string{"validate", "deploy"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{cmd}, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "Usage: nexus "+cmd) {
+			t.Errorf("nexus %s alone: exit %d, stderr %q; want exit 2 and the usage", cmd, code, stderr.String())
+		}
+	}
+}
+
+// TestVersionFlagTakesNoArgument: nexus version x is bad usage (exit 2,
+// "unexpected argument"); nexus --version x, which the README gives as the
+// same command, printed the version and exited 0.
+func TestVersionFlagTakesNoArgument(t *testing.T) {
+	for _, args := range [][]string{{"version", "x"}, {"--version", "x"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitUsage || stdout.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, stdout %q, stderr %q; want exit 2", strings.Join(args, " "), code, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestDBWithATrailingSlashIsBadUsage: a --db that names a folder is bad
+// usage for every command (TestEmptyDBIsBadUsage), but only when the folder
+// exists: --db NEW/ (the state directory, by its trailing slash, not made
+// yet) made NEW and then failed, exit 1 (serve, deploy: "is a directory"),
+// leaving an empty state directory behind, or read as an empty registry,
+// exit 0 (status: "flows: 0", journal, dlq list: "DLQ is empty").
+func TestDBWithATrailingSlashIsBadUsage(t *testing.T) {
+	flowFile := filepath.Join(t.TempDir(), "x.md")
+	if err := os.WriteFile(flowFile, []byte(parityFlow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"serve", "--listen", "127.0.0.1:0"}, {"deploy", flowFile}, {"status"}, {"journal"}, {"dlq", "list"}} {
+		dir := filepath.Join(t.TempDir(), "state")
+		var stdout, stderr bytes.Buffer
+		code := run(append(append([]string{}, cmd...), "--db", dir+"/"), &stdout, &stderr)
+		if code != exitUsage || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "--db") {
+			t.Errorf("nexus %s --db %s/: exit %d, stdout %q, stderr %q; want exit 2 and one line naming --db",
+				cmd[0], dir, code, stdout.String(), stderr.String())
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("nexus %s --db %s/ (exit %d) made the folder %s", cmd[0], dir, code, dir)
+		}
+	}
+}
