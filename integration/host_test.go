@@ -1563,3 +1563,55 @@ func TestDevBannerKeepsAGivenAdminKey(t *testing.T) {
 		t.Errorf("the banner shows the given admin key, or does not say it is not shown:\n%s", banner)
 	}
 }
+
+// TestDevModeRefusesForeignHosts: the development mode listens on the
+// loopback only so that nobody else can call the example flows with the
+// example key the README publishes, or fill the disk through /enqueue
+// (docs/decisions.md, "Development mode"). A web page the developer opens
+// reaches the loopback all the same by DNS rebinding: its own name
+// (rebind.attacker.example) resolves to 127.0.0.1, the browser then treats
+// the host as the page's own origin, and fetch() may send any header,
+// Authorization with the published key included. The only trace of it the
+// host sees is the Host header, which names the attacker's domain; a host
+// on the loopback must refuse a Host that is not a loopback name
+// (localhost, 127.0.0.1, [::1]), as the dev servers of webpack, Vite and
+// Jupyter do. It served it; now it answers 421.
+func TestDevModeRefusesForeignHosts(t *testing.T) {
+	cwd := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	h, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
+		"--db", filepath.Join(state, "registry.db"), "--dev-flows", filepath.Join(repoRoot, "flows-example")}, nil, "")
+	waitBanner(t, stdout)
+	const exampleKey = "nxk_example_acme_5f2c9d0e7b1a4c3d8e6f" // README.md
+	port := h.url[strings.LastIndexByte(h.url, ':')+1:]
+
+	send := func(host string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, h.url+"/flows/acme/hello/run", strings.NewReader(`{"name":"Ada"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+exampleKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// the developer's own requests still answer
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port} {
+		if status, body := send(host); status != http.StatusOK {
+			t.Errorf("Host %s: %d %s, want 200", host, status, body)
+		}
+	}
+	// a rebound name does not
+	for _, host := range []string{"rebind.attacker.example:" + port, "7f000001.attacker.example:" + port} {
+		if status, body := send(host); status != http.StatusMisdirectedRequest || !strings.Contains(body, "is not this host") {
+			t.Errorf("Host %s (a DNS-rebinding page): %d %s; want 421, the example flow not run for a foreign origin", host, status, body)
+		}
+	}
+}

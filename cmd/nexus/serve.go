@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/jsonlog"
+	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 	"github.com/nexushq/nexus/scheduler"
@@ -272,6 +274,35 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// loopbackNamesOnly answers 421 to a request whose Host is a name other
+// than localhost: a --dev host on the loopback accepts the README's example
+// key for every acme flow, and a web page the developer opens could reach
+// it by DNS rebinding (its own name made to resolve to 127.0.0.1, so that
+// the browser lets it send that key and read the answers); the Host header
+// is the only trace of it the host sees. IP addresses, localhost and names
+// under .localhost (which resolve to the loopback without DNS) pass.
+func loopbackNamesOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.Host
+		if h, _, err := net.SplitHostPort(name); err == nil {
+			name = h
+		}
+		name = strings.ToLower(strings.TrimSuffix(strings.Trim(name, "[]"), "."))
+		if name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost") || net.ParseIP(name) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusMisdirectedRequest)
+		body, _ := json.Marshal(struct {
+			OK    bool   `json:"ok"`
+			Error string `json:"error"`
+		}{Error: "host " + naming.Quote(r.Host) + " is not this host: --dev listens on the loopback and answers localhost and IP addresses only"})
+		w.Write(append(body, '\n'))
+	})
 }
 
 // devListen is where --dev listens unless told: the loopback only, since
@@ -689,8 +720,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	})
 	hostCfg.NextTick = cron.NextTick
 	doors = host.New(hostCfg)
+	handler := doors.Handler()
+	if tcp, ok := ln.Addr().(*net.TCPAddr); cfg.Dev && ok && tcp.IP.IsLoopback() {
+		handler = loopbackNamesOnly(handler)
+	}
 	srv := &http.Server{
-		Handler:           doors.Handler(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
