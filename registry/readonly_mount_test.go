@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -170,5 +171,33 @@ func TestJournalOnAFullDiskLogsNotEveryRound(t *testing.T) {
 	w.Stop()
 	if got := journal(t, r, registry.JournalQuery{Limit: 1000}); len(got) != 200 {
 		t.Errorf("%d journal entries, want the 200 appended on the full disk", len(got))
+	}
+}
+
+// TestOpenOnAFullDisk: a registry whose disk is full fails to open with an
+// error that says the disk is full, for the readers (nexus status) and the
+// writers (nexus serve, nexus deploy), not with SQLite's "disk I/O error
+// (4874)" (its -shm file could not grow), which reads as a failing disk.
+func TestOpenOnAFullDisk(t *testing.T) {
+	dir := smallDisk(t, 1<<20)
+	path := filepath.Join(dir, "registry.db")
+	r := open(t, path, registry.Options{})
+	publish(t, r, registry.Publication{Flows: compileAll(t, "a", "b"), Commit: "c1"})
+	r.Close() // the -wal and -shm files go with the last connection
+	fillDisk(t, dir)
+	failed := 0
+	for _, opts := range []registry.Options{{ReadOnly: true}, {}} {
+		reg, err := registry.Open(context.Background(), path, opts)
+		if err == nil {
+			reg.Close()
+			continue // it managed without room: nothing to say
+		}
+		failed++
+		if want := "registry " + path + ": the disk holding " + dir + " is full ("; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Open(%+v) on a full disk: %v; want it to begin %q", opts, err, want)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no open failed on the full disk: the test no longer tests anything")
 	}
 }

@@ -221,18 +221,34 @@ func CheckSQLite(path string) error {
 	return fmt.Errorf("%s is not a registry (not an SQLite database)", path)
 }
 
-// isBusy reports whether err is SQLite's "database is locked".
 // openError is the error of a registry's first statement: SQLite's own
 // text, but for a folder this user may not write (SQLite's
 // SQLITE_READONLY_DIRECTORY, "attempt to write a readonly database
-// (1544)"), which says which folder and why it matters.
+// (1544)"), which says which folder and why it matters, and for a full
+// disk, which it says is full.
 func openError(path string, err error) error {
-	if se, ok := errors.AsType[*sqlite.Error](err); ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
 		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
+	}
+	// a full disk is said as SQLite's "disk I/O error (4874)" when the
+	// -shm file cannot grow, which reads as a failing disk
+	if ok && (se.Code()&0xff == sqlite3.SQLITE_IOERR || se.Code()&0xff == sqlite3.SQLITE_FULL) {
+		var st syscall.Statfs_t
+		if syscall.Statfs(filepath.Dir(path), &st) == nil && st.Bavail*uint64(st.Bsize) < fullDiskBytes {
+			return fmt.Errorf("registry %s: the disk holding %s is full (%d bytes free): SQLite could not write the registry or its -wal and -shm files (%w)",
+				path, filepath.Dir(path), st.Bavail*uint64(st.Bsize), err)
+		}
 	}
 	return fmt.Errorf("registry %s: %w", path, err)
 }
 
+// fullDiskBytes is the free space under which openError takes an SQLite
+// I/O error for a full disk: less than SQLite needs to grow its -shm file
+// (32 KiB) and a few pages of its -wal.
+const fullDiskBytes = 256 << 10
+
+// isBusy reports whether err is SQLite's "database is locked".
 func isBusy(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
