@@ -340,7 +340,31 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		}
 		return nil
 	}
+	// the last round, at Stop: a database still refusing after a few
+	// tries (each waits BusyTimeout for the lock) loses what waits:
+	// counted. What came during the last round waits for the next Start
+	// (or is dropped by Close, which says so)
+	finish := func() {
+		pruned.Wait()
+		err := writeAll()
+		for try := 0; err != nil && try < 2; try++ {
+			err = writeAll()
+		}
+		if err != nil {
+			if n := w.discard(); n > 0 {
+				w.dropped.Add(int64(n))
+				w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
+			}
+		}
+	}
 	for {
+		// a Stop is taken up before another round: under traffic the
+		// full signal is always ready, and select picks among the ready
+		// cases at random, so a Stop waited one round after another
+		if ctx.Err() != nil {
+			finish()
+			return
+		}
 		select {
 		case <-w.full:
 			writeAll()
@@ -372,22 +396,6 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				})
 			}
 		case <-ctx.Done():
-			pruned.Wait()
-			// a database still refusing after a few tries (each waits
-			// BusyTimeout for the lock) loses what waits: counted. What
-			// came during the last round waits for the next Start (or is
-			// dropped by Close, which says so)
-			err := writeAll()
-			for try := 0; err != nil && try < 2; try++ {
-				err = writeAll()
-			}
-			if err != nil {
-				if n := w.discard(); n > 0 {
-					w.dropped.Add(int64(n))
-					w.cfg.Logger.Error("journal entries lost at stop: the database refused them", "event", "journal_dropped", "dropped", n)
-				}
-			}
-			return
 		}
 	}
 }

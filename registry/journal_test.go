@@ -603,12 +603,19 @@ func TestJournalStopReturnsUnderTraffic(t *testing.T) {
 	for w.Written() < 2_000 {
 		time.Sleep(time.Millisecond)
 	}
+	before := w.Written()
 	done := make(chan struct{})
 	go func() { w.Stop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("Stop has not returned after 30 s of appends (%d written)", w.Written())
+	}
+	// the round in progress, then the last one: each writes no more than
+	// the buffer held when it began (a Stop waited one round after
+	// another, picked at random among the ready signals)
+	if during := w.Written() - before; during > 2*4096 {
+		t.Errorf("%d entries written while Stop waited, more than two rounds of a 4096-entry buffer", during)
 	}
 	stop.Store(true)
 	wg.Wait()
