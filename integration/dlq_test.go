@@ -402,7 +402,7 @@ func TestDLQCorruptArtifact(t *testing.T) {
 		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
 	})
 	db := filepath.Join(t.TempDir(), "state", "registry.db")
-	if r := nexus(t, "", "deploy", "--db", db, dir); r.code != 0 || r.stdout != "published acme/forward-order v1\n" {
+	if r := nexus(t, "", "deploy", "--db", db, dir); r.code != 0 || r.stdout != "published acme/forward-order v1\npublished access keys of "+filepath.Join(dir, "access.yaml")+" (1 key)\n" {
 		t.Fatalf("deploy: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	// one byte of the stored artifact flipped, with no server running

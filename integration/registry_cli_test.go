@@ -27,18 +27,21 @@ func TestDeployStatusAndRepublish(t *testing.T) {
 		"repo/flows/globex/other.md": strings.Replace(helloFlow, "tenant: acme", "tenant: globex", 1),
 	})
 
+	// the keys line names access.yaml by its absolute path, as deploy
+	// names every file (an empty key set on a new registry is unchanged)
+	keys := "unchanged access keys of " + filepath.Join(dir, "repo", "access.yaml") + " (0 keys)\n"
 	r := nexus(t, dir, "deploy", "--db", db, "repo")
-	want := "published acme/hello v1\npublished globex/hello v1\n"
+	want := "published acme/hello v1\npublished globex/hello v1\n" + keys
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("first deploy: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = nexus(t, dir, "deploy", "--db", db, "repo")
-	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n" {
+	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n"+keys {
 		t.Errorf("second deploy: %q", r.stdout)
 	}
 	// the same files named another way are the same files
 	r = nexus(t, dir, "deploy", "--db", db, filepath.Join(dir, "repo"))
-	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n" {
+	if r.stdout != "unchanged acme/hello v1\nunchanged globex/hello v1\n"+keys {
 		t.Errorf("the repo by its absolute path: %q", r.stdout)
 	}
 	r = nexus(t, filepath.Join(dir, "repo"), "deploy", "--db", db, "flows/acme/hello.md")
