@@ -40,6 +40,10 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = checkKeyFlags(*tenant, *flows, *rate, *burst, rest)
 	}
+	if err == nil && *id == "" && flagGiven(fs, "id") {
+		// --id "$ID" with ID unset: not the default id without a word
+		err = errors.New("--id is empty: give an id, or leave it out for TENANT-XXXXXXXX")
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
 		return exitUsage // a name the rule refuses too: a flag's value

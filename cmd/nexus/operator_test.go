@@ -151,3 +151,23 @@ func TestDBWithATrailingSlashIsBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyOrUnreadableValuesAreBadUsage: nexus key generate --id ""
+// (--id "$ID" with ID unset) printed an entry with the default id without a
+// word; nexus serve --repo of a path that is not UTF-8 was taken and failed
+// at every poll ("illegal UTF-8"). Both are bad usage, in one line.
+func TestEmptyOrUnreadableValuesAreBadUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "*", "--id", ""}, "nexus key generate: --id is empty: give an id, or leave it out for TENANT-XXXXXXXX\n"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "/srv/\xffrepo"}, "nexus serve: --repo \"/srv/\\xffrepo\" is not valid UTF-8\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(tt.args, &stdout, &stderr)
+		if code != exitUsage || stdout.Len() != 0 || stderr.String() != tt.want {
+			t.Errorf("nexus %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tt.args, code, stdout.String(), stderr.String(), tt.want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 
@@ -90,7 +91,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the `address` to listen on (env NEXUS_LISTEN)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "the registry `file`; the state directory is its folder (env NEXUS_DB)")
-	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: https://, ssh://, file:// URL or a local `path` (env NEXUS_REPO)")
+	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: an https://, http://, ssh://, git:// or file:// URL, or a local `path` (env NEXUS_REPO)")
 	fs.StringVar(&cfg.Branch, "branch", cfg.Branch, "the `branch` to follow (env NEXUS_BRANCH)")
 	fs.StringVar(&cfg.FlowsDir, "flows-dir", cfg.FlowsDir, "the `folder` of the repo holding the flows (env NEXUS_FLOWS_DIR)")
 	fs.DurationVar(&cfg.Poll, "poll", cfg.Poll, "the `interval` between fetches of the repo (env NEXUS_POLL)")
@@ -99,8 +100,8 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size `ceiling` of flows that set none (env NEXUS_MAX_BODY_BYTES)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: queues with a worker in this `process` (env NEXUS_MAX_WORKERS)")
 	fs.IntVar(&cfg.MaxRuns, "max-runs", cfg.MaxRuns, "the most /run `executions` in progress at once, one more answered 503; 0 sets no limit (env NEXUS_MAX_RUNS)")
-	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text (env NEXUS_LOG_FORMAT)")
-	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`; 0 keeps them forever (env NEXUS_JOURNAL_RETENTION)")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "the log's `format`: json or text (env NEXUS_LOG_FORMAT)")
+	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long journal entries are `kept`: 0 keeps them forever, otherwise at least 1m (env NEXUS_JOURNAL_RETENTION)")
 	fs.Int64Var(&cfg.JournalMax, "journal-max-entries", cfg.JournalMax, "the most journal `entries` kept, the oldest deleted first whatever the retention; 0 keeps any number (env NEXUS_JOURNAL_MAX_ENTRIES)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "the `duration` a shutdown lets the requests and deliveries in flight run; keep it 5s or more under the time your orchestrator waits before it kills (env NEXUS_SHUTDOWN_GRACE)")
@@ -428,6 +429,9 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return errors.New("--repo is empty: give the config repo's git URL or path, or leave it out to serve what nexus deploy publishes")
 	case cfg.Repo != "" && strings.TrimSpace(cfg.Repo) == "":
 		return fmt.Errorf("%s is blank: give the config repo's git URL or path", name("repo"))
+	case !utf8.ValidString(cfg.Repo):
+		// taken, it failed at every poll ("illegal UTF-8")
+		return fmt.Errorf("%s %q is not valid UTF-8", name("repo"), cfg.Repo)
 	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir") || givenOrInEnv(set, "ssh-key")):
 		// without a repo nothing is fetched: the setting would do nothing,
 		// and in the environment it most likely sits beside a misspelt

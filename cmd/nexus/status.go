@@ -17,8 +17,10 @@ import (
 const statusUsage = `Usage: nexus status [--db FILE]
 
 Prints what is deployed, read from the registry (no server needed), as
-key: value lines: the live commit, the time of the last sync, the number of
-flows, the generation, and the last refused commit with its errors.
+key: value lines: the registry's path, the live commit, the time of the last
+sync, the number of flows, the generation, the last refused commit with its
+errors, a schedule: line per cron flow (its next tick in UTC), then a
+flow: line per flow (tenant/name and version).
 
 Flags:
 `
