@@ -100,7 +100,7 @@ func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, ra
 	for _, line := range r.Header["Content-Encoding"] {
 		for enc := range strings.SplitSeq(line, ",") {
 			if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
-				writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %q: send the body uncompressed", enc))
+				writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported content encoding %s: send the body uncompressed", naming.Quote(enc)))
 				return nil, nil, false
 			}
 		}

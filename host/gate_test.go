@@ -350,7 +350,7 @@ func TestRefusalsAreLogged(t *testing.T) {
 }
 
 // TestRefusalLinesCutWhatTheCallerSent: the names of a refused request's
-// path, and a media type it sent, are cut in its answer and in its
+// path, and a media type or content coding it sent, are cut in its answer and in its
 // request_refused line as the name rule's errors cut them (the first 64
 // characters and "…" past 128): the refusal limiter counts lines, and a
 // caller without a key wrote 60 KB lines ten times a second.
@@ -370,6 +370,7 @@ func TestRefusalLinesCutWhatTheCallerSent(t *testing.T) {
 		{"no key, a long tenant, enqueue", newRequest(http.MethodPost, "/flows/"+long+"/echo/enqueue", `{}`, "Content-Type", "application/json"), http.StatusUnauthorized, cut, "echo"},
 		{"a name of 128 characters is not cut", runRequest(strings.Repeat("b", 128), "echo", "", `{}`), http.StatusUnauthorized, strings.Repeat("b", 128), "echo"},
 		{"a key, a long media type", runRequest("acme", "echo", keyAcmeAll, `{}`, "Content-Type", longType), http.StatusUnsupportedMediaType, "acme", "echo"},
+		{"a key, a long content coding", runRequest("acme", "echo", keyAcmeAll, `{}`, "Content-Encoding", long), http.StatusUnsupportedMediaType, "acme", "echo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newAdminFixture(t, adminOptions{key: adminKey})

@@ -167,6 +167,9 @@ func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
 	// (on stderr, the host's log, at every usage error) shows it is set,
 	// not what it is
 	fs.VisitAll(func(f *flag.Flag) {
+		if o, ok := f.Value.(*onceValue); ok {
+			f.Value = o.Value // the usage shows a flag's own type and default
+		}
 		switch {
 		case f.DefValue == "":
 		case f.Name == "admin-key" || f.Name == "secret":

@@ -291,7 +291,7 @@ func loopbackNamesOnly(next http.Handler) http.Handler {
 			name = h
 		}
 		name = strings.ToLower(strings.TrimSuffix(strings.Trim(name, "[]"), "."))
-		if name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost") || net.ParseIP(name) != nil {
+		if name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost") || net.ParseIP(name) != nil || ipv4Number(name) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -304,6 +304,27 @@ func loopbackNamesOnly(next http.Handler) http.Handler {
 		}{Error: "host " + naming.Quote(r.Host) + " is not this host: --dev listens on the loopback and answers localhost and IP addresses only"})
 		w.Write(append(body, '\n'))
 	})
+}
+
+// ipv4Number reports whether name is an IPv4 address in a form inet_aton
+// takes besides the dotted quad (127.1, 2130706433, 0x7f.1), which curl
+// sends as typed: every label a number, decimal or hexadecimal. No DNS name
+// a page could own is one.
+func ipv4Number(name string) bool {
+	labels := strings.Split(name, ".")
+	if len(labels) > 4 {
+		return false
+	}
+	for _, l := range labels {
+		digits, base := l, "0123456789"
+		if hex, ok := strings.CutPrefix(l, "0x"); ok {
+			digits, base = hex, "0123456789abcdef"
+		}
+		if digits == "" || strings.Trim(digits, base) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // devListen is where --dev listens unless told: the loopback only, since

@@ -437,6 +437,12 @@ func TestLoopbackNamesOnly(t *testing.T) {
 		{"127.0.0.1:9090", http.StatusNoContent},
 		{"[::1]:9090", http.StatusNoContent},
 		{"10.1.2.3", http.StatusNoContent},
+		{"127.1:9090", http.StatusNoContent},      // inet_aton's short form, as curl sends it
+		{"2130706433:9090", http.StatusNoContent}, // 127.0.0.1 as one number
+		{"0x7f.1", http.StatusNoContent},
+		{"1.2.3.4.5", http.StatusMisdirectedRequest}, // not an address: a name
+		{"123.example", http.StatusMisdirectedRequest},
+		{"0xzz.1", http.StatusMisdirectedRequest},
 		{"", http.StatusNoContent},
 		{"rebind.attacker.example:9090", http.StatusMisdirectedRequest},
 		{"7f000001.attacker.example", http.StatusMisdirectedRequest},

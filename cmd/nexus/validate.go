@@ -260,7 +260,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
 		}
 		setting := "--db"
-		if !flagGiven(fs, "db") {
+		if !flagGiven(fs, "db") && os.Getenv("NEXUS_DB") != "" {
 			setting = "NEXUS_DB"
 		}
 		// a folder (the state directory) would be read as a registry
@@ -305,6 +305,15 @@ func (v *onceValue) Set(s string) error {
 	return v.Value.Set(s)
 }
 
+// String is the value's text; the flag package also calls it on a zero
+// onceValue, to tell a default from none in the usage.
+func (v *onceValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
+}
+
 // IsBoolFlag keeps a boolean flag one that takes no value (--dev).
 func (v *onceValue) IsBoolFlag() bool {
 	b, ok := v.Value.(interface{ IsBoolFlag() bool })
@@ -332,6 +341,11 @@ var flagValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:
 // is.
 func flagError(fs *flag.FlagSet, err error) error {
 	text := err.Error()
+	// onceValue's refusal, inside the flag package's "invalid value … for
+	// flag -id: " or "invalid boolean flag all: "
+	if i := strings.Index(text, ": --"); i >= 0 && strings.Contains(text[i:], " is given twice (") {
+		return errors.New(text[i+2:])
+	}
 	if name, ok := strings.CutPrefix(text, "flag provided but not defined: -"); ok {
 		return fmt.Errorf("unknown flag --%s (nexus %s --help lists the flags)", strings.TrimPrefix(name, "-"), fs.Name())
 	}
@@ -343,9 +357,6 @@ func flagError(fs *flag.FlagSet, err error) error {
 		return err
 	}
 	name, why := m[2], m[3]
-	if strings.HasPrefix(why, "--"+name+" is given twice") {
-		return errors.New(why)
-	}
 	value, uerr := strconv.Unquote(`"` + m[1] + `"`) // the flag package quoted it
 	if uerr != nil {
 		return err
