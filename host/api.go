@@ -476,8 +476,10 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 // 1 to 1000, default 100; before, the next_before of the page before).
 // A tenant or flow the name rule refuses is an error, as nexus journal
 // says it: no flow could match it, and an empty journal would hide the
-// mistake.
-func journalQuery(r *http.Request) (registry.JournalQuery, error) {
+// mistake. An empty correlation_id is an error too (a script's unset
+// variable: not the whole journal), but for a form (the UI's Journal
+// page), which sends its every field, the ones left empty too.
+func journalQuery(r *http.Request, form bool) (registry.JournalQuery, error) {
 	q := r.URL.Query()
 	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), CorrelationID: q.Get("correlation_id"), Limit: 100}
 	if l := q.Get("limit"); l != "" {
@@ -494,7 +496,7 @@ func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 		}
 		jq.Before = b
 	}
-	if q.Has("correlation_id") && jq.CorrelationID == "" {
+	if q.Has("correlation_id") && jq.CorrelationID == "" && !form {
 		// an unset variable in a script: not the whole journal
 		return jq, errors.New("correlation_id is empty: give one, or leave it out")
 	}
@@ -516,7 +518,7 @@ func journalQuery(r *http.Request) (registry.JournalQuery, error) {
 }
 
 func (s *Server) apiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	jq, err := journalQuery(r)
+	jq, err := journalQuery(r, false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

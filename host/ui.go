@@ -497,7 +497,7 @@ type journalPage struct {
 
 func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	p := uiPage{Title: "Journal", Nav: "journal", CSRF: csrf}
-	jq, err := journalQuery(r)
+	jq, err := journalQuery(r, true) // the page's form sends its empty fields
 	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: jq.Limit}
 	p.Data = &data
 	if err != nil {

@@ -821,3 +821,46 @@ func TestUIBrowser(t *testing.T) {
 	}
 	t.Logf("the browser part took %v", time.Since(started).Round(time.Millisecond))
 }
+
+// TestUIJournalFormInTheBrowser: the Journal page is "filtered by tenant,
+// flow and correlation ID" (docs/management.md) through its own form. A
+// browser submits every field of a GET form, the empty ones too, so a
+// filter by flow alone is sent as ?tenant=&flow=hello&correlation_id=&limit=100.
+// The page must show that flow's executions, not 400 "Correlation_id is
+// empty: give one, or leave it out."
+func TestUIJournalFormInTheBrowser(t *testing.T) {
+	t.Parallel()
+	if _, ok := chromiumPath(); !ok {
+		missingTool(t, "the browser test", noChromium)
+	}
+	h := startHost(t, hostOptions{repo: helloRepo(t).dir})
+	waitGate(t, h, "acme", "hello", acmeKey)
+	for i := 0; i < 4; i++ {
+		if r := h.run("acme", "hello", acmeKey, `{"name":"form"}`); r.status != http.StatusOK {
+			t.Fatalf("run: %d %s", r.status, r.body)
+		}
+	}
+	// the journal is written in batches
+	eventually(t, 10*time.Second, "the runs in the journal", func() bool {
+		r := h.do(http.MethodGet, "/api/journal?flow=hello", h.adminKey, "", "")
+		return r.status == http.StatusOK && strings.Count(r.body, `"flow":"hello"`) >= 4
+	})
+
+	b, cancel := newBrowser(t, h.url, 60*time.Second)
+	defer cancel()
+	b.navigate(h.url + "/ui/login?next=%2Fui%2Fjournal")
+	key := chromedp.CSS(`input[name="key"]`)
+	b.load("logging in", chromedp.SendKeys(key, h.adminKey), chromedp.Click(chromedp.CSS(`form button[type="submit"]`)))
+	b.waitLocation("/ui/journal", false)
+
+	// filter by flow with the page's form: type the flow, press Show
+	st := b.load("filtering the journal by flow with the form",
+		chromedp.SendKeys(chromedp.CSS(`input[name="flow"]`), "hello"),
+		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+	loc := b.waitLocation("/ui/journal?", true)
+	rows := b.count(`#journal tbody tr`) - b.count(`#journal tbody td.muted`)
+	if st != http.StatusOK || rows < 4 {
+		t.Errorf("the Journal form filtered by flow hello (%s): status %d, %d rows, alert %q; want 200 and the 4 runs of acme/hello",
+			strings.TrimPrefix(loc, h.url), st, rows, b.text(`.error`))
+	}
+}
