@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -70,9 +71,30 @@ func init() {
 		}
 		return w.dial(ctx, network, addr)
 	}
-	c := githttp.NewClient(&http.Client{Transport: tr})
+	c := githttp.NewClient(&http.Client{Transport: errorPageCap{tr}})
 	client.InstallProtocol("https", c)
 	client.InstallProtocol("http", c)
+}
+
+// maxErrorPage is how much of a remote's error answer (401, 403, 404, …)
+// go-git may read: it reads the whole body into its error, which the log's
+// sync_unreachable lines and /status repeat, and a remote's 200 MB error
+// page made the host hold 2 GB and every line 200 MB.
+const maxErrorPage = 512
+
+// errorPageCap cuts the body of an HTTP answer of 400 or more to
+// maxErrorPage bytes.
+type errorPageCap struct{ base http.RoundTripper }
+
+func (c errorPageCap) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err == nil && resp.StatusCode >= http.StatusBadRequest && resp.Body != nil {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, maxErrorPage), resp.Body}
+	}
+	return resp, err
 }
 
 // watch starts watching a fetch under ctx: it returns the context to fetch

@@ -353,8 +353,16 @@ func CheckSource(repo, branch, flowsDir string) error {
 			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)}
 		}
 	}
-	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
+	// (HEAD and @ pass the reference rules, and git check-ref-format
+	// --branch refuses them: no branch is called that)
+	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || branch == "HEAD" || branch == "@" ||
+		strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
 		return &SourceError{"Branch", fmt.Errorf("%q is not a branch name", branch)}
+	}
+	if slices.ContainsFunc(strings.Split(filepath.ToSlash(flowsDir), "/"), func(e string) bool { return strings.EqualFold(e, ".git") }) {
+		// git commits no .git entry: the folder could never be found,
+		// and the clone was blamed (cloned anew at every round)
+		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is in a .git folder, which no commit holds: give a folder of the repo, such as flows", flowsDir)}
 	}
 	if slices.Contains(strings.Split(filepath.ToSlash(flowsDir), "/"), "..") {
 		// cleaned, ../etc would be read as etc/, a folder the operator
@@ -363,6 +371,10 @@ func CheckSource(repo, branch, flowsDir string) error {
 	}
 	if cleanFlowsDir(flowsDir) == "" {
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)}
+	}
+	if path.IsAbs(filepath.ToSlash(flowsDir)) {
+		// cleaned, /srv/flows would be read as srv/flows of the repo
+		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is an absolute path: give a folder of the repo, such as flows", flowsDir)}
 	}
 	return nil
 }
@@ -955,6 +967,7 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		accessEntry = gitEntry{repo, e}
 	}
 	accessData := w.file(accessEntry, "access.yaml")
+	accessRefused := len(w.problems) > 0 // read, it would be refused again as missing
 	// found by its entry, not with Tree (which reports a tree object the
 	// clone lost as a folder the commit lacks)
 	e, err := root.FindEntry(s.cfg.FlowsDir)
@@ -975,14 +988,21 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	if w.damage != nil {
 		return nil, nil, nil, w.damage
 	}
-	if len(w.problems) > 0 {
-		return nil, nil, w.problems, nil
+	// a commit the walk refused (a link, a file over a limit) is refused,
+	// but its access.yaml and its flows are still checked, so that one
+	// push says every error, as nexus validate does on the same files
+	problems = w.problems
+	if !accessRefused {
+		keys, err = access.Parse("access.yaml", accessData)
+		problems = append(problems, AccessProblems(err)...)
 	}
-	keys, err = access.Parse("access.yaml", accessData)
-	problems = append(problems, AccessProblems(err)...)
 	flows, errs := flow.CompileSet(w.sources)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
+	}
+	if len(w.problems) > 0 {
+		// a flow whose file the walk refused is not lost: said already
+		return nil, nil, problems, nil
 	}
 	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
 	for _, src := range w.sources {

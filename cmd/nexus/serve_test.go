@@ -216,6 +216,14 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:99999"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:99999": the port "99999" is not a port number (0 to 65535)`},
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},
 		{[]string{"--repo", repo}, "NEXUS_BRANCH=a..b", exitUsage, `nexus serve: NEXUS_BRANCH: "a..b" is not a branch name`},
+		// no branch is called HEAD (git check-ref-format --branch): it was
+		// fetched for ever as refs/heads/HEAD
+		{[]string{"--repo", repo, "--branch", "HEAD"}, "", exitUsage, `nexus serve: --branch: "HEAD" is not a branch name`},
+		// no commit holds a .git folder: the clone was blamed, and cloned anew at every round
+		{[]string{"--repo", repo, "--flows-dir", "flows/.git"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "flows/.git" is in a .git folder, which no commit holds: give a folder of the repo, such as flows`},
+		{[]string{"--repo", repo, "--flows-dir", ".GIT"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder ".GIT" is in a .git folder, which no commit holds: give a folder of the repo, such as flows`},
+		// it was read as srv/flows of the repo
+		{[]string{"--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "/srv/flows" is an absolute path: give a folder of the repo, such as flows`},
 		{[]string{"--repo", repo, "--flows-dir", "/"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "/" is the repo's root: flows live in a folder of the repo, such as flows`},
 		// it was read as etc/, and the commits were blamed for lacking it
 		{[]string{"--repo", repo, "--flows-dir", "../etc"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "../etc" leaves the repo: give a folder inside it, such as flows`},
