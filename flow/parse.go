@@ -47,11 +47,15 @@ func IsFlowFile(src []byte) bool {
 // SkippedAsNotFlow says why Markdown that is not a flow file looks meant
 // to be one, or "" when it does not (a flow file included): its front
 // matter, opening the file, has a key one or two letters from
-// flowmarkdown_version, or names a flow and a tenant without it. Such a
+// flowmarkdown_version, or names a flow and a tenant without it; or it is
+// a Git LFS pointer, whose content git keeps outside the repo. Such a
 // file is skipped as any Markdown is (a README), so a typo in the one key
 // that makes a file a flow file left a new flow silently undeployed;
-// nexus validate and deploy warn with this.
+// nexus validate and deploy warn with this, and git sync logs it.
 func SkippedAsNotFlow(src []byte) string {
+	if bytes.HasPrefix(src, []byte(lfsPointer)) {
+		return "it is a Git LFS pointer: its content is kept outside the repo, and git sync reads the repo only (keep flow files out of LFS: see .gitattributes)"
+	}
 	lines := strings.Split(string(Canonical(src)), "\n")
 	if len(lines) == 0 || strings.TrimRight(lines[0], " \t") != "---" || IsFlowFile(src) {
 		return ""
@@ -77,6 +81,9 @@ func SkippedAsNotFlow(src []byte) string {
 	}
 	return ""
 }
+
+// lfsPointer opens a Git LFS pointer file (the spec's first line).
+const lfsPointer = "version https://git-lfs.github.com/spec/v1\n"
 
 // topLevelKey is a front matter line that starts a top-level key.
 var topLevelKey = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)\s*:`)

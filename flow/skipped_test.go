@@ -4,7 +4,7 @@ import "testing"
 
 // TestSkippedAsNotFlow: Markdown that is not a flow file is said to look
 // meant for one when its front matter has a misspelt flowmarkdown_version
-// or names a flow and a tenant; other Markdown (a README, with or without
+// or names a flow and a tenant, or when it is a Git LFS pointer; other Markdown (a README, with or without
 // front matter) is not.
 func TestSkippedAsNotFlow(t *testing.T) {
 	cases := []struct {
@@ -23,6 +23,9 @@ func TestSkippedAsNotFlow(t *testing.T) {
 		{"nested keys are not top level", "---\nmeta:\n  flow: a\n  tenant: acme\n---\n", ""},
 		{"a flow file", "---\nflowmarkdown_version: \"0.1\"\nflow: a\ntenant: acme\n---\n", ""},
 		{"a flow file whose front matter is in braces", "---\n{flowmarkdown_version: \"0.1\", flow: a, tenant: acme}\n---\n", ""},
+		{"a Git LFS pointer", "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 1234\n",
+			"it is a Git LFS pointer: its content is kept outside the repo, and git sync reads the repo only (keep flow files out of LFS: see .gitattributes)"},
+		{"a README that mentions LFS", "# Notes\nversion https://git-lfs.github.com/spec/v1\n", ""},
 	}
 	for _, c := range cases {
 		if got := SkippedAsNotFlow([]byte(c.src)); got != c.want {

@@ -28,7 +28,8 @@ import (
 // commits (every kind of entry, the limits at and past their edge, the
 // order of errors, objects the clone lacks) exactly as the walker of
 // gitsync.go did before it moved to walker.go (the lines below are that
-// walker's output for the same cases).
+// walker's output for the same cases), but for a flows folder that is a
+// file or a link, which is said as what it is (it was "no such folder").
 func TestGitCompileAsBefore(t *testing.T) {
 	got := compileCases(t)
 	want := strings.Split(strings.Trim(compileGolden, "\n"), "\n")
@@ -54,8 +55,8 @@ access.yaml big: flows=[] keys=false problems=["access.yaml: 3000 bytes, over th
 access.yaml broken: flows=["flows/x.md"] keys=false problems=["access.yaml:1: not valid YAML: did not find expected node content"] damage=<nil>
 access.yaml deprecated mode: flows=["flows/x.md"] keys=true problems=[] damage=<nil>
 no flows: flows=[] keys=false problems=["flows/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as flows/.gitkeep)"] damage=<nil>
-flows a file: flows=[] keys=false problems=["flows/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as flows/.gitkeep)"] damage=<nil>
-flows a link: flows=[] keys=false problems=["flows/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as flows/.gitkeep)"] damage=<nil>
+flows a file: flows=[] keys=false problems=["flows: is a file in the commit, not a folder (the flows folder, --flows-dir)"] damage=<nil>
+flows a link: flows=[] keys=false problems=["flows: is a symbolic link in the commit, not a folder (the flows folder, --flows-dir)"] damage=<nil>
 every bad kind, in order: flows=[] keys=false problems=["flows/..: a path that would escape flows/" "flows/.GIT: a .git entry: flows/ holds flows only" "flows/.git: a .git entry: flows/ holds flows only" "flows/a-link.md: a symbolic link: flows/ holds regular files only" "flows/b-sub: a submodule (gitlink): flows/ holds regular files only" "flows/d-big.txt: 3000 bytes, over the limit of 2048" "flows/e-big.md: 3000 bytes, over the limit of 2048" "\"flows/f\\x01ctl.md\": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only" "\"flows/g\\u200bfmt.md\": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only" "\"flows/h\\xffbad.md\": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only" "flows/i\\back.md: a path that would escape flows/" "flows/j/k.md: a symbolic link: flows/ holds regular files only"] damage=<nil>
 64 levels: flows=["flows/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/x.md"] keys=true problems=[] damage=<nil>
 65 levels: flows=[] keys=false problems=["flows/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d: folders nested deeper than 64 levels"] damage=<nil>

@@ -972,7 +972,16 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	// clone lost as a folder the commit lacks)
 	e, err := root.FindEntry(s.cfg.FlowsDir)
 	switch {
-	case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound), err == nil && e.Mode != filemode.Dir:
+	case err == nil && e.Mode != filemode.Dir:
+		what := "a file"
+		switch e.Mode {
+		case filemode.Symlink:
+			what = "a symbolic link"
+		case filemode.Submodule:
+			what = "a submodule"
+		}
+		w.problem("%s: is %s in the commit, not a folder (the flows folder, --flows-dir)", s.cfg.FlowsDir, what)
+	case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound):
 		// refused, not taken for "no flows": a moved folder or a mistyped
 		// --flows-dir would withdraw every flow
 		w.problem("%s/: the commit has no such folder (the flows folder, --flows-dir; to withdraw every flow, keep the folder with a file that is not a flow, such as %s/.gitkeep)", s.cfg.FlowsDir, s.cfg.FlowsDir)

@@ -164,7 +164,7 @@ func TestLimitSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.src.gitCommit("flows is a link")
-	e.mustRefuse(missingFlowsDir)
+	e.mustRefuse("flows: is a symbolic link in the commit, not a folder (the flows folder, --flows-dir)")
 
 	e.src.remove("flows")
 	e.src.git("mv", "real", "flows")

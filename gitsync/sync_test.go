@@ -273,7 +273,7 @@ func TestSyncRefusesMissingFlowsFolder(t *testing.T) {
 	e.src.write("access.yaml", accessFile(acmeKey))
 	e.src.write("flows", []byte("not a folder\n"))
 	e.src.commit("flows is a file")
-	e.mustRefuse(missingFlowsDir)
+	e.mustRefuse("flows: is a file in the commit, not a folder (the flows folder, --flows-dir)")
 	if _, ok := e.reg.Live().Lookup("acme", "x"); !ok {
 		t.Fatal("acme/x is no longer live")
 	}
