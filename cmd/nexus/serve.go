@@ -256,6 +256,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			logger.Warn(fmt.Sprintf("%s is set and empty, which counts as not set: %s", env, v.closes), "event", "empty_setting", "setting", env)
 		}
 	}
+	if setting := unusedSSHKey(cfg, set); setting != "" {
+		logger.Warn(fmt.Sprintf("%s is for a repo fetched over ssh, and the repo is not: the key is not used", setting), "event", "unused_setting", "setting", setting)
+	}
 	// a hang-up from the terminal that runs it stops it; any other is
 	// ignored (see stopOnSignal)
 	ctx, stop := stopOnSignal(logger, logOut, isTerminal(stderr))
@@ -325,6 +328,18 @@ func ipv4Number(name string) bool {
 		}
 	}
 	return true
+}
+
+// unusedSSHKey names the ssh key setting (--ssh-key or NEXUS_SSH_KEY) when
+// it is given for a repo that is not fetched over ssh, or "": it is not
+// checked then (a NEXUS_SSH_KEY shared by hosts that follow repos over
+// https and over ssh), but said, since a key given for nothing is most
+// likely a repo URL that was meant to be ssh.
+func unusedSSHKey(cfg serveConfig, set map[string]bool) string {
+	if cfg.SSHKey == "" || cfg.Repo == "" || cfg.Dev || gitsync.UsesSSH(cfg.Repo) {
+		return ""
+	}
+	return settingName(set, "ssh-key")
 }
 
 // devListen is where --dev listens unless told: the loopback only, since

@@ -308,6 +308,31 @@ func TestServeChecksOnlyTheSSHKeyItUses(t *testing.T) {
 	}
 }
 
+// TestUnusedSSHKeyIsSaid: an ssh key given for a repo that is not fetched
+// over ssh is not checked (TestServeChecksOnlyTheSSHKeyItUses) but said at
+// start, named as it was given.
+func TestUnusedSSHKeyIsSaid(t *testing.T) {
+	for _, c := range []struct {
+		repo, key string
+		set       bool
+		env       string
+		want      string
+	}{
+		{"https://git.example.com/ops/flows.git", "/keys/id", true, "", "--ssh-key"},
+		{"https://git.example.com/ops/flows.git", "/keys/id", false, "/keys/id", "NEXUS_SSH_KEY"},
+		{"/srv/flows", "/keys/id", true, "", "--ssh-key"},
+		{"ssh://git@git.example.com/ops/flows.git", "/keys/id", true, "", ""},
+		{"git@git.example.com:ops/flows.git", "/keys/id", true, "", ""},
+		{"https://git.example.com/ops/flows.git", "", false, "", ""},
+	} {
+		t.Setenv("NEXUS_SSH_KEY", c.env)
+		cfg := serveConfig{Repo: c.repo, SSHKey: c.key}
+		if got := unusedSSHKey(cfg, map[string]bool{"ssh-key": c.set}); got != c.want {
+			t.Errorf("repo %s, key %q (flag %v, variable %q): %q, want %q", c.repo, c.key, c.set, c.env, got, c.want)
+		}
+	}
+}
+
 // writeSSHKey writes a new ed25519 private key without a passphrase, in
 // OpenSSH's format, and returns its path.
 func writeSSHKey(t *testing.T) string {
