@@ -353,9 +353,9 @@ func CheckSource(repo, branch, flowsDir string) error {
 			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)}
 		}
 	}
-	// (HEAD and @ pass the reference rules, and git check-ref-format
-	// --branch refuses them: no branch is called that)
-	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || branch == "HEAD" || branch == "@" ||
+	// (HEAD passes the reference rules, and git check-ref-format --branch
+	// refuses it: no branch is called that)
+	if err := plumbing.NewBranchReferenceName(branch).Validate(); err != nil || branch == "" || branch == "HEAD" ||
 		strings.ContainsAny(branch, " :") || strings.HasPrefix(branch, "-") {
 		return &SourceError{"Branch", fmt.Errorf("%q is not a branch name", branch)}
 	}
@@ -971,6 +971,16 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	// found by its entry, not with Tree (which reports a tree object the
 	// clone lost as a folder the commit lacks)
 	e, err := root.FindEntry(s.cfg.FlowsDir)
+	notFolder, whose := s.cfg.FlowsDir, "the flows folder, --flows-dir"
+	if err != nil {
+		// a folder on its path that is a file or a link in the commit:
+		// go-git looks a tree up under a blob's hash and fails as if the
+		// clone lacked it (it was cloned anew at every round)
+		if above, path, ok := nonFolderAbove(root, s.cfg.FlowsDir); ok {
+			e, err = above, nil
+			notFolder, whose = path, "on the path of the flows folder "+s.cfg.FlowsDir+", --flows-dir"
+		}
+	}
 	switch {
 	case err == nil && e.Mode != filemode.Dir:
 		what := "a file"
@@ -980,7 +990,7 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		case filemode.Submodule:
 			what = "a submodule"
 		}
-		w.problem("%s: is %s in the commit, not a folder (the flows folder, --flows-dir)", s.cfg.FlowsDir, what)
+		w.problem("%s: is %s in the commit, not a folder (%s)", notFolder, what, whose)
 	case errors.Is(err, object.ErrDirectoryNotFound), errors.Is(err, object.ErrEntryNotFound):
 		// refused, not taken for "no flows": a moved folder or a mistyped
 		// --flows-dir would withdraw every flow
@@ -1009,11 +1019,10 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	for _, e := range errs {
 		problems = append(problems, e.Error())
 	}
+	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
 	if len(w.problems) > 0 {
-		// a flow whose file the walk refused is not lost: said already
 		return nil, nil, problems, nil
 	}
-	problems = append(problems, s.lostFlows(w.sources, flows, errs)...)
 	for _, src := range w.sources {
 		// skipped as other Markdown is, as the spec has it, but said: a
 		// typo in the key that makes a file a flow file left a new flow
@@ -1024,6 +1033,24 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		}
 	}
 	return flows, keys, problems, nil
+}
+
+// nonFolderAbove returns the first entry on the path of dir (a slash path
+// of folders in root) that the commit holds as something else than a
+// folder, and its path, if any.
+func nonFolderAbove(root *object.Tree, dir string) (*object.TreeEntry, string, bool) {
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		path := strings.Join(parts[:i+1], "/")
+		e, err := root.FindEntry(path)
+		if err != nil {
+			return nil, "", false
+		}
+		if e.Mode != filemode.Dir {
+			return e, path, true
+		}
+	}
+	return nil, "", false
 }
 
 // AccessProblems is an error of access.Parse as a commit's problems, one
@@ -1059,11 +1086,21 @@ func (s *Syncer) lostFlows(sources []flow.Source, flows []*flow.Flow, errs flow.
 	for _, f := range flows {
 		kept[[2]string{f.Tenant(), f.Name()}] = true
 	}
+	why := make(map[string]string, len(present))
+	for _, src := range sources {
+		if present[src.Path] {
+			why[src.Path] = flow.SkippedAsNotFlow(src.Data)
+		}
+	}
 	var out []string
 	for _, lf := range live.Flows() {
 		if present[lf.SourcePath] && !kept[[2]string{lf.Tenant, lf.Name}] {
-			out = append(out, fmt.Sprintf("%s: no longer a flow file (its front matter does not open the file or lacks flowmarkdown_version), "+
-				"but it holds the live flow %s/%s: fix the front matter, or delete or move the file to withdraw the flow", lf.SourcePath, lf.Tenant, lf.Name))
+			reason := why[lf.SourcePath] // an LFS pointer, a misspelt key
+			if reason == "" {
+				reason = "its front matter does not open the file or lacks flowmarkdown_version"
+			}
+			out = append(out, fmt.Sprintf("%s: no longer a flow file (%s), "+
+				"but it holds the live flow %s/%s: fix the file, or delete or move it to withdraw the flow", lf.SourcePath, reason, lf.Tenant, lf.Name))
 		}
 	}
 	return out

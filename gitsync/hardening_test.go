@@ -191,24 +191,35 @@ func TestEmptyRefInTheClone(t *testing.T) {
 }
 
 // A live flow's file that no longer reads as a flow file (a line above its
-// front matter, a misspelt flowmarkdown_version) refuses the commit rather
-// than withdrawing the flow; deleting the file, or moving the flow to
-// another file, still works.
+// front matter, a misspelt flowmarkdown_version, a Git LFS pointer) refuses
+// the commit, saying why, rather than withdrawing the flow; deleting the
+// file, or moving the flow to another file, still works.
 func TestBrokenFrontMatterKeepsTheFlow(t *testing.T) {
 	e := newEnv(t)
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "0"))
 	e.src.write("flows/acme/y.md", flowtest.Marked("acme", "y", "0"))
 	e.mustApply(e.src.commit("0"))
-	const lost = "no longer a flow file (its front matter does not open the file or lacks flowmarkdown_version), " +
-		"but it holds the live flow acme/x: fix the front matter, or delete or move the file to withdraw the flow"
-	for name, data := range map[string][]byte{
-		"a line above the front matter": append([]byte("Notes for on-call.\n"), flowtest.Marked("acme", "x", "1")...),
-		"a misspelt version key":        bytes.Replace(flowtest.Marked("acme", "x", "1"), []byte("flowmarkdown_version"), []byte("flowmarkdown_verison"), 1),
+	lost := func(why string) string {
+		return "flows/acme/x.md: no longer a flow file (" + why + "), but it holds the live flow acme/x: fix the file, or delete or move it to withdraw the flow"
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"a line above the front matter", append([]byte("Notes for on-call.\n"), flowtest.Marked("acme", "x", "1")...),
+			lost("its front matter does not open the file or lacks flowmarkdown_version")},
+		{"a misspelt version key", bytes.Replace(flowtest.Marked("acme", "x", "1"), []byte("flowmarkdown_version"), []byte("flowmarkdown_verison"), 1),
+			lost("its front matter has flowmarkdown_verison, not flowmarkdown_version")},
+		// *.md added to .gitattributes' LFS patterns: the refusal says so
+		// (it blamed the front matter of a file that has none)
+		{"a Git LFS pointer", []byte("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 1234\n"),
+			lost("it is a Git LFS pointer: its content is kept outside the repo, and git sync reads the repo only (keep flow files out of LFS: see .gitattributes)")},
 	} {
-		t.Run(name, func(t *testing.T) {
-			e.src.write("flows/acme/x.md", data)
-			e.src.commit(name)
-			e.mustRefuse("flows/acme/x.md: " + lost)
+		t.Run(c.name, func(t *testing.T) {
+			e.src.write("flows/acme/x.md", c.data)
+			e.src.commit(c.name)
+			e.mustRefuse(c.want)
 			if got := liveFlows(e.reg.Live()); len(got) != 2 {
 				t.Errorf("live set after the refusal: %q", got)
 			}
@@ -282,5 +293,52 @@ func TestRestartJudgesTheHeadAgain(t *testing.T) {
 	}
 	if got := liveFlows(e.reg.Live()); len(got) != 1 || !strings.HasPrefix(got[0], "acme/y") {
 		t.Errorf("live set after the switch: %q, want acme/y only", got)
+	}
+}
+
+// A refused commit says every error at once: a live flow's file broken
+// into other Markdown (lostFlows) in the same commit as a symbolic link
+// under flows/ was refused for the link only, and the lost flow said a
+// push later.
+func TestRefusedCommitSaysTheLostFlowToo(t *testing.T) {
+	e := newEnv(t)
+	e.deployed() // acme/x live, from flows/acme/x.md
+	const lost = "flows/acme/x.md: no longer a flow file (its front matter has flowmarkdown_verison, not flowmarkdown_version), " +
+		"but it holds the live flow acme/x: fix the file, or delete or move it to withdraw the flow"
+	const link = "flows/acme/link.md: a symbolic link: flows/ holds regular files only"
+
+	e.src.write("flows/acme/x.md", bytes.Replace(flowtest.Marked("acme", "x", "two"), []byte("flowmarkdown_version"), []byte("flowmarkdown_verison"), 1))
+	if err := os.Symlink("x.md", filepath.Join(e.src.dir, "flows", "acme", "link.md")); err != nil {
+		t.Fatal(err)
+	}
+	e.src.gitCommit("a link, and x's version key misspelt")
+	res := e.sync()
+	got := strings.Join(res.Errors, "\n")
+	if !strings.Contains(got, link) || !strings.Contains(got, lost) {
+		t.Errorf("the refused commit's errors:\n%s\nwant both %q and %q (every error at once)", got, link, lost)
+	}
+	// the link gone: the lost flow alone
+	os.Remove(filepath.Join(e.src.dir, "flows", "acme", "link.md"))
+	e.src.gitCommit("the link gone")
+	e.mustRefuse(lost)
+}
+
+// With --flows-dir config/flows, a commit whose config is a symbolic link
+// is refused, saying so: go-git looked a tree up under the link's hash and
+// failed as if the clone lacked it, and the clone was removed and cloned
+// anew at every round.
+func TestFlowsFolderBelowALinkIsRefused(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.FlowsDir = "config/flows" })
+	e.src.write("config/flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.mustApply(e.src.commit("acme/x"))
+
+	e.src.git("mv", "config", "real")
+	if err := os.Symlink("real", filepath.Join(e.src.dir, "config")); err != nil {
+		t.Fatal(err)
+	}
+	e.src.gitCommit("config is a link")
+	e.mustRefuse("config: is a symbolic link in the commit, not a folder (on the path of the flows folder config/flows, --flows-dir)")
+	if evs := e.logs.Events(t, "sync_repaired"); len(evs) != 0 {
+		t.Errorf("the commit was taken for damage to the clone, and the repo cloned anew: %v", evs)
 	}
 }
