@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +29,6 @@ import (
 	"github.com/nexushq/nexus/gitsync"
 	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/jsonlog"
-	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 	"github.com/nexushq/nexus/scheduler"
@@ -278,56 +276,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
-}
-
-// loopbackNamesOnly answers 421 to a request whose Host is a name other
-// than localhost: a --dev host on the loopback accepts the README's example
-// key for every acme flow, and a web page the developer opens could reach
-// it by DNS rebinding (its own name made to resolve to 127.0.0.1, so that
-// the browser lets it send that key and read the answers); the Host header
-// is the only trace of it the host sees. IP addresses, localhost and names
-// under .localhost (which resolve to the loopback without DNS) pass.
-func loopbackNamesOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.Host
-		if h, _, err := net.SplitHostPort(name); err == nil {
-			name = h
-		}
-		name = strings.ToLower(strings.TrimSuffix(strings.Trim(name, "[]"), "."))
-		if name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost") || net.ParseIP(name) != nil || ipv4Number(name) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusMisdirectedRequest)
-		body, _ := json.Marshal(struct {
-			OK    bool   `json:"ok"`
-			Error string `json:"error"`
-		}{Error: "host " + naming.Quote(r.Host) + " is not this host: --dev listens on the loopback and answers localhost and IP addresses only"})
-		w.Write(append(body, '\n'))
-	})
-}
-
-// ipv4Number reports whether name is an IPv4 address in a form inet_aton
-// takes besides the dotted quad (127.1, 2130706433, 0x7f.1), which curl
-// sends as typed: every label a number, decimal or hexadecimal. No DNS name
-// a page could own is one.
-func ipv4Number(name string) bool {
-	labels := strings.Split(name, ".")
-	if len(labels) > 4 {
-		return false
-	}
-	for _, l := range labels {
-		digits, base := l, "0123456789"
-		if hex, ok := strings.CutPrefix(l, "0x"); ok {
-			digits, base = hex, "0123456789abcdef"
-		}
-		if digits == "" || strings.Trim(digits, base) != "" {
-			return false
-		}
-	}
-	return true
 }
 
 // unusedSSHKey names the ssh key setting (--ssh-key or NEXUS_SSH_KEY) when
@@ -762,7 +710,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	doors = host.New(hostCfg)
 	handler := doors.Handler()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); cfg.Dev && ok && tcp.IP.IsLoopback() {
-		handler = loopbackNamesOnly(handler)
+		handler = host.LoopbackNamesOnly(handler)
 	}
 	srv := &http.Server{
 		Handler:           handler,

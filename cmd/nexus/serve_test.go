@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -449,48 +447,6 @@ func TestFitWorkerBudget(t *testing.T) {
 		got, lowered := fitWorkerBudget(tt.budget, tt.limit)
 		if got != tt.want || lowered != tt.lowered {
 			t.Errorf("fitWorkerBudget(%d, %d) = %d, %v; want %d, %v", tt.budget, tt.limit, got, lowered, tt.want, tt.lowered)
-		}
-	}
-}
-
-// TestLoopbackNamesOnly: a --dev host on the loopback answers a request
-// whose Host is an IP address, localhost or a name under .localhost, and
-// refuses any other name (a page's own name made to resolve to 127.0.0.1:
-// DNS rebinding) with 421 and the platform's error body.
-func TestLoopbackNamesOnly(t *testing.T) {
-	h := loopbackNamesOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	for _, tt := range []struct {
-		host string
-		want int
-	}{
-		{"localhost:9090", http.StatusNoContent},
-		{"LOCALHOST", http.StatusNoContent},
-		{"localhost.:9090", http.StatusNoContent},
-		{"app.localhost:9090", http.StatusNoContent},
-		{"127.0.0.1:9090", http.StatusNoContent},
-		{"[::1]:9090", http.StatusNoContent},
-		{"10.1.2.3", http.StatusNoContent},
-		{"127.1:9090", http.StatusNoContent},      // inet_aton's short form, as curl sends it
-		{"2130706433:9090", http.StatusNoContent}, // 127.0.0.1 as one number
-		{"0x7f.1", http.StatusNoContent},
-		{"1.2.3.4.5", http.StatusMisdirectedRequest}, // not an address: a name
-		{"123.example", http.StatusMisdirectedRequest},
-		{"0xzz.1", http.StatusMisdirectedRequest},
-		{"", http.StatusNoContent},
-		{"rebind.attacker.example:9090", http.StatusMisdirectedRequest},
-		{"7f000001.attacker.example", http.StatusMisdirectedRequest},
-		{"localhost.attacker.example:9090", http.StatusMisdirectedRequest},
-		{"evil-localhost:9090", http.StatusMisdirectedRequest},
-	} {
-		r := httptest.NewRequest(http.MethodPost, "/flows/acme/hello/run", nil)
-		r.Host = tt.host
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != tt.want {
-			t.Errorf("Host %q: %d %s, want %d", tt.host, w.Code, w.Body, tt.want)
-		}
-		if tt.want == http.StatusMisdirectedRequest && !strings.HasPrefix(w.Body.String(), `{"ok":false,"error":"host \"`+tt.host+`\" is not this host`) {
-			t.Errorf("Host %q: body %s, want the platform's error naming the host", tt.host, w.Body)
 		}
 	}
 }

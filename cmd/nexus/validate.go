@@ -259,10 +259,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		if f.Value.String() == "" {
 			return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
 		}
-		setting := "--db"
-		if !flagGiven(fs, "db") && os.Getenv("NEXUS_DB") != "" {
-			setting = "NEXUS_DB"
-		}
+		setting := settingName(map[string]bool{"db": flagGiven(fs, "db")}, "db")
 		// a folder (the state directory) would be read as a registry
 		// with no queue beside it: "DLQ is empty"
 		if p, perr := expandHome(f.Value.String()); perr == nil {
