@@ -145,7 +145,7 @@ func describe(v any) string {
 			return "a string"
 		}
 		return "string " + strconv.Quote(x)
-	case int, float64:
+	case int, float64, exactNumber:
 		return "number " + Text(x)
 	case []any:
 		return "an array"
@@ -218,6 +218,7 @@ var baseOptions = sync.OnceValue(func() []expr.Option {
 		expr.Function("_upper", caseFn("upper", strings.ToUpper), any1),
 		expr.Function("_now", fnNow, new(func(*Env) any)),
 		expr.Function("_uuid", fnUUID, new(func() any)),
+		expr.Function("_num", fnNum, new(func(string) any)),
 	}
 })
 
@@ -368,6 +369,9 @@ func divInt(a, b int) (int, bool) {
 func fnNeg(a ...any) (any, error) {
 	if i, ok := a[0].(int); ok && i != math.MinInt {
 		return -i, nil // exact, as 0 - i is: not through float64
+	}
+	if x, ok := a[0].(exactNumber); ok {
+		return x.negate(), nil
 	}
 	x, ok := number(a[0])
 	if !ok {
@@ -531,6 +535,10 @@ func fnNow(a ...any) (any, error) {
 }
 
 func fnUUID(...any) (any, error) { return NewUUID(), nil }
+
+// fnNum is a number literal that no float64 holds (an exactNumber), read
+// again from its text when the expression runs: expr has no literal for it.
+func fnNum(a ...any) (any, error) { return ParseJSON([]byte(a[0].(string)), 1) }
 
 // NewUUID returns a random (version 4) UUID in lowercase.
 func NewUUID() string {

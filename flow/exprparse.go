@@ -432,6 +432,8 @@ func (p *exprParser) parsePrimary() (node, error) {
 		switch v := t.val.(type) {
 		case int:
 			return litNode{src: strconv.Itoa(v)}, nil
+		case exactNumber:
+			return litNode{src: "_num(" + strconv.Quote(v.text) + ")"}, nil
 		default:
 			return litNode{src: strconv.FormatFloat(v.(float64), 'e', -1, 64)}, nil
 		}

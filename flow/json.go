@@ -244,7 +244,7 @@ func (p *jsonParser) number() (any, error) {
 		p.pos = start
 		return nil, p.errorf("number %s is out of range", text)
 	}
-	return f, nil
+	return readNumber(text, f), nil
 }
 
 // string reads a string; it returns a string, not an any, so that an

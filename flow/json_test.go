@@ -44,8 +44,16 @@ func TestParseJSONRoundTrip(t *testing.T) {
 		{name: "line separators escaped", in: "\"\u2028\u2029\"", want: `"\u2028\u2029"`},
 		{name: "max int64", in: `9223372036854775807`},
 		{name: "min int64", in: `-9223372036854775808`},
-		{name: "int64 plus one becomes a float", in: `9223372036854775808`, want: `9223372036854776000`},
-		{name: "big integer becomes a float", in: `12345678901234567890`, want: `12345678901234567000`},
+		{name: "int64 plus one kept as written", in: `9223372036854775808`},
+		{name: "unsigned 64-bit id kept as written", in: `12345678901234567890`},
+		{name: "integer beyond 64 bits kept as written", in: `[123456789012345678901234567890,-98765432109876543210]`},
+		{name: "long decimal kept as written", in: `{"amount":0.1000000000000000000001,"pi":-3.14159265358979323846264}`},
+		{name: "number under float64's range kept as written", in: `1e-400`},
+		{name: "long exponent form kept as written", in: `1.2345678901234567890E+30`},
+		{name: "long decimal that a float64 holds", in: `1.50000000000000000000`, want: `1.5`},
+		{name: "seventeen digits that a float64 holds", in: `0.30000000000000004`},
+		{name: "long zero", in: `-0.00000000000000000000e-400`, want: `-0`},
+		{name: "whole float beyond 2^63 as a float64 writes it", in: `1e19`, want: `10000000000000000000`},
 		{name: "minus zero integer", in: `-0`, want: `0`},
 		{name: "minus zero float", in: `-0.0`, want: `-0`},
 		{name: "1e21", in: `1e21`, want: `1e+21`},
@@ -89,8 +97,10 @@ func TestParseJSONValues(t *testing.T) {
 		{`1.0`, 1.0},
 		{`1e2`, 100.0},
 		{`9223372036854775807`, 9223372036854775807},
-		{`9223372036854775808`, 9223372036854775808.0},
-		{`12345678901234567890`, 12345678901234567890.0},
+		{`9223372036854775808`, exactNumber{f: 9223372036854775808.0, text: `9223372036854775808`}},
+		{`12345678901234567890`, exactNumber{f: 12345678901234567890.0, text: `12345678901234567890`}},
+		{`1.50000000000000000000`, 1.5},
+		{`1e-400`, exactNumber{f: 0, text: `1e-400`}},
 		{`"\ud83d\ude00"`, "😀"},
 		{`[1,"a",null,true]`, []any{1, "a", nil, true}},
 		{`{"b":1,"a":[2.5]}`, obj("b", 1, "a", []any{2.5})},
@@ -279,6 +289,8 @@ func FuzzParseJSON(f *testing.F) {
 		`"\ud83d\ude00\u00e9\u2028<>&"`,
 		`[[[[null,true,false]]]]`,
 		`12345678901234567890`,
+		`0.1000000000000000000001`,
+		`1e-400`,
 		`-0.0`,
 		`1e-7`,
 		`{"a":1,"a":2}`,
@@ -313,6 +325,12 @@ func FuzzParseJSON(f *testing.F) {
 		}
 		if !Equal(v, again) {
 			t.Fatalf("round trip changed the value: input %q, output %q, again %q", data, out, AppendJSON(nil, again))
+		}
+		// A number keeps its exact value, digit for digit.
+		if text := strings.TrimSpace(string(data)); len(text) > 0 && (text[0] == '-' || text[0] >= '0' && text[0] <= '9') {
+			if d, ok := decimalOf(v); !ok || compareDecimals(parseDecimal(text), d) != 0 {
+				t.Fatalf("number %s came back as %s", text, out)
+			}
 		}
 	})
 }

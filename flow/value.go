@@ -8,10 +8,12 @@ import (
 	"unicode/utf8"
 )
 
-// A document value is one of: nil (JSON null), bool, int, float64, string,
-// []any, *Object, or *XMLDocument (an answer kept as XML). Integers that fit an int are held as int so that ids
-// and counts keep every digit; every other number is a float64. Values are
-// never modified once built: steps derive new values instead.
+// A document value is one of: nil (JSON null), bool, int, float64,
+// exactNumber, string, []any, *Object, or *XMLDocument (an answer kept as
+// XML). Integers that fit an int are held as int so that ids and counts keep
+// every digit; a number no float64 holds digit for digit is an exactNumber
+// (number.go); every other number is a float64. Values are never modified
+// once built: steps derive new values instead.
 
 // Object is a JSON object that keeps the order of its keys, so that an
 // answer built from a template keeps the template's key order. An Object is
@@ -125,7 +127,7 @@ func TypeName(v any) string {
 		return "null"
 	case bool:
 		return "boolean"
-	case int, float64:
+	case int, float64, exactNumber:
 		return "number"
 	case string:
 		return "string"
@@ -159,7 +161,7 @@ func Equal(a, b any) bool {
 	case string:
 		y, ok := b.(string)
 		return ok && x == y
-	case int, float64:
+	case int, float64, exactNumber:
 		c, ok := compareNumbers(a, b)
 		return ok && c == 0
 	case []any:
@@ -193,9 +195,16 @@ func Equal(a, b any) bool {
 }
 
 // compareNumbers compares two numbers exactly, an int with a float64
-// included (9007199254740993 is more than 9007199254740992.0); ok is false
-// when either is not a number.
+// included (9007199254740993 is more than 9007199254740992.0), an
+// exactNumber by its digits; ok is false when either is not a number.
 func compareNumbers(a, b any) (c int, ok bool) {
+	_, ea := a.(exactNumber)
+	_, eb := b.(exactNumber)
+	if ea || eb {
+		da, oka := decimalOf(a)
+		db, okb := decimalOf(b)
+		return compareDecimals(da, db), oka && okb
+	}
 	switch x := a.(type) {
 	case int:
 		switch y := b.(type) {
@@ -238,6 +247,8 @@ func number(v any) (float64, bool) {
 		return float64(n), true
 	case float64:
 		return n, true
+	case exactNumber:
+		return n.f, true
 	}
 	return 0, false
 }
@@ -267,6 +278,8 @@ func AppendJSON(dst []byte, v any) []byte {
 		return strconv.AppendInt(dst, int64(x), 10)
 	case float64:
 		return appendFloat(dst, x)
+	case exactNumber:
+		return append(dst, x.text...)
 	case string:
 		return appendString(dst, x)
 	case []any:

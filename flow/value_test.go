@@ -27,7 +27,7 @@ func obj(kv ...any) *Object {
 var docOpts cmp.Option
 
 func init() {
-	docOpts = cmp.Comparer(func(a, b *Object) bool {
+	docOpts = cmp.Options{cmp.Comparer(func(a, b exactNumber) bool { return a == b }), cmp.Comparer(func(a, b *Object) bool {
 		if a == nil || b == nil {
 			return a == b
 		}
@@ -42,7 +42,7 @@ func init() {
 			}
 		}
 		return true
-	})
+	})}
 }
 
 func TestEqual(t *testing.T) {

@@ -445,3 +445,19 @@ func TestContentEncodingEveryValue(t *testing.T) {
 		t.Errorf("status = %d, want 415 (body %s)", w.Code, w.Body)
 	}
 }
+
+// TestRunKeepsEveryDigit: a number no float64 holds digit for digit (an
+// unsigned 64-bit id, a long decimal) comes back from a flow that passes it
+// on exactly as it was sent.
+func TestRunKeepsEveryDigit(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, nil)
+	const body = `{"id":12345678901234567890,"amount":0.1000000000000000000001,"ids":[9223372036854775808,-98765432109876543210123],"tiny":1e-400}`
+	w := fx.serve(runRequest("acme", "echo", keyAcmeAll, body))
+	if w.Code != http.StatusOK {
+		t.Fatalf("status = %d, want 200 (body %s)", w.Code, w.Body)
+	}
+	if got := strings.TrimSpace(w.Body.String()); got != body {
+		t.Errorf("answer = %s\nwant     %s", got, body)
+	}
+}
