@@ -441,7 +441,9 @@ func (w *Worker) awaitRetry(ctx context.Context, pause time.Duration, write func
 	}
 }
 
-// deliver is the worker's loop once elected.
+// deliver is the worker's loop once elected: a retry that is due first,
+// else the message at the cursor, else, idle, the checkpoint, the
+// housekeeping and a wait for the next submission, poll or retry.
 func (w *Worker) deliver(ctx context.Context) error {
 	q := w.q
 	if err := q.useSegmentAtPath(); err != nil {
@@ -503,195 +505,40 @@ func (w *Worker) deliver(ctx context.Context) error {
 			return err
 		}
 	}
-	// the checkpoint written, and whether it is synced: the file holds
-	// cursor (written back, synced, by ownCheckpoint when it differed),
-	// or was made just now, holding 0 as cursor is then (a file that is
-	// not there reads as 0), unsynced, which loses nothing
-	saved, synced := cursor, true
-	sinceSave := 0
-	savedAt := w.cfg.Clock.Now()
-	// saveCheckpoint writes the cursor, durably if asked, waiting for a
-	// write that fails (persist): the messages it passes were delivered
-	saveCheckpoint := func(durable bool) error {
-		if cursor == saved && (synced || !durable) {
-			return nil
-		}
-		return w.persist(hctx, func() error {
-			// rewritten before a sync that failed is tried again: a failed
-			// fsync may have dropped the page it was to write
-			if err := writeCheckpoint(ckpt, cursor, durable); err != nil {
-				return err
-			}
-			saved, synced, sinceSave, savedAt = cursor, durable, 0, w.cfg.Clock.Now()
-			return nil
-		})
-	}
-	defer func() {
-		if cursor != saved {
-			writeCheckpoint(ckpt, cursor, true) // the stop: one try
-		} else if !synced {
-			ckpt.Sync()
-		}
-	}()
-	// Housekeeping (emptying the log, rewriting dlq.log) costs a few
-	// fsyncs: it runs at an idle moment at most once per Poll, so that a
-	// steady trickle of messages does not pay for it each time. A round
-	// that fails (a full disk) is tried again after a pause that doubles
-	// from Poll up to maxRestartPause, and logged at the 1st, 2nd, 4th,
-	// 8th… failure in a row: every idle queue of the process tried it and
-	// logged it at every Poll for as long as the disk stayed full.
-	var (
-		housekept, housekeepAfter time.Time
-		housekeepFailures         int
-	)
-	reader := newLogReader(q)
-	// a message delivered before and waiting in the retry schedule: the
-	// same offset and the same id (an offset can hold another message
-	// after recovery cut a torn tail the schedule pointed into)
-	scheduled := func(m Message) bool {
-		return slices.ContainsFunc(retries, func(r Retry) bool { return r.Offset == m.Offset && r.ID == m.ID })
-	}
+	// the checkpoint file holds cursor (written back, synced, by
+	// ownCheckpoint when it differed), or was made just now, holding 0 as
+	// cursor is then (a file that is not there reads as 0), unsynced,
+	// which loses nothing
+	l := &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: retries,
+		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}
+	defer l.stopped()
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 
 	for ctx.Err() == nil && !w.retired() {
 		now := w.cfg.Clock.Now()
-		// a retry that is due goes first: it was scheduled before the
-		// messages now at the cursor were reached… but it lost its place,
-		// so the due one with the earliest time is taken
-		slices.SortStableFunc(retries, func(a, b Retry) int { return a.Due.Compare(b.Due) })
-		if len(retries) > 0 && !retries[0].Due.After(now) {
-			r := retries[0]
-			m, _, err := q.Read(r.Offset)
-			if err != nil && !errors.Is(err, io.EOF) {
-				return err // the log could not be read: the retry stays scheduled
-			}
-			if err != nil || m.ID != r.ID {
-				w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
-				retries = retries[1:]
-				if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
-					return err
-				}
-				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
-				w.cfg.Counts.add("dropped")
-				continue
-			}
-			next, err := w.attempt(hctx, m, r.Attempt)
-			if errors.Is(err, errInterrupted) {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			retries = retries[1:]
-			if next != nil {
-				retries = append(retries, *next)
-			} else if err := saveCheckpoint(true); err != nil {
-				// its retries over (acknowledged, or dead-lettered), the
-				// message leaves the schedule: the checkpoint past it
-				// must be durable first, or a power cut would take it
-				// back before the message, which, in no schedule any
-				// more, would be delivered again as a first attempt (a
-				// dead letter's budget spent again)
-				return err
-			}
-			if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
-				return err
-			}
-			w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
-			continue
+		busy, err := l.retryDue(now)
+		if err == nil && !busy {
+			busy, err = l.deliverNext()
 		}
-
-		m, after, err := reader.Read(cursor)
 		switch {
-		case err == nil && scheduled(m):
-			cursor = after // delivered before, waiting in the retry schedule
-			continue
-		case err == nil:
-			next, err := w.attempt(hctx, m, 1)
-			if errors.Is(err, errInterrupted) {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			if next != nil {
-				retries = append(retries, *next)
-				// the schedule is durable before the checkpoint passes the message
-				if err := w.persist(hctx, func() error { return q.SaveRetries(retries) }); err != nil {
-					return err
-				}
-				w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
-			}
-			cursor = after
-			if sinceSave++; sinceSave >= w.cfg.CheckpointEvery || w.cfg.Clock.Now().Sub(savedAt) >= w.cfg.CheckpointAfter {
-				if err := saveCheckpoint(false); err != nil {
-					return err
-				}
-			}
-			continue
-		case !errors.Is(err, io.EOF):
+		case errors.Is(err, errInterrupted):
+			return nil
+		case err != nil:
 			return err
+		case busy:
+			continue
 		}
-		if cursor < after {
-			cursor = after // frames that did not verify at the tail
-		}
-
 		// idle: checkpoint, housekeeping, then wait
-		if err := saveCheckpoint(false); err != nil {
+		if err := l.saveCheckpoint(false); err != nil {
 			return err
 		}
-		if len(retries) == 0 && !now.Before(housekeepAfter) && (housekept.IsZero() || pollSlot(now, w.cfg.Poll) != pollSlot(housekept, w.cfg.Poll)) {
-			housekept = now
-			var failed []string // what this round could not do, and why
-			switch err := q.Drain(); {
-			case err == nil:
-				// emptied (or empty): whatever another process appends from
-				// now on starts at offset 0; the drain synced the checkpoint
-				cursor, saved, synced = 0, 0, true
-				reader.reset()
-			case errors.Is(err, ErrNotDrained):
-			default:
-				failed = append(failed, "the queue could not be emptied: "+err.Error())
-				// stopped somewhere between marking the drain and writing
-				// the checkpoint back to 0: the checkpoint file tells
-				// where the messages appended since begin (at 0 when the
-				// log was emptied, past others' appends or not), which the
-				// size alone cannot; it is written again at the next idle
-				// moment
-				c, err := q.Checkpoint()
-				if err != nil {
-					return err
-				}
-				cursor, saved = c, -1
-				reader.reset()
-			}
-			applied, damage, err := q.CompactDLQ()
-			if err != nil {
-				failed = append(failed, "dlq.log could not be rewritten: "+err.Error())
-			}
-			switch {
-			case len(failed) > 0:
-				housekeepFailures++
-				pause := w.pause(housekeepFailures - 1)
-				housekeepAfter = now.Add(pause)
-				if sparse(housekeepFailures) {
-					w.logger.Error("the queue's housekeeping failed; it is tried again after a pause", "event", "housekeeping_failed",
-						"error", strings.Join(failed, "; "), "failures", housekeepFailures, "pause_ms", pause.Milliseconds())
-				}
-			case housekeepFailures > 0:
-				w.logger.Info("the queue's housekeeping went through again", "event", "housekeeping_resumed", "failures", housekeepFailures)
-				housekeepFailures, housekeepAfter = 0, time.Time{}
-			}
-			for _, d := range damage {
-				w.logger.Error("a dead-letter file held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
-					"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
-			}
-			for _, m := range applied {
-				w.logMarked(m)
-			}
+		if err := l.housekeep(now); err != nil {
+			return err
 		}
 		now = w.cfg.Clock.Now()
 		wait := untilNextPoll(now, w.cfg.Poll)
-		if len(retries) > 0 {
-			if d := retries[0].Due.Sub(now); d < wait {
+		if len(l.retries) > 0 {
+			if d := l.retries[0].Due.Sub(now); d < wait {
 				wait = max(d, 0)
 			}
 		}
@@ -701,6 +548,204 @@ func (w *Worker) deliver(ctx context.Context) error {
 		case <-w.wake:
 		case <-w.cfg.Clock.After(wait):
 		}
+	}
+	return nil
+}
+
+// deliveryLoop is the state of an elected worker's loop (deliver).
+type deliveryLoop struct {
+	w      *Worker
+	q      *Queue
+	hctx   context.Context // deliveries and the writes of state after them
+	ckpt   File            // the checkpoint, rewritten in place
+	reader *logReader
+	// retries is the retry schedule as the worker last wrote it, the
+	// earliest due first once retryDue has sorted it
+	retries []Retry
+	// cursor is where the next message to deliver begins; saved is what
+	// the checkpoint file holds (-1: not known), synced whether it is
+	// durable; sinceSave counts the messages delivered since it was
+	// written, at savedAt
+	cursor, saved int64
+	synced        bool
+	sinceSave     int
+	savedAt       time.Time
+	// Housekeeping (emptying the log, rewriting dlq.log) costs a few
+	// fsyncs: it runs at an idle moment at most once per Poll, so that a
+	// steady trickle of messages does not pay for it each time. A round
+	// that fails (a full disk) is tried again after a pause that doubles
+	// from Poll up to maxRestartPause, and logged at the 1st, 2nd, 4th,
+	// 8th… failure in a row: every idle queue of the process tried it and
+	// logged it at every Poll for as long as the disk stayed full.
+	housekept, housekeepAfter time.Time
+	housekeepFailures         int
+}
+
+// saveCheckpoint writes the cursor, durably if asked, waiting for a write
+// that fails (persist): the messages it passes were delivered.
+func (l *deliveryLoop) saveCheckpoint(durable bool) error {
+	if l.cursor == l.saved && (l.synced || !durable) {
+		return nil
+	}
+	return l.w.persist(l.hctx, func() error {
+		// rewritten before a sync that failed is tried again: a failed
+		// fsync may have dropped the page it was to write
+		if err := writeCheckpoint(l.ckpt, l.cursor, durable); err != nil {
+			return err
+		}
+		l.saved, l.synced, l.sinceSave, l.savedAt = l.cursor, durable, 0, l.w.cfg.Clock.Now()
+		return nil
+	})
+}
+
+// stopped makes the checkpoint durable as the worker stops: one try.
+func (l *deliveryLoop) stopped() {
+	if l.cursor != l.saved {
+		writeCheckpoint(l.ckpt, l.cursor, true)
+	} else if !l.synced {
+		l.ckpt.Sync()
+	}
+}
+
+// saveRetries writes the retry schedule, waiting for a write that fails.
+func (l *deliveryLoop) saveRetries() error {
+	if err := l.w.persist(l.hctx, func() error { return l.q.SaveRetries(l.retries) }); err != nil {
+		return err
+	}
+	l.w.update(func(s *WorkerState) { s.RetriesPending = len(l.retries) })
+	return nil
+}
+
+// retryDue makes the attempt of the retry that is due first, if any, and
+// reports whether there was one. It was scheduled before the messages now
+// at the cursor were reached… but it lost its place, so the due one with
+// the earliest time is taken.
+func (l *deliveryLoop) retryDue(now time.Time) (bool, error) {
+	slices.SortStableFunc(l.retries, func(a, b Retry) int { return a.Due.Compare(b.Due) })
+	if len(l.retries) == 0 || l.retries[0].Due.After(now) {
+		return false, nil
+	}
+	r := l.retries[0]
+	m, _, err := l.q.Read(r.Offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return true, err // the log could not be read: the retry stays scheduled
+	}
+	if err != nil || m.ID != r.ID {
+		l.w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
+		l.retries = l.retries[1:]
+		if err := l.saveRetries(); err != nil {
+			return true, err
+		}
+		l.w.cfg.Counts.add("dropped")
+		return true, nil
+	}
+	next, err := l.w.attempt(l.hctx, m, r.Attempt)
+	if err != nil {
+		return true, err
+	}
+	l.retries = l.retries[1:]
+	if next != nil {
+		l.retries = append(l.retries, *next)
+	} else if err := l.saveCheckpoint(true); err != nil {
+		// its retries over (acknowledged, or dead-lettered), the
+		// message leaves the schedule: the checkpoint past it must be
+		// durable first, or a power cut would take it back before the
+		// message, which, in no schedule any more, would be delivered
+		// again as a first attempt (a dead letter's budget spent again)
+		return true, err
+	}
+	return true, l.saveRetries()
+}
+
+// deliverNext makes the first attempt of the message at the cursor and
+// moves the cursor past it; false when the log holds no message there.
+func (l *deliveryLoop) deliverNext() (bool, error) {
+	m, after, err := l.reader.Read(l.cursor)
+	if errors.Is(err, io.EOF) {
+		l.cursor = max(l.cursor, after) // past frames that did not verify at the tail
+		return false, nil
+	} else if err != nil {
+		return true, err
+	}
+	// a message delivered before and waiting in the retry schedule: the
+	// same offset and the same id (an offset can hold another message
+	// after recovery cut a torn tail the schedule pointed into)
+	if slices.ContainsFunc(l.retries, func(r Retry) bool { return r.Offset == m.Offset && r.ID == m.ID }) {
+		l.cursor = after
+		return true, nil
+	}
+	next, err := l.w.attempt(l.hctx, m, 1)
+	if err != nil {
+		return true, err
+	}
+	if next != nil {
+		l.retries = append(l.retries, *next)
+		// the schedule is durable before the checkpoint passes the message
+		if err := l.saveRetries(); err != nil {
+			return true, err
+		}
+	}
+	l.cursor = after
+	if l.sinceSave++; l.sinceSave >= l.w.cfg.CheckpointEvery || l.w.cfg.Clock.Now().Sub(l.savedAt) >= l.w.cfg.CheckpointAfter {
+		return true, l.saveCheckpoint(false)
+	}
+	return true, nil
+}
+
+// housekeep empties the log and rewrites dlq.log at an idle moment, when
+// no retry is scheduled, at most once per Poll and not before a pause
+// after failures is over.
+func (l *deliveryLoop) housekeep(now time.Time) error {
+	w, q := l.w, l.q
+	if len(l.retries) > 0 || now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
+		return nil
+	}
+	l.housekept = now
+	var failed []string // what this round could not do, and why
+	switch err := q.Drain(); {
+	case err == nil:
+		// emptied (or empty): whatever another process appends from
+		// now on starts at offset 0; the drain synced the checkpoint
+		l.cursor, l.saved, l.synced = 0, 0, true
+		l.reader.reset()
+	case errors.Is(err, ErrNotDrained):
+	default:
+		failed = append(failed, "the queue could not be emptied: "+err.Error())
+		// stopped somewhere between marking the drain and writing the
+		// checkpoint back to 0: the checkpoint file tells where the
+		// messages appended since begin (at 0 when the log was emptied,
+		// past others' appends or not), which the size alone cannot; it
+		// is written again at the next idle moment
+		c, err := q.Checkpoint()
+		if err != nil {
+			return err
+		}
+		l.cursor, l.saved = c, -1
+		l.reader.reset()
+	}
+	applied, damage, err := q.CompactDLQ()
+	if err != nil {
+		failed = append(failed, "dlq.log could not be rewritten: "+err.Error())
+	}
+	switch {
+	case len(failed) > 0:
+		l.housekeepFailures++
+		pause := w.pause(l.housekeepFailures - 1)
+		l.housekeepAfter = now.Add(pause)
+		if sparse(l.housekeepFailures) {
+			w.logger.Error("the queue's housekeeping failed; it is tried again after a pause", "event", "housekeeping_failed",
+				"error", strings.Join(failed, "; "), "failures", l.housekeepFailures, "pause_ms", pause.Milliseconds())
+		}
+	case l.housekeepFailures > 0:
+		w.logger.Info("the queue's housekeeping went through again", "event", "housekeeping_resumed", "failures", l.housekeepFailures)
+		l.housekeepFailures, l.housekeepAfter = 0, time.Time{}
+	}
+	for _, d := range damage {
+		w.logger.Error("a dead-letter file held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
+			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+	}
+	for _, m := range applied {
+		w.logMarked(m)
 	}
 	return nil
 }
@@ -719,12 +764,12 @@ func untilNextPoll(now time.Time, poll time.Duration) time.Duration {
 	return poll - time.Duration(now.UnixNano()%int64(poll))
 }
 
-// pollSlot numbers the stretch of time between two of the moments
-// untilNextPoll waits for that holds t.
 // sparse reports whether the n-th failure in a row (from 1) is logged:
 // the 1st, 2nd, 4th, 8th…
 func sparse(n int) bool { return n&(n-1) == 0 }
 
+// pollSlot numbers the stretch of time between two of the moments
+// untilNextPoll waits for that holds t.
 func pollSlot(t time.Time, poll time.Duration) int64 {
 	if poll <= 0 {
 		return t.UnixNano()
