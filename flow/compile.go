@@ -1036,6 +1036,14 @@ func yamlDocument(n *yaml.Node) (any, error) {
 			var b bool
 			err := n.Decode(&b)
 			return b, err
+		case "!!int", "!!float":
+			// a number JSON writes the same way (not 0x1F, 1_000 or
+			// .inf) reads as a body's does: every digit kept
+			if v, err := ParseJSON([]byte(n.Value), 1); err == nil {
+				return v, nil
+			}
+		}
+		switch n.Tag {
 		case "!!int":
 			var i int
 			err := n.Decode(&i)

@@ -145,8 +145,13 @@ func describe(v any) string {
 			return "a string"
 		}
 		return "string " + strconv.Quote(x)
-	case int, float64, exactNumber:
+	case int, float64:
 		return "number " + Text(x)
+	case exactNumber:
+		if t := Text(x); len(t) <= 32 {
+			return "number " + t
+		}
+		return "a number" // as a long string is "a string"
 	case []any:
 		return "an array"
 	case *Object, map[string]any:

@@ -433,7 +433,7 @@ func (p *exprParser) parsePrimary() (node, error) {
 		case int:
 			return litNode{src: strconv.Itoa(v)}, nil
 		case exactNumber:
-			return litNode{src: "_num(" + strconv.Quote(v.text) + ")"}, nil
+			return litNode{src: "_num(" + strconv.Quote(Text(v)) + ")"}, nil
 		default:
 			return litNode{src: strconv.FormatFloat(v.(float64), 'e', -1, 64)}, nil
 		}

@@ -2,10 +2,11 @@ package flow
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/nexushq/nexus/naming"
 )
 
 // DefaultMaxDepth is the deepest nesting of arrays and objects ParseJSON
@@ -239,12 +240,12 @@ func (p *jsonParser) number() (any, error) {
 			return int(n), nil
 		}
 	}
-	f, err := strconv.ParseFloat(text, 64)
-	if err != nil || math.IsInf(f, 0) {
+	v, ok := readNumber(text)
+	if !ok {
 		p.pos = start
-		return nil, p.errorf("number %s is out of range", text)
+		return nil, p.errorf("number %s is out of range", naming.Shorten(text)) // a digit string may be 1 MiB
 	}
-	return readNumber(text, f), nil
+	return v, nil
 }
 
 // string reads a string; it returns a string, not an any, so that an

@@ -279,7 +279,7 @@ func AppendJSON(dst []byte, v any) []byte {
 	case float64:
 		return appendFloat(dst, x)
 	case exactNumber:
-		return append(dst, x.text...)
+		return x.d.appendJSON(dst)
 	case string:
 		return appendString(dst, x)
 	case []any:
