@@ -156,20 +156,23 @@ type recorded struct {
 // backend is a real HTTP server that counts and records its calls.
 type backend struct {
 	*httptest.Server
-	calls atomic.Int64
-	mu    sync.Mutex
-	reqs  []recorded
+	calls   atomic.Int64
+	arrived chan struct{} // closed at the first call
+	mu      sync.Mutex
+	reqs    []recorded
 }
 
 func newBackend(t testing.TB, h http.HandlerFunc) *backend {
 	t.Helper()
-	b := &backend{}
+	b := &backend{arrived: make(chan struct{})}
+	var first sync.Once
 	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		b.mu.Lock()
 		b.reqs = append(b.reqs, recorded{Method: r.Method, URI: r.RequestURI, Header: r.Header.Clone(), Body: string(body)})
 		b.mu.Unlock()
 		b.calls.Add(1)
+		first.Do(func() { close(b.arrived) })
 		h(w, r)
 	}))
 	t.Cleanup(b.Close)
@@ -212,6 +215,35 @@ func slow(d time.Duration, cancelled chan<- struct{}) http.HandlerFunc {
 			io.WriteString(w, `{}`)
 		}
 	}
+}
+
+// inFlight is a transport (engine.NewTransport's) that passes a call's
+// cancellation (the flow's ceiling, read_timeout_ms) on only once b has
+// the request. Those ceilings are real time: on a loaded machine one came
+// before the request had left (the dial or the write not done, the
+// backend never called: seen with 100 ms under -race on 2 busy cores),
+// and a test that the ceiling stops a call in flight had none in flight.
+// Held, the cancellation still decides the step's outcome and still
+// reaches the backend; the call's own end (an answer) is not held.
+func inFlight(b *backend) http.RoundTripper {
+	return holdCancel{arrived: b.arrived, next: engine.NewTransport()}
+}
+
+type holdCancel struct {
+	arrived <-chan struct{}
+	next    http.RoundTripper
+}
+
+func (h holdCancel) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	context.AfterFunc(r.Context(), func() {
+		select {
+		case <-h.arrived:
+		case <-time.After(10 * time.Second): // the test's waitFor has failed
+		}
+		cancel(context.Cause(r.Context()))
+	})
+	return h.next.RoundTrip(r.WithContext(ctx))
 }
 
 // closedAddr returns a host:port nothing listens on.
@@ -498,7 +530,7 @@ endpoint: BACKEND/ingest
 			// The ceiling's 500 (the backend would answer after 2 s and
 			// the flow go on to "after") and the backend's cancellation
 			// prove the ceiling stopped the call in flight.
-			res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{"orderId":"A-1"}`)
+			res := run(t, engine.New(engine.Config{Transport: inFlight(b)}), compile(t, src, "BACKEND", b.URL), `{"orderId":"A-1"}`)
 			checkView(t, res, view{Status: 500, Header: jsonHdr("c-1"),
 				Body:    `{"ok":false,"error":"duration ceiling of 100 ms reached","step":"forward"}`,
 				Outcome: engine.Failed, Err: "step 'forward': duration ceiling of 100 ms reached", ErrKind: engine.KindDeadline})
@@ -520,7 +552,7 @@ $.orderId != null | "orderId is required" | syntactic
 effects: [http_egress]
 endpoint: BACKEND/notify
 `)
-	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`)
+	res := run(t, engine.New(engine.Config{Transport: inFlight(b)}), compile(t, src, "BACKEND", b.URL), `{}`)
 	// the ceiling reached inside the fault sequence is a failed handler,
 	// and "when a fault handler itself fails, last_error is the main
 	// sequence's error": Err stays the main sequence's, the ceiling is the
@@ -1560,7 +1592,7 @@ effects: [http_egress]
 endpoint: BACKEND/ingest
 read_timeout_ms: 100
 `)
-	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`)
+	res := run(t, engine.New(engine.Config{Transport: inFlight(b)}), compile(t, src, "BACKEND", b.URL), `{}`)
 	v := viewOf(res)
 	// the text after "effect handler failed: " is the transport's
 	if rest, ok := strings.CutPrefix(v.Err, "step 'forward': effect handler failed: "); ok && rest != "" {
@@ -1783,7 +1815,7 @@ func TestDedupCeilingIsRecorded(t *testing.T) {
 	cancelled := make(chan struct{}, 1)
 	b := newBackend(t, slow(2*time.Second, cancelled))
 	f := compile(t, flowSource("dedup-ceiling", "dedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb\ntimeout_ms: 200\n", dedupFlow), "BACKEND", b.URL)
-	e := engine.New(engine.Config{Dedup: &enginetest.Dedup{}})
+	e := engine.New(engine.Config{Transport: inFlight(b), Dedup: &enginetest.Dedup{}})
 	want := `{"ok":false,"error":"duration ceiling of 200 ms reached","step":"forward"}`
 	first := run(t, e, f, `{"orderId":"A-1"}`)
 	if first.Status != 500 || string(first.Body) != want || first.Replay {
