@@ -532,7 +532,8 @@ func (x *execution) collect(s *flow.Step, out any) *Error {
 			}
 			n, ok := flow.ParseStatus(strings.TrimSpace(text))
 			if !ok {
-				return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status rendered %q, which is not a status code", text)}
+				// cut: the text may be a message's 1 MiB number or string
+				return &Error{Kind: KindDefect, Step: s.Name(), Msg: fmt.Sprintf("response_status rendered %q, which is not a status code", excerpt([]byte(text)))}
 			}
 			code = n
 		}

@@ -1039,8 +1039,13 @@ func yamlDocument(n *yaml.Node) (any, error) {
 		case "!!int", "!!float":
 			// a number JSON writes the same way (not 0x1F, 1_000 or
 			// .inf) reads as a body's does: every digit kept
-			if v, err := ParseJSON([]byte(n.Value), 1); err == nil {
+			v, err := ParseJSON([]byte(n.Value), 1)
+			if err == nil {
 				return v, nil
+			}
+			if je, ok := err.(*JSONError); ok && strings.HasSuffix(je.Msg, " is out of range") {
+				// refused as a body's: 1e-1000000000 is not YAML's 0
+				return nil, errors.New(je.Msg)
 			}
 		}
 		switch n.Tag {

@@ -355,7 +355,15 @@ func mulInt(a, b int) (int, bool) {
 func fnDiv(a ...any) (any, error) {
 	if y, ok := number(a[1]); ok && y == 0 {
 		if _, ok := number(a[0]); ok {
-			return nil, evalErrorf("division by zero")
+			if _, tiny := a[1].(exactNumber); !tiny {
+				return nil, evalErrorf("division by zero")
+			}
+			// a number under float64's range (1e-400) is not zero,
+			// though its float64 is: the quotient is out of range, or 0
+			if c, _ := compareNumbers(a[0], 0); c == 0 {
+				return 0, nil
+			}
+			return nil, evalErrorf("the result of / is out of range for a number")
 		}
 	}
 	return arith("/", func(a, b float64) float64 { return a / b }, divInt)(a...)

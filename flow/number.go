@@ -37,6 +37,12 @@ type decimal struct {
 // of more digits (1e-99999999999) is out of range, as 1e400 is.
 const maxExponentDigits = 9
 
+// maxExponent bounds the exponent of a value's written form (appendJSON's
+// d.ddde±N), so that every number read is written in a form that reads
+// back: 0.1e-999999999, whose exponent is written with 9 digits, is
+// 1e-1000000000, out of range as that is.
+const maxExponent = 999_999_999
+
 // maxShortNumber is the longest literal strconv.ParseFloat is given as it
 // was written. ParseFloat reads at most 800 digits and keeps an exponent's
 // first five, which misreads longer literals ("1" + 1000 zeros + "e-1000"
@@ -75,6 +81,22 @@ func readNumber(text string) (any, bool) {
 	fneg, fd, fexp, _ := readDecimal(strconv.AppendFloat(fbuf[:0], f, 'e', -1, 64), fdigits[:0])
 	if fneg == neg && fexp == exp && bytes.Equal(fd, digits) {
 		return f, true // 1.50000000000000000000 is 1.5
+	}
+	if exp >= len(digits) && exp <= 19 {
+		// a whole number that fits 64 bits (9007199254740993.0) is an
+		// int, as the form it is written in reads back
+		var ibuf [24]byte
+		w := ibuf[:0]
+		if neg {
+			w = append(w, '-')
+		}
+		w = append(w, digits...)
+		for range exp - len(digits) {
+			w = append(w, '0')
+		}
+		if n, err := strconv.ParseInt(string(w), 10, 0); err == nil {
+			return int(n), true
+		}
 	}
 	return exactNumber{f: f, d: decimal{neg: neg, digits: string(digits), exp: exp}}, true
 }
@@ -135,6 +157,10 @@ func readDecimal[T string | []byte](s T, buf []byte) (neg bool, digits []byte, e
 	}
 	if len(digits) == 0 {
 		exp = 0
+	} else if exp-1 < -maxExponent || exp-1 > maxExponent {
+		// 0.1e-999999999 is 1e-1000000000, whose written form would
+		// not read back
+		return neg, digits, 0, false
 	}
 	return neg, digits, exp, true
 }
@@ -151,7 +177,8 @@ func appendExact(dst []byte, neg bool, digits []byte, exp int) []byte {
 }
 
 // appendJSON writes d as a JSON number, in one form for its value: a
-// whole number in all its digits, a fraction from 1e-6 up in decimal
+// whole number in all its digits (with an exponent when it would take
+// more than maxWrittenZeros zeros), a fraction from 1e-6 up in decimal
 // notation, a smaller one with an exponent (1e-400), as encoding/json
 // writes a float64.
 func (d decimal) appendJSON(dst []byte) []byte {
@@ -163,32 +190,40 @@ func (d decimal) appendJSON(dst []byte) []byte {
 		dst = append(dst, '-')
 	}
 	switch {
-	case d.exp >= n: // whole: at most 309 digits, as an exactNumber is under 1.8e308
+	case d.exp > n+maxWrittenZeros:
+		// written with an exponent, below
+	case d.exp >= n: // whole
 		dst = append(dst, d.digits...)
 		for range d.exp - n {
 			dst = append(dst, '0')
 		}
+		return dst
 	case d.exp > 0:
 		dst = append(dst, d.digits[:d.exp]...)
 		dst = append(dst, '.')
-		dst = append(dst, d.digits[d.exp:]...)
+		return append(dst, d.digits[d.exp:]...)
 	case d.exp > -6: // 1e-6 is 0.1 × 10^-5
 		dst = append(dst, "0."...)
 		for range -d.exp {
 			dst = append(dst, '0')
 		}
-		dst = append(dst, d.digits...)
-	default:
-		dst = append(dst, d.digits[0])
-		if n > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, d.digits[1:]...)
-		}
-		dst = append(dst, 'e')
-		dst = strconv.AppendInt(dst, int64(d.exp-1), 10)
+		return append(dst, d.digits...)
 	}
-	return dst
+	dst = append(dst, d.digits[0])
+	if n > 1 {
+		dst = append(dst, '.')
+		dst = append(dst, d.digits[1:]...)
+	}
+	dst = append(dst, 'e')
+	return strconv.AppendInt(dst, int64(d.exp-1), 10)
 }
+
+// maxWrittenZeros is the most zeros a whole number is written with after
+// its digits: 1.0000000000000001e308, 22 bytes, is not written in 309
+// (a body of such numbers would come back 14 times its size, over the
+// ceiling of a queue it is published to), but as it is; an id keeps all
+// its digits.
+const maxWrittenZeros = 21
 
 // negate is -x, exact.
 func (x exactNumber) negate() exactNumber {

@@ -234,6 +234,15 @@ func compareFloatInt(f float64, i int) int {
 	case f < -(1 << 63):
 		return -1
 	}
+	if math.Abs(f) >= 1<<53 {
+		// a float64 is the value of its shortest form, as it is against
+		// an exactNumber (1.2345678901234568e18 is 1234567890123456800,
+		// not its binary 1234567890123456768), or an int, an exactNumber
+		// and a float64 would not be ordered
+		df, _ := decimalOf(f)
+		di, _ := decimalOf(i)
+		return compareDecimals(df, di)
+	}
 	t := math.Trunc(f)
 	if c := cmp.Compare(int(t), i); c != 0 {
 		return c
