@@ -63,12 +63,32 @@ func evalExpr(t *testing.T, src string, env *Env) (any, error) {
 	return e.Eval(env)
 }
 
+// evalCase is an expression and the value it evaluates to.
+type evalCase struct {
+	src  string
+	want any
+}
+
+// checkEvals evaluates each case's expression against env.
+func checkEvals(t *testing.T, env *Env, tests []evalCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.src, func(t *testing.T) {
+			t.Parallel()
+			got, err := evalExpr(t, tt.src, env)
+			if err != nil {
+				t.Fatalf("Eval(%q): %v", tt.src, err)
+			}
+			if diff := cmp.Diff(tt.want, got, docOpts); diff != "" {
+				t.Errorf("Eval(%q) (-want +got):\n%s", tt.src, diff)
+			}
+		})
+	}
+}
+
 func TestExprEval(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		src  string
-		want any
-	}{
+	checkEvals(t, &Env{Doc: exprDoc(), Ctx: exprCtx()}, []evalCase{
 		// literals
 		{`null`, nil},
 		{`true`, true},
@@ -244,20 +264,7 @@ func TestExprEval(t *testing.T) {
 		{`matches("axb", "a\\.b")`, false},
 		{`matches($.missing, "x")`, false},
 		{`len($.s) > 3 && matches($.s, "l+")`, true},
-	}
-	env := &Env{Doc: exprDoc(), Ctx: exprCtx()}
-	for _, tt := range tests {
-		t.Run(tt.src, func(t *testing.T) {
-			t.Parallel()
-			got, err := evalExpr(t, tt.src, env)
-			if err != nil {
-				t.Fatalf("Eval(%q): %v", tt.src, err)
-			}
-			if diff := cmp.Diff(tt.want, got, docOpts); diff != "" {
-				t.Errorf("Eval(%q) (-want +got):\n%s", tt.src, diff)
-			}
-		})
-	}
+	})
 }
 
 func TestExprDocumentRoot(t *testing.T) {

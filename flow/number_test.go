@@ -36,10 +36,7 @@ func exact(text string, f float64) exactNumber { return exactNumber{f: f, d: par
 // negation; other arithmetic is float64's.
 func TestExactNumberExpressions(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		src  string
-		want any
-	}{
+	checkEvals(t, &Env{Doc: exactDoc(t), Ctx: exprCtx()}, []evalCase{
 		{`$.id`, exact("12345678901234567890", 12345678901234567890.0)},
 		{`[$.id][0]`, exact("12345678901234567890", 12345678901234567890.0)},
 		{`12345678901234567890`, exact("12345678901234567890", 12345678901234567890.0)},
@@ -66,20 +63,7 @@ func TestExactNumberExpressions(t *testing.T) {
 		{`$.id + 0`, 12345678901234567890.0},
 		{`$.amount * 10`, 1}, // through float64: 0.1 × 10
 		{`$.items[$.amount]`, nil},
-	}
-	env := &Env{Doc: exactDoc(t), Ctx: exprCtx()}
-	for _, tt := range tests {
-		t.Run(tt.src, func(t *testing.T) {
-			t.Parallel()
-			got, err := evalExpr(t, tt.src, env)
-			if err != nil {
-				t.Fatalf("Eval(%q): %v", tt.src, err)
-			}
-			if diff := cmp.Diff(tt.want, got, docOpts); diff != "" {
-				t.Errorf("Eval(%q) (-want +got):\n%s", tt.src, diff)
-			}
-		})
-	}
+	})
 }
 
 func TestExactNumberErrors(t *testing.T) {
