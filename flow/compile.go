@@ -694,9 +694,9 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 		}
 		t, err := CompileNTD(b.body)
 		if err != nil {
-			var te *TemplateError
-			errors.As(err, &te)
-			c.errorf(first+te.Line, "step %q: %s", s.name, te.Msg)
+			for _, te := range templateErrors(err) {
+				c.errorf(first+te.Line, "step %q: %s", s.name, te.Msg)
+			}
 			return
 		}
 		s.block, s.ntd = BlockNTD, t

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,7 +57,9 @@ func CompileTemplate(src string) (*Template, error) {
 }
 
 // compileHole compiles the hole at the start of s ("{{ … }}") and returns
-// its length. whole and at locate it for line numbers.
+// its length. whole and at locate it for line numbers. A hole that is
+// closed on its line but does not compile has its length returned with
+// the error, so that a reader may go on past it.
 func compileHole(s, whole string, at int) (*Expr, int, error) {
 	line := strings.Count(whole[:at], "\n")
 	end := holeEnd(s)
@@ -68,11 +71,11 @@ func compileHole(s, whole string, at int) (*Expr, int, error) {
 		return nil, 0, &TemplateError{Line: line, Msg: "a {{ }} hole must stay on one line"}
 	}
 	if inner == "" {
-		return nil, 0, &TemplateError{Line: line, Msg: "empty {{ }} hole"}
+		return nil, end + 2, &TemplateError{Line: line, Msg: "empty {{ }} hole"}
 	}
 	e, err := CompileExpr(inner)
 	if err != nil {
-		return nil, 0, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %q does not parse: %v", inner, err)}
+		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %q does not parse: %v", inner, err)}
 	}
 	return e, end + 2, nil
 }
@@ -298,8 +301,10 @@ func (t *NTD) String() string { return t.src }
 // are an expression that fails and a rendered object with a duplicate key.
 func (t *NTD) Render(env *Env) (any, error) { return t.root.render(env) }
 
-// CompileNTD compiles an ntd block. The error is a *TemplateError whose Line
-// counts from the block's first line.
+// CompileNTD compiles an ntd block. Its error joins (errors.Join) a
+// *TemplateError for each hole that does not compile and one for the JSON
+// around them when that is not valid, where the block stops being read;
+// each Line counts from the block's first line.
 func CompileNTD(src string) (*NTD, error) {
 	p := &ntdParser{src: src}
 	p.space()
@@ -307,19 +312,52 @@ func CompileNTD(src string) (*NTD, error) {
 		return nil, p.errorf("the ntd block is empty: write the JSON document to produce")
 	}
 	root, err := p.value()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		if p.space(); p.pos < len(src) {
+			err = p.errorf("unexpected %s after the JSON document", p.describe())
+		}
 	}
-	p.space()
-	if p.pos < len(src) {
-		return nil, p.errorf("unexpected %s after the JSON document", p.describe())
+	if err != nil || len(p.holeErrs) > 0 {
+		return nil, errors.Join(append(p.holeErrs, err)...)
 	}
 	return &NTD{src: src, root: root}, nil
+}
+
+// templateErrors lists the *TemplateErrors of a CompileNTD or
+// CompileTemplate error, in the order of the text.
+func templateErrors(err error) []*TemplateError {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var all []*TemplateError
+		for _, e := range j.Unwrap() {
+			all = append(all, templateErrors(e)...)
+		}
+		return all
+	}
+	var te *TemplateError
+	if errors.As(err, &te) {
+		return []*TemplateError{te}
+	}
+	return nil
 }
 
 type ntdParser struct {
 	src string
 	pos int
+	// holeErrs are the errors of holes that do not compile, each passed
+	// over so that the block's other errors are found too
+	holeErrs []error
+}
+
+// hole compiles the hole at p.pos and moves past it; one that does not
+// compile but is closed on its line is recorded in holeErrs and passed
+// over (nil, nil).
+func (p *ntdParser) hole(s string, at int) (*Expr, int, error) {
+	e, n, err := compileHole(s, p.src, at)
+	if err != nil && n > 0 {
+		p.holeErrs = append(p.holeErrs, err)
+		return nil, n, nil
+	}
+	return e, n, err
 }
 
 func (p *ntdParser) errorf(format string, args ...any) error {
@@ -347,7 +385,7 @@ func (p *ntdParser) value() (ntdNode, error) {
 	}
 	switch c := p.src[p.pos]; {
 	case strings.HasPrefix(p.src[p.pos:], "{{"):
-		e, n, err := compileHole(p.src[p.pos:], p.src, p.pos)
+		e, n, err := p.hole(p.src[p.pos:], p.pos)
 		if err != nil {
 			return nil, err
 		}
@@ -453,7 +491,7 @@ func (p *ntdParser) stringNode(start, end int) (ntdNode, error) {
 		if i == len(body) {
 			break
 		}
-		e, n, err := compileHole(body[i:], p.src, at+i)
+		e, n, err := p.hole(body[i:], at+i)
 		if err != nil {
 			return nil, err
 		}
