@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	_ "time/tzdata" // schedule_timezone must compile the same on every host
 
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
@@ -324,7 +323,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	}
 	if tzNode != nil {
 		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {
-			loc, err := time.LoadLocation(name)
+			loc, err := loadZone(name)
 			if err != nil || name == "" || name == "Local" {
 				c.errorf(at(tzNode), "schedule_timezone %q is not an IANA time zone (e.g. Europe/Berlin)", name)
 				ok = false

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // Europe/Berlin on a host without tz files
 
 	"github.com/gofrs/flock"
 	"github.com/google/go-cmp/cmp"
@@ -79,7 +80,7 @@ func TestSchedulerEveryTicksWithInput(t *testing.T) {
 func TestSchedulerBerlinAcrossDST(t *testing.T) {
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
-		t.Fatalf("no tz database (time/tzdata, imported through flow, embeds it): %v", err)
+		t.Fatalf("no tz database (time/tzdata, imported above, embeds it): %v", err)
 	}
 	utc := func(s string) time.Time {
 		v, err := time.Parse(time.RFC3339, s)
