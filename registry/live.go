@@ -211,6 +211,12 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 			lf.Flow = f
 		} else {
 			lf.Flow, lf.Corrupt = loadArtifact(lf, art)
+			if lf.Corrupt != nil && r.log != nil {
+				// otherwise only nexus status and the API say it: a
+				// cron flow would stop ticking without a word
+				r.log.Error("a stored flow failed its integrity check and is not served", "event", "artifact_corrupt",
+					"tenant", lf.Tenant, "flow", lf.Name, "version", lf.Version, "error", lf.Corrupt.Error())
+			}
 		}
 		set.flows[flowKey{lf.Tenant, lf.Name}] = lf
 		set.list = append(set.list, lf)

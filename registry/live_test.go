@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -930,5 +931,46 @@ func TestLoadTakesThePublishedFlow(t *testing.T) {
 	}
 	if lf, _ := publisher.Live().Lookup("acme", "f"); lf.Flow != g || lf.Version != 2 {
 		t.Errorf("after the second publication: v%d, the published flow: %v", lf.Version, lf.Flow == g)
+	}
+}
+
+// TestCorruptArtifactIsLogged: a live set that holds a version whose
+// artifact fails its integrity check says so in the log, once per version
+// (a cron flow's schedule would otherwise stop without a word).
+func TestCorruptArtifactIsLogged(t *testing.T) {
+	path := dbPath(t)
+	var buf bytes.Buffer
+	r := open(t, path, registry.Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	f := compile(t, "acme", "f", "1")
+	publish(t, r, registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1"), f}})
+	if buf.Len() != 0 {
+		t.Fatalf("logged with no corrupt artifact: %s", buf.String())
+	}
+	art := bytes.Clone(f.Artifact())
+	art[len(art)-3] ^= 0x20
+	exec(t, sideDB(t, path), `UPDATE flow_versions SET artifact = ? WHERE tenant = 'acme' AND flow = 'f' AND version = 1`, art)
+	for range 3 {
+		if _, err := r.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lines []map[string]any
+	for l := range strings.Lines(buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want 1:\n%s", len(lines), buf.String())
+	}
+	got := lines[0]
+	want := map[string]any{"event": "artifact_corrupt", "tenant": "acme", "flow": "f", "version": float64(1), "level": "ERROR",
+		"error": "artifact acme/f v1 failed its integrity check"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (line %v)", k, got[k], v, got)
+		}
 	}
 }

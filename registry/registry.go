@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -30,6 +31,7 @@ type Registry struct {
 	db   *sql.DB
 	path string
 	now  func() time.Time
+	log  *slog.Logger // nil: nothing logged
 	live atomic.Pointer[LiveSet]
 
 	compiledMu sync.Mutex
@@ -46,6 +48,11 @@ type Options struct {
 	// (SQLite may still make the -wal and -shm files a reader of a WAL
 	// database needs). A registry of another schema version is refused.
 	ReadOnly bool
+	// Logger, when set, is told of each stored flow version whose
+	// artifact fails its integrity check as a live set is loaded
+	// (artifact_corrupt), once per version; nil logs nothing (the
+	// commands that print the live set say it themselves).
+	Logger *slog.Logger
 }
 
 // BusyTimeout is how long a statement waits for another process's write
@@ -114,7 +121,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	r := &Registry{db: db, path: path, now: opts.Now}
+	r := &Registry{db: db, path: path, now: opts.Now, log: opts.Logger}
 	if r.now == nil {
 		r.now = time.Now
 	}

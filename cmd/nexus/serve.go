@@ -628,7 +628,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		logger.Warn(fmt.Sprintf("the state directory %s is open to other users (mode %v): chmod 700 it", stateDir, info.Mode().Perm()),
 			"event", "state_directory_open")
 	}
-	reg, err := registry.Open(ctx, cfg.DB, registry.Options{})
+	reg, err := registry.Open(ctx, cfg.DB, registry.Options{Logger: logger})
 	if err != nil {
 		return err
 	}
