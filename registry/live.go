@@ -211,7 +211,7 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 			lf.Flow = f
 		} else {
 			lf.Flow, lf.Corrupt = loadArtifact(lf, art)
-			if lf.Corrupt != nil && r.log != nil {
+			if lf.Corrupt != nil && r.log != nil && r.firstCorruptReport(lf) {
 				// otherwise only nexus status and the API say it: a
 				// cron flow would stop ticking without a word
 				r.log.Error("a stored flow failed its integrity check and is not served", "event", "artifact_corrupt",
@@ -231,6 +231,29 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 		return set.list[i].Name < set.list[j].Name
 	})
 	return set, nil
+}
+
+type corruptKey struct {
+	tenant, flow string
+	version      int
+	sha256       string
+}
+
+// firstCorruptReport reports whether lf's version is corrupt news to this
+// process: two builds may race (the watcher and a sync), and a build that
+// fails is retried at every round.
+func (r *Registry) firstCorruptReport(lf *LiveFlow) bool {
+	k := corruptKey{lf.Tenant, lf.Name, lf.Version, lf.SHA256}
+	r.corruptMu.Lock()
+	defer r.corruptMu.Unlock()
+	if r.corruptLogged[k] {
+		return false
+	}
+	if r.corruptLogged == nil {
+		r.corruptLogged = map[corruptKey]bool{}
+	}
+	r.corruptLogged[k] = true
+	return true
 }
 
 // handOver keeps f, just published by this process with the artifact

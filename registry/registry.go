@@ -32,7 +32,11 @@ type Registry struct {
 	path string
 	now  func() time.Time
 	log  *slog.Logger // nil: nothing logged
-	live atomic.Pointer[LiveSet]
+	// corruptLogged holds the versions artifact_corrupt was logged for,
+	// so that racing or failed builds do not log one twice
+	corruptMu     sync.Mutex
+	corruptLogged map[corruptKey]bool
+	live          atomic.Pointer[LiveSet]
 
 	compiledMu sync.Mutex
 	compiled   map[string]*flow.Flow // by artifact SHA-256: published here, not yet loaded
