@@ -9,20 +9,9 @@ import (
 	"testing"
 
 	"github.com/nexushq/nexus/flow"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/registry"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestCorruptArtifactLoggedOnceUnderConcurrentLoads: the watcher's Refresh
 // and the sync's Refresh/Load build from the same live set at once; the
@@ -30,7 +19,7 @@ func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 func TestCorruptArtifactLoggedOnceUnderConcurrentLoads(t *testing.T) {
 	for round := range 20 {
 		path := dbPath(t)
-		var buf lockedBuf
+		var buf jsonlogtest.Buffer
 		r := open(t, path, registry.Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 		var fs []*flow.Flow
 		for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
@@ -63,7 +52,7 @@ func TestCorruptArtifactLoggedOnceUnderConcurrentLoads(t *testing.T) {
 // at every watcher round; artifact_corrupt must not be logged at each.
 func TestCorruptArtifactLoggedOnceWhenRefreshFails(t *testing.T) {
 	path := dbPath(t)
-	var buf lockedBuf
+	var buf jsonlogtest.Buffer
 	r := open(t, path, registry.Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	f := compile(t, "acme", "f", "1")
 	publish(t, r, registry.Publication{Flows: []*flow.Flow{f, compile(t, "acme", "g", "1")}})
