@@ -324,7 +324,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	if tzNode != nil {
 		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {
 			loc, err := loadZone(name)
-			if err != nil || name == "" || name == "Local" {
+			if err != nil {
 				c.errorf(at(tzNode), "schedule_timezone %q is not an IANA time zone (e.g. Europe/Berlin)", name)
 				ok = false
 			} else {

@@ -224,7 +224,8 @@ func compareNumbers(a, b any) (c int, ok bool) {
 	return 0, false
 }
 
-// compareFloatInt compares f with i without rounding i to a float64.
+// compareFloatInt compares f with i without rounding i to a float64; from
+// 2^53 on, f is the value of its shortest form, as JSON writes it.
 func compareFloatInt(f float64, i int) int {
 	switch {
 	case math.IsNaN(f):

@@ -22,33 +22,31 @@ import (
 //go:embed zoneinfo.zip
 var zoneinfoZip []byte
 
-var (
-	zonesOnce sync.Once
-	zones     map[string]*zip.File
-	zonesErr  error
-)
+// zoneFiles indexes the embedded database's files by zone name, once.
+var zoneFiles = sync.OnceValues(func() (map[string]*zip.File, error) {
+	r, err := zip.NewReader(bytes.NewReader(zoneinfoZip), int64(len(zoneinfoZip)))
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string]*zip.File, len(r.File))
+	for _, f := range r.File {
+		files[f.Name] = f
+	}
+	return files, nil
+})
 
 // errNoZone is loadZone's error for a name the database does not hold.
 var errNoZone = errors.New("unknown time zone")
 
-// loadZone loads the IANA zone name from the embedded database alone.
+// loadZone loads the IANA zone name from the embedded database alone
+// (which holds no "" and no Local).
 func loadZone(name string) (*time.Location, error) {
-	zonesOnce.Do(func() {
-		r, err := zip.NewReader(bytes.NewReader(zoneinfoZip), int64(len(zoneinfoZip)))
-		if err != nil {
-			zonesErr = err
-			return
-		}
-		zones = make(map[string]*zip.File, len(r.File))
-		for _, f := range r.File {
-			zones[f.Name] = f
-		}
-	})
-	if zonesErr != nil {
-		return nil, zonesErr
+	files, err := zoneFiles()
+	if err != nil {
+		return nil, err
 	}
-	f, ok := zones[name]
-	if !ok || name == "" || name == "Local" {
+	f, ok := files[name]
+	if !ok {
 		return nil, errNoZone
 	}
 	rc, err := f.Open()
