@@ -468,7 +468,7 @@ func faultStrace(t *testing.T) string {
 		skip("strace is not installed (not on PATH)")
 	}
 	sleeper := exec.Command("sleep", "30")
-	if err := sleeper.Start(); err != nil {
+	if err := startChild(sleeper); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -505,7 +505,7 @@ func startFaultTracer(straceBin string, pid int, traceFile, path, inject string)
 	if err != nil {
 		return nil, err
 	}
-	if err := ft.cmd.Start(); err != nil {
+	if err := startChild(ft.cmd); err != nil {
 		return nil, err
 	}
 	attached := make(chan struct{})

@@ -226,8 +226,9 @@ func startHost(t *testing.T, o hostOptions) *hostProc {
 
 // watch starts h.cmd (made with args), keeps the log lines whose event keep
 // accepts (nil keeps all), and waits until the process listens. The
-// process is killed when the test ends; if the test failed, its kept log
-// is printed, followed by more() when more is set.
+// process is killed when the test ends (and by the kernel if the test
+// binary exits first: startChild); if the test failed, its kept log is
+// printed, followed by more() when more is set.
 func (h *hostProc) watch(args []string, keep func(event string) bool, more func() string) {
 	t := h.t
 	t.Helper()
@@ -235,7 +236,7 @@ func (h *hostProc) watch(args []string, keep func(event string) bool, more func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.cmd.Start(); err != nil {
+	if err := startChild(h.cmd); err != nil {
 		t.Fatal(err)
 	}
 	listening := make(chan string, 1)

@@ -1316,7 +1316,7 @@ func TestServeBadValues(t *testing.T) {
 			cmd.Env = append(cmd.Env, tc.env...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Start(); err != nil {
+			if err := startChild(cmd); err != nil {
 				t.Fatal(err)
 			}
 			timer := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
@@ -1525,7 +1525,7 @@ func firstLineOnATerminal(t *testing.T, format string) string {
 		cmd.Env = append(cmd.Env, "NEXUS_LOG_FORMAT="+format)
 	}
 	cmd.Stderr = slave
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		t.Fatal(err)
 	}
 	slave.Close()

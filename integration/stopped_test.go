@@ -105,7 +105,7 @@ func TestStopDuringStartIsNoError(t *testing.T) {
 			"--listen", "127.0.0.1:0", "--log-format", "json")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Start(); err != nil {
+		if err := startChild(cmd); err != nil {
 			t.Fatal(err)
 		}
 		exited := make(chan error, 1)
