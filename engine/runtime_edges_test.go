@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/engine"
 )
 
@@ -168,6 +170,35 @@ headers: {"X-Order": "{{ $.orderId }}"}
 			kind, msg = res.Err.Kind, res.Err.Error()
 		}
 		t.Errorf("a header value the flow cannot send answers %d (kind %v, %q); want 500, a defect of the flow, before any call", res.Status, kind, msg)
+	}
+}
+
+// TestHeaderNamesAreSentAsWritten: the names of headers: are names, not
+// step keys: X_Api_Key (a name some APIs use) reaches the backend as
+// X_Api_Key. The compiler turned its underscores into hyphens, as it does
+// for response_header_<name> keys, and sent X-Api-Key.
+func TestHeaderNamesAreSentAsWritten(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{}`))
+	src := flowSource("underscore", "", `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+headers: {"X_Api_Key": "k-1", "x-trace": "t-1"}
+`)
+	if res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{}`); res.Status != 200 {
+		t.Fatalf("answer %d %s", res.Status, res.Body)
+	}
+	reqs := b.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("the backend got %d requests, want 1", len(reqs))
+	}
+	got := map[string]string{}
+	for _, name := range []string{"X_Api_Key", "X-Api-Key", "X-Trace"} {
+		got[name] = reqs[0].Header.Get(name)
+	}
+	want := map[string]string{"X_Api_Key": "k-1", "X-Api-Key": "", "X-Trace": "t-1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("headers the backend received (-want +got):\n%s", diff)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
@@ -612,7 +613,9 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				c.errorf(k.line, "headers: %s", err)
 				continue
 			}
-			canon := headerFromKey(name)
+			// a name of an object, not a step key: sent as written (X_Api_Key
+			// is not X-Api-Key), so the name checked is the name sent
+			canon := textproto.CanonicalMIMEHeaderKey(name)
 			if seen[canon] {
 				c.errorf(k.line, "headers sets %s twice", canon)
 				continue

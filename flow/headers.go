@@ -31,7 +31,10 @@ func CheckHeaderName(name string) error {
 			return fmt.Errorf("header name %q has the character %q, which a header name cannot hold", name, r)
 		}
 	}
-	lower := strings.ToLower(name)
+	// an underscore is checked as a hyphen: the step keys turn one into
+	// the other, and so do many servers (CGI's HTTP_ variables), so
+	// Keep_Alive and X_Nexus_Replay are refused as their hyphened names are
+	lower := strings.ReplaceAll(strings.ToLower(name), "_", "-")
 	if deniedHeaders[lower] {
 		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", displayName(name))
 	}
@@ -41,8 +44,12 @@ func CheckHeaderName(name string) error {
 	return nil
 }
 
-// displayName writes a header name the way the HTTP specifications do.
+// displayName writes a header name the way the HTTP specifications do
+// (one with an underscore as it is written).
 func displayName(name string) string {
+	if strings.Contains(name, "_") {
+		return name
+	}
 	if strings.EqualFold(name, "te") {
 		return "TE"
 	}
