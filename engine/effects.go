@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -33,18 +34,21 @@ var errReadTimeout = errors.New("read timeout")
 var errConnectTimeout = errors.New("connect timeout")
 
 // NewTransport returns the transport http_egress steps use by default: it
-// keeps connections to the few hosts flows call, and dials with the connect
-// timeout of the step making the call.
+// keeps connections to the few hosts flows call, and dials, and makes a
+// TLS handshake, within the connect timeout of the step making the call.
+//
+// The bound is the dialer's, not the call's: net/http dials on a context
+// of its own, which a call that gives up (at its connect timeout or the
+// flow's ceiling) does not cancel, so that another call may use the
+// connection. A dial or a handshake a call gave up on therefore runs on to
+// its own timeout; with the transport's handshake timeout (10 s) that was
+// a socket and a goroutine held 10 s for each call to a backend that
+// stalls its handshakes. Only a handshake through a proxy's CONNECT is
+// still bounded by TLSHandshakeTimeout (net/http makes it).
 func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: flow.DefaultConnectTimeout, KeepAlive: 30 * time.Second}
-			if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
-				d.Timeout = t
-			}
-			return d.DialContext(ctx, network, addr)
-		},
+	t := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dial,
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   128,
 		IdleConnTimeout:       90 * time.Second,
@@ -55,6 +59,49 @@ func NewTransport() *http.Transport {
 		// is 10 MiB, all copied into ctx.HTTP_RESPONSE_HEADERS)
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, connectTimeout(ctx))
+		defer cancel()
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// the transport's own settings (net/http has added h2 to its
+		// protocols by the time it dials), as its handshake would use them
+		cfg := &tls.Config{}
+		if t.TLSClientConfig != nil {
+			cfg = t.TLSClientConfig.Clone()
+		}
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			cfg.ServerName = host
+		}
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+	return t
+}
+
+// dial connects within the connect timeout of the step making the call.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: connectTimeout(ctx), KeepAlive: 30 * time.Second}
+	return d.DialContext(ctx, network, addr)
+}
+
+// connectTimeout is the connect timeout of the step whose call ctx is
+// (net/http's dialing context keeps the call's values).
+func connectTimeout(ctx context.Context) time.Duration {
+	if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
+		return t
+	}
+	return flow.DefaultConnectTimeout
 }
 
 // maxResponseHeaderBytes bounds the headers of a backend's answer: as
