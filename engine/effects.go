@@ -337,6 +337,12 @@ func transportError(err error) (msg, detail string) {
 		u.RawQuery, u.ForceQuery, u.Fragment, u.User = "", false, "", nil
 		where = fmt.Sprintf("%s %q", ue.Op, u.String())
 	}
+	var cert *tls.CertificateVerificationError
+	if errors.As(ue.Err, &cert) {
+		// Go's text names what the certificate holds (the names it is
+		// valid for, its issuer), which the downstream's operator wrote
+		return where + ": the downstream's TLS certificate was not accepted (the log has why)", where + ": " + ue.Err.Error()
+	}
 	if platformCause(ue.Err) {
 		return where + ": " + ue.Err.Error(), ""
 	}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,33 @@ func TestConnectTimeoutEndsTheHandshake(t *testing.T) {
 			t.Fatalf("%d calls gave up at connect_timeout_ms 100; 5 s after the last, %d of their connections are still open, their handshakes running on", calls, n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCertificateNamesStayInTheLog: a call refused for its backend's
+// certificate fails with the platform's words; Go's text, which names what
+// the certificate holds (written by the downstream's operator: here the
+// test certificate's example.com names), is for the log alone, and a
+// fault handler's $.fault_error passed it to the caller.
+func TestCertificateNamesStayInTheLog(t *testing.T) {
+	s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(s.Close)
+	tr := engine.NewTransport()
+	tr.TLSClientConfig = s.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	// localhost: a name the certificate (127.0.0.1, example.com) does not hold
+	endpoint := "https://localhost:" + s.URL[strings.LastIndexByte(s.URL, ':')+1:]
+	f := compile(t, flowSource("cert", "", "\n## Step: forward\neffects: [http_egress]\nendpoint: BACKEND/ingest\n\n## Fault: report\n```ntd\n{\"err\": \"{{ $.fault_error }}\"}\n```\n"), "BACKEND", endpoint)
+	res := run(t, engine.New(engine.Config{Transport: tr}), f, `{}`)
+	if res.Err == nil {
+		t.Fatalf("answer %d %s: the call was not refused", res.Status, res.Body)
+	}
+	if strings.Contains(string(res.Body), "example.com") || strings.Contains(res.Err.Msg, "example.com") {
+		t.Errorf("the certificate's names reach the caller: answer %s, error %q", res.Body, res.Err.Msg)
+	}
+	if !strings.Contains(string(res.Body), "TLS certificate was not accepted") {
+		t.Errorf("answer %s; want $.fault_error to say the certificate was not accepted", res.Body)
+	}
+	if !strings.Contains(res.Err.Detail, "example.com") {
+		t.Errorf("the log's detail %q does not say why (the names the certificate holds)", res.Err.Detail)
 	}
 }
