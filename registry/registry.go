@@ -90,10 +90,17 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		}
 	}
 	// no symbolic link where the registry or its side files should be:
-	// SQLite would write through it, wherever it points
+	// SQLite would write through it, wherever it points; nor a device, a
+	// folder or a pipe (--db /dev/null: SQLite's "disk I/O error", and a
+	// pipe would block the first read)
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
+		info, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case info.Mode()&os.ModeSymlink != 0:
 			return nil, fmt.Errorf("registry %s: %s is a symbolic link: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
+		case !info.Mode().IsRegular():
+			return nil, fmt.Errorf("registry %s: %s is not a regular file: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
 		}
 	}
 	if opts.ReadOnly {
@@ -217,6 +224,10 @@ const sqliteHeader = "SQLite format 3\x00"
 // not exist or is empty passes: it becomes a registry. One that cannot
 // be read is said (open PATH: permission denied).
 func CheckSQLite(path string) error {
+	if info, err := os.Stat(path); err == nil && !info.Mode().IsRegular() {
+		// a device (/dev/null), a folder or a pipe, whose open would block
+		return fmt.Errorf("%s is not a registry (not a regular file)", path)
+	}
 	f, err := os.Open(path) // a symbolic link is refused by Open, in its words
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

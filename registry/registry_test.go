@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,6 +267,59 @@ func TestRegistryFileThatIsALinkIsRefused(t *testing.T) {
 	for _, side := range []string{"-wal", "-shm"} {
 		if _, err := os.Lstat(outside + side); err == nil {
 			t.Errorf("%s was created beside the link's target", filepath.Base(outside+side))
+		}
+	}
+}
+
+// TestRegistryThatIsNotAFileIsRefused: --db naming a device, a pipe or a
+// folder (or a -wal beside the registry that is one) is refused in the
+// registry's words, read-only or not, and at once: /dev/null gave SQLite's
+// "disk I/O error (1034)", and a pipe blocked CheckSQLite's first read.
+func TestRegistryThatIsNotAFileIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.db")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	walDir := filepath.Join(dir, "state", "registry.db")
+	if err := os.MkdirAll(walDir+"-wal", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{os.DevNull, "null is not a regular file"},
+		{fifo, "fifo.db is not a regular file"},
+		{walDir, "registry.db-wal is not a regular file"},
+	} {
+		for _, readOnly := range []bool{false, true} {
+			done := make(chan error, 1)
+			go func() {
+				r, err := registry.Open(context.Background(), tc.path, registry.Options{ReadOnly: readOnly})
+				if err == nil {
+					r.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("registry.Open(%s, read-only %v): %v, want an error saying %q", tc.path, readOnly, err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("registry.Open(%s, read-only %v) still blocks after 5 s", tc.path, readOnly)
+			}
+		}
+		if tc.path == walDir {
+			continue // the registry itself is not there: CheckSQLite has nothing to refuse
+		}
+		done := make(chan error, 1)
+		go func() { done <- registry.CheckSQLite(tc.path) }()
+		select {
+		case err := <-done:
+			if want := "is not a registry (not a regular file)"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("CheckSQLite(%s): %v, want an error saying %q", tc.path, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("CheckSQLite(%s) still blocks after 5 s", tc.path)
 		}
 	}
 }
