@@ -116,8 +116,9 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	if lf.Corrupt != nil {
 		// the same bytes will fail the same way: no retries (and a
 		// journal row, as for any delivery: it did not run)
-		s.journal(deliveryDoor(d), lf, d.CorrelationID, int64(d.ID), d.Attempt, corruptResult(lf), s.cfg.Now(), 0)
-		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: fmt.Sprintf("artifact %s/%s v%d failed its integrity check", lf.Tenant, lf.Name, lf.Version)}
+		res := corruptResult(lf)
+		s.journal(deliveryDoor(d), lf, d.CorrelationID, int64(d.ID), d.Attempt, res, s.cfg.Now(), 0)
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: res.Err.Msg, Attrs: executionAttrs(lf, res, 0, nil)}
 	}
 	doc, err := flow.ParseJSON(d.Payload, queuedMaxDepth)
 	if err != nil {

@@ -65,10 +65,10 @@ func (s *Server) serveRun(w *statusWriter, r *http.Request, tenant, flowName str
 	}
 	lf := a.flow
 	if lf.Corrupt != nil {
-		s.cfg.Logger.Error("a corrupt artifact was not run", "event", "run_completed", "tenant", tenant, "flow", flowName,
-			"version", lf.Version, "correlation_id", a.correlationID, "attempt", 1, "key", a.key.ID, "status", http.StatusInternalServerError, "error", lf.Corrupt.Error())
+		// logged and journaled as any failed run (the registry's
+		// artifact_corrupt line, once per version, is the alarm)
 		writeError(w, http.StatusInternalServerError, "internal error")
-		s.journal(engine.DoorRun, lf, a.correlationID, 0, 1, corruptResult(lf), start, s.cfg.Now().Sub(start))
+		s.record(lf, a.correlationID, a.key.ID, corruptResult(lf), start, s.cfg.Now().Sub(start))
 		return
 	}
 	// The execution outlives a caller who hangs up (its ceiling still
@@ -207,7 +207,6 @@ func executionAttrs(lf *registry.LiveFlow, res engine.Result, elapsed time.Durat
 	return attrs
 }
 
-// journal appends an execution's journal entry.
 // corruptResult is the journal's record of a delivery of lf, a corrupt
 // artifact, which did not run: a failure of the platform (500).
 func corruptResult(lf *registry.LiveFlow) engine.Result {
@@ -215,6 +214,7 @@ func corruptResult(lf *registry.LiveFlow) engine.Result {
 		Err: &engine.Error{Kind: engine.KindInternal, Msg: lf.Corrupt.Error()}}
 }
 
+// journal appends an execution's journal entry.
 func (s *Server) journal(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
 	if s.cfg.Journal == nil {
 		return

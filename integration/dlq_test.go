@@ -429,6 +429,19 @@ func TestDLQCorruptArtifact(t *testing.T) {
 	if moved["correlation_id"] != "trace-corrupt" || fmt.Sprint(moved["attempt"]) != "1" {
 		t.Errorf("dlq_moved: %v", moved)
 	}
+	// both lines say what every line of an execution says: the /run's
+	// had no outcome and no duration, the dead letter's no version or status
+	const corruptText = "artifact acme/forward-order v1 failed its integrity check"
+	ran := waitEvents(t, h, "run_completed", 1, nil, 5*time.Second)[0]
+	for _, ev := range []map[string]any{ran, moved} {
+		_, timed := ev["duration_ms"]
+		if fmt.Sprint(ev["version"]) != "1" || fmt.Sprint(ev["status"]) != "500" || !timed {
+			t.Errorf("%s: %v; want version 1, status 500 and duration_ms", ev["event"], ev)
+		}
+	}
+	if ran["outcome"] != "failed" || ran["error"] != corruptText {
+		t.Errorf("run_completed: %v; want outcome failed and the error %q", ran, corruptText)
+	}
 	if evs := h.events("queue_retry_scheduled"); len(evs) != 0 {
 		t.Errorf("a corrupt artifact was retried: %v", evs)
 	}
