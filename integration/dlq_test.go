@@ -314,8 +314,8 @@ func TestDLQWorkedExample(t *testing.T) {
 		} {
 			r := dlqCLI(t, db, c.args...)
 			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
-			if r.code != 2 || !strings.Contains(lines[0], c.want) || r.stdout != "" {
-				t.Errorf("dlq %v: exit %d stdout %q, first line %q\nwant exit 2 (bad usage) and %q", c.args, r.code, r.stdout, lines[0], c.want)
+			if r.code != 1 || !strings.Contains(lines[0], c.want) || r.stdout != "" {
+				t.Errorf("dlq %v: exit %d stdout %q, first line %q\nwant exit 1 (flow-file.md: \"the CLI prints it and exits 1\") and %q", c.args, r.code, r.stdout, lines[0], c.want)
 			}
 		}
 		for _, args := range [][]string{

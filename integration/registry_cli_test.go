@@ -113,8 +113,8 @@ func TestKeyGenerate(t *testing.T) {
 	}{
 		{[]string{"key", "generate", "--flows", "x"}, 2, "--tenant is required"},
 		{[]string{"key", "generate", "--tenant", "acme"}, 2, "--flows is required"},
-		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x"}, 2, `invalid name "a.b" for tenant`},
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x"}, 2, `invalid name "../x" for flow (tenant "acme")`},
+		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x"}, 1, `invalid name "a.b" for tenant`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x"}, 1, `invalid name "../x" for flow (tenant "acme")`},
 		{[]string{"key"}, 2, "the subcommand is generate"},
 	} {
 		r := nexus(t, "", tt.args...)

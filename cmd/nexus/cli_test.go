@@ -474,8 +474,10 @@ func TestKeyGenerateSaysWhenTheKeyIsLost(t *testing.T) {
 }
 
 // TestJournalFilterNames: a --tenant or --flow the name rule refuses is
-// said, in the rule's words, exit 2 (bad usage), as nexus dlq says it; it
-// printed "the journal is empty", as if the filter had matched nothing.
+// said, in the rule's words, exit 1 (flow-file.md: "the CLI prints it and
+// exits 1"), as nexus dlq says it; it printed "the journal is empty", as
+// if the filter had matched nothing. An empty --correlation-id is bad
+// usage (exit 2).
 func TestJournalFilterNames(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "registry.db")
 	for _, c := range []struct {
@@ -493,8 +495,12 @@ func TestJournalFilterNames(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"journal", "--db", db}, c.args...), &stdout, &stderr)
-		if code != exitUsage || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
-			t.Errorf("nexus journal %v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout.String(), stderr.String(), c.want)
+		wantCode := exitError
+		if !strings.Contains(c.want, "invalid name") {
+			wantCode = exitUsage
+		}
+		if code != wantCode || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus journal %v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, code, stdout.String(), stderr.String(), wantCode, c.want)
 		}
 	}
 }

@@ -82,11 +82,10 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitUsage
 	}
-	// the name rule, before anything is opened or created: a flag's value
-	// the command cannot take, bad usage as --id abc is
+	// the name rule, before anything is opened or created
 	if err := checkNameFlags(fs, *tenant, *flowName); err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
-		return exitUsage
+		return refusalExit(err)
 	}
 	dbPath, err := expandHome(*db)
 	if err != nil {

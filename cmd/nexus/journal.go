@@ -49,7 +49,7 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 			err = errors.New("--correlation-id is empty: give one, or leave it out")
 		}
 		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
-		return exitUsage
+		return refusalExit(err)
 	}
 	ctx := context.Background()
 	reg, path, err := readRegistry(ctx, *db)

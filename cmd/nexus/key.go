@@ -46,7 +46,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus key generate: %v\n", err)
-		return exitUsage // a name the rule refuses too: a flag's value
+		return refusalExit(err)
 	}
 	key, err := access.Generate()
 	if err != nil {

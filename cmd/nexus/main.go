@@ -6,12 +6,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/nexushq/nexus/naming"
 )
 
 // command is one subcommand: run returns the process exit code.
@@ -26,6 +29,17 @@ const (
 	exitError = 1 // the input was wrong or the work failed
 	exitUsage = 2 // the command line was wrong
 )
+
+// refusalExit is the exit code of err, a refusal of the command line: 1
+// for a name the name rule refuses (flow-file.md: "the CLI prints it and
+// exits 1", the rule's text as every door and the compiler say it), 2 for
+// any other bad usage.
+func refusalExit(err error) int {
+	if _, ok := errors.AsType[*naming.Error](err); ok {
+		return exitError
+	}
+	return exitUsage
+}
 
 func commands() map[string]command {
 	return map[string]command{
