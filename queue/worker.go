@@ -37,6 +37,9 @@ var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, 
 // is min(initial × factor^(n−1), max). There is no jitter: the schedule is
 // exact.
 func Delay(p RetryPolicy, n int) time.Duration {
+	if p.InitialDelay <= 0 {
+		return 0 // whatever the power: 0 × +Inf would be NaN
+	}
 	d := float64(p.InitialDelay) * math.Pow(p.BackoffFactor, float64(n-1))
 	if d > float64(p.MaxDelay) || math.IsInf(d, 1) || math.IsNaN(d) {
 		return p.MaxDelay

@@ -366,6 +366,9 @@ func TestDelayTable(t *testing.T) {
 		{"default/1000", queue.DefaultRetryPolicy, 1000, time.Minute},
 		{"max below initial", queue.RetryPolicy{MaxAttempts: 3, InitialDelay: 5 * time.Second, BackoffFactor: 2, MaxDelay: time.Second}, 1, time.Second},
 		{"zero initial", queue.RetryPolicy{MaxAttempts: 3, BackoffFactor: 2, MaxDelay: time.Second}, 3, 0},
+		// 0 × factor^(n−1) is 0 when the power overflows too (0 × +Inf is NaN)
+		{"zero initial, factor^(n-1) overflowing", queue.RetryPolicy{MaxAttempts: 5, BackoffFactor: 1e200, MaxDelay: time.Minute}, 3, 0},
+		{"zero initial, n past 2^1024", queue.RetryPolicy{MaxAttempts: 2000, BackoffFactor: 2, MaxDelay: time.Minute}, 1100, 0},
 		{"huge max", queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 10, MaxDelay: math.MaxInt64}, 30, math.MaxInt64},
 	}
 	for _, c := range cases {
