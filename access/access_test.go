@@ -278,7 +278,7 @@ func TestParseErrors(t *testing.T) {
 			"2: id must be a name, not a list",
 		}},
 		{"IDIsAKey", keysDoc(entry("id: "+acmeExampleKey, "tenant: acme", "sha256: "+hashA, star)), []string{
-			"2: id starts with nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders",
+			"2: id holds nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders",
 		}},
 		{"IDDuplicate", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star), entry("id: a", "tenant: acme", "sha256: "+hashB, star)), []string{
 			`6: duplicate id "a" (first used at line 2)`,

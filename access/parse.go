@@ -215,9 +215,10 @@ func (p *parser) id(k *parsedKey, line int, v *yaml.Node) {
 		p.errorf(k.Line, "the key entry has no id: add id: NAME (the name of the key in logs, e.g. acme-orders)")
 	case !isScalar(v):
 		p.errorf(line, "id must be a name, not %s", describe(v))
-	case strings.HasPrefix(v.Value, KeyPrefix):
-		// Never echo it: it is likely a key, and errors are logged.
-		p.errorf(line, "id starts with %s like an API key: ids appear in logs, so give the key a name such as acme-orders", KeyPrefix)
+	case holdsKey(v.Value):
+		// Never echo it: it is likely a key (perhaps with its "Bearer "),
+		// and errors are logged.
+		p.errorf(line, "id holds %s like an API key: ids appear in logs, so give the key a name such as acme-orders", KeyPrefix)
 	default:
 		if reason, bad := nameReason(v.Value); bad {
 			p.errorf(line, "invalid id %s: %s", strconv.Quote(v.Value), reason)
@@ -249,9 +250,11 @@ func (p *parser) tenant(k *parsedKey, line int, v *yaml.Node) string {
 		p.errorf(line, "tenant must be a name, not %s", describe(v))
 		return ""
 	}
-	if strings.HasPrefix(v.Value, KeyPrefix) {
-		// never echoed: it is a key
+	if holdsKey(v.Value) {
+		// never echoed, here or in the errors of the entry's flows, which
+		// name the tenant: it is a key (perhaps with its "Bearer ")
 		p.errorf(line, "tenant holds an API key, not a tenant's name: replace the key, which is now in the repository")
+		return ""
 	} else if err := naming.Check(v.Value, tenantField); err != nil {
 		p.errorf(line, "%s", err)
 	} else {
@@ -269,7 +272,7 @@ func (p *parser) hash(k *parsedKey, line int, v *yaml.Node) {
 	case !isScalar(v):
 		p.errorf(line, "%s, not %s", want, describe(v))
 		return
-	case strings.HasPrefix(v.Value, KeyPrefix):
+	case holdsKey(v.Value):
 		// Never echo the value: it is a key.
 		p.errorf(line, "sha256 holds an API key, not its hash: commit the hash instead (nexus key generate prints the entry) and replace the key, which is now in the repository")
 		return
@@ -314,7 +317,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		case !isScalar(f):
 			p.errorf(f.Line, "each flow must be a name, not %s", describe(f))
 			continue
-		case strings.HasPrefix(f.Value, KeyPrefix):
+		case holdsKey(f.Value):
 			// never echoed, twice or not: it is a key
 			p.errorf(f.Line, "flows holds an API key, not a flow's name: replace the key, which is now in the repository")
 			continue
@@ -324,7 +327,9 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		case f.Value == "*":
 			star = true
 		default:
-			if err := naming.Check(f.Value, naming.Flow(tenant)); err != nil {
+			field := naming.Flow(tenant)
+			field.Alone = tenant == "" // a tenant refused unquoted stays so
+			if err := naming.Check(f.Value, field); err != nil {
 				p.errorf(f.Line, "%s", err)
 			}
 		}
@@ -410,10 +415,14 @@ func (p *parser) line(n int) string {
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
 
+// holdsKey reports whether a value of the file holds an API key, alone or
+// not ("Bearer nxk_…", pasted from a header): such a value is never quoted.
+func holdsKey(s string) bool { return strings.Contains(s, KeyPrefix) }
+
 // describe is lineerr.Describe, but a string that is an API key is never
 // echoed: errors reach logs, /status and the UI.
 func describe(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode && strings.HasPrefix(n.Value, KeyPrefix) {
+	if n.Kind == yaml.ScalarNode && holdsKey(n.Value) {
 		return "an API key (replace it: it is now in the repository)"
 	}
 	return lineerr.Describe(n)
@@ -422,7 +431,7 @@ func describe(n *yaml.Node) string {
 // quoteName quotes a name of the file for an error, but never an API key
 // pasted as one.
 func quoteName(name string) string {
-	if strings.HasPrefix(name, KeyPrefix) {
+	if holdsKey(name) {
 		return "(an API key: replace it, it is now in the repository)"
 	}
 	return strconv.Quote(name)

@@ -407,7 +407,7 @@ func TestUsageNeverPrintsSecretsFromTheEnvironment(t *testing.T) {
 func TestKeyGenerateEntryErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "a,a", "--id", "nxk_x"}, &stdout, &stderr)
-	want := "nexus key generate: id starts with nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders\n" +
+	want := "nexus key generate: id holds nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders\n" +
 		"nexus key generate: flows lists \"a\" twice\n"
 	if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
 		t.Errorf("exit %d, stderr %q, stdout %q; want exit 2 and %q", code, stderr.String(), stdout.String(), want)
