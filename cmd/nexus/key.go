@@ -26,8 +26,8 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	tenant := fs.String("tenant", "", "the `tenant` the key belongs to (required)")
 	flows := fs.String("flows", "", "comma-separated `flows` the key may call, or '*' (required)")
-	rate := fs.Float64("rate", 0, "requests per `second` (token bucket); 0 means unlimited")
-	burst := fs.Int("burst", 0, "bucket `size`; 0 means the rate rounded up")
+	rate := fs.Float64("rate", 0, "requests per second (`N`, a token bucket); 0 means unlimited")
+	burst := fs.Int("burst", 0, "the bucket's size (`N`); 0 means the rate rounded up")
 	id := fs.String("id", "", "the key's `id` in logs and the UI (default TENANT-XXXXXXXX)")
 	if len(args) == 0 || args[0] != "generate" {
 		return noSubcommand(args, "nexus key: the subcommand is generate", keyUsage, fs, stdout, stderr)
