@@ -31,10 +31,11 @@ soak:
     NEXUS_SOAK=1 go test -count=1 -timeout 24h ./queue/ ./integration/
     just fuzz 30m
 
-# Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
 # A run that ends in "context deadline exceeded" without writing a failing input is Go 1.26's
 # fuzz coordinator racing its own deadline (golang/go#75804, fixed in Go 1.27), not a finding:
 # it is said and the sweep goes on; any other failure stops it.
+
+# Run each fuzz target for 60s (or the given time); `go test -list` finds the targets, new ones included.
 fuzz time="60s":
     #!/usr/bin/env bash
     set -euo pipefail
