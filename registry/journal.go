@@ -548,21 +548,46 @@ func (r *Registry) CapJournal(ctx context.Context, max int64) (int64, error) {
 	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= ? ORDER BY id LIMIT ?)`, cut)
 }
 
-// pruneBatch is how many rows one pruning transaction deletes: a catch-up
+// pruneBatch is the most rows one pruning transaction deletes: a catch-up
 // prune of millions of rows (after downtime, or a shorter retention) must
 // not hold the database's write lock for seconds, which every door's
 // dedup claim, every publication and other processes wait for.
 const pruneBatch = 5000
 
-// deleteInBatches runs a DELETE of at most pruneBatch rows (its last
-// parameter) in transactions of their own until one deletes fewer, and
-// returns how many rows it deleted in all.
+// A pruning transaction is kept to about pruneHold of the write lock: a
+// count of rows alone does not bound the time, since a dedup record holds
+// a whole answer (up to a flow's max_body_bytes) and SQLite reads every
+// page of a row it frees (5,000 answers of 1 MiB held the lock for longer
+// than the busy timeout, and every claim failed). The first batch is
+// pruneFirstBatch rows.
+const (
+	pruneHold       = 50 * time.Millisecond
+	pruneFirstBatch = 8
+)
+
+// nextPruneBatch is the size of the batch after one of n rows that held
+// the lock for took: doubled while a batch takes under half of pruneHold,
+// halved when one takes longer than pruneHold, between 1 and pruneBatch.
+func nextPruneBatch(n int, took time.Duration) int {
+	switch {
+	case took > pruneHold:
+		return max(n/2, 1)
+	case took < pruneHold/2:
+		return min(n*2, pruneBatch)
+	}
+	return n
+}
+
+// deleteInBatches runs a DELETE of at most a batch of rows (its last
+// parameter, sized by nextPruneBatch) in transactions of their own until
+// one deletes fewer, and returns how many rows it deleted in all.
 func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...any) (int64, error) {
 	var total int64
-	for {
+	for batch := pruneFirstBatch; ; {
 		var n int64
+		start := time.Now()
 		err := r.write(ctx, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, query, append(args, pruneBatch)...)
+			res, err := tx.ExecContext(ctx, query, append(args, batch)...)
 			if err != nil {
 				return err
 			}
@@ -570,9 +595,10 @@ func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...an
 			return err
 		})
 		total += n
-		if err != nil || n < pruneBatch {
+		if err != nil || n < int64(batch) {
 			return total, err
 		}
+		batch = nextPruneBatch(batch, time.Since(start))
 		// a breath longer than SQLite's busy handler sleeps (100 ms at
 		// most), so that a write waiting for the lock (a dedup claim, a
 		// publication, another process) gets it between two batches

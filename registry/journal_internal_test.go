@@ -37,3 +37,25 @@ func TestPutBackDropIsLogged(t *testing.T) {
 		t.Errorf("journal_dropped events %v, want one saying 2 entries were lost", evs)
 	}
 }
+
+// TestPruneBatchFollowsTheTimeItHolds: a prune's batch grows while a
+// batch holds the write lock briefly and shrinks when one holds it long,
+// within 1 and pruneBatch.
+func TestPruneBatchFollowsTheTimeItHolds(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		took time.Duration
+		want int
+	}{
+		{pruneFirstBatch, time.Millisecond, 2 * pruneFirstBatch},
+		{4000, time.Millisecond, pruneBatch},
+		{pruneBatch, 0, pruneBatch},
+		{1000, pruneHold * 3 / 4, 1000}, // about right: kept
+		{1000, pruneHold + time.Millisecond, 500},
+		{1, 10 * time.Second, 1}, // one answer that takes long: still pruned, one at a time
+	} {
+		if got := nextPruneBatch(c.n, c.took); got != c.want {
+			t.Errorf("nextPruneBatch(%d, %v) = %d, want %d", c.n, c.took, got, c.want)
+		}
+	}
+}
