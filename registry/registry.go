@@ -99,6 +99,8 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		case err != nil:
 		case info.Mode()&os.ModeSymlink != 0:
 			return nil, fmt.Errorf("registry %s: %s is a symbolic link: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
+		case p == path && !info.Mode().IsRegular():
+			return nil, notRegular(path)
 		case !info.Mode().IsRegular():
 			return nil, fmt.Errorf("registry %s: %s is not a regular file: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
 		}
@@ -225,8 +227,7 @@ const sqliteHeader = "SQLite format 3\x00"
 // be read is said (open PATH: permission denied).
 func CheckSQLite(path string) error {
 	if info, err := os.Stat(path); err == nil && !info.Mode().IsRegular() {
-		// a device (/dev/null), a folder or a pipe, whose open would block
-		return fmt.Errorf("%s is not a registry (not a regular file)", path)
+		return notRegular(path) // a pipe's open would block
 	}
 	f, err := os.Open(path) // a symbolic link is refused by Open, in its words
 	if errors.Is(err, fs.ErrNotExist) {
@@ -241,6 +242,12 @@ func CheckSQLite(path string) error {
 		return nil
 	}
 	return fmt.Errorf("%s is not a registry (not an SQLite database)", path)
+}
+
+// notRegular is the refusal of a --db that names a device (/dev/null), a
+// folder or a pipe, in every command's words.
+func notRegular(path string) error {
+	return fmt.Errorf("%s is not a registry (not a regular file)", path)
 }
 
 // openError is the error of a registry's first statement: SQLite's own

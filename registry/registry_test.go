@@ -286,8 +286,8 @@ func TestRegistryThatIsNotAFileIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, want string }{
-		{os.DevNull, "null is not a regular file"},
-		{fifo, "fifo.db is not a regular file"},
+		{os.DevNull, os.DevNull + " is not a registry (not a regular file)"},
+		{fifo, fifo + " is not a registry (not a regular file)"},
 		{walDir, "registry.db-wal is not a regular file"},
 	} {
 		for _, readOnly := range []bool{false, true} {
