@@ -311,6 +311,8 @@ func TestDLQWorkedExample(t *testing.T) {
 			{[]string{"list", "--tenant", ""}, `invalid name "" for tenant (any flow): the name is empty`},
 			{[]string{"list", "--tenant", "acme", "--flow="}, `invalid name "" for flow (tenant "acme"): the name is empty`},
 			{[]string{"list", "--flow", "a.b"}, `invalid name "a.b" for flow (any tenant): character '.' at position 2 is not allowed`},
+			{[]string{"replay", "--tenant", "", "--flow", "forward-order", "--id", "1"}, `invalid name "" for tenant (flow "forward-order"): the name is empty`},
+			{[]string{"discard", "--tenant", "acme", "--flow=", "--id", "1"}, `invalid name "" for flow (tenant "acme"): the name is empty`},
 		} {
 			r := dlqCLI(t, db, c.args...)
 			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")

@@ -115,6 +115,9 @@ func TestKeyGenerate(t *testing.T) {
 		{[]string{"key", "generate", "--tenant", "acme"}, 2, "--flows is required"},
 		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x"}, 1, `invalid name "a.b" for tenant`},
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x"}, 1, `invalid name "../x" for flow (tenant "acme")`},
+		// given empty (an unset variable): the name rule's, not a flag left out
+		{[]string{"key", "generate", "--tenant", "", "--flows", "x"}, 1, `invalid name "" for tenant`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", ""}, 1, `invalid name "" for flow (tenant "acme")`},
 		{[]string{"key"}, 2, "the subcommand is generate"},
 	} {
 		r := nexus(t, "", tt.args...)

@@ -66,7 +66,8 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case *all && *id != "":
 			err = fmt.Errorf("%s takes --id or --all, not both", sub)
-		case *tenant == "" || *flowName == "" || *id == "" && !*all:
+		case *tenant == "" && !flagGiven(fs, "tenant") || *flowName == "" && !flagGiven(fs, "flow") || *id == "" && !*all:
+			// left out: bad usage; given empty, the name rule's (below)
 			err = fmt.Errorf("%s needs --tenant, --flow and --id (or --all)", sub)
 		case *all:
 		default:

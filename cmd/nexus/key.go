@@ -38,7 +38,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err == nil {
-		err = checkKeyFlags(*tenant, *flows, *rate, *burst, rest)
+		err = checkKeyFlags(fs, *tenant, *flows, *rate, *burst, rest)
 	}
 	if err == nil && *id == "" && flagGiven(fs, "id") {
 		// --id "$ID" with ID unset: not the default id without a word
@@ -82,13 +82,16 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func checkKeyFlags(tenant, flows string, rate float64, burst int, rest []string) error {
+// checkKeyFlags checks the flags of key generate (fs, which holds the
+// values given): a --tenant or --flows left out is bad usage, one given
+// empty (an unset variable) the name rule's to refuse.
+func checkKeyFlags(fs *flag.FlagSet, tenant, flows string, rate float64, burst int, rest []string) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected argument %q", rest[0])
-	case tenant == "":
+	case tenant == "" && !flagGiven(fs, "tenant"):
 		return errors.New("--tenant is required")
-	case flows == "":
+	case flows == "" && !flagGiven(fs, "flows"):
 		return errors.New("--flows is required ('*' for every flow of the tenant)")
 	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
 		return errors.New("--rate must be a number of requests per second, 0 (unlimited) or more")
