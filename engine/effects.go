@@ -45,6 +45,10 @@ var errConnectTimeout = errors.New("connect timeout")
 // a socket and a goroutine held 10 s for each call to a backend that
 // stalls its handshakes. Only a handshake through a proxy's CONNECT is
 // still bounded by TLSHandshakeTimeout (net/http makes it).
+//
+// The handshake uses this transport's TLSClientConfig (set it before the
+// first call): a Clone would dial with the original's, so call
+// NewTransport again for another.
 func NewTransport() *http.Transport {
 	t := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,

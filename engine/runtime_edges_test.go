@@ -173,11 +173,12 @@ headers: {"X-Order": "{{ $.orderId }}"}
 	}
 }
 
-// TestHeaderNamesAreSentAsWritten: the names of headers: are names, not
-// step keys: X_Api_Key (a name some APIs use) reaches the backend as
-// X_Api_Key. The compiler turned its underscores into hyphens, as it does
-// for response_header_<name> keys, and sent X-Api-Key.
-func TestHeaderNamesAreSentAsWritten(t *testing.T) {
+// TestHeaderNamesKeepTheirUnderscores: the names of headers: are names,
+// not step keys: X_Api_Key (a name some APIs use) reaches the backend with
+// its underscores (in Go's letter case, X_api_key: header names are
+// case-insensitive). The compiler turned its underscores into hyphens, as
+// it does for response_header_<name> keys, and sent X-Api-Key.
+func TestHeaderNamesKeepTheirUnderscores(t *testing.T) {
 	b := newBackend(t, answer(200, "application/json", `{}`))
 	src := flowSource("underscore", "", `
 ## Step: forward

@@ -613,8 +613,8 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				c.errorf(k.line, "headers: %s", err)
 				continue
 			}
-			// a name of an object, not a step key: sent as written (X_Api_Key
-			// is not X-Api-Key), so the name checked is the name sent
+			// a name of an object, not a step key: its underscores are kept
+			// (X_Api_Key is not X-Api-Key), so the name checked is the name sent
 			canon := textproto.CanonicalMIMEHeaderKey(name)
 			if seen[canon] {
 				c.errorf(k.line, "headers sets %s twice", canon)
