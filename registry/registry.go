@@ -397,7 +397,17 @@ func (r *Registry) migrate(ctx context.Context) error {
 
 // write runs fn in one write transaction (BEGIN IMMEDIATE, so a busy
 // database waits up to BusyTimeout instead of failing at commit).
+// A write that waited out BusyTimeout says so, naming the registry:
+// SQLite's own text ("database is locked (5)") names neither.
 func (r *Registry) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	err := r.writeTx(ctx, fn)
+	if isBusy(err) {
+		return fmt.Errorf("registry %s: another process held its write lock for over %v: %w", r.path, BusyTimeout, err)
+	}
+	return err
+}
+
+func (r *Registry) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

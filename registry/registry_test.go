@@ -324,6 +324,22 @@ func TestRegistryThatIsNotAFileIsRefused(t *testing.T) {
 	}
 }
 
+// TestWriteRefusedAsBusyNamesTheRegistry: a write refused because the
+// database stayed locked says which registry and why. It said only
+// SQLite's "database is locked (5) (SQLITE_BUSY)": nexus deploy printed
+// that, and the doors' dedup errors and journal_write_failed named
+// neither the file nor the wait. (A trigger answers "database is locked"
+// at once, as SQLite does once the busy timeout is out.)
+func TestWriteRefusedAsBusyNamesTheRegistry(t *testing.T) {
+	path := dbPath(t)
+	r := open(t, path, registry.Options{})
+	exec(t, sideDB(t, path), `CREATE TRIGGER busy BEFORE INSERT ON dedup BEGIN SELECT RAISE(ABORT, 'database is locked'); END`)
+	_, _, err := r.Dedup().Claim(context.Background(), "acme", "a", "k", false, time.Minute)
+	if want := "registry " + path + ": another process held its write lock for over 10s: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Claim against a locked registry: %v, want an error beginning %q", err, want)
+	}
+}
+
 // TestConcurrentOpenOfANewRegistry: processes opening a new registry at
 // once (nexus serve and a CLI command) each open it. The check that refuses
 // another program's database read the schema version and the tables in two
