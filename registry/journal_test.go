@@ -87,6 +87,61 @@ func TestJournalPages(t *testing.T) {
 	}
 }
 
+// TestTenantJournalPagesAcrossFlows: a tenant's listing (a page of each
+// of its flows, merged) goes page after page newest first across its
+// flows, entries of one time in the order they were written, none twice,
+// none left out, none of another tenant.
+func TestTenantJournalPagesAcrossFlows(t *testing.T) {
+	r, _ := newRegistry(t)
+	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
+	w.Start()
+	written := 0
+	for i := range 40 {
+		tenant, flow := "acme", []string{"a", "b", "c"}[i%3]
+		if i%5 == 0 {
+			tenant = "globex"
+		}
+		// times repeat, and go back now and then (an entry is written
+		// when its execution ends)
+		at := t0.Add(time.Duration(i/4)*time.Second - time.Duration(i%7/6)*3*time.Second)
+		e := registry.Entry{At: at, Door: "run", Tenant: tenant, Flow: flow, Version: 1,
+			CorrelationID: fmt.Sprint("c", i), Attempt: 1, Outcome: "succeeded", Status: 200}
+		w.Append(e)
+		if tenant == "acme" {
+			written++
+		}
+	}
+	w.Stop()
+	// the order to follow: the whole journal's (one query), acme's entries
+	var want []string
+	for _, e := range journal(t, r, registry.JournalQuery{Limit: 100}) {
+		if e.Tenant == "acme" {
+			want = append(want, e.CorrelationID)
+		}
+	}
+	var got []string
+	q := registry.JournalQuery{Tenant: "acme", Limit: 4}
+	for pages := 0; ; pages++ {
+		page, err := r.Journal(context.Background(), q)
+		if err != nil || pages > 20 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, e := range page {
+			got = append(got, e.CorrelationID)
+		}
+		if len(page) < q.Limit {
+			break
+		}
+		q.Before = &page[len(page)-1]
+	}
+	if written != 32 || len(want) != 32 {
+		t.Fatalf("%d entries of acme written, %d listed; want 32", written, len(want))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("acme's pages against the whole journal's order (-want +got):\n%s", diff)
+	}
+}
+
 // TestJournalWriter appends entries through a running writer and reads them
 // back newest first, with every filter.
 func TestJournalWriter(t *testing.T) {
