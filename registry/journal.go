@@ -585,28 +585,21 @@ func (r *Registry) PruneJournal(ctx context.Context, before time.Time) (int64, e
 	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE at < ? LIMIT ?)`, before.UnixMicro())
 }
 
-// CapJournal deletes the oldest entries written beyond the newest max, and
-// returns how many. Entries are kept by id, the order they were written in
-// (ids only grow: rows are deleted from the oldest, so the newest always
-// holds the largest). The ids have holes (the retention prunes by time,
-// and an entry is written when its execution ends), so the cut is the id
-// of the newest entry past max, found once, not max(id) - max.
+// CapJournal deletes the entries whose ids are more than max below the
+// newest one's, and returns how many. Ids are the order entries were
+// written in and only grow (rows go from the oldest), so this keeps at
+// most the max newest entries, fewer by the holes among their ids (the
+// retention prunes by time, and an entry is written when its execution
+// ends, so a long execution's entry can go before older ids). Finding
+// the exact cut (the newest entry past max) stepped through max rows of
+// the table at every prune once the journal was full: the whole journal,
+// every minute.
 func (r *Registry) CapJournal(ctx context.Context, max int64) (int64, error) {
-	// the ids' span first, from the primary key's two ends: at most max
-	// entries when it is no wider (the count itself reads every row)
 	var lo, hi sql.NullInt64
 	if err := r.db.QueryRowContext(ctx, `SELECT min(id), max(id) FROM journal`).Scan(&lo, &hi); err != nil || !hi.Valid || hi.Int64-lo.Int64 < max {
 		return 0, err
 	}
-	var cut int64
-	err := r.db.QueryRowContext(ctx, `SELECT id FROM journal ORDER BY id DESC LIMIT 1 OFFSET ?`, max).Scan(&cut)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil // no more than max entries
-	}
-	if err != nil {
-		return 0, err
-	}
-	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= ? ORDER BY id LIMIT ?)`, cut)
+	return r.deleteInBatches(ctx, `DELETE FROM journal WHERE id IN (SELECT id FROM journal WHERE id <= ? ORDER BY id LIMIT ?)`, hi.Int64-max)
 }
 
 // pruneBatch is the most rows one pruning transaction deletes: a catch-up
