@@ -481,6 +481,11 @@ func (r *Registry) Journal(ctx context.Context, q JournalQuery) ([]Entry, error)
 		return r.tenantJournal(ctx, q)
 	}
 	query, args := journalQuery(q)
+	return r.journalRows(ctx, query, args)
+}
+
+// journalRows runs a journal query (journalQuery's) and reads its entries.
+func (r *Registry) journalRows(ctx context.Context, query string, args []any) ([]Entry, error) {
 	rows, err := r.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -531,14 +536,17 @@ func journalQuery(q JournalQuery) (string, []any) {
 	return query, args
 }
 
-// tenantJournal is Journal for a tenant alone: a page of each of its
-// flows (journal_flow_at reads each newest first, a page's rows), merged.
-// The tenant alone in one query made SQLite read and sort every entry of
-// the tenant for each page: the whole journal, up to millions of rows, on
-// an installation of one tenant.
+// tenantJournal is Journal for a tenant alone. The tenant alone in one
+// query made SQLite read and sort every entry of the tenant for each page
+// (through journal_flow_at): the whole journal, up to millions of rows, on
+// an installation of one tenant. A tenant of at most tenantJournalFlows
+// flows is read a page of each flow (journal_flow_at reads each newest
+// first) and merged; one of more (renamed and withdrawn flows stay in the
+// journal until the retention) is read newest first through journal_at,
+// its entries picked from all, which stops at the page.
 func (r *Registry) tenantJournal(ctx context.Context, q JournalQuery) ([]Entry, error) {
 	var flows []string
-	for {
+	for len(flows) <= tenantJournalFlows {
 		// the tenant's next flow, found in the index (no scan of its rows)
 		var next string
 		err := r.db.QueryRowContext(ctx, `SELECT flow FROM journal WHERE tenant = ? AND flow > ? ORDER BY flow LIMIT 1`,
@@ -549,6 +557,10 @@ func (r *Registry) tenantJournal(ctx context.Context, q JournalQuery) ([]Entry, 
 			return nil, err
 		}
 		flows = append(flows, next)
+	}
+	if len(flows) > tenantJournalFlows {
+		query, args := tenantScanQuery(q)
+		return r.journalRows(ctx, query, args)
 	}
 	if q.Limit <= 0 {
 		q.Limit = 50
@@ -571,6 +583,17 @@ func (r *Registry) tenantJournal(ctx context.Context, q JournalQuery) ([]Entry, 
 	})
 	return out[:min(len(out), q.Limit)], nil
 }
+
+// tenantScanQuery is journalQuery of a tenant alone, made to walk
+// journal_at newest first (the tenant a filter), which stops at the page.
+func tenantScanQuery(q JournalQuery) (string, []any) {
+	query, args := journalQuery(q)
+	return strings.Replace(query, "FROM journal", "FROM journal INDEXED BY journal_at", 1), args
+}
+
+// tenantJournalFlows is the most flows of a tenant whose pages
+// tenantJournal merges.
+const tenantJournalFlows = 32
 
 // lastOr is the last of list, or def when it is empty.
 func lastOr(list []string, def string) string {
@@ -639,8 +662,12 @@ func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...an
 	var total int64
 	for batch := pruneFirstBatch; ; {
 		var n int64
-		start := time.Now()
+		var took time.Duration
 		err := r.write(ctx, func(tx *sql.Tx) error {
+			// the time the lock is held, not the wait for it (another
+			// process's writes would shrink the batches to a row)
+			start := time.Now()
+			defer func() { took = time.Since(start) }()
 			res, err := tx.ExecContext(ctx, query, append(args, batch)...)
 			if err != nil {
 				return err
@@ -652,7 +679,7 @@ func (r *Registry) deleteInBatches(ctx context.Context, query string, args ...an
 		if err != nil || n < int64(batch) {
 			return total, err
 		}
-		batch = nextPruneBatch(batch, time.Since(start))
+		batch = nextPruneBatch(batch, took)
 		// a breath longer than SQLite's busy handler sleeps (100 ms at
 		// most), so that a write waiting for the lock (a dedup claim, a
 		// publication, another process) gets it between two batches

@@ -92,12 +92,20 @@ func TestJournalPages(t *testing.T) {
 // flows, entries of one time in the order they were written, none twice,
 // none left out, none of another tenant.
 func TestTenantJournalPagesAcrossFlows(t *testing.T) {
+	// 3 flows: a page of each, merged; 50 (acme has 40 of them): more
+	// than tenantJournal merges
+	for _, flows := range []int{3, 50} {
+		t.Run(fmt.Sprint(flows, " flows"), func(t *testing.T) { testTenantJournalPages(t, flows) })
+	}
+}
+
+func testTenantJournalPages(t *testing.T, flows int) {
 	r, _ := newRegistry(t)
 	w := r.NewJournalWriter(registry.JournalConfig{Logger: quietLogger()})
 	w.Start()
 	written := 0
-	for i := range 40 {
-		tenant, flow := "acme", []string{"a", "b", "c"}[i%3]
+	for i := range 100 {
+		tenant, flow := "acme", fmt.Sprint("f", i%flows)
 		if i%5 == 0 {
 			tenant = "globex"
 		}
@@ -114,7 +122,7 @@ func TestTenantJournalPagesAcrossFlows(t *testing.T) {
 	w.Stop()
 	// the order to follow: the whole journal's (one query), acme's entries
 	var want []string
-	for _, e := range journal(t, r, registry.JournalQuery{Limit: 100}) {
+	for _, e := range journal(t, r, registry.JournalQuery{Limit: 1000}) {
 		if e.Tenant == "acme" {
 			want = append(want, e.CorrelationID)
 		}
@@ -123,7 +131,7 @@ func TestTenantJournalPagesAcrossFlows(t *testing.T) {
 	q := registry.JournalQuery{Tenant: "acme", Limit: 4}
 	for pages := 0; ; pages++ {
 		page, err := r.Journal(context.Background(), q)
-		if err != nil || pages > 20 {
+		if err != nil || pages > 50 {
 			t.Fatalf("page %d: %v", pages, err)
 		}
 		for _, e := range page {
@@ -134,8 +142,8 @@ func TestTenantJournalPagesAcrossFlows(t *testing.T) {
 		}
 		q.Before = &page[len(page)-1]
 	}
-	if written != 32 || len(want) != 32 {
-		t.Fatalf("%d entries of acme written, %d listed; want 32", written, len(want))
+	if written != 80 || len(want) != 80 {
+		t.Fatalf("%d entries of acme written, %d listed; want 80", written, len(want))
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("acme's pages against the whole journal's order (-want +got):\n%s", diff)
