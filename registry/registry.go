@@ -256,6 +256,9 @@ func notRegular(path string) error {
 // (1544)"), which says which folder and why it matters, and for a full
 // disk, which it says is full.
 func openError(path string, err error) error {
+	if _, named := errors.AsType[*lockedError](err); named {
+		return err // it names the registry already
+	}
 	se, ok := errors.AsType[*sqlite.Error](err)
 	if ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
 		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
@@ -397,15 +400,28 @@ func (r *Registry) migrate(ctx context.Context) error {
 
 // write runs fn in one write transaction (BEGIN IMMEDIATE, so a busy
 // database waits up to BusyTimeout instead of failing at commit).
-// A write that waited out BusyTimeout says so, naming the registry:
-// SQLite's own text ("database is locked (5)") names neither.
+// A write refused because the database stayed locked says so, naming the
+// registry: SQLite's own text ("database is locked (5)") names neither.
 func (r *Registry) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	err := r.writeTx(ctx, fn)
 	if isBusy(err) {
-		return fmt.Errorf("registry %s: another process held its write lock for over %v: %w", r.path, BusyTimeout, err)
+		return &lockedError{path: r.path, err: err}
 	}
 	return err
 }
+
+// lockedError is a write refused because another process held the
+// registry's write lock (SQLite waits up to BusyTimeout first).
+type lockedError struct {
+	path string
+	err  error
+}
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("registry %s: locked by another process's write (waited up to %v): %v", e.path, BusyTimeout, e.err)
+}
+
+func (e *lockedError) Unwrap() error { return e.err }
 
 func (r *Registry) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := r.db.BeginTx(ctx, nil)

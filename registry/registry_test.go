@@ -335,7 +335,7 @@ func TestWriteRefusedAsBusyNamesTheRegistry(t *testing.T) {
 	r := open(t, path, registry.Options{})
 	exec(t, sideDB(t, path), `CREATE TRIGGER busy BEFORE INSERT ON dedup BEGIN SELECT RAISE(ABORT, 'database is locked'); END`)
 	_, _, err := r.Dedup().Claim(context.Background(), "acme", "a", "k", false, time.Minute)
-	if want := "registry " + path + ": another process held its write lock for over 10s: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+	if want := "registry " + path + ": locked by another process's write (waited up to 10s): "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("Claim against a locked registry: %v, want an error beginning %q", err, want)
 	}
 }
