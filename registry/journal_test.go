@@ -54,6 +54,26 @@ func journal(t *testing.T, r *registry.Registry, q registry.JournalQuery) []regi
 	return got
 }
 
+// pageThrough lists q page after page, each from the last entry of the
+// one before (Before), and returns the correlation IDs in the order read.
+func pageThrough(t *testing.T, r *registry.Registry, q registry.JournalQuery) []string {
+	t.Helper()
+	var got []string
+	for pages := 0; ; pages++ {
+		page, err := r.Journal(context.Background(), q)
+		if err != nil || pages > 100 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, e := range page {
+			got = append(got, e.CorrelationID)
+		}
+		if len(page) < q.Limit {
+			return got
+		}
+		q.Before = &page[len(page)-1]
+	}
+}
+
 // TestJournalPages: a listing goes on page after page from the last entry
 // of the one before (Before), newest first, none twice and none left out,
 // entries of one time included (their rows order them).
@@ -66,21 +86,7 @@ func TestJournalPages(t *testing.T) {
 			CorrelationID: fmt.Sprint("c", i), Attempt: 1, Outcome: "succeeded", Status: 200})
 	}
 	w.Stop()
-	var got []string
-	q := registry.JournalQuery{Limit: 3}
-	for pages := 0; ; pages++ {
-		page, err := r.Journal(context.Background(), q)
-		if err != nil || pages > 10 {
-			t.Fatalf("page %d: %v", pages, err)
-		}
-		for _, e := range page {
-			got = append(got, e.CorrelationID)
-		}
-		if len(page) < q.Limit {
-			break
-		}
-		q.Before = &page[len(page)-1]
-	}
+	got := pageThrough(t, r, registry.JournalQuery{Limit: 3})
 	want := []string{"c9", "c8", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the pages (-want +got):\n%s", diff)
@@ -127,21 +133,7 @@ func testTenantJournalPages(t *testing.T, flows int) {
 			want = append(want, e.CorrelationID)
 		}
 	}
-	var got []string
-	q := registry.JournalQuery{Tenant: "acme", Limit: 4}
-	for pages := 0; ; pages++ {
-		page, err := r.Journal(context.Background(), q)
-		if err != nil || pages > 50 {
-			t.Fatalf("page %d: %v", pages, err)
-		}
-		for _, e := range page {
-			got = append(got, e.CorrelationID)
-		}
-		if len(page) < q.Limit {
-			break
-		}
-		q.Before = &page[len(page)-1]
-	}
+	got := pageThrough(t, r, registry.JournalQuery{Tenant: "acme", Limit: 4})
 	if written != 80 || len(want) != 80 {
 		t.Fatalf("%d entries of acme written, %d listed; want 80", written, len(want))
 	}
