@@ -328,12 +328,17 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 		return nil, http.StatusConflict, err
 	}
 	done := [][2]uint64{}
+	var unmarked [][2]uint64 // replayed, but still listed (ErrNotMarked)
 	var err error
 	if action == "replay" {
 		var rs []queue.Replayed
 		rs, err = s.cfg.Queues.ReplayAll(tenant, flowName, engine.DoorEnqueue, flow.NewUUID)
 		for _, r := range rs {
-			done = append(done, [2]uint64{r.ID, r.Message.ID})
+			if r.Unmarked {
+				unmarked = append(unmarked, [2]uint64{r.ID, r.Message.ID})
+			} else {
+				done = append(done, [2]uint64{r.ID, r.Message.ID})
+			}
 		}
 	} else {
 		var ids []uint64
@@ -362,8 +367,21 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 		return nil, status, err
 	}
 	s.cfg.Logger.Error("dead letters could not be handled", "event", "internal_error", "action", "dlq_"+action+"_all",
-		"tenant", tenant, "flow", flowName, "done", len(done), "auth", auth.String(), "remote", r.RemoteAddr,
+		"tenant", tenant, "flow", flowName, "done", len(done), "unmarked", len(unmarked), "auth", auth.String(), "remote", r.RemoteAddr,
 		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
+	if len(unmarked) > 0 {
+		// the operator must know, as for one (doDLQAction): replaying
+		// them again would deliver their messages twice
+		first, last := unmarked[0], unmarked[len(unmarked)-1]
+		msg := fmt.Sprintf("dead letter %d was replayed as message %d but could not be marked replayed, so it is still listed: discard it rather than replaying it again", first[0], first[1])
+		if len(unmarked) > 1 {
+			msg = fmt.Sprintf("dead letters %d to %d were replayed as messages %d to %d but could not be marked replayed, so they are still listed: discard them rather than replaying them again", first[0], last[0], first[1], last[1])
+		}
+		if len(done) > 0 {
+			msg = fmt.Sprintf("%d dead letters were handled, then %s", len(done), msg)
+		}
+		return nil, http.StatusInternalServerError, errors.New(msg)
+	}
 	return nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
 }
 

@@ -13,29 +13,34 @@ import (
 	"github.com/nexushq/nexus/queue"
 )
 
-// fullDisk is the OS, except that while full is set every write to a
-// queue's segment.log fails with ENOSPC.
-type fullDisk struct {
+// failingDisk is the OS, except that while failing is set every write to
+// a queue's file named file fails with errno.
+type failingDisk struct {
 	queue.OS
-	full atomic.Bool
+	file    string
+	errno   syscall.Errno
+	failing atomic.Bool
 }
 
-func (d *fullDisk) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+// fullDisk fails the writes of segment.log with ENOSPC.
+func fullDisk() *failingDisk { return &failingDisk{file: "segment.log", errno: syscall.ENOSPC} }
+
+func (d *failingDisk) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
 	f, err := d.OS.OpenFile(name, flag, perm)
-	if err != nil || filepath.Base(name) != "segment.log" {
+	if err != nil || filepath.Base(name) != d.file {
 		return f, err
 	}
-	return &fullDiskFile{File: f, disk: d}, nil
+	return &failingFile{File: f, disk: d}, nil
 }
 
-type fullDiskFile struct {
+type failingFile struct {
 	queue.File
-	disk *fullDisk
+	disk *failingDisk
 }
 
-func (f *fullDiskFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.disk.full.Load() {
-		return 0, &fs.PathError{Op: "write", Path: "segment.log", Err: syscall.ENOSPC}
+func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.disk.failing.Load() {
+		return 0, &fs.PathError{Op: "write", Path: f.disk.file, Err: f.disk.errno}
 	}
 	return f.File.WriteAt(p, off)
 }
@@ -46,13 +51,13 @@ func (f *fullDiskFile) WriteAt(p []byte, off int64) (int, error) {
 // internal error. Once the disk has room a replay goes through (after the
 // pause the queue's reopening is held to while its log keeps failing).
 func TestAPIReplayWhileTheQueueFails(t *testing.T) {
-	disk := &fullDisk{}
+	disk := fullDisk()
 	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
 	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`)
 	if _, _, err := fx.queues.Queue("acme", "echo"); err != nil {
 		t.Fatal(err)
 	}
-	disk.full.Store(true)
+	disk.failing.Store(true)
 	const refusal = "queue acme/echo could not take the message: its log could not be written: no space left on device"
 	for _, path := range []string{
 		"/api/queues/acme/echo/dlq/1/replay",
@@ -68,7 +73,7 @@ func TestAPIReplayWhileTheQueueFails(t *testing.T) {
 	if got := fx.pendingIDsFromFiles(t, "acme", "echo"); !slices.Equal(got, []uint64{1, 2}) {
 		t.Errorf("pending after the refused replays: %v, want [1 2]", got)
 	}
-	disk.full.Store(false)
+	disk.failing.Store(false)
 	fx.clock.Advance(10 * time.Second) // past the hold
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/1/replay")
@@ -90,9 +95,9 @@ func TestAPIReplayWhileTheQueueFails(t *testing.T) {
 // logged as refusals are, at most a burst at once and a few a second
 // after, the next line saying how many were not (suppressed).
 func TestEnqueueFailuresAreLoggedAtARate(t *testing.T) {
-	disk := &fullDisk{}
+	disk := fullDisk()
 	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
-	disk.full.Store(true)
+	disk.failing.Store(true)
 	submit := func() {
 		t.Helper()
 		w := fx.serve(newRequest(http.MethodPost, "/flows/acme/echo/enqueue", `{"n":1}`,
@@ -118,4 +123,25 @@ func TestEnqueueFailuresAreLoggedAtARate(t *testing.T) {
 	if told != 61 {
 		t.Errorf("the queue_enqueue_failed lines and the suppressed counts they carry tell of %d refused submissions, want 61", told)
 	}
+}
+
+// TestReplayAllWhoseMarksFailSaysTheEntriesAreStillListed: management.md's
+// refusals: "a replay appended but its mark could not be written | 500
+// naming the new message: the entry is still listed; discard it rather
+// than replaying it again". A replay of all whose marks failed said "2
+// dead letters were handled, then the rest failed": an operator trusting
+// it would replay them again once the disk mends, delivering each twice.
+func TestReplayAllWhoseMarksFailSaysTheEntriesAreStillListed(t *testing.T) {
+	disk := &failingDisk{file: "dlq.log.acked", errno: syscall.EIO}
+	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
+	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`)
+	disk.failing.Store(true)
+	w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/replay")
+	wantRefusal(t, w, http.StatusInternalServerError, "dead letters 1 to 2 were replayed as messages 3 to 4 but could not be marked replayed, so they are still listed: discard them rather than replaying them again")
+	disk.failing.Store(false)
+	if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("pending after the unmarked replays: %v, want [1 2] (still listed)", got)
+	}
+	fx.waitJournal(t, "acme", "echo", 3) // the replays were appended, and are delivered
+	fx.waitJournal(t, "acme", "echo", 4)
 }

@@ -437,7 +437,7 @@ func (q *Queue) MarkReplayed(id, replayID uint64) error {
 // ErrNotMarked is wrapped by Replay when the message was appended but the
 // entry could not be marked: the entry still looks pending, and replaying
 // it again would deliver the payload twice.
-var ErrNotMarked = errors.New("replayed but not marked")
+var ErrNotMarked = errors.New("replayed but not marked, so still listed: discard rather than replay again")
 
 // Replay appends the pending dead letter id's payload to the queue as a
 // new message (a new id, attempt 1, with source and correlationID) and
@@ -472,6 +472,9 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 type Replayed struct {
 	ID      uint64  // the dead letter's id
 	Message Message // the message appended
+	// Unmarked: the message was appended but the dead letter's mark could
+	// not be written (the error wraps ErrNotMarked), so it is still listed
+	Unmarked bool
 }
 
 // ReplayPending replays the oldest pending dead letters whose ids are at
@@ -533,6 +536,9 @@ func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, c
 		marks = appendFrame(marks, appendMarkRecord(nil, mark{id: ids[i], action: MarkReplayed, replayID: r.res.ID, at: now}))
 	}
 	if err := q.appendDurable(ackedFile, marks); err != nil {
+		for i := range out {
+			out[i].Unmarked = true
+		}
 		return out, fmt.Errorf("queue %s/%s: %d dead letters were replayed (%d to %d): %w: %w", q.Tenant, q.Flow, len(out), ids[0], ids[len(ids)-1], ErrNotMarked, err)
 	}
 	return out, nil

@@ -449,6 +449,10 @@ func TestReplayNotMarked(t *testing.T) {
 			if !errors.Is(err, syscall.EIO) {
 				t.Errorf("Replay's error %v does not wrap the cause (EIO)", err)
 			}
+			// nexus dlq prints it as it is: it must say what to do
+			if !strings.Contains(err.Error(), "still listed: discard rather than replay again") {
+				t.Errorf("Replay's error %q does not say the entry is still listed and is to be discarded", err)
+			}
 			if errors.Is(err, queue.ErrNotPending) || errors.Is(err, queue.ErrPoisoned) {
 				t.Errorf("Replay's error %v wraps ErrNotPending or ErrPoisoned", err)
 			}
