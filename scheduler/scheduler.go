@@ -336,9 +336,7 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	// a late tick stands for every time it was late for: it is the last
 	// of them, which the record and a process taking over then hold, so
 	// that none of those times is ticked again
-	for n := sc.Next(due); !n.IsZero() && n.After(due) && !n.After(now); n = sc.Next(n) {
-		due = n
-	}
+	due = lastDue(sc, due, now)
 	e.next = sc.Next(now)
 	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
 	if !e.held {
@@ -682,6 +680,34 @@ func everyAfter(last time.Time, period time.Duration, now time.Time) time.Time {
 		return last.Add(period)
 	}
 	return last.Add((now.Sub(last)/period + 1) * period)
+}
+
+// lastDue is the last time of sc at or before now, from due, one of its
+// times at or before now. It is found without stepping through every time
+// between them, which after a wall clock stepped years forward (a host
+// booted at a default date, then set by NTP) took a pass, and Stop, tens
+// of seconds (@every 1s over two years: 63 million steps): an @every
+// schedule's is counted, and a cron expression's is found by probing back
+// from now, 1, 2, 4… minutes (its times are at least a minute apart), then
+// stepping the few times left.
+func lastDue(sc *flow.Schedule, due, now time.Time) time.Time {
+	if period, ok := sc.Every(); ok {
+		if !now.After(due) {
+			return due
+		}
+		return due.Add(now.Sub(due) / period * period)
+	}
+	from := due
+	for w := time.Minute; now.Add(-w).After(due); w *= 2 {
+		if n := sc.Next(now.Add(-w)); n.After(due) && !n.After(now) {
+			from = n
+			break
+		}
+	}
+	for n := sc.Next(from); !n.IsZero() && n.After(from) && !n.After(now); n = sc.Next(n) {
+		from = n
+	}
+	return from
 }
 
 func maxTime(a, b time.Time) time.Time {
