@@ -313,8 +313,7 @@ func (s *Scheduler) followClock(e *entry, sc *flow.Schedule, now time.Time, back
 		return
 	}
 	e.setBack = max(e.setBack, back)
-	// only a time still to come (robfig/cron can answer a past one around
-	// some zones' changes of offset)
+	// a time to come: Next answers none (zero) for a schedule without one
 	if n := sc.Next(now); n.After(now) && n.Before(e.next) {
 		s.cfg.Logger.Warn("the clock was set back: the next tick follows it", "event", "cron_clock_set_back",
 			"tenant", e.tenant, "flow", e.flow, "set_back_ms", back.Milliseconds(),
