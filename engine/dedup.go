@@ -86,7 +86,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry, f.Timeout()+e.leaseGrace)
+		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry || req.Rerun, f.Timeout()+e.leaseGrace)
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}

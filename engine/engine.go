@@ -148,6 +148,11 @@ type Request struct {
 	// whatever its key holds, and its answer is recorded when it could hold
 	// the key (see runDeduplicated).
 	Retry bool
+	// Rerun is set for the first attempt of a dead letter's replay: a
+	// failure its dedup key holds does not answer it, it runs again (as
+	// under dedup_on_failure: rerun, whatever the flow says); a success
+	// the key holds still does.
+	Rerun bool
 	// NoBody is set when nobody reads the answer (a queued delivery): a
 	// successful execution's Result then has no Body or Header, unless
 	// the flow deduplicates (the answer is recorded for replay).

@@ -9,7 +9,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
@@ -332,7 +331,7 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 	var err error
 	if action == "replay" {
 		var rs []queue.Replayed
-		rs, err = s.cfg.Queues.ReplayAll(tenant, flowName, engine.DoorEnqueue, flow.NewUUID)
+		rs, err = s.cfg.Queues.ReplayAll(tenant, flowName, queue.SourceReplay, flow.NewUUID)
 		for _, r := range rs {
 			if r.Unmarked {
 				unmarked = append(unmarked, [2]uint64{r.ID, r.Message.ID})

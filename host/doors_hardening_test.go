@@ -322,3 +322,53 @@ func rawExchange(t *testing.T, srv *httptest.Server, head string, wait time.Dura
 	}
 	return resp, string(b), nil
 }
+
+// A dead letter's replay runs the flow again though its key holds the
+// failure that dead-lettered it, under dedup_on_failure: absorb too
+// (queues-retries-dlq.md: a replay starts again with the full budget, and
+// one into a downstream still failing goes straight back), while a
+// duplicate delivered by the enqueue door is still answered with the
+// recorded failure. Once the replay succeeds, the key holds its success,
+// which a duplicate and a second replay receive.
+func TestReplayRunsAgainUnderAbsorb(t *testing.T) {
+	var calls, failing atomic.Int32
+	failing.Store(1)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if failing.Load() == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte(`{"accepted":true}`))
+	}))
+	t.Cleanup(be.Close)
+	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "", "")
+	replay := func(id uint64) queue.Delivery {
+		d := delivery(id, 1)
+		d.Source = queue.SourceReplay
+		return d
+	}
+	steps := []struct {
+		name      string
+		d         queue.Delivery
+		downOK    bool
+		wantKind  queue.VerdictKind
+		wantCalls int32
+	}{
+		{"message 1 fails", delivery(1, 1), false, queue.VerdictRetry, 1},
+		{"a duplicate gets the recorded failure", delivery(2, 1), false, queue.VerdictAck, 1},
+		{"a replay into a downstream still failing runs and goes back", replay(3), false, queue.VerdictRetry, 2},
+		{"a replay once the downstream mends runs and succeeds", replay(4), true, queue.VerdictAck, 3},
+		{"a duplicate then gets the recorded success", delivery(5, 1), true, queue.VerdictAck, 3},
+		{"so does another replay", replay(6), true, queue.VerdictAck, 3},
+	}
+	for _, s := range steps {
+		if s.downOK {
+			failing.Store(0)
+		}
+		v := srv.Handle(context.Background(), s.d)
+		if v.Kind != s.wantKind || calls.Load() != s.wantCalls {
+			t.Fatalf("%s: verdict %v (%s), %d backend calls; want %v, %d calls", s.name, v.Kind, v.Outcome, calls.Load(), s.wantKind, s.wantCalls)
+		}
+	}
+}

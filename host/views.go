@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
@@ -366,7 +365,7 @@ func journalCursor(c string) (*registry.Entry, error) {
 func (s *Server) dlqAction(action, tenant, flowName string, id uint64) (uint64, error) {
 	switch action {
 	case "replay":
-		msg, err := s.cfg.Queues.Replay(tenant, flowName, id, engine.DoorEnqueue, flow.NewUUID())
+		msg, err := s.cfg.Queues.Replay(tenant, flowName, id, queue.SourceReplay, flow.NewUUID())
 		return msg.ID, err
 	case "discard":
 		return 0, s.cfg.Queues.Discard(tenant, flowName, id)

@@ -535,3 +535,51 @@ func TestDLQAll(t *testing.T) {
 		t.Errorf("dlq list after discard --all:\n%s", r.stdout)
 	}
 }
+
+// A dead letter's replay runs the flow again under dedup_on_failure:
+// absorb, though the key holds the failure that dead-lettered it: through
+// nexus dlq replay and through the management API. A duplicate submitted
+// at the door still receives the recorded failure without a call.
+func TestDLQReplayUnderAbsorb(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setStatus(http.StatusServiceUnavailable)
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5",
+			"queue_max_attempts: 1\ndedup_key: \"{{ $.orderId }}\"\ndedup_on_failure: absorb"),
+	}, hostOptions{}, "forward-order")
+	calls := func() int { return len(be.on("/ingest")) }
+
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
+	waitEvents(t, h, "dlq_moved", 1, nil, 10*time.Second)
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
+	if ev := waitEvents(t, h, "queue_processed", 1, nil, 10*time.Second)[0]; ev["outcome"] != "failed" || ev["replay"] != true || calls() != 1 {
+		t.Fatalf("a duplicate at the door: %v after %d calls, want the recorded failure (replay) and no call", ev, calls())
+	}
+
+	be.setStatus(http.StatusOK)
+	if r := dlqCLI(t, h.db, "replay", "--tenant", "acme", "--flow", "forward-order", "--id", "1"); r.code != 0 {
+		t.Fatalf("dlq replay: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	got := be.waitOn(t, "/ingest", 2, 10*time.Second)
+	if got[1].body != `{"orderId":"A-1"}` {
+		t.Errorf("the replay's call: %s", got[1].body)
+	}
+	if ev := waitEvents(t, h, "queue_processed", 2, nil, 10*time.Second)[1]; ev["outcome"] != "succeeded" || ev["replay"] == true {
+		t.Errorf("the replay's delivery: %v, want it run and succeeded", ev)
+	}
+
+	be.setStatus(http.StatusServiceUnavailable)
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"B-1"}`)
+	waitEvents(t, h, "dlq_moved", 2, nil, 10*time.Second)
+	be.setStatus(http.StatusOK)
+	if r := h.do(http.MethodPost, "/api/queues/acme/forward-order/dlq/all/replay", h.adminKey, "", ""); r.status != http.StatusOK {
+		t.Fatalf("replay all through the API: %d %s", r.status, r.body)
+	}
+	if got := be.waitOn(t, "/ingest", 4, 10*time.Second); got[3].body != `{"orderId":"B-1"}` {
+		t.Errorf("the API replay's call: %s", got[3].body)
+	}
+	if r := dlqCLI(t, h.db, "list"); r.stdout != "DLQ is empty\n" {
+		t.Errorf("dlq list after the replays:\n%s", r.stdout)
+	}
+}

@@ -62,12 +62,19 @@ func closeFrame(dst []byte, at int) []byte {
 	return dst
 }
 
+// SourceReplay is the Source of a message a dead letter's replay appended
+// (nexus dlq replay, the management API and UI). It is delivered as the
+// enqueue door's; its first attempt runs again whatever failure its dedup
+// key holds, because an operator who replays wants the flow run, under
+// dedup_on_failure: absorb too.
+const SourceReplay = "replay"
+
 // Message is one message of a queue's log.
 type Message struct {
 	ID            uint64
 	Offset        int64 // the frame's byte offset in segment.log
 	EnqueuedAt    time.Time
-	Source        string // the door: "enqueue", "cron", …
+	Source        string // the door: "enqueue", "cron", …, or SourceReplay
 	CorrelationID string
 	Payload       []byte
 }

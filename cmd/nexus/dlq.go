@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/naming"
 	"github.com/nexushq/nexus/queue"
@@ -246,7 +245,7 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		return dlqMarkAll(sub, q, pending[len(pending)-1].ID, tenant, flowName, stdout, stderr)
 	}
 	if sub == "replay" {
-		_, err = q.Replay(id, engine.DoorEnqueue, flow.NewUUID())
+		_, err = q.Replay(id, queue.SourceReplay, flow.NewUUID())
 	} else {
 		err = q.Mark(id, queue.MarkDiscarded)
 	}
@@ -277,7 +276,7 @@ func dlqMarkAll(sub string, q *queue.Queue, upTo uint64, tenant, flowName string
 	var n int
 	var err error
 	if sub == "replay" {
-		n, err = q.ReplayAll(upTo, engine.DoorEnqueue, flow.NewUUID, func(r queue.Replayed) {
+		n, err = q.ReplayAll(upTo, queue.SourceReplay, flow.NewUUID, func(r queue.Replayed) {
 			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", r.ID, tenant, flowName)
 		})
 	} else {
