@@ -82,6 +82,9 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 // handler leaves to std.
 func (h *Handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
 	b, ok := h.appendHead(b, r.Time, r.Level, r.Message)
+	if !ok {
+		return b, false // a time slog writes its own way: the line is slog's
+	}
 	r.Attrs(func(a slog.Attr) bool {
 		b, ok = appendAttr(b, a)
 		return ok

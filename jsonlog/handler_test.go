@@ -52,6 +52,13 @@ type stringer struct{}
 func (stringer) LogValue() slog.Value { return slog.StringValue("resolved") }
 
 // handlerCase is records to write through a handler shaped by derive.
+// recordAt is a record of time at with attrs.
+func recordAt(at time.Time, attrs ...slog.Attr) slog.Record {
+	r := slog.NewRecord(at, slog.LevelInfo, "m", 0)
+	r.AddAttrs(attrs...)
+	return r
+}
+
 type handlerCase struct {
 	name    string
 	derive  func(slog.Handler) slog.Handler
@@ -84,6 +91,12 @@ func handlerCases() []handlerCase {
 			record(slog.LevelInfo, "t", slog.Time("at", t0), slog.Time("zone", t0.In(time.FixedZone("X", -90*60))), slog.Time("zero", time.Time{})),
 			record(slog.LevelInfo, "year", slog.Time("far", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))),
 			slog.NewRecord(time.Time{}, slog.LevelInfo, "no time", 0)}},
+		{"a record's time outside years 0-9999 (slog's own text)", func(h slog.Handler) slog.Handler {
+			return h.WithAttrs([]slog.Attr{slog.String("tenant", "acme")})
+		}, []slog.Record{
+			recordAt(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), slog.String("k", "v")),
+			recordAt(time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), slog.Int("n", 1)),
+			recordAt(time.Date(9999, 12, 31, 23, 30, 0, 0, time.UTC).In(time.FixedZone("E", 3600)), slog.Bool("b", true))}},
 		{"values slog encodes itself", nil, []slog.Record{record(slog.LevelWarn, "mixed",
 			slog.String("before", "x"), slog.Any("error", errors.New("boom \"quoted\"")), slog.Any("list", []int{1, 2}),
 			slog.Any("nil", nil), slog.Any("valuer", stringer{}), slog.Group("g", slog.Int("a", 1)), slog.String("", "empty key"),
