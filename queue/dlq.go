@@ -80,6 +80,25 @@ func cutText(s string, n int) string {
 	return s[:n] + mark
 }
 
+// fileTail is a file as appendDurable left it: its inode, size and
+// modification time, which another process's write or a rewrite changes.
+type fileTail struct {
+	ino, size, mtime int64
+}
+
+// tailOf is f's fileTail; false when the FS does not tell its inode.
+func tailOf(f File) (fileTail, bool) {
+	info, err := f.Stat()
+	if err != nil {
+		return fileTail{}, false
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || st.Ino == 0 {
+		return fileTail{}, false
+	}
+	return fileTail{ino: int64(st.Ino), size: info.Size(), mtime: info.ModTime().UnixNano()}, true
+}
+
 // appendDurable appends frames to a file of the queue and syncs it. The
 // caller holds the append lock.
 func (q *Queue) appendDurable(name string, frames []byte) error {
@@ -92,14 +111,24 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 	if err != nil {
 		return err
 	}
-	// a torn tail left by a crash is cut first, so that new frames follow
-	// the last good one; a damaged last frame is kept, after which they
-	// follow (it is reported, and left out when dlq.log is rewritten)
-	end, damage, err := scan(f, name, 0, size, func([]byte, int64) error { return nil })
-	if err != nil {
-		return err
+	var end int64
+	if t, ok := tailOf(f); ok && t == q.tails[name] {
+		// as this handle's last append left it, ending with a whole
+		// frame: read again, every dead letter of an outage would read
+		// all those before it, holding the lock the doors append under
+		end = size
+	} else {
+		// a torn tail left by a crash is cut first, so that new frames
+		// follow the last good one; a damaged last frame is kept, after
+		// which they follow (it is reported, and left out when dlq.log is
+		// rewritten)
+		var damage []Damage
+		if end, damage, err = scan(f, name, 0, size, func([]byte, int64) error { return nil }); err != nil {
+			return err
+		}
+		end = nextAppend(end, size, damage)
 	}
-	end = nextAppend(end, size, damage)
+	delete(q.tails, name) // until this append is durable
 	if _, err := f.WriteAt(frames, end); err != nil {
 		f.Truncate(end)
 		return fmt.Errorf("queue %s/%s: writing %s: %w", q.Tenant, q.Flow, name, err)
@@ -126,29 +155,43 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 			return fmt.Errorf("queue %s/%s: syncing the folder: %w", q.Tenant, q.Flow, err)
 		}
 	}
+	if t, ok := tailOf(f); ok {
+		if q.tails == nil {
+			q.tails = map[string]fileTail{}
+		}
+		q.tails[name] = t
+	}
 	return nil
 }
 
 // readRecords returns the verified records of a file of the queue.
 func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
-	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return nil, nil, err
-	}
 	var recs [][]byte
-	_, damage, err := scan(f, name, 0, size, func(rec []byte, _ int64) error {
+	damage, err := q.eachRecord(name, func(rec []byte) error {
 		recs = append(recs, rec)
 		return nil
 	})
 	return recs, damage, err
+}
+
+// eachRecord calls fn with each verified record of a file of the queue, in
+// file order, one in memory at a time, and returns the damage found. A
+// missing file has none.
+func (q *Queue) eachRecord(name string, fn func(rec []byte) error) ([]Damage, error) {
+	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return nil, err
+	}
+	_, damage, err := scan(f, name, 0, size, func(rec []byte, _ int64) error { return fn(rec) })
+	return damage, err
 }
 
 // marks returns the ids marked in dlq.log.acked, and the damage found in
@@ -673,28 +716,34 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if err := q.syncCheckpoint(); err != nil {
 		return nil, nil, err
 	}
-	recs, damage, err := q.readRecords(dlqFile)
-	if err != nil {
+	// the kept frames go to the new file as dlq.log is read, a buffer at
+	// a time: the rewrite holds one record and the buffer in memory, not
+	// the file (a dead-letter queue can hold gigabytes)
+	var damage []Damage
+	if err := writeAtomic(q.fs, q.path(dlqFile), func(f File) error {
+		w := frameWriter{f: f}
+		seen := map[uint64]struct{}{}
+		var err error
+		damage, err = q.eachRecord(dlqFile, func(rec []byte) error {
+			if d, err := decodeDeadLetter(rec); err == nil {
+				if _, done := marked[d.ID]; done {
+					return nil
+				}
+				if _, again := seen[d.ID]; again {
+					return nil // dead-lettered again after a crash (see eachPending)
+				}
+				seen[d.ID] = struct{}{}
+			}
+			return w.add(rec)
+		})
+		if err != nil {
+			return err
+		}
+		return w.flush()
+	}); err != nil {
 		return nil, nil, err
 	}
 	damage = append(markDamage, damage...)
-	var keep []byte
-	seen := map[uint64]struct{}{}
-	for _, rec := range recs {
-		if d, err := decodeDeadLetter(rec); err == nil {
-			if _, done := marked[d.ID]; done {
-				continue
-			}
-			if _, again := seen[d.ID]; again {
-				continue // dead-lettered again after a crash (see eachPending)
-			}
-			seen[d.ID] = struct{}{}
-		}
-		keep = appendFrame(keep, rec)
-	}
-	if err := WriteAtomic(q.fs, q.path(dlqFile), keep); err != nil {
-		return nil, nil, err
-	}
 	if err := WriteAtomic(q.fs, q.path(ackedFile), nil); err != nil {
 		return nil, nil, err
 	}
@@ -704,6 +753,36 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	}
 	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
 	return applied, damage, nil
+}
+
+// frameWriter writes frames one after another from the start of a file,
+// through a buffer of up to frameWriterBuf bytes.
+type frameWriter struct {
+	f   File
+	off int64
+	buf []byte
+}
+
+const frameWriterBuf = 1 << 20
+
+// add frames rec and writes the buffer once it is full.
+func (w *frameWriter) add(rec []byte) error {
+	w.buf = appendFrame(w.buf, rec)
+	if len(w.buf) < frameWriterBuf {
+		return nil
+	}
+	return w.flush()
+}
+
+// flush writes what the buffer holds.
+func (w *frameWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	n, err := w.f.WriteAt(w.buf, w.off)
+	w.off += int64(n)
+	w.buf = w.buf[:0]
+	return err
 }
 
 // Peek returns a handle on the files of tenant/flow's queue under root

@@ -176,7 +176,16 @@ func (f osFile) Sync() error {
 // synced. On any error the temporary file is removed and name is left as
 // it was. It is the one atomic write of the state directory: the queues'
 // files and the scheduler's records use it. A nil fsys is the OS.
-func WriteAtomic(fsys FS, name string, data []byte) (err error) {
+func WriteAtomic(fsys FS, name string, data []byte) error {
+	return writeAtomic(fsys, name, func(f File) error {
+		_, err := f.WriteAt(data, 0)
+		return err
+	})
+}
+
+// writeAtomic is WriteAtomic with the new contents written by write, in as
+// many parts as it likes, so that a large file is not held in memory.
+func writeAtomic(fsys FS, name string, write func(File) error) (err error) {
 	if fsys == nil {
 		fsys = OS{}
 	}
@@ -190,7 +199,7 @@ func WriteAtomic(fsys FS, name string, data []byte) (err error) {
 			fsys.Remove(tmp)
 		}
 	}()
-	if _, err = f.WriteAt(data, 0); err != nil {
+	if err = write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", name, err)
 	}

@@ -31,7 +31,7 @@ func TestHousekeepingFailuresBackOff(t *testing.T) {
 		first time.Time
 	)
 	mfs.before = func(op, name string) {
-		if op == opWrite && filepath.Base(name) == dlqFile+".tmp" {
+		if op == opSync && filepath.Base(name) == dlqFile+".tmp" {
 			mu.Lock()
 			defer mu.Unlock()
 			if first.IsZero() {
@@ -49,10 +49,22 @@ func TestHousekeepingFailuresBackOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// dead-lettered and housekept at once; idle until the next Poll
+	// dead-lettered and housekept at once; idle until the next Poll (the
+	// worker may wait for it before the message arrives: the dead letter
+	// is waited for first)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if dl, _, err := ReadDeadLetters(root, testTenant, testFlow, mfs); err == nil && len(dl) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the message was not dead-lettered within 10 s")
+		}
+	}
 	boundary := epoch.Truncate(poll).Add(poll)
 	clk.WaitDeadline(t, boundary)
-	mfs.Fail(opWrite, dlqFile+".tmp", 1, syscall.ENOSPC, true) // until healed
+	// until healed; the rewrite has nothing to write (its one dead letter
+	// discarded), and a full disk's delayed allocation fails the sync
+	mfs.Fail(opSync, dlqFile+".tmp", 1, syscall.ENOSPC, true)
 	if err := m.Discard(testTenant, testFlow, msg.ID); err != nil {
 		t.Fatal(err)
 	}

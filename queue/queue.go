@@ -72,6 +72,10 @@ type Queue struct {
 
 	batchBuf []byte // the frames of a batch, reused by the leader
 
+	// tails are the files appendDurable last appended to, as it left
+	// them; guarded by the append lock
+	tails map[string]fileTail
+
 	gatherWait time.Duration
 	gatherTime *time.Timer // the leader's, for the gathering wait
 	onCommit   func(messages int, sync time.Duration)
@@ -401,11 +405,7 @@ func scanIDs(seg File, size int64) (maxID uint64, end int64, damage []Damage, er
 func (q *Queue) highestKeptID() (uint64, error) {
 	var top uint64
 	for _, name := range []string{dlqFile, ackedFile} {
-		recs, _, err := q.readRecords(name)
-		if err != nil {
-			return 0, err
-		}
-		for _, rec := range recs {
+		if _, err := q.eachRecord(name, func(rec []byte) error {
 			switch {
 			case len(rec) >= 9 && rec[0] == kindDeadLetter:
 				top = max(top, binary.BigEndian.Uint64(rec[1:9]))
@@ -414,6 +414,9 @@ func (q *Queue) highestKeptID() (uint64, error) {
 					top = max(top, m.id, m.replayID)
 				}
 			}
+			return nil
+		}); err != nil {
+			return 0, err
 		}
 	}
 	return top, nil

@@ -1,0 +1,171 @@
+package queue
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// writeDeadLetters writes n dead letters of size bytes each (ids 1 to n)
+// straight into the dlq.log of the queue in dir.
+func writeDeadLetters(t *testing.T, dir string, n, size int) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, dlqFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	payload := bytes.Repeat([]byte("x"), size)
+	for i := 1; i <= n; i++ {
+		d := DeadLetter{ID: uint64(i), EnqueuedAt: time.Unix(1, 0), FailedAt: time.Unix(2, 0), Attempts: 3, LastError: "boom", Payload: payload}
+		if _, err := f.Write(appendFrame(nil, appendDeadLetterRecord(nil, &d))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// peakHeap runs fn and returns by how much the heap's objects grew at most
+// while it ran, sampled every 200 µs.
+func peakHeap(fn func()) int64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	base := s[0].Value.Uint64()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+	})
+	fn()
+	close(stop)
+	wg.Wait()
+	return int64(peak.Load()) - int64(base)
+}
+
+// Rewriting dlq.log after a discard holds a record and a buffer in
+// memory, not the file: a dead-letter queue of an outage can hold
+// gigabytes, and the worker rewrites it at its next idle moment.
+func TestCompactDLQMemoryDoesNotGrowWithTheFile(t *testing.T) {
+	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const n, size = 64, 1 << 20
+	writeDeadLetters(t, q.dir, n, size)
+	if err := q.Mark(1, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	var applied []Marked
+	grew := peakHeap(func() {
+		applied, _, err = q.CompactDLQ()
+	})
+	if err != nil || len(applied) != 1 {
+		t.Fatalf("CompactDLQ: %v, %d marks applied, want 1", err, len(applied))
+	}
+	t.Logf("dlq.log of %d MiB: the heap grew by %d MiB during the rewrite", n*size>>20, grew>>20)
+	if grew > 32<<20 {
+		t.Errorf("rewriting a dlq.log of %d MiB grew the heap by %d MiB: it held the file in memory", n*size>>20, grew>>20)
+	}
+	ids, err := q.PendingIDs()
+	if err != nil || len(ids) != n-1 || ids[0] != 2 || ids[n-2] != n {
+		t.Errorf("pending after the rewrite: %d ids (%v), want 2 to %d", len(ids), err, n)
+	}
+	if dl, err := q.DeadLetter(n); err != nil || len(dl.Payload) != size {
+		t.Errorf("the last dead letter after the rewrite: %d bytes of payload, %v", len(dl.Payload), err)
+	}
+}
+
+// readCountingFS counts the bytes read from the files named name.
+type readCountingFS struct {
+	OS
+	name string
+	read *atomic.Int64
+}
+
+type readCountingFile struct {
+	File
+	read *atomic.Int64
+}
+
+func (c readCountingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.File.ReadAt(p, off)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c readCountingFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := c.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != c.name {
+		return f, err
+	}
+	return readCountingFile{f, c.read}, nil
+}
+
+// A dead letter is appended after the one this handle appended last
+// without reading dlq.log again: during an outage every dead letter read
+// all those before it, holding the append lock the doors' 202s wait for.
+// When another process wrote to the file since (here, a torn frame a crash
+// left), it is read again and the torn tail cut.
+func TestMoveToDLQDoesNotReadTheFileAgain(t *testing.T) {
+	var read atomic.Int64
+	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{FS: readCountingFS{name: dlqFile, read: &read}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const n, size = 64, 1 << 20
+	writeDeadLetters(t, q.dir, n, size)
+	dead := func(id uint64) DeadLetter {
+		return DeadLetter{ID: id, EnqueuedAt: time.Unix(3, 0), FailedAt: time.Unix(4, 0), Attempts: 3, LastError: "x", Payload: []byte(`{}`)}
+	}
+	if err := q.MoveToDLQ(dead(1000)); err != nil { // the first reads the file, once
+		t.Fatal(err)
+	}
+	read.Store(0)
+	for id := uint64(1001); id <= 1010; id++ {
+		if err := q.MoveToDLQ(dead(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if read.Load() > 0 {
+		t.Errorf("ten dead letters appended after this handle's own read %d bytes of a %d MiB dlq.log under the append lock", read.Load(), n*size>>20)
+	}
+
+	// another process's append, cut short by a crash: half a frame
+	f, err := os.OpenFile(filepath.Join(q.dir, dlqFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := appendFrame(nil, appendDeadLetterRecord(nil, &DeadLetter{ID: 2000, Payload: []byte(`{"torn":true}`)}))
+	if _, err := f.Write(frame[:len(frame)/2]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := q.MoveToDLQ(dead(1011)); err != nil {
+		t.Fatal(err)
+	}
+	dl, damage, err := q.DeadLetters()
+	if err != nil || len(damage) > 0 || len(dl) != n+12 || dl[len(dl)-1].ID != 1011 {
+		t.Errorf("after another process's torn append: %d dead letters (last %d), damage %v, %v; want %d ending with 1011 and the torn frame cut", len(dl), dl[len(dl)-1].ID, damage, err, n+12)
+	}
+}
