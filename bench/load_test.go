@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -62,13 +63,14 @@ func (r *loadResult) merge(o loadResult) {
 }
 
 // percentile returns the p-th percentile (0 < p ≤ 100) of the latencies,
-// nearest rank; it sorts lat in place.
+// nearest rank: the smallest latency that at least p% of them do not
+// exceed, the ⌈n·p/100⌉-th in order; it sorts lat in place.
 func percentile(lat []time.Duration, p float64) time.Duration {
 	if len(lat) == 0 {
 		return 0
 	}
 	slices.Sort(lat)
-	i := int(float64(len(lat))*p/100+0.5) - 1
+	i := int(math.Ceil(float64(len(lat))*p/100)) - 1
 	return lat[min(max(i, 0), len(lat)-1)]
 }
 
