@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -252,21 +253,32 @@ const (
 // as a UUID), so both answers have the same size.
 const bareCorrelationID = "00000000-0000-4000-8000-000000000000"
 
+// bareGCPercent is the garbage collector's target of the bare server,
+// serveGCPercent of cmd/nexus/serve.go: nexus serve sets it for itself
+// unless GOGC is set, and so does the bare server, so that the two differ
+// in what they do per request, not in how often they collect.
+const bareGCPercent = 200
+
 // TestHelperBareServer is the bare server's process, not a test: it returns
 // at once unless NEXUS_BENCH_BARE_SERVER is set. It answers a POST ending
 // in /enqueue with a fixed 202 and any other request with a fixed 200, each
 // with the body and headers of nexus's answer (sizes alike), prints
-// "listening ADDR" and serves until its standard input closes.
+// "listening ADDR" and serves until its standard input closes. Its
+// http.Server has nexus's timeouts and header limit (cmd/nexus/serve.go)
+// and its collector nexus's target.
 func TestHelperBareServer(t *testing.T) {
 	if os.Getenv(envBare) == "" {
 		return
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(bareGCPercent)
 	}
 	runBody, enqueueBody := []byte(os.Getenv(envBareRun)), []byte(os.Getenv(envBareEnqueue))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		h := w.Header()
 		h["Content-Type"] = []string{"application/json"}
@@ -278,7 +290,15 @@ func TestHelperBareServer(t *testing.T) {
 			return
 		}
 		w.Write(runBody)
-	})}
+	})
+	srv := &http.Server{
+		Handler: handler,
+		// as nexus serve's http.Server
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 	go srv.Serve(ln)
 	fmt.Printf("listening %s\n", ln.Addr())
 	io.Copy(io.Discard, os.Stdin)
