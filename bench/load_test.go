@@ -285,6 +285,9 @@ func drive(ctx context.Context, t target, conns int, d time.Duration) (loadResul
 		err         error
 	}
 	parts := make([]part, conns)
+	for i := range parts {
+		parts[i].lat = make([]time.Duration, 0, 1<<14) // before the clock starts
+	}
 	cpu0, _ := processCPU(t.pid)
 	client0, _ := processCPU(os.Getpid())
 	start := time.Now()
@@ -293,7 +296,6 @@ func drive(ctx context.Context, t target, conns int, d time.Duration) (loadResul
 	for i, c := range clients {
 		wg.Go(func() {
 			p := &parts[i]
-			p.lat = make([]time.Duration, 0, 1<<14)
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				if !t0.Before(deadline) {
