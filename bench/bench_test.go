@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,11 @@ import (
 // of both, their ratios, and the CPU time per request of each server and of
 // the client (this process: the machine's cores are shared, so a server
 // that makes the client work harder per request pays for it in its rate).
+// Besides the ratio of the pooled rounds, each pair of adjacent rounds
+// (nexus, bare / bare, nexus) gives a ratio of its own: they are printed
+// with their median (reported as rps-ratio-median) and range, and a
+// warning when a server's rate varied by more than 15% between its rounds,
+// which says the machine was disturbed and the ratio of that run is noise.
 // NEXUS_BENCH_ROUNDS (default 4) and
 // NEXUS_BENCH_ROUND (default 3s) set the rounds; NEXUS_BENCH_CLIENT picks
 // the generator's client (see clientKind); NEXUS_BENCH_NEXUS_ENV=KEY=VALUE
@@ -192,6 +198,7 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 	}
 	var total [2]loadResult
 	var perRound [2][]string
+	var roundRates [2][]float64
 	for r := range n {
 		order := []int{0, 1}
 		if r%2 == 1 {
@@ -210,6 +217,7 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 				b.Fatalf("%s: %d failed requests, the first: %v", t.name, res.failures, res.firstErr)
 			}
 			perRound[i] = append(perRound[i], fmt.Sprintf("%.0f", res.rate()))
+			roundRates[i] = append(roundRates[i], res.rate())
 			total[i].merge(res)
 		}
 	}
@@ -221,6 +229,9 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 	b.ReportMetric(nxRate, "nexus-req/s")
 	b.ReportMetric(brRate, "bare-req/s")
 	b.ReportMetric(nxRate/brRate, "rps-ratio")
+	pairs := pairRatios(roundRates[0], roundRates[1])
+	pairMedian := median(pairs)
+	b.ReportMetric(pairMedian, "rps-ratio-median")
 	b.ReportMetric(ms(nx50), "nexus-p50-ms")
 	b.ReportMetric(ms(nx99), "nexus-p99-ms")
 	b.ReportMetric(ms(br50), "bare-p50-ms")
@@ -236,9 +247,67 @@ func compareTargets(b *testing.B, nexus, bare target, conns int, before func()) 
 	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "nexus", nxRate, ms(nx50), ms(nx99), cpuPerRequest(nx), perRequest(nx.client, nx.requests), nx.requests, strings.Join(perRound[0], " "))
 	fmt.Printf("  %-6s %10.0f %10.3f %10.3f %12.1f %12.1f %10d  %s\n", "bare", brRate, ms(br50), ms(br99), cpuPerRequest(br), perRequest(br.client, br.requests), br.requests, strings.Join(perRound[1], " "))
 	fmt.Printf("  nexus/bare: req/s %.2f×, p50 %.2f×, p99 %.2f×, CPU per request %.2f×\n", nxRate/brRate, float64(nx50)/float64(br50), float64(nx99)/float64(br99), cpuPerRequest(nx)/cpuPerRequest(br))
+	pairText := make([]string, len(pairs))
+	for k, x := range pairs {
+		pairText[k] = fmt.Sprintf("%.2f", x)
+	}
+	fmt.Printf("  nexus/bare req/s per round pair: %s; median %.2f×, min–max %.2f–%.2f×\n",
+		strings.Join(pairText, " "), pairMedian, slices.Min(pairs), slices.Max(pairs))
+	var varied []string
+	for i, name := range []string{"nexus", "bare"} {
+		if v := variation(roundRates[i]); v > maxVariation {
+			varied = append(varied, fmt.Sprintf("%s's by %.0f%%", name, 100*v))
+		}
+	}
+	if len(varied) > 0 {
+		fmt.Printf("  warning: req/s varied between rounds more than %.0f%%, %s: the run was disturbed, its ratios say little\n",
+			100*maxVariation, strings.Join(varied, ", "))
+	}
 	nxRSS, brRSS := peakRSS(nexus.pid), peakRSS(bare.pid)
 	b.ReportMetric(nxRSS, "nexus-peak-rss-MiB")
 	fmt.Printf("  peak resident memory so far: nexus %.0f MiB, bare %.0f MiB\n", nxRSS, brRSS)
+}
+
+// maxVariation is the spread of a server's per-round rates (variation)
+// past which a run is reported as disturbed: the rounds of one server do
+// the same work, so a wider spread is the shared machine's doing.
+const maxVariation = 0.15
+
+// pairRatios is nexus's rate over bare's in each pair of adjacent rounds,
+// round r of each: the rounds go nexus, bare, bare, nexus, nexus, bare, …,
+// so the two rounds of a pair ran one after the other and saw the machine
+// in about the same state, which the pooled ratio of all rounds does not
+// ask.
+func pairRatios(nexus, bare []float64) []float64 {
+	r := make([]float64, min(len(nexus), len(bare)))
+	for k := range r {
+		r[k] = nexus[k] / bare[k]
+	}
+	return r
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	m := len(s) / 2
+	if len(s)%2 == 0 {
+		return (s[m-1] + s[m]) / 2
+	}
+	return s[m]
+}
+
+// variation is how much the slowest of the rates is below the fastest, as
+// a fraction of the fastest: 0.2 when the slowest round ran at 80% of the
+// fastest's rate.
+func variation(rates []float64) float64 {
+	if len(rates) == 0 || slices.Max(rates) <= 0 {
+		return 0
+	}
+	return 1 - slices.Min(rates)/slices.Max(rates)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

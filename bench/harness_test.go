@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // Tests of the harness's own arithmetic; they run no load.
@@ -57,5 +58,31 @@ func TestPercentile(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("percentile (-want +got):\n%s", diff)
+	}
+}
+
+func TestRoundStats(t *testing.T) {
+	nexus := []float64{20000, 18000, 24000, 10000}
+	bare := []float64{40000, 40000, 40000, 50000}
+	pairs := pairRatios(nexus, bare)
+	if diff := cmp.Diff([]float64{0.5, 0.45, 0.6, 0.2}, pairs); diff != "" {
+		t.Errorf("pairRatios (-want +got):\n%s", diff)
+	}
+	type stats struct{ Median, Variation float64 }
+	for _, tt := range []struct {
+		xs   []float64
+		want stats
+	}{
+		{nil, stats{0, 0}},
+		{[]float64{3}, stats{3, 0}},
+		{[]float64{4, 2}, stats{3, 0.5}},
+		{[]float64{5, 1, 4}, stats{4, 0.8}},
+		{pairs, stats{0.475, 1 - 0.2/0.6}},
+		{[]float64{100, 85, 90, 95}, stats{92.5, 0.15}},
+	} {
+		got := stats{median(tt.xs), variation(tt.xs)}
+		if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", tt.xs, diff)
+		}
 	}
 }
