@@ -402,12 +402,13 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	if all {
 		// the Replay all button: every pending dead letter, oldest first
 		done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
+		after, limit := s.pageAfterAction(r, tenant, flowName)
 		if err != nil {
 			p.Error = err.Error()
-			s.renderQueue(w, r, status, tenant, flowName, p, 0, defaultPageSize)
+			s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 			return
 		}
-		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+fmt.Sprintf("?%s_all=%d", action, len(done)), http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+fmt.Sprintf("?%s_all=%d", action, len(done))+pageLink(after, limit, "&"), http.StatusSeeOther)
 		return
 	}
 	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
@@ -492,12 +493,16 @@ type journalPage struct {
 	Limit         int
 	Entries       []journalEntry
 	Older         string // the link to the older page, "" when there is none
+	// Filtered: a filter was given; Paged: the page is an older one (a
+	// page that lists nothing says which, not that the journal is empty)
+	Filtered, Paged bool
 }
 
 func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	p := uiPage{Title: "Journal", Nav: "journal", CSRF: csrf}
 	jq, err := journalQuery(r, true) // the page's form sends its empty fields
-	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: jq.Limit}
+	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: jq.Limit,
+		Filtered: jq.Tenant != "" || jq.Flow != "" || jq.CorrelationID != "", Paged: r.URL.Query().Get("before") != ""}
 	p.Data = &data
 	if err != nil {
 		if msg := err.Error(); strings.HasPrefix(msg, "limit") {

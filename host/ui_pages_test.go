@@ -392,6 +392,13 @@ func TestUIButtonKeepsItsPage(t *testing.T) {
 		}
 	})
 
+	t.Run("a page past the last", func(t *testing.T) {
+		body := wantPage(t, fx.get("/ui/queues/acme/many?after=99&limit=3", c), http.StatusOK)
+		if !strings.Contains(body, "No pending dead letter comes after id 99: see the first page.") || strings.Contains(body, "DLQ is empty") {
+			t.Errorf("a page past the last does not say so:\n%s", body)
+		}
+	})
+
 	t.Run("the first page at the default size", func(t *testing.T) {
 		loc, _ := press(t, "/ui/queues/acme/echo", "1", "discard")
 		if loc != "/ui/queues/acme/echo?discarded=1" {
@@ -404,6 +411,24 @@ func TestUIButtonKeepsItsPage(t *testing.T) {
 		w := fx.post("/ui/queues/acme/many/dlq/1/discard", c, url.Values{"csrf": {csrfOf(t, body)}, "after": {"x"}, "limit": {"9999"}})
 		if loc := w.Header().Get("Location"); w.Code != http.StatusSeeOther || loc != "/ui/queues/acme/many?discarded=1" {
 			t.Errorf("%d Location %q, want the first page", w.Code, loc)
+		}
+	})
+
+	t.Run("replay all keeps the page size", func(t *testing.T) {
+		// echo, live, has dead letter 2 left
+		page := "/ui/queues/acme/echo?limit=1"
+		body := wantPage(t, fx.get(page, c), http.StatusOK)
+		form := regexp.MustCompile(`<form method="post" action="/ui/queues/acme/echo/dlq/all/replay" id="replay-all">(.*?)</form>`).FindStringSubmatch(body)
+		if form == nil {
+			t.Fatalf("no Replay all button on %s:\n%s", page, body)
+		}
+		v := url.Values{}
+		for _, f := range fields.FindAllStringSubmatch(form[1], -1) {
+			v.Set(f[1], html.UnescapeString(f[2]))
+		}
+		w := fx.post("/ui/queues/acme/echo/dlq/all/replay", c, v)
+		if loc := w.Header().Get("Location"); w.Code != http.StatusSeeOther || loc != "/ui/queues/acme/echo?replay_all=1&limit=1" {
+			t.Errorf("Replay all: %d Location %q, want the first page (none left) at 1 a page", w.Code, loc)
 		}
 	})
 }

@@ -1059,6 +1059,25 @@ func TestUIJournalPage(t *testing.T) {
 	if body := wantPage(t, fx.admin(http.MethodGet, "/ui/journal?tenant=acme"), http.StatusOK); strings.Contains(body, "Older entries") {
 		t.Errorf("a page that is not full links to an older one:\n%s", body)
 	}
+	// a page that lists nothing says why, not that the journal is empty
+	last := regexp.MustCompile(`<a href="(/ui/journal\?[^"]*)" rel="next">`).FindStringSubmatch(wantPage(t, fx.admin(http.MethodGet, link), http.StatusOK))
+	if last == nil {
+		t.Fatalf("the older page %s, full, has no link to the next", link)
+	}
+	unfiltered := regexp.MustCompile(`<a href="(/ui/journal\?[^"]*)" rel="next">`).FindStringSubmatch(wantPage(t, fx.admin(http.MethodGet, "/ui/journal?limit=3"), http.StatusOK))
+	if unfiltered == nil {
+		t.Fatal("a full page of 3 has no link to the older entries")
+	}
+	for _, tc := range []struct{ query, want string }{
+		{"/ui/journal?tenant=nobody", "No entry matches these filters."},
+		{html.UnescapeString(last[1]), "No older entries match these filters."},
+		{html.UnescapeString(unfiltered[1]), "No older entries."},
+	} {
+		body := wantPage(t, fx.admin(http.MethodGet, tc.query), http.StatusOK)
+		if !strings.Contains(body, `<td colspan="11" class="muted">`+tc.want+`</td>`) || strings.Contains(body, "The journal is empty.") {
+			t.Errorf("%s: the page does not say %q:\n%s", tc.query, tc.want, body)
+		}
+	}
 
 	for _, limit := range []string{"0", "abc", "1001"} {
 		body := wantPage(t, fx.admin(http.MethodGet, "/ui/journal?limit="+limit), http.StatusBadRequest)
