@@ -712,6 +712,19 @@ func TestUIBrowser(t *testing.T) {
 		b.fail("the dead letter's row: %q, want its payload and last error", txt)
 	}
 
+	// on a phone's 320 px, the page is no wider than the screen: the header
+	// wraps, Log out shows, and the table scrolls in its own box
+	b.do("narrowing the window to 320 px", chromedp.EmulateViewport(320, 640), chromedp.Reload())
+	b.waitLocation("/ui/queues/acme/forward-order", false)
+	if w := eval[float64](b, `document.documentElement.scrollWidth`); w > 320 {
+		b.fail("at 320 px the Queue page is %v px wide", w)
+	}
+	if right := eval[float64](b, `document.querySelector('header form button').getBoundingClientRect().right`); right > 320 {
+		b.fail("at 320 px Log out ends at %v px, off the screen", right)
+	}
+	b.do("widening the window again", chromedp.EmulateViewport(1280, 800), chromedp.Reload())
+	b.waitLocation("/ui/queues/acme/forward-order", false)
+
 	// Replay
 	be.setStatus(http.StatusOK)
 	before := len(be.on("/ingest"))
