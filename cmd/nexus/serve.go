@@ -103,7 +103,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.Int64Var(&cfg.JournalMax, "journal-max-entries", cfg.JournalMax, "the most journal entries (`N`) kept, the oldest deleted first whatever the retention; 0 keeps any number (env NEXUS_JOURNAL_MAX_ENTRIES)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "the `duration` a shutdown lets the requests and deliveries in flight run; keep it 5s or more under the time your orchestrator waits before it kills (env NEXUS_SHUTDOWN_GRACE)")
-	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo in ./.nexus-dev")
+	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: serve the folder --dev-flows through a local git repo beside the registry (./.nexus-dev unless --db says otherwise)")
 	fs.StringVar(&cfg.DevFlows, "dev-flows", "flows-example", "the config repo `folder` the development mode serves")
 	return &cfg, fs, problems
 }
