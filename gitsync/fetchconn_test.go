@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
@@ -117,6 +120,64 @@ func TestSSHFetchThatNeverAnswersIsBounded(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Errorf("Sync against an ssh server that never answers was still running 5 s after connecting, with FetchTimeout 300ms: the sync lock is held for ever")
+	}
+}
+
+// TestGitProtocolIsRefused: a git:// repo is refused at New, naming the
+// setting, whatever its spelling. go-git dials the git protocol with a
+// plain net.Dial that nothing watches: a git:// server that took the
+// connection and said nothing held the round, and the sync lock every
+// process sharing the state directory needs, for 30 minutes whatever
+// FetchTimeout said. The server here is such a one; nothing may dial it.
+func TestGitProtocolIsRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	dialed := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+			select {
+			case dialed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	for _, repo := range []string{
+		"git://" + ln.Addr().String() + "/config.git",
+		"GIT://" + ln.Addr().String() + "/config.git",
+	} {
+		t.Run(repo, func(t *testing.T) {
+			e := newEnv(t) // for a registry and a state directory
+			cfg := e.cfg
+			cfg.Repo = repo
+			cfg.Dir += "-git"
+			cfg.FetchTimeout = 300 * time.Millisecond
+			s, err := gitsync.New(cfg)
+			if err == nil {
+				s.Stop()
+				t.Fatalf("New accepted the repo %s", repo)
+			}
+			var se *gitsync.SourceError
+			if !errors.As(err, &se) || se.Field != "Repo" {
+				t.Fatalf("New: %v, want a SourceError of Repo", err)
+			}
+			want := "a git:// repo is not followed: the git protocol has no authentication or encryption, and a silent server could not be timed out; give the repo's https:// or ssh:// URL"
+			if diff := cmp.Diff(want, se.Error()); diff != "" {
+				t.Errorf("the error (-want +got):\n%s", diff)
+			}
+		})
+	}
+	select {
+	case <-dialed:
+		t.Error("the git:// server was dialed")
+	default:
 	}
 }
 

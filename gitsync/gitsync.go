@@ -337,10 +337,11 @@ func (s *Syncer) serverGone(name string) bool {
 }
 
 // CheckSource checks what a Syncer would follow: the repo (a URL whose
-// scheme git speaks here, https://, http://, ssh://, git:// or file://,
-// or a path or scp-like user@host:path), the branch's name, and the flows
-// folder (not the repo's root). It touches nothing; its errors name the
-// value (never a URL, which may hold a password) in one line.
+// scheme git speaks here, https://, http://, ssh:// or file://, or a path
+// or scp-like user@host:path; not git://, see errGitProtocol), the
+// branch's name, and the flows folder (not the repo's root). It touches
+// nothing; its errors name the value (never a URL, which may hold a
+// password) in one line.
 func CheckSource(repo, branch, flowsDir string) error {
 	if scheme, _, ok := strings.Cut(repo, "://"); ok {
 		u, err := url.Parse(repo)
@@ -348,9 +349,11 @@ func CheckSource(repo, branch, flowsDir string) error {
 			return &SourceError{"Repo", errors.New("the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)")}
 		}
 		switch strings.ToLower(u.Scheme) {
-		case "https", "http", "ssh", "git", "file":
+		case "https", "http", "ssh", "file":
+		case "git":
+			return &SourceError{"Repo", errGitProtocol}
 		default:
-			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path", scheme)}
+			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh:// or file:// URL, or a local path", scheme)}
 		}
 	}
 	// (HEAD passes the reference rules, and git check-ref-format --branch
@@ -378,6 +381,15 @@ func CheckSource(repo, branch, flowsDir string) error {
 	}
 	return nil
 }
+
+// errGitProtocol is CheckSource's refusal of a git:// repo. go-git
+// dials the git protocol with a plain net.Dial that nothing can watch, so
+// a server that takes the connection and says nothing would hold the round
+// (and the sync lock every process shares) for maxFetchTime, not
+// FetchTimeout; and the protocol neither authenticates the server nor
+// protects what it sends, which here is the code the host runs and its
+// access keys.
+var errGitProtocol = errors.New("a git:// repo is not followed: the git protocol has no authentication or encryption, and a silent server could not be timed out; give the repo's https:// or ssh:// URL")
 
 // SourceError is CheckSource's refusal of one setting.
 type SourceError struct {

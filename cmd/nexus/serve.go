@@ -89,7 +89,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the `address` to listen on (env NEXUS_LISTEN)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "the registry `file`; the state directory is its folder (env NEXUS_DB)")
-	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: an https://, http://, ssh://, git:// or file:// URL, or a local `path` (env NEXUS_REPO)")
+	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: an https://, http://, ssh:// or file:// URL, or a local `path` (env NEXUS_REPO)")
 	fs.StringVar(&cfg.Branch, "branch", cfg.Branch, "the `branch` to follow (env NEXUS_BRANCH)")
 	fs.StringVar(&cfg.FlowsDir, "flows-dir", cfg.FlowsDir, "the `folder` of the repo holding the flows (env NEXUS_FLOWS_DIR)")
 	fs.DurationVar(&cfg.Poll, "poll", cfg.Poll, "the `interval` between fetches of the repo (env NEXUS_POLL)")

@@ -226,7 +226,9 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		// it was read as etc/, and the commits were blamed for lacking it
 		{[]string{"--repo", repo, "--flows-dir", "../etc"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "../etc" leaves the repo: give a folder inside it, such as flows`},
 		{[]string{"--repo", "https://ops:p%zz@git.example.com/x.git"}, "", exitUsage, "nexus serve: --repo: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"},
-		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh://, git:// or file:// URL, or a local path`},
+		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh:// or file:// URL, or a local path`},
+		// go-git dials git:// unwatched: a silent server held the sync lock for 30 minutes
+		{[]string{"--repo", "git://127.0.0.1:47400/x.git"}, "", exitUsage, "nexus serve: --repo: a git:// repo is not followed: the git protocol has no authentication or encryption, and a silent server could not be timed out; give the repo's https:// or ssh:// URL"},
 		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
 		{[]string{"--dev", "--flows-dir", "config"}, "", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave --flows-dir out"},
 		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", "/nonexistent/id_ed25519"}, "", exitUsage, "nexus serve: --ssh-key /nonexistent/id_ed25519: no such file or directory"},
