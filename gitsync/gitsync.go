@@ -48,9 +48,25 @@ const (
 	// takes the connection and then sends nothing for this long ends the
 	// round, so that it does not hold the sync lock for ever.
 	DefaultFetchTimeout = 2 * time.Minute
-	maxDepth            = 64  // nested folders under the flows folder
-	maxLoggedErrors     = 100 // errors of a refused commit in its sync_failed line
+	maxDepth            = 64 // nested folders under the flows folder
 )
+
+// MaxReportedErrors is how many lines of errors a refused commit records,
+// returns and logs at most: past it, the first MaxReportedErrors-1 and a
+// last line saying how many more there are. A commit breaking thousands of
+// files is refused for all of them, but the registry, /status and the log
+// hold a bounded list.
+const MaxReportedErrors = 100
+
+// capErrors returns errs, or when there are more than MaxReportedErrors,
+// the first MaxReportedErrors-1 and a line saying how many more there are.
+func capErrors(errs []string) []string {
+	if len(errs) <= MaxReportedErrors {
+		return errs
+	}
+	kept := slices.Clone(errs[:MaxReportedErrors-1])
+	return append(kept, fmt.Sprintf("… and %d more errors (nexus validate on a checkout of the commit lists them all)", len(errs)-len(kept)))
+}
 
 // Config configures a Syncer. Repo, Dir and Registry are required.
 type Config struct {
@@ -415,7 +431,9 @@ type Result struct {
 	Skipped string
 	// Changes are the publication's changes, when the commit was applied.
 	Changes []registry.Change
-	// Errors are the refused commit's errors (FILE:LINE: message).
+	// Errors are the refused commit's errors (FILE:LINE: message), at
+	// most MaxReportedErrors lines, the last saying how many more there
+	// are when there are more.
 	Errors []string
 }
 
@@ -517,12 +535,12 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	}
 	s.evaluated = true
 	if len(problems) > 0 {
-		res.Errors = problems
-		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, problems, s.syncSource(st)); err != nil {
+		res.Errors = capErrors(problems)
+		if err := s.cfg.Registry.RecordSyncFailure(ctx, res.Commit, res.Errors, s.syncSource(st)); err != nil {
 			return res, fmt.Errorf("recording the refused commit %s: %w", short(res.Commit), err)
 		}
-		// every error, as /status lists them, up to maxLoggedErrors (a
-		// commit breaking thousands of files makes one bounded line)
+		// the errors as /status lists them (a commit breaking thousands
+		// of files makes one bounded line), and how many there are
 		keeps := "the last good commit keeps serving"
 		switch {
 		case st.Commit == "" && st.Flows > 0:
@@ -532,7 +550,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		}
 		s.cfg.Logger.Error("commit refused: "+keeps,
 			"event", "sync_failed", "commit", res.Commit, "error_count", len(problems),
-			"errors", problems[:min(len(problems), maxLoggedErrors)])
+			"errors", res.Errors)
 		return res, nil
 	}
 	// a commit that changes access.yaml alone (a key revoked, a rate set)

@@ -2,6 +2,7 @@ package gitsync_test
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
@@ -138,6 +140,51 @@ func TestLimitFileCount(t *testing.T) {
 
 	e.src.remove("flows/many")
 	e.recovers()
+}
+
+// TestLimitFileCountCountsRefusedNames: an entry refused for its name
+// counts against MaxFiles as any entry does, and a refused commit records
+// at most MaxReportedErrors lines. A flows folder of 30,000 entries named
+// "\x01NNNNNN.md" under MaxFiles 100 was refused with 30,000 errors, every
+// one recorded in the registry and repeated by /status: the names were
+// refused before they were counted.
+func TestLimitFileCountCountsRefusedNames(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.MaxFiles = 100 })
+	e.src.commit("base")
+	blob := e.src.storeBlob([]byte("x"))
+	entries := make([]object.TreeEntry, 30000)
+	for i := range entries {
+		entries[i] = treeEntry(fmt.Sprintf("\x01%06d.md", i), filemode.Regular, blob)
+	}
+	flows := e.src.storeTree(entries)
+	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "30,000 badly named files")
+
+	// the limit first, then the names walked before it, cut to
+	// MaxReportedErrors lines
+	want := []string{"flows/: more than 100 files"}
+	for i := range gitsync.MaxReportedErrors - 2 {
+		want = append(want, fmt.Sprintf(`"flows/\x01%06d.md": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only`, i))
+	}
+	want = append(want, "… and 2 more errors (nexus validate on a checkout of the commit lists them all)")
+	res := e.sync()
+	st := e.status()
+	if st.LastError == nil {
+		t.Fatalf("Sync = %d errors, and no refusal recorded", len(res.Errors))
+	}
+	if n, m := len(res.Errors), len(st.LastError.Errors); n > gitsync.MaxReportedErrors || m > gitsync.MaxReportedErrors {
+		t.Fatalf("Sync returned %d errors and recorded %d, want at most %d", n, m, gitsync.MaxReportedErrors)
+	}
+	if diff := cmp.Diff(want, res.Errors); diff != "" {
+		t.Errorf("the errors returned (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, st.LastError.Errors); diff != "" {
+		t.Errorf("the errors recorded (-want +got):\n%s", diff)
+	}
+	// the log line says how many errors there were in all
+	lines := e.logs.Events(t, "sync_failed")
+	if len(lines) != 1 || lines[0]["error_count"] != float64(101) || len(lines[0]["errors"].([]any)) != gitsync.MaxReportedErrors {
+		t.Errorf("sync_failed lines: %v, want one with error_count 101 and %d errors", lines, gitsync.MaxReportedErrors)
+	}
 }
 
 // A symbolic link under the flows folder refuses the commit, wherever it

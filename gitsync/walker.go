@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -70,7 +71,10 @@ type walker struct {
 	bytes    int64 // the Markdown read so far
 	sources  []flow.Source
 	problems []string
-	damage   error // the first object of the commit the clone could not read
+	// walked is where the problems of the walk in progress (from its
+	// top folder) begin in problems: its limit on files goes there
+	walked int
+	damage error // the first object of the commit the clone could not read
 }
 
 func (w *walker) problem(format string, args ...any) {
@@ -154,6 +158,9 @@ func (w *walker) markdown(e entry, p string) []byte {
 // walk collects the Markdown files under dir, refusing what the flows
 // folder must not hold.
 func (w *walker) walk(t folder, dir string, depth int) {
+	if depth == 1 {
+		w.walked = len(w.problems)
+	}
 	if depth > maxDepth {
 		w.problem("%s: folders nested deeper than %d levels", dir, maxDepth)
 		return
@@ -166,6 +173,21 @@ func (w *walker) walk(t folder, dir string, depth int) {
 	for _, e := range entries {
 		name := e.name()
 		p := w.join(dir, name)
+		if w.seen != nil && w.seen(p) {
+			continue
+		}
+		// every entry counts, a refused name too: a tree of 30,000
+		// badly named entries made as many errors, all of them recorded
+		// in the registry and repeated by /status
+		w.files++
+		if w.files > w.maxFiles {
+			if w.files == w.maxFiles+1 {
+				// first among the walk's problems: it refuses the folder
+				// whole, and says why the others stop where they do
+				w.problems = slices.Insert(w.problems, w.walked, fmt.Sprintf("%s/: more than %d files", w.root, w.maxFiles))
+			}
+			return
+		}
 		if !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
 			// quoted: the name reaches terminals (nexus status) and logs
 			w.problem("%s: a name with a control or format character, or not UTF-8: %s/ holds plainly named files only", strconv.Quote(p), w.label)
@@ -178,16 +200,6 @@ func (w *walker) walk(t folder, dir string, depth int) {
 		if strings.EqualFold(name, ".git") {
 			w.problem("%s: a .git entry: %s/ holds flows only", p, w.label)
 			continue
-		}
-		if w.seen != nil && w.seen(p) {
-			continue
-		}
-		w.files++
-		if w.files > w.maxFiles {
-			if w.files == w.maxFiles+1 {
-				w.problem("%s/: more than %d files", w.root, w.maxFiles)
-			}
-			return
 		}
 		switch k, mode := e.kind(); k {
 		case kindDir:
