@@ -182,4 +182,4 @@ func (e diskEntry) read(max int64) ([]byte, int64, error) {
 	return data, int64(len(data)), nil
 }
 
-func (e diskEntry) open() (folder, error) { return diskFolder{path: e.path, nofollow: true}, nil }
+func (e diskEntry) open(int) (folder, error) { return diskFolder{path: e.path, nofollow: true}, nil }

@@ -982,7 +982,10 @@ func (d *cloneDamage) Unwrap() error { return d.err }
 // it is returned as damage, and the commit is judged again once the clone
 // is whole.
 func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*flow.Flow, keys *access.Set, problems []string, damage error) {
-	root, err := commit.Tree()
+	root, err := boundedTree(repo, commit.TreeHash, maxOuterTreeBytes)
+	if ts, ok := errors.AsType[*treeSize](err); ok {
+		return nil, nil, []string{fmt.Sprintf("the repo's root folder holds more entries than git sync reads (%v)", ts)}, nil
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading the tree of %s: %w", commit.Hash, err)
 	}
@@ -1000,18 +1003,18 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	accessRefused := len(w.problems) > 0 // read, it would be refused again as missing
 	// found by its entry, not with Tree (which reports a tree object the
 	// clone lost as a folder the commit lacks)
-	e, err := root.FindEntry(s.cfg.FlowsDir)
-	notFolder, whose := s.cfg.FlowsDir, "the flows folder, --flows-dir"
-	if err != nil {
-		// a folder on its path that is a file or a link in the commit:
-		// go-git looks a tree up under a blob's hash and fails as if the
-		// clone lacked it (it was cloned anew at every round)
-		if above, path, ok := nonFolderAbove(root, s.cfg.FlowsDir); ok {
-			e, err = above, nil
-			notFolder, whose = path, "on the path of the flows folder "+s.cfg.FlowsDir+", --flows-dir"
-		}
+	e, notFolder, err := findEntry(repo, root, s.cfg.FlowsDir)
+	whose := "the flows folder, --flows-dir"
+	if notFolder != s.cfg.FlowsDir {
+		// a folder on its path that is a file or a link in the commit
+		// (go-git's FindEntry looked a tree up under a blob's hash and
+		// failed as if the clone lacked it: it was cloned anew at every
+		// round)
+		whose = "on the path of the flows folder " + s.cfg.FlowsDir + ", --flows-dir"
 	}
 	switch {
+	case errors.As(err, new(*treeSize)):
+		w.problem("%s/: holds more entries than git sync reads on the path of the flows folder (%v)", notFolder, err)
 	case err == nil && e.Mode != filemode.Dir:
 		what := "a file"
 		switch e.Mode {
@@ -1028,11 +1031,7 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	case err != nil:
 		w.readFailed(s.cfg.FlowsDir+"/", err)
 	default:
-		if dir, err := repo.TreeObject(e.Hash); err != nil {
-			w.readFailed(s.cfg.FlowsDir+"/", err)
-		} else {
-			w.walk(gitFolder{repo, dir}, s.cfg.FlowsDir, 1)
-		}
+		w.walkFolder(gitEntry{repo, e}, s.cfg.FlowsDir)
 	}
 	if w.damage != nil {
 		return nil, nil, nil, w.damage
@@ -1065,22 +1064,32 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 	return flows, keys, problems, nil
 }
 
-// nonFolderAbove returns the first entry on the path of dir (a slash path
-// of folders in root) that the commit holds as something else than a
-// folder, and its path, if any.
-func nonFolderAbove(root *object.Tree, dir string) (*object.TreeEntry, string, bool) {
+// maxOuterTreeBytes bounds the trees read outside the flows folder: the
+// repo's root, and each folder on the path of the flows folder. Their
+// entries are not counted, and a tree is decoded whole (about 500 bytes an
+// entry): a root of 400,000 entries would take 200 MB at every process's
+// first round. 1 MiB holds 3,700 entries of the longest names, some 25,000
+// of usual ones.
+const maxOuterTreeBytes = 1 << 20
+
+// findEntry returns the entry of dir (a slash path in root) and its path,
+// or the first entry on its way that is not a folder and its path. Each
+// tree on the way is read within maxOuterTreeBytes (a *treeSize error
+// names its path).
+func findEntry(repo *git.Repository, root *object.Tree, dir string) (*object.TreeEntry, string, error) {
 	parts := strings.Split(dir, "/")
-	for i := range parts {
+	t := root
+	for i, name := range parts {
 		path := strings.Join(parts[:i+1], "/")
-		e, err := root.FindEntry(path)
-		if err != nil {
-			return nil, "", false
+		e, err := t.FindEntry(name)
+		if err != nil || i == len(parts)-1 || e.Mode != filemode.Dir {
+			return e, path, err
 		}
-		if e.Mode != filemode.Dir {
-			return e, path, true
+		if t, err = boundedTree(repo, e.Hash, maxOuterTreeBytes); err != nil {
+			return nil, path, err
 		}
 	}
-	return nil, "", false
+	return nil, dir, object.ErrEntryNotFound // dir is not empty
 }
 
 // AccessProblems is an error of access.Parse as a commit's problems, one

@@ -2,15 +2,18 @@ package gitsync_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
@@ -147,17 +150,18 @@ func TestLimitFileCount(t *testing.T) {
 // at most MaxReportedErrors lines. A flows folder of 30,000 entries named
 // "\x01NNNNNN.md" under MaxFiles 100 was refused with 30,000 errors, every
 // one recorded in the registry and repeated by /status: the names were
-// refused before they were counted.
+// refused before they were counted. (Such a tree is now refused for its
+// size before it is read: the 700 entries here fit in what 100 may take.)
 func TestLimitFileCountCountsRefusedNames(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.MaxFiles = 100 })
 	e.src.commit("base")
 	blob := e.src.storeBlob([]byte("x"))
-	entries := make([]object.TreeEntry, 30000)
+	entries := make([]object.TreeEntry, 700)
 	for i := range entries {
 		entries[i] = treeEntry(fmt.Sprintf("\x01%06d.md", i), filemode.Regular, blob)
 	}
 	flows := e.src.storeTree(entries)
-	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "30,000 badly named files")
+	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "700 badly named files")
 
 	// the limit first, then the names walked before it, cut to
 	// MaxReportedErrors lines
@@ -260,6 +264,8 @@ func TestLimitHostileEntries(t *testing.T) {
 		// quoted, never written raw to a terminal or a log
 		{"a terminal escape", "\x1b]0;pwned\x07x.md", filemode.Regular, `"flows/\x1b]0;pwned\ax.md": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only`},
 		{"not UTF-8", "x\xff.md", filemode.Regular, `"flows/x\xff.md": a name with a control or format character, or not UTF-8: flows/ holds plainly named files only`},
+		// no file system could hold it; cut in the error
+		{"a name over 255 bytes", strings.Repeat("n", 300) + ".md", filemode.Regular, `"flows/` + strings.Repeat("n", 64) + `"…: a name of 303 bytes, over the limit of 255`},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
 			e := newEnv(t)
@@ -369,3 +375,101 @@ func snapshot(t testing.TB, root, skip string) []string {
 }
 
 func emptyTree() *object.Tree { return &object.Tree{} }
+
+// TestLimitFileCountBeforeTheTreeIsRead: a flows folder whose tree is
+// larger than MaxFiles entries could make is refused for its files
+// without being read. A tree of 400,000 entries (a pack of under 1 MB)
+// made every process's first round allocate 198 MB, decoding it whole,
+// only to refuse it for "more than 100 files".
+func TestLimitFileCountBeforeTheTreeIsRead(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.MaxFiles = 100 })
+	e.src.commit("base")
+	blob := e.src.storeBlob([]byte("x"))
+	entries := make([]object.TreeEntry, 400000)
+	for i := range entries {
+		entries[i] = treeEntry(fmt.Sprintf("%06d.md", i), filemode.Regular, blob)
+	}
+	flows := e.src.storeTree(entries)
+	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "400,000 files")
+	want := []string{"flows/: more than 100 files"}
+	if res := e.sync(); !cmp.Equal(want, res.Errors) {
+		t.Fatalf("errors of the first round: %q, want %q", res.Errors, want)
+	}
+
+	// a restart's round judges the head again, from the clone
+	e.s.Stop()
+	s, err := gitsync.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	res, err := s.Sync(context.Background())
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, res.Errors); diff != "" {
+		t.Errorf("errors of the restart's round (-want +got):\n%s", diff)
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("the restart's round allocated %d KB", alloc>>10)
+	if alloc > 16<<20 {
+		t.Errorf("the restart's round allocated %d MB, want under 16 MB", alloc>>20)
+	}
+}
+
+// TestLimitOuterTrees: the trees read outside the flows folder (the
+// repo's root, the folders on the path of --flows-dir) are read within a
+// size of their own, 1 MiB: larger, the commit is refused without them
+// being read. Their entries are not counted, and a root of 400,000
+// entries took 200 MB to decode.
+func TestLimitOuterTrees(t *testing.T) {
+	many := func(e *env, n int) []object.TreeEntry {
+		blob := e.src.storeBlob([]byte("x"))
+		entries := make([]object.TreeEntry, n)
+		for i := range entries {
+			entries[i] = treeEntry(fmt.Sprintf("%06d.txt", i), filemode.Regular, blob)
+		}
+		return entries
+	}
+	const n = 40000 // 38 bytes each: 1,520,000 bytes
+	for _, tc := range []struct {
+		name, flowsDir string
+		tree           func(e *env) plumbing.Hash // the commit's root
+		want           []string
+	}{
+		{
+			name: "the root", flowsDir: "flows",
+			tree: func(e *env) plumbing.Hash {
+				return e.src.storeTree(append(many(e, n), e.src.headTree().Entries...))
+			},
+			want: []string{"the repo's root folder holds more entries than git sync reads (a tree of 1520071 bytes, over the limit of 1048576)"},
+		},
+		{
+			name: "a folder on the path of the flows folder", flowsDir: "config/flows",
+			tree: func(e *env) plumbing.Hash {
+				root := e.src.headTree()
+				flows, err := root.FindEntry("flows")
+				if err != nil {
+					t.Fatal(err)
+				}
+				config := e.src.storeTree(append(many(e, n), treeEntry("flows", filemode.Dir, flows.Hash)))
+				return e.src.storeTree(withEntry(root, treeEntry("config", filemode.Dir, config)))
+			},
+			want: []string{"config/: holds more entries than git sync reads on the path of the flows folder (a tree of 1520032 bytes, over the limit of 1048576)"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *gitsync.Config) { c.FlowsDir = tc.flowsDir })
+			e.src.commit("base")
+			e.src.commitTree(tc.tree(e), "a large tree")
+			res := e.sync()
+			if diff := cmp.Diff(tc.want, res.Errors); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
@@ -39,9 +41,25 @@ type entry interface {
 	// read reads a regular file within max bytes; over it, data is nil
 	// and size says how large the file is.
 	read(max int64) (data []byte, size int64, err error)
-	// open opens a folder.
-	open() (folder, error)
+	// open opens a folder. One that holds more than max entries may be
+	// refused as such without being read (errTooManyEntries).
+	open(max int) (folder, error)
 }
+
+// maxNameBytes is the longest name of an entry of the flows folder:
+// NAME_MAX of the usual file systems, so a commit holding a longer one
+// could not be checked out (nor read by nexus validate).
+const maxNameBytes = 255
+
+// maxTreeEntryBytes is the most bytes an entry of the flows folder takes
+// in its tree object: its mode (at most 6 octal digits), a space, its
+// name, a NUL and its 20-byte hash. A tree larger than max times this
+// holds more than max entries, or a name too long.
+const maxTreeEntryBytes = 6 + 1 + maxNameBytes + 1 + 20
+
+// errTooManyEntries is open's refusal of a folder whose tree is larger
+// than max entries with names of up to maxNameBytes take.
+var errTooManyEntries = errors.New("more entries than the limit on files leaves")
 
 type entryKind int
 
@@ -155,6 +173,38 @@ func (w *walker) markdown(e entry, p string) []byte {
 	return data
 }
 
+// tooMany records that the flows folder holds more than maxFiles
+// entries: first among the walk's problems, since it refuses the folder
+// whole and says why the others stop where they do.
+func (w *walker) tooMany() {
+	w.problems = slices.Insert(w.problems, w.walked, fmt.Sprintf("%s/: more than %d files", w.root, w.maxFiles))
+}
+
+// open opens the folder e at p if it holds no more entries than the
+// limit on files leaves (a larger tree is not read); false when it was
+// refused or could not be read, which is said.
+func (w *walker) open(e entry, p string) (folder, bool) {
+	sub, err := e.open(w.maxFiles - w.files)
+	if errors.Is(err, errTooManyEntries) {
+		w.files = w.maxFiles + 1
+		w.tooMany()
+		return nil, false
+	}
+	if err != nil {
+		w.fail(p+"/", err)
+		return nil, false
+	}
+	return sub, true
+}
+
+// walkFolder walks the folder e at p, the flows folder.
+func (w *walker) walkFolder(e entry, p string) {
+	w.walked = len(w.problems)
+	if sub, ok := w.open(e, p); ok {
+		w.walk(sub, p, 1)
+	}
+}
+
 // walk collects the Markdown files under dir, refusing what the flows
 // folder must not hold.
 func (w *walker) walk(t folder, dir string, depth int) {
@@ -182,11 +232,14 @@ func (w *walker) walk(t folder, dir string, depth int) {
 		w.files++
 		if w.files > w.maxFiles {
 			if w.files == w.maxFiles+1 {
-				// first among the walk's problems: it refuses the folder
-				// whole, and says why the others stop where they do
-				w.problems = slices.Insert(w.problems, w.walked, fmt.Sprintf("%s/: more than %d files", w.root, w.maxFiles))
+				w.tooMany()
 			}
 			return
+		}
+		if len(name) > maxNameBytes {
+			// quoted and cut: the name may be of any length
+			w.problem("%s: a name of %d bytes, over the limit of %d", strconv.Quote(w.join(dir, name[:64]))+"…", len(name), maxNameBytes)
+			continue
 		}
 		if !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
 			// quoted: the name reaches terminals (nexus status) and logs
@@ -203,9 +256,11 @@ func (w *walker) walk(t folder, dir string, depth int) {
 		}
 		switch k, mode := e.kind(); k {
 		case kindDir:
-			sub, err := e.open()
-			if err != nil {
-				w.fail(p+"/", err)
+			sub, ok := w.open(e, p)
+			if !ok {
+				if w.files > w.maxFiles {
+					return
+				}
 				continue
 			}
 			w.walk(sub, p, depth+1)
@@ -287,10 +342,36 @@ func (g gitEntry) read(max int64) ([]byte, int64, error) {
 	return data, b.Size, nil
 }
 
-func (g gitEntry) open() (folder, error) {
-	t, err := g.repo.TreeObject(g.e.Hash)
+// open reads the tree, once its size (found without reading it) says it
+// holds no more than max entries: decoding a tree takes about 500 bytes
+// an entry (a tree of 400,000 entries, 200 MB).
+func (g gitEntry) open(max int) (folder, error) {
+	t, err := boundedTree(g.repo, g.e.Hash, int64(max)*maxTreeEntryBytes)
+	if errors.As(err, new(*treeSize)) {
+		return nil, errTooManyEntries
+	}
 	if err != nil {
 		return nil, err
 	}
 	return gitFolder{g.repo, t}, nil
+}
+
+// treeSize is boundedTree's refusal of a tree over its limit.
+type treeSize struct{ size, max int64 }
+
+func (e *treeSize) Error() string {
+	return fmt.Sprintf("a tree of %d bytes, over the limit of %d", e.size, e.max)
+}
+
+// boundedTree reads the tree h when its size, found without reading it,
+// is at most max bytes, else fails with a *treeSize.
+func boundedTree(repo *git.Repository, h plumbing.Hash, max int64) (*object.Tree, error) {
+	size, err := repo.Storer.EncodedObjectSize(h)
+	if err != nil {
+		return nil, err
+	}
+	if size > max {
+		return nil, &treeSize{size, max}
+	}
+	return repo.TreeObject(h)
 }
