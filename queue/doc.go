@@ -12,7 +12,7 @@
 //
 //	segment.log          the messages, one frame each, appended in order
 //	segment.log.ckpt     the byte offset up to which everything is processed
-//	segment.log.retry    the pending retry schedule, with absolute times
+//	segment.log.retry    the retry schedule: its changes, one frame each, with absolute times
 //	segment.log.seq      the next message id (never reissued)
 //	dlq.log              dead-lettered messages, one frame each
 //	dlq.log.acked        marks of dead letters replayed or discarded, one frame each
@@ -25,8 +25,9 @@
 //
 // # Frames
 //
-// segment.log, dlq.log and dlq.log.acked are sequences of frames. A frame is
-// a 12-byte header and a record; integers are big-endian:
+// segment.log, segment.log.retry, dlq.log and dlq.log.acked are sequences
+// of frames. A frame is a 12-byte header and a record; integers are
+// big-endian:
 //
 //	offset  size  field
 //	0       4     magic "NXQ1" (0x4e 0x58 0x51 0x31): lets recovery find the
@@ -68,6 +69,40 @@
 //	18  8   for a replay, the id of the message it appended (optional: a
 //	        mark is 18 or 26 bytes)
 //
+// A retry set (kind 4, segment.log.retry): the message's retry, which
+// replaces any entry of the same id:
+//
+//	0   1   kind = 4
+//	1   8   id (uint64) of the message
+//	9   8   offset (uint64) of the message's frame in segment.log
+//	17  4   attempt (uint32): the attempt that is due
+//	21  8   due time (int64 Unix nanoseconds, wall clock)
+//
+// A retry clear (kind 5, segment.log.retry): the message's entry leaves the
+// schedule (a clear of an id with no entry changes nothing):
+//
+//	0   1   kind = 5
+//	1   8   id (uint64) of the message
+//
+// The schedule is the records applied in order; among entries due at the
+// same time, the one set first runs first. The worker appends one frame,
+// and fdatasyncs it, for each change: a failed first attempt or a retry
+// that failed again is a set, a retry whose message is done (acknowledged,
+// dead-lettered, dropped) a clear, written only after the checkpoint past
+// the message is durable. It rewrites the file with a set for each live
+// entry (in the order they were set) through the atomic-write helper when
+// the file grows past twice that size plus 32 KiB, at an idle moment when
+// the changes past the live entries take at least as much room as they do
+// (the schedule empty: the file emptied), and after a write that failed
+// (never appending after bytes a failed write or fdatasync may have left).
+// Versions before it wrote the schedule whole at each change, as one value:
+// magic "NXR1", a count n (4 bytes), n entries of id (8), offset (8),
+// attempt (4) and due time (8, Unix nanoseconds), then the CRC-32C of
+// everything before it (4 bytes). Any process reads that format; the
+// worker, as it starts, rewrites it in the log format through the
+// atomic-write helper, so that a crash leaves one file or the other, with
+// the same entries.
+//
 // The worker rewrites dlq.log without the marked dead letters at an idle
 // moment, empties dlq.log.acked, and logs each mark it applied
 // (dlq_replayed, dlq_discarded).
@@ -81,11 +116,9 @@
 // whose value is the next message id when it began: the messages of the
 // log being emptied have smaller ids, those appended since larger ones, so
 // a drain stopped at any point reads as the offset of the first message
-// appended since (or the end), never inside them. segment.log.retry is magic "NXR1", a count n (4 bytes),
-// n entries of id (8), offset (8), attempt (4) and due time (8, Unix
-// nanoseconds), then the CRC-32C of everything before it (4 bytes).
+// appended since (or the end), never inside them.
 //
-// The retry schedule is replaced whole through one atomic-write helper: a
+// The retry schedule's log is compacted through one atomic-write helper: a
 // temporary file is written and fsynced, renamed over the old one, and the
 // folder is fsynced. The two one-value files are rewritten in place (16
 // bytes at offset 0, within one sector):
@@ -140,4 +173,17 @@
 // magic, are delivered. A length field larger than the file is damage or a
 // torn tail, never an allocation. A batch whose fdatasync fails is cut
 // from the file before its callers get their error.
+//
+// segment.log.retry is read by the same rules: any process reads it,
+// without writing, up to a torn tail (a change being written, or one a
+// crash cut short: the worker waits for each change's fdatasync before it
+// acts on it, so such a change was never acted upon), and the worker, as
+// it starts (holding worker.lock), truncates that tail, syncs, and logs it
+// (queue_damage, torn). Any other damage, a damaged frame in the middle or
+// a whole last frame damaged after it was written, is an error for every
+// reader, as any damage to the old format was, and the file is left as it
+// is: the change it held may be a retry whose message the checkpoint has
+// passed, which skipping it would lose without a word. The worker does not
+// start on it (worker_failed names the file, the offset and the id when
+// readable), and the queue is neither drained nor deleted by the janitor.
 package queue

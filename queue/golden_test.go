@@ -58,6 +58,14 @@ func fixtureFiles(t *testing.T) map[string][]byte {
 	if err := q.SaveRetries(fixtureRetries); err != nil {
 		t.Fatal(err)
 	}
+	// and a change as the worker appends it: the first retry cleared
+	sched, _, err := q.openRetrySchedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.clear(fixtureRetries[0].ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := q.MoveToDLQ(fixtureDeadLetter); err != nil {
 		t.Fatal(err)
 	}
@@ -136,15 +144,16 @@ func TestFormatMatchesDoc(t *testing.T) {
 	msgFrame := frame(cat([]byte{1}, u64(1), ns(epoch),
 		[]byte{byte(len(m.Source))}, []byte(m.Source),
 		u16(len(m.CorrelationID)), []byte(m.CorrelationID), m.Payload))
-	retries := cat([]byte("NXR1"), u32(len(fixtureRetries)))
+	var retries []byte
 	for _, r := range fixtureRetries {
-		retries = cat(retries, u64(r.ID), u64(uint64(r.Offset)), u32(r.Attempt), ns(r.Due))
+		retries = cat(retries, frame(cat([]byte{4}, u64(r.ID), u64(uint64(r.Offset)), u32(r.Attempt), ns(r.Due))))
 	}
+	retries = cat(retries, frame(cat([]byte{5}, u64(fixtureRetries[0].ID))))
 	want := map[string][]byte{
 		"message": msgFrame,
 		"seq":     value("NXS1", 2),
 		"ckpt":    value("NXC1", uint64(len(msgFrame))),
-		"retry":   cat(retries, crc(retries)),
+		"retry":   retries,
 		"dead_letter": frame(cat([]byte{2}, u64(d.ID), ns(d.EnqueuedAt), ns(d.FailedAt),
 			u32(d.Attempts), u32(len(d.LastError)), []byte(d.LastError), d.Payload)),
 		"mark": frame(cat([]byte{3}, u64(d.ID), ns(fixtureMarkedAt), []byte{MarkDiscarded})),

@@ -949,58 +949,6 @@ func writeCheckpointRecord(f File, magic [4]byte, v uint64, durable bool) error 
 	return nil
 }
 
-// Retry is one entry of the retry schedule.
-type Retry struct {
-	ID      uint64
-	Offset  int64 // the message's frame in segment.log
-	Attempt int   // the attempt that is due
-	Due     time.Time
-}
-
-// Retries returns the pending retry schedule. A schedule that does not
-// verify is an error: retries would be lost.
-func (q *Queue) Retries() ([]Retry, error) {
-	b, err := readFile(q.fs, q.path(retryFile))
-	if err != nil || len(b) == 0 {
-		return nil, err
-	}
-	if len(b) < 12 || [4]byte(b[:4]) != retMagic || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return nil, fmt.Errorf("queue %s/%s: %s does not verify", q.Tenant, q.Flow, retryFile)
-	}
-	n := int(binary.BigEndian.Uint32(b[4:8]))
-	body := b[8 : len(b)-4]
-	if len(body) != n*28 {
-		return nil, fmt.Errorf("queue %s/%s: %s does not verify", q.Tenant, q.Flow, retryFile)
-	}
-	out := make([]Retry, n)
-	for i := range out {
-		e := body[i*28:]
-		out[i] = Retry{
-			ID:      binary.BigEndian.Uint64(e[0:8]),
-			Offset:  int64(binary.BigEndian.Uint64(e[8:16])),
-			Attempt: int(binary.BigEndian.Uint32(e[16:20])),
-			Due:     time.Unix(0, int64(binary.BigEndian.Uint64(e[20:28]))).UTC(),
-		}
-	}
-	return out, nil
-}
-
-// SaveRetries replaces the retry schedule.
-func (q *Queue) SaveRetries(rs []Retry) error {
-	return WriteAtomic(q.fs, q.path(retryFile), encodeRetries(rs))
-}
-
-func encodeRetries(rs []Retry) []byte {
-	b := append(retMagic[:], binary.BigEndian.AppendUint32(nil, uint32(len(rs)))...)
-	for _, r := range rs {
-		b = binary.BigEndian.AppendUint64(b, r.ID)
-		b = binary.BigEndian.AppendUint64(b, uint64(r.Offset))
-		b = binary.BigEndian.AppendUint32(b, uint32(r.Attempt))
-		b = binary.BigEndian.AppendUint64(b, uint64(r.Due.UnixNano()))
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-}
-
 // ErrNotDrained is returned by Drain when the log holds unprocessed
 // messages.
 var ErrNotDrained = errors.New("the queue has unprocessed messages")

@@ -179,12 +179,12 @@ func TestRetries(t *testing.T) {
 		}
 	}
 
-	t.Run("Corrupt", func(t *testing.T) {
-		if err := q.SaveRetries(want); err != nil {
-			t.Fatal(err)
-		}
+	// a schedule of the format older versions wrote (one record, rewritten
+	// whole), as an upgraded process finds it: any damage is an error (the
+	// log format's own damage: TestRetryLogDamage, TestRetryLogTornTail)
+	t.Run("CorruptOldFormat", func(t *testing.T) {
 		path := filepath.Join(root, testTenant, testFlow, retryFile)
-		good, _ := os.ReadFile(path)
+		good := legacyRetryFile(want)
 		damaged := map[string][]byte{
 			"truncated":      good[:len(good)-1],
 			"trailing bytes": append(append([]byte{}, good...), 0),

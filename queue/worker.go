@@ -456,10 +456,16 @@ func (w *Worker) deliver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	retries, err := q.Retries()
+	sched, damage, err := q.openRetrySchedule()
 	if err != nil {
 		return err
 	}
+	for _, d := range damage {
+		// a torn tail: a change a crash cut short, which nothing acted upon
+		w.logger.Warn("the retry schedule ended in a torn write, cut", "event", "queue_damage", // tenant and flow: the logger's
+			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+	}
+	retries := sched.list()
 	// Every message before the furthest one in the retry schedule was
 	// done with before that one was scheduled, and the schedule is
 	// durable before the checkpoint passes what it holds: a checkpoint
@@ -512,7 +518,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// ownCheckpoint when it differed), or was made just now, holding 0 as
 	// cursor is then (a file that is not there reads as 0), unsynced,
 	// which loses nothing
-	l := &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: retries,
+	l := &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
 		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}
 	defer l.stopped()
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
@@ -540,8 +546,8 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 		now = w.cfg.Clock.Now()
 		wait := untilNextPoll(now, w.cfg.Poll)
-		if len(l.retries) > 0 {
-			if d := l.retries[0].Due.Sub(now); d < wait {
+		if r, ok := l.retries.first(); ok {
+			if d := r.Due.Sub(now); d < wait {
 				wait = max(d, 0)
 			}
 		}
@@ -562,9 +568,8 @@ type deliveryLoop struct {
 	hctx   context.Context // deliveries and the writes of state after them
 	ckpt   File            // the checkpoint, rewritten in place
 	reader *logReader
-	// retries is the retry schedule as the worker last wrote it, the
-	// earliest due first once retryDue has sorted it
-	retries []Retry
+	// retries is the retry schedule as the worker last wrote it
+	retries *retrySchedule
 	// cursor is where the next message to deliver begins; saved is what
 	// the checkpoint file holds (-1: not known), synced whether it is
 	// durable; sinceSave counts the messages delivered since it was
@@ -610,12 +615,22 @@ func (l *deliveryLoop) stopped() {
 	}
 }
 
-// saveRetries writes the retry schedule, waiting for a write that fails.
-func (l *deliveryLoop) saveRetries() error {
-	if err := l.w.persist(l.hctx, func() error { return l.q.SaveRetries(l.retries) }); err != nil {
+// setRetry schedules r (replacing its message's entry), and clearRetry
+// takes message id's entry out of the schedule: one record appended to
+// the schedule's log each, waiting for a write that fails.
+func (l *deliveryLoop) setRetry(r Retry) error {
+	return l.changeRetries(func() error { return l.retries.set(r) })
+}
+
+func (l *deliveryLoop) clearRetry(id uint64) error {
+	return l.changeRetries(func() error { return l.retries.clear(id) })
+}
+
+func (l *deliveryLoop) changeRetries(write func() error) error {
+	if err := l.w.persist(l.hctx, write); err != nil {
 		return err
 	}
-	l.w.update(func(s *WorkerState) { s.RetriesPending = len(l.retries) })
+	l.w.update(func(s *WorkerState) { s.RetriesPending = l.retries.Len() })
 	return nil
 }
 
@@ -624,19 +639,17 @@ func (l *deliveryLoop) saveRetries() error {
 // at the cursor were reached… but it lost its place, so the due one with
 // the earliest time is taken.
 func (l *deliveryLoop) retryDue(now time.Time) (bool, error) {
-	slices.SortStableFunc(l.retries, func(a, b Retry) int { return a.Due.Compare(b.Due) })
-	if len(l.retries) == 0 || l.retries[0].Due.After(now) {
+	r, ok := l.retries.first()
+	if !ok || r.Due.After(now) {
 		return false, nil
 	}
-	r := l.retries[0]
 	m, _, err := l.q.Read(r.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return true, err // the log could not be read: the retry stays scheduled
 	}
 	if err != nil || m.ID != r.ID {
 		l.w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
-		l.retries = l.retries[1:]
-		if err := l.saveRetries(); err != nil {
+		if err := l.clearRetry(r.ID); err != nil {
 			return true, err
 		}
 		l.w.cfg.Counts.add("dropped")
@@ -646,10 +659,10 @@ func (l *deliveryLoop) retryDue(now time.Time) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	l.retries = l.retries[1:]
 	if next != nil {
-		l.retries = append(l.retries, *next)
-	} else if err := l.saveCheckpoint(true); err != nil {
+		return true, l.setRetry(*next) // its message's entry replaced
+	}
+	if err := l.saveCheckpoint(true); err != nil {
 		// its retries over (acknowledged, or dead-lettered), the
 		// message leaves the schedule: the checkpoint past it must be
 		// durable first, or a power cut would take it back before the
@@ -657,7 +670,7 @@ func (l *deliveryLoop) retryDue(now time.Time) (bool, error) {
 		// again as a first attempt (a dead letter's budget spent again)
 		return true, err
 	}
-	return true, l.saveRetries()
+	return true, l.clearRetry(r.ID)
 }
 
 // deliverNext makes the first attempt of the message at the cursor and
@@ -673,7 +686,7 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 	// a message delivered before and waiting in the retry schedule: the
 	// same offset and the same id (an offset can hold another message
 	// after recovery cut a torn tail the schedule pointed into)
-	if slices.ContainsFunc(l.retries, func(r Retry) bool { return r.Offset == m.Offset && r.ID == m.ID }) {
+	if l.retries.has(m.ID, m.Offset) {
 		l.cursor = after
 		return true, nil
 	}
@@ -682,9 +695,8 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 		return true, err
 	}
 	if next != nil {
-		l.retries = append(l.retries, *next)
 		// the schedule is durable before the checkpoint passes the message
-		if err := l.saveRetries(); err != nil {
+		if err := l.setRetry(*next); err != nil {
 			return true, err
 		}
 	}
@@ -695,16 +707,20 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 	return true, nil
 }
 
-// housekeep empties the log and rewrites dlq.log at an idle moment, when
-// no retry is scheduled, at most once per Poll and not before a pause
-// after failures is over.
+// housekeep empties the log, compacts the retry schedule's and rewrites
+// dlq.log at an idle moment, when no retry is scheduled, at most once per
+// Poll and not before a pause after failures is over.
 func (l *deliveryLoop) housekeep(now time.Time) error {
 	w, q := l.w, l.q
-	if len(l.retries) > 0 || now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
+	if l.retries.Len() > 0 || now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
 		return nil
 	}
 	l.housekept = now
 	var failed []string // what this round could not do, and why
+	// the schedule's log, now empty of entries, emptied of their changes
+	if err := l.retries.tidy(); err != nil {
+		failed = append(failed, "the retry schedule could not be compacted: "+err.Error())
+	}
 	switch err := q.Drain(); {
 	case err == nil:
 		// emptied (or empty): whatever another process appends from

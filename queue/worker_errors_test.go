@@ -121,7 +121,7 @@ func TestWorkerStartsAgainAfterAnError(t *testing.T) {
 	m, root := memQueueRoot(t)
 	clk := clocktest.New(epoch)
 	q, _ := openQueue(t, root, Options{FS: m, Now: clk.Now})
-	m.Fail(opRename, retryFile+".tmp", 1, syscall.ENOSPC, false) // one failed schedule write
+	m.Fail(opSync, retryFile, 1, syscall.ENOSPC, false) // one failed schedule write (the fdatasync of its change)
 	appendN(t, q, 0, 1)
 	rec := &idRecorder{}
 	policy := RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}

@@ -1,0 +1,437 @@
+package queue
+
+import (
+	"cmp"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+)
+
+// The retry schedule, segment.log.retry, is a log of changes in frames (see
+// the package documentation): a record sets a message's retry (its offset,
+// the attempt that is due and when), or clears it. A change is one frame
+// appended and one fdatasync, whatever the schedule holds; it was the whole
+// schedule rewritten through WriteAtomic, which cost 28·n²/2 bytes and 2n
+// fsyncs for n failed first attempts. The log is rewritten with the live
+// entries only (WriteAtomic) when it grows past twice their size plus
+// retryCompactSlack, and at the worker's idle housekeeping.
+
+// Record kinds of the retry schedule.
+const (
+	kindRetrySet   = 4
+	kindRetryClear = 5
+)
+
+// Sizes of the schedule's records.
+const (
+	retrySetRecord   = 29 // kind, id, offset, attempt, due
+	retryClearRecord = 9  // kind, id
+	retrySetFrame    = headerSize + retrySetRecord
+)
+
+// retryCompactSlack is how many bytes of changes the schedule's log may hold
+// beyond twice its live entries before a change rewrites it; a variable so
+// that tests can have it compact at every chance.
+var retryCompactSlack int64 = 32 << 10
+
+// Retry is one entry of the retry schedule.
+type Retry struct {
+	ID      uint64
+	Offset  int64 // the message's frame in segment.log
+	Attempt int   // the attempt that is due
+	Due     time.Time
+}
+
+// Retries returns the pending retry schedule, in the order its entries were
+// last set. Any process may read it while the worker appends: a torn tail
+// is a change being written or one a crash cut short, never acted upon,
+// and is left out. A schedule that does not verify otherwise is an error:
+// retries would be lost.
+func (q *Queue) Retries() ([]Retry, error) {
+	f, err := q.fs.OpenFile(q.path(retryFile), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return nil, err
+	}
+	s := newRetrySchedule(q.fs, q.path(retryFile))
+	if _, _, _, err := s.load(f, size); err != nil {
+		return nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+	}
+	return s.list(), nil
+}
+
+// SaveRetries replaces the retry schedule whole (WriteAtomic), as a
+// compacted log. The worker changes it one record at a time instead; this
+// is for a queue no worker delivers.
+func (q *Queue) SaveRetries(rs []Retry) error {
+	return WriteAtomic(q.fs, q.path(retryFile), encodeRetryLog(rs))
+}
+
+// openRetrySchedule reads the retry schedule for the queue's worker, as it
+// starts (it holds worker.lock: no other process writes the file). A torn
+// tail is cut (and synced) and returned as damage; damage of any other kind
+// is an error (see load). A schedule in the format of older versions (one
+// record, magic "NXR1", rewritten whole at each change) is carried over:
+// rewritten in the log format with WriteAtomic, so that a crash at any
+// point leaves the old file or the new one, holding the same entries.
+func (q *Queue) openRetrySchedule() (*retrySchedule, []Damage, error) {
+	path := q.path(retryFile)
+	_, err := q.fs.Stat(path)
+	created := errors.Is(err, fs.ErrNotExist)
+	if err != nil && !created {
+		return nil, nil, err
+	}
+	f, err := q.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening %s: %w", retryFile, err)
+	}
+	defer f.Close()
+	s := newRetrySchedule(q.fs, path)
+	fail := func(err error) (*retrySchedule, []Damage, error) { return nil, nil, err }
+	if created {
+		// its entry must survive a power cut, or the changes appended to
+		// it would go with it
+		if err := q.fs.SyncDir(q.dir); err != nil {
+			return fail(fmt.Errorf("syncing the folder of %s: %w", retryFile, err))
+		}
+	}
+	size, err := fileSize(f)
+	if err != nil {
+		return fail(err)
+	}
+	legacy, end, damage, err := s.load(f, size)
+	if err != nil {
+		return fail(fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err))
+	}
+	s.end = end
+	switch {
+	case legacy:
+		if err := s.compact(); err != nil {
+			return fail(fmt.Errorf("carrying %s over to the log format: %w", retryFile, err))
+		}
+	case end < size:
+		if err := f.Truncate(end); err != nil {
+			return fail(fmt.Errorf("truncating %s: %w", retryFile, err))
+		}
+		if err := f.Sync(); err != nil {
+			return fail(fmt.Errorf("syncing %s: %w", retryFile, err))
+		}
+	}
+	return s, damage, nil
+}
+
+// retrySchedule is the retry schedule in memory: the entries by message
+// id, and a heap of them by due time (the earliest first; among equal
+// times, the one set first), and for the worker where its next change
+// goes in the file. The file is opened for each change, not held: a queue
+// with a worker keeps FilesPerQueue-1 files open (see FilesPerQueue).
+type retrySchedule struct {
+	fs   FS
+	path string
+	end  int64 // where the next change goes: the end of the last good frame
+	// rewrite is set after a write that failed (its bytes may be in the
+	// file, or not; a rename may not be durable): the next change
+	// rewrites the file whole rather than appending to it
+	rewrite bool
+	byID    map[uint64]*retryItem
+	due     retryHeap
+	seq     uint64 // the order of the sets
+}
+
+type retryItem struct {
+	Retry
+	seq   uint64
+	index int // in the heap
+}
+
+func newRetrySchedule(fsys FS, path string) *retrySchedule {
+	return &retrySchedule{fs: fsys, path: path, byID: map[uint64]*retryItem{}}
+}
+
+// Len is how many retries are pending.
+func (s *retrySchedule) Len() int { return len(s.byID) }
+
+// first is the retry due first.
+func (s *retrySchedule) first() (Retry, bool) {
+	if len(s.due) == 0 {
+		return Retry{}, false
+	}
+	return s.due[0].Retry, true
+}
+
+// has reports whether the message of id at offset waits in the schedule
+// (an offset can hold another message after recovery cut a torn tail the
+// schedule pointed into).
+func (s *retrySchedule) has(id uint64, offset int64) bool {
+	it, ok := s.byID[id]
+	return ok && it.Offset == offset
+}
+
+// list is the entries in the order they were set; nil when there are none.
+func (s *retrySchedule) list() []Retry {
+	if len(s.byID) == 0 {
+		return nil
+	}
+	items := slices.Clone(s.due)
+	slices.SortFunc(items, func(a, b *retryItem) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]Retry, len(items))
+	for i, it := range items {
+		out[i] = it.Retry
+	}
+	return out
+}
+
+// put sets r in memory: the entry of its message is replaced.
+func (s *retrySchedule) put(r Retry) {
+	s.seq++
+	if it, ok := s.byID[r.ID]; ok {
+		it.Retry, it.seq = r, s.seq
+		heap.Fix(&s.due, it.index)
+		return
+	}
+	it := &retryItem{Retry: r, seq: s.seq}
+	s.byID[r.ID] = it
+	heap.Push(&s.due, it)
+}
+
+// remove clears the entry of message id in memory.
+func (s *retrySchedule) remove(id uint64) {
+	if it, ok := s.byID[id]; ok {
+		heap.Remove(&s.due, it.index)
+		delete(s.byID, id)
+	}
+}
+
+// liveBytes is the size of the log that holds the live entries only.
+func (s *retrySchedule) liveBytes() int64 { return int64(len(s.byID)) * retrySetFrame }
+
+// set schedules r, durably: the entry of its message is replaced. It may
+// be called again with the same r after it failed.
+func (s *retrySchedule) set(r Retry) error {
+	s.put(r)
+	var buf [headerSize + retrySetRecord]byte
+	b, at := openFrame(buf[:0])
+	return s.append(closeFrame(appendRetrySet(b, r), at))
+}
+
+// clear takes message id's entry out of the schedule, durably. It may be
+// called again after it failed.
+func (s *retrySchedule) clear(id uint64) error {
+	s.remove(id)
+	var buf [headerSize + retryClearRecord]byte
+	b, at := openFrame(buf[:0])
+	return s.append(closeFrame(appendRetryClear(b, id), at))
+}
+
+// append writes a change's frame at the end of the log and syncs it; the
+// change is in memory already. After a write that failed, the log is
+// rewritten whole instead, with the change. A log grown past twice its
+// live entries plus retryCompactSlack is compacted; a compaction that
+// fails leaves the change durable, and has the next change rewrite the
+// log.
+func (s *retrySchedule) append(frame []byte) error {
+	if s.rewrite {
+		return s.compact()
+	}
+	f, err := s.fs.OpenFile(s.path, os.O_RDWR, 0)
+	if err != nil {
+		s.rewrite = true
+		return fmt.Errorf("opening %s: %w", retryFile, err)
+	}
+	_, err = f.WriteAt(frame, s.end)
+	if err != nil {
+		err = fmt.Errorf("writing %s: %w", retryFile, err)
+	} else if err = f.Sync(); err != nil {
+		err = fmt.Errorf("syncing %s: %w", retryFile, err)
+	}
+	f.Close()
+	if err != nil {
+		s.rewrite = true
+		return err
+	}
+	s.end += int64(len(frame))
+	if s.end > 2*s.liveBytes()+retryCompactSlack {
+		s.compact() // on failure, s.rewrite is set
+	}
+	return nil
+}
+
+// tidy compacts the log at an idle moment when the changes it holds past
+// the live entries are at least as large as they are (so that the bytes a
+// compaction writes are paid for by those written since the last one), or
+// after a write that failed.
+func (s *retrySchedule) tidy() error {
+	live := s.liveBytes()
+	if !s.rewrite && (s.end == live || s.end-live < live) {
+		return nil
+	}
+	return s.compact()
+}
+
+// compact rewrites the log with the live entries only, through
+// WriteAtomic. On failure the next change rewrites it again: the rename
+// may have happened without being durable, and a change appended to the
+// new file could then go with it.
+func (s *retrySchedule) compact() error {
+	s.rewrite = true
+	data := encodeRetryLog(s.list())
+	if err := WriteAtomic(s.fs, s.path, data); err != nil {
+		return err
+	}
+	s.end, s.rewrite = int64(len(data)), false
+	return nil
+}
+
+// load reads a schedule file of size bytes into s: a log, whose changes
+// are applied in order, or a schedule of the old format (legacy). It
+// returns the end of the log's last good frame and the damage found. A
+// torn tail (see scan) ends the log: the change it held was never acted
+// upon (the worker waits for the fdatasync of each). Any other damage, in
+// the middle or a whole last frame damaged after it was written, is an
+// error, as a damaged schedule of the old format was: the change it held
+// may be a retry whose message the checkpoint has passed, and skipping it
+// would lose that message without a word.
+func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64, damage []Damage, err error) {
+	var head [4]byte
+	if size >= 4 {
+		if _, err := r.ReadAt(head[:], 0); err != nil {
+			return false, 0, nil, err
+		}
+	}
+	if head == retMagic {
+		b := make([]byte, size)
+		if _, err := r.ReadAt(b, 0); err != nil {
+			return false, 0, nil, err
+		}
+		rs, err := decodeLegacyRetries(b)
+		if err != nil {
+			return false, 0, nil, err
+		}
+		for _, rt := range rs {
+			s.put(rt)
+		}
+		return true, size, nil, nil
+	}
+	end, damage, err = scan(r, retryFile, 0, size, func(rec []byte, off int64) error {
+		switch {
+		case len(rec) == retrySetRecord && rec[0] == kindRetrySet:
+			s.put(Retry{
+				ID:      binary.BigEndian.Uint64(rec[1:9]),
+				Offset:  int64(binary.BigEndian.Uint64(rec[9:17])),
+				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
+				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
+			})
+		case len(rec) == retryClearRecord && rec[0] == kindRetryClear:
+			s.remove(binary.BigEndian.Uint64(rec[1:9]))
+		default:
+			return fmt.Errorf("%s holds a record this version does not know at offset %d (kind %d, %d bytes)", retryFile, off, rec[0], len(rec))
+		}
+		return nil
+	})
+	if err != nil {
+		return false, end, damage, err
+	}
+	for _, d := range damage {
+		if !d.Torn {
+			id := ""
+			if d.ID != 0 {
+				id = fmt.Sprintf(", id=%d", d.ID)
+			}
+			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; retries would be lost (the file is left as it is)",
+				retryFile, d.Offset, d.Length, id, d.Reason)
+		}
+	}
+	return false, end, damage, nil
+}
+
+func appendRetrySet(dst []byte, r Retry) []byte {
+	dst = append(dst, kindRetrySet)
+	dst = binary.BigEndian.AppendUint64(dst, r.ID)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.Offset))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(r.Attempt))
+	return binary.BigEndian.AppendUint64(dst, uint64(r.Due.UnixNano()))
+}
+
+func appendRetryClear(dst []byte, id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, kindRetryClear), id)
+}
+
+// encodeRetryLog is the log that sets rs, in order.
+func encodeRetryLog(rs []Retry) []byte {
+	b := make([]byte, 0, len(rs)*retrySetFrame)
+	for _, r := range rs {
+		var at int
+		b, at = openFrame(b)
+		b = closeFrame(appendRetrySet(b, r), at)
+	}
+	return b
+}
+
+// decodeLegacyRetries reads a schedule of the format older versions wrote:
+// magic "NXR1", a count n (4 bytes), n entries of id (8), offset (8),
+// attempt (4) and due time (8, Unix nanoseconds), then the CRC-32C of
+// everything before it (4 bytes).
+func decodeLegacyRetries(b []byte) ([]Retry, error) {
+	bad := fmt.Errorf("%s (the format of older versions) does not verify", retryFile)
+	if len(b) < 12 || [4]byte(b[:4]) != retMagic || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+		return nil, bad
+	}
+	n := int(binary.BigEndian.Uint32(b[4:8]))
+	body := b[8 : len(b)-4]
+	if len(body) != n*28 {
+		return nil, bad
+	}
+	out := make([]Retry, n)
+	for i := range out {
+		e := body[i*28:]
+		out[i] = Retry{
+			ID:      binary.BigEndian.Uint64(e[0:8]),
+			Offset:  int64(binary.BigEndian.Uint64(e[8:16])),
+			Attempt: int(binary.BigEndian.Uint32(e[16:20])),
+			Due:     time.Unix(0, int64(binary.BigEndian.Uint64(e[20:28]))).UTC(),
+		}
+	}
+	return out, nil
+}
+
+// retryHeap orders the schedule's entries by due time, then by the order
+// they were set (container/heap).
+type retryHeap []*retryItem
+
+func (h retryHeap) Len() int { return len(h) }
+func (h retryHeap) Less(i, j int) bool {
+	if c := h[i].Due.Compare(h[j].Due); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h retryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *retryHeap) Push(x any) {
+	it := x.(*retryItem)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+func (h *retryHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}
