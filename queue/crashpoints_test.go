@@ -604,7 +604,18 @@ func cycHas(m map[uint64]mark, id uint64) bool { _, ok := m[id]; return ok }
 // through handles of their own, idle drains and dlq.log compactions, the
 // worker's stop) with a power cut before its k-th file-changing operation,
 // for every k, then recovers and lets a new worker ack everything.
-func TestWorkerCycleCutAtEveryOperation(t *testing.T) {
+func TestWorkerCycleCutAtEveryOperation(t *testing.T) { workerCycleCutAtEveryOperation(t) }
+
+// TestWorkerCycleCutAtEveryOperationCompacting is the same with the retry
+// schedule's log compacted at every chance (no slack): the cut falls in
+// its compactions too, not only in its appends.
+func TestWorkerCycleCutAtEveryOperationCompacting(t *testing.T) {
+	defer func(s int64) { retryCompactSlack = s }(retryCompactSlack)
+	retryCompactSlack = 0
+	workerCycleCutAtEveryOperation(t)
+}
+
+func workerCycleCutAtEveryOperation(t *testing.T) {
 	start := time.Now()
 	// the baseline: no cut; the script does what it says
 	base := newCycRun(t, -1)
