@@ -35,7 +35,8 @@ const (
 	ackOrderMessages = 1000
 	ackOrderClients  = 16
 	// every ackOrderFailEvery-th message fails its first attempt, so that the
-	// worker rewrites the retry schedule (segment.log.retry, renamed in place)
+	// worker changes the retry schedule (segment.log.retry), which it
+	// compacts, renamed in place, once it is empty at an idle moment
 	ackOrderFailEvery = 20
 )
 
