@@ -128,7 +128,7 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	start := s.cfg.Now()
 	res := s.cfg.Engine.Run(ctx, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
-		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, Rerun: d.Source == queue.SourceReplay, NoBody: true,
+		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, Rerun: d.Source == queue.SourceReplay && d.Attempt == 1, NoBody: true,
 	})
 	elapsed := s.cfg.Now().Sub(start)
 	if !res.Interrupted {

@@ -43,7 +43,7 @@
 //	0   1   kind = 1
 //	1   8   id (uint64)
 //	9   8   enqueued at (int64 Unix nanoseconds)
-//	17  1   source length s (the door it came through: "enqueue", "cron")
+//	17  1   source length s (the door it came through: "enqueue", "cron"; "replay" for a dead letter replayed)
 //	18  s   source
 //	    2   correlation ID length c (at most 1024)
 //	    c   correlation ID

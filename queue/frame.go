@@ -201,7 +201,7 @@ func decodeMark(rec []byte) (mark, error) {
 // Damage is a part of a log that did not verify: a torn tail (truncated at
 // open) or a quarantined frame (skipped, never delivered).
 type Damage struct {
-	File   string // segment.log, dlq.log, dlq.log.acked
+	File   string // segment.log, segment.log.retry, dlq.log, dlq.log.acked
 	Offset int64
 	Length int64
 	// ID is the damaged message's id when its record was readable, else 0.

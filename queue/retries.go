@@ -55,6 +55,17 @@ type Retry struct {
 // and is left out. A schedule that does not verify otherwise is an error:
 // retries would be lost.
 func (q *Queue) Retries() ([]Retry, error) {
+	rs, err := q.readRetries()
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// the file shrank under the read: a starting worker cut its torn
+		// tail (the one change made to a schedule in place); read again
+		rs, err = q.readRetries()
+	}
+	return rs, err
+}
+
+// readRetries is one read of the retry schedule for Retries.
+func (q *Queue) readRetries() ([]Retry, error) {
 	f, err := q.fs.OpenFile(q.path(retryFile), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

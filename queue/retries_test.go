@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -544,4 +545,51 @@ func BenchmarkRetrySchedule(b *testing.B) {
 	written, syncs, _ := cfs.totals()
 	b.ReportMetric(float64(written)/float64(b.N), "B/change")
 	b.ReportMetric(float64(syncs)/float64(b.N), "syncs/change")
+}
+
+// A reader in another process (a standby's Info) that took the schedule's
+// size before a starting worker cut its torn tail reads the entries before
+// the tail, as it would have a moment earlier or later, not EOF.
+func TestRetriesWhileTheWorkerCutsATornTail(t *testing.T) {
+	m, root := settledMemQueue(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	s, _ := mustOpenSchedule(t, q)
+	want := []Retry{retryAt(1, 2, time.Second), retryAt(2, 3, time.Hour)}
+	for _, r := range want {
+		if err := s.set(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a torn tail: a whole header, its record cut short
+	path := filepath.Join(root, testTenant, testFlow, retryFile)
+	f, err := m.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := encodeRetryLog([]Retry{retryAt(3, 2, time.Minute)})
+	if _, err := f.WriteAt(frame[:20], int64(len(want))*retrySetFrame); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if rs, err := q.Retries(); err != nil || len(rs) != 2 {
+		t.Fatalf("before the cut: %v, %v", rs, err)
+	}
+	// the worker starts, and cuts the tail, between the reader's fstat and
+	// its first read
+	var armed, fired atomic.Bool
+	m.before = func(op, name string) {
+		if op == opRead && filepath.Base(name) == retryFile && armed.Load() && fired.CompareAndSwap(false, true) {
+			if _, _, err := q.openRetrySchedule(); err != nil {
+				t.Errorf("the worker's open: %v", err)
+			}
+		}
+	}
+	armed.Store(true)
+	rs, err := q.Retries()
+	if !fired.Load() {
+		t.Fatal("the worker's open did not run")
+	}
+	if diff := cmp.Diff(want, rs); err != nil || diff != "" {
+		t.Errorf("Retries() while the worker cut the torn tail: %v, entries (-want +got):\n%s", err, diff)
+	}
 }
