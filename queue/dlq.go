@@ -178,20 +178,31 @@ func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
 // file order, one in memory at a time, and returns the damage found. A
 // missing file has none.
 func (q *Queue) eachRecord(name string, fn func(rec []byte) error) ([]Damage, error) {
-	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	f, size, err := q.openToRead(name)
+	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return nil, err
-	}
 	_, damage, err := scan(f, name, 0, size, func(rec []byte, _ int64) error { return fn(rec) })
 	return damage, err
+}
+
+// openToRead opens a file of the queue for reading, with its size; a
+// missing file is a nil File and no error.
+func (q *Queue) openToRead(name string) (File, int64, error) {
+	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	size, err := fileSize(f)
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, size, nil
 }
 
 // marks returns the ids marked in dlq.log.acked, and the damage found in
@@ -234,18 +245,11 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := q.fs.OpenFile(q.path(dlqFile), os.O_RDONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	f, size, err := q.openToRead(dlqFile)
+	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return nil, err
-	}
 	seen := map[uint64]struct{}{}
 	_, damage, err := scan(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
 		if len(rec) < 33 || rec[0] != kindDeadLetter {

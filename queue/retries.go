@@ -66,18 +66,11 @@ func (q *Queue) Retries() ([]Retry, error) {
 
 // readRetries is one read of the retry schedule for Retries.
 func (q *Queue) readRetries() ([]Retry, error) {
-	f, err := q.fs.OpenFile(q.path(retryFile), os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	f, size, err := q.openToRead(retryFile)
+	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return nil, err
-	}
 	s := newRetrySchedule(q.fs, q.path(retryFile))
 	if _, _, _, err := s.load(f, size); err != nil {
 		return nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
