@@ -336,7 +336,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		}
 	}
 	if inputNode != nil {
-		in, err := yamlDocument(inputNode)
+		in, err := yamlDocument(inputNode, &yamlBudget{left: maxScheduleInput})
 		if err == nil {
 			if str, isStr := in.(string); isStr && inputNode.Tag == "!!str" {
 				in, err = ParseJSON([]byte(str), 0)
@@ -344,7 +344,10 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		}
 		if _, isObj := in.(*Object); err != nil || !isObj {
 			msg := "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}"
-			if err != nil {
+			switch {
+			case errors.Is(err, errOverBudget):
+				msg = err.Error()
+			case err != nil:
 				msg += ": " + err.Error()
 			}
 			c.errorf(at(inputNode), "%s", msg)
@@ -1004,8 +1007,31 @@ func nodeText(n *yaml.Node) string {
 	return n.Value
 }
 
-// yamlDocument converts a YAML value into a document value.
-func yamlDocument(n *yaml.Node) (any, error) {
+// maxScheduleInput bounds schedule_input, in bytes of JSON: a cron tick's
+// message, which a queue's frame holds at about 1 MiB.
+const maxScheduleInput = 1 << 20
+
+// yamlBudget is what is left of the bytes of JSON a YAML value may make
+// once its aliases are followed: a few hundred bytes of aliases, each
+// naming the one before ten times, stand for 10^9 values.
+type yamlBudget struct{ left int }
+
+// spend takes n bytes from the budget, an error once it is spent.
+func (b *yamlBudget) spend(n int) error {
+	if b.left -= n; b.left < 0 {
+		return errOverBudget
+	}
+	return nil
+}
+
+var errOverBudget = fmt.Errorf("schedule_input is over %d bytes as JSON (YAML aliases followed), more than a message holds", maxScheduleInput)
+
+// yamlDocument converts a YAML value into a document value, within budget
+// (bytes of JSON, about: aliases are followed).
+func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
+	if err := budget.spend(len(n.Value) + 2); err != nil {
+		return nil, err
+	}
 	switch n.Kind {
 	case yaml.MappingNode:
 		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
@@ -1013,7 +1039,10 @@ func yamlDocument(n *yaml.Node) (any, error) {
 			if obj.find(n.Content[i].Value) >= 0 {
 				return nil, fmt.Errorf("duplicate key %q", n.Content[i].Value)
 			}
-			v, err := yamlDocument(n.Content[i+1])
+			if err := budget.spend(len(n.Content[i].Value) + 3); err != nil {
+				return nil, err
+			}
+			v, err := yamlDocument(n.Content[i+1], budget)
 			if err != nil {
 				return nil, err
 			}
@@ -1023,7 +1052,7 @@ func yamlDocument(n *yaml.Node) (any, error) {
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
 		for _, e := range n.Content {
-			v, err := yamlDocument(e)
+			v, err := yamlDocument(e, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -1068,7 +1097,7 @@ func yamlDocument(n *yaml.Node) (any, error) {
 		return n.Value, nil
 	case yaml.AliasNode:
 		if n.Alias != nil {
-			return yamlDocument(n.Alias)
+			return yamlDocument(n.Alias, budget)
 		}
 	}
 	return nil, fmt.Errorf("unsupported YAML value")

@@ -410,3 +410,78 @@ func TestScheduleChecks(t *testing.T) {
 		}
 	}
 }
+
+// aliasBomb is a front matter of a few hundred bytes whose schedule_input,
+// its YAML aliases followed, holds 10^levels values: each level names the
+// one before ten times.
+func aliasBomb(levels int) string {
+	var b strings.Builder
+	b.WriteString("---\nflowmarkdown_version: \"0.1\"\nflow: laughs\ntenant: acme\nschedule: \"@hourly\"\nschedule_input:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < levels; i++ {
+		fmt.Fprintf(&b, "  l%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("---\n\n## Step: s\n```ntd\n{{ $ }}\n```\n")
+	return b.String()
+}
+
+// A schedule_input whose aliases stand for more than a message holds is
+// refused on its line, within the budget, instead of being expanded: nine
+// levels (about 600 bytes) stood for 10^9 values, 90 s and 38 GB to
+// compile. Aliases that stand for a message's worth are still followed.
+func TestScheduleInputAliasesAreBounded(t *testing.T) {
+	for _, levels := range []int{6, 9} {
+		src := aliasBomb(levels)
+		errs := compileErrs(t, src)
+		want := fmt.Sprintf("schedule_input is over %d bytes as JSON (YAML aliases followed), more than a message holds", maxScheduleInput)
+		if len(errs) != 1 || errs[0].Line != 6 || errs[0].Msg != want {
+			t.Errorf("%d levels (%d bytes): %v, want line 6: %s", levels, len(src), errs, want)
+		}
+	}
+	f, err := Compile("f.md", []byte(aliasBomb(3))) // 1,000 values
+	if err != nil {
+		t.Fatalf("1,000 values through aliases: %v", err)
+	}
+	if n := len(AppendJSON(nil, f.Schedule().Input())); n < 4000 {
+		t.Errorf("1,000 values through aliases made %d bytes of JSON", n)
+	}
+}
+
+// The literal -9223372036854775808 is the least int, as the same value
+// read from a document is, so arithmetic on it stays exact; it went
+// through float64 (-9223372036854776000).
+func TestLeastIntLiteralIsExact(t *testing.T) {
+	doc, err := ParseJSON([]byte(`{"m":-9223372036854775808}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(src string) string {
+		e, err := CompileExpr(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := e.Eval(&Env{Doc: doc})
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		return string(AppendJSON(nil, v))
+	}
+	for _, tc := range []struct{ expr, want string }{
+		{`$.m + 1`, "-9223372036854775807"},
+		{`-9223372036854775808 + 1`, "-9223372036854775807"},
+		{`-9223372036854775808`, "-9223372036854775808"},
+		{`-9223372036854775808 == $.m`, "true"},
+		{`-(-9223372036854775808) > 9223372036854775807`, "true"},
+		{`-9223372036854775809`, "-9223372036854775809"},
+	} {
+		if got := eval(tc.expr); got != tc.want {
+			t.Errorf("%s = %s, want %s", tc.expr, got, tc.want)
+		}
+	}
+}

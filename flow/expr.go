@@ -384,6 +384,11 @@ func fnNeg(a ...any) (any, error) {
 		return -i, nil // exact, as 0 - i is: not through float64
 	}
 	if x, ok := a[0].(exactNumber); ok {
+		if !x.d.neg && x.d.exp == 19 && x.d.digits == "9223372036854775808" {
+			// 2^63, over an int, negated is the least int: an integer,
+			// exact in arithmetic as the same value read from a document
+			return math.MinInt, nil
+		}
 		return x.negate(), nil
 	}
 	x, ok := number(a[0])
