@@ -97,9 +97,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	var schedules []any
 	if live := s.cfg.Live.Live(); live != nil {
-		// the commit this process serves, which may trail the registry's
-		// by the moment between a publication and its swap
-		st.Commit = live.Commit()
+		// the set this process serves, which may trail the registry's by
+		// the moment between a publication and its swap: its commit,
+		// flows and generation together, never one set's commit with
+		// another's count
+		st.Commit, st.Flows, st.Generation = live.Commit(), len(live.Flows()), live.Generation()
 		for _, sc := range live.Schedules(s.cfg.Now(), s.cfg.NextTick) {
 			schedules = append(schedules, flow.NewObject(
 				[]string{"tenant", "flow", "schedule", "zone", "next", "next_local"},

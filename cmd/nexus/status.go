@@ -65,6 +65,10 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		// an @every schedule's next tick counts from its last one, which
 		// the scheduler records in the state directory
 		cronDir := filepath.Join(filepath.Dir(path), "cron")
+		// the commit, the count and the generation of the set the flow
+		// lines list: a publication between the two reads made one answer
+		// of two sets
+		st.Commit, st.Flows, st.Generation = live.Commit(), len(live.Flows()), live.Generation()
 		flows, schedules = live.Flows(), live.Schedules(time.Now(), func(tenant, name string, sc *flow.Schedule, now time.Time) time.Time {
 			return scheduler.NextTick(cronDir, tenant, name, sc, now)
 		})
