@@ -13,8 +13,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
+	"github.com/nexushq/nexus/registry"
 )
 
 // A flow committed is live after one Sync; changed, it is a new version;
@@ -557,5 +559,40 @@ func TestSyncAppliedSaysTheKeysChanged(t *testing.T) {
 		if applied[i]["keys"] != want.keys || applied[i]["access_changed"] != want.changed {
 			t.Errorf("sync_applied %d: keys %v, access_changed %v; want %v, %v", i, applied[i]["keys"], applied[i]["access_changed"], want.keys, want.changed)
 		}
+	}
+}
+
+// A start judges the head again and publishes it: a flow published by
+// nexus deploy over a registry that follows git (a hotfix) is replaced by
+// the head's at a server's next start, as nexus deploy's note says, though
+// the head did not move.
+func TestAStartPublishesTheHeadOverAHotfix(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	c1 := e.src.commit("x")
+	e.mustApply(c1, "published acme/x v1")
+	hot, err := flow.Compile("/ops/hotfix/x.md", flowtest.Marked("acme", "x", "hotfix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Publish(ctx, registry.Publication{Flows: []*flow.Flow{hot}}); err != nil {
+		t.Fatal(err)
+	}
+	e.s.Stop()
+	s2, err := gitsync.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Stop()
+	if _, err := s2.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live, err := e.reg.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lf, _ := live.Lookup("acme", "x"); lf.SourcePath != "flows/acme/x.md" || lf.Version != 3 {
+		t.Errorf("after a start on the unchanged head %s: acme/x v%d from %s, want v3 from flows/acme/x.md (the head's again)", c1[:7], lf.Version, lf.SourcePath)
 	}
 }

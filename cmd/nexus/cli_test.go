@@ -621,7 +621,7 @@ func TestDeployIntoARegistryFollowingGit(t *testing.T) {
 		}
 		want := ""
 		if commit != "" {
-			want = "nexus deploy: note: this registry follows git (commit 0123456789ab): the next commit a server syncs replaces what this published\n"
+			want = "nexus deploy: note: this registry follows git (commit 0123456789ab): the next commit a server syncs, or a server's next start, replaces what this published\n"
 		}
 		if stderr.String() != want {
 			t.Errorf("deploy into a registry at commit %q: stderr %q, want %q", commit, stderr.String(), want)

@@ -139,10 +139,11 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s access keys of %s (%d key%s)\n", action, keysFrom, keys.Len(), plural(keys.Len()))
 	}
 	// a registry a server fills from git: what this published serves
-	// until that server's next commit replaces it (unless it changed
+	// until that server's next commit, or its next start (whose first
+	// round publishes the head again), replaces it (unless it changed
 	// nothing: the generation moves with every change)
 	if st, err := reg.Status(ctx); err == nil && st.Commit != "" && st.Generation != before.Generation {
-		fmt.Fprintf(stderr, "nexus deploy: note: this registry follows git (commit %s): the next commit a server syncs replaces what this published\n", st.Commit[:min(12, len(st.Commit))])
+		fmt.Fprintf(stderr, "nexus deploy: note: this registry follows git (commit %s): the next commit a server syncs, or a server's next start, replaces what this published\n", st.Commit[:min(12, len(st.Commit))])
 	}
 	return exitOK
 }
