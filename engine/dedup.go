@@ -148,6 +148,10 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 	platform := res.Err != nil && res.Err.Kind == KindInternal || res.HandlerErr != nil && res.HandlerErr.Kind == KindInternal
 	if res.Interrupted || res.Status == http.StatusServiceUnavailable || platform && res.Outcome == Failed {
 		if err := e.dedup.Release(wctx, f.Tenant(), f.Name(), key, claim); err != nil {
+			// let go in the background, as when the answer cannot be
+			// recorded: the execution is over, and its key held to the
+			// end of the lease made every duplicate wait its ceiling
+			e.releaseUntil(f.Tenant(), f.Name(), key, claim, leaseEnd)
 			return unavailable("releasing a dedup key", err)
 		}
 		return res
