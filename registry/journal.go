@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -281,14 +282,8 @@ func (w *JournalWriter) loop(ctx context.Context) {
 	prune := time.NewTicker(w.cfg.PruneEvery)
 	defer prune.Stop()
 	batch := make([]Entry, 0, w.cfg.BatchSize)
-	// the INSERT of journalRowsPerInsert rows, parsed once for the writer's
-	// life (each transaction uses the copy prepared on its connection)
-	var insert *sql.Stmt
-	defer func() {
-		if insert != nil {
-			insert.Close()
-		}
-	}()
+	var inserts journalInserts
+	defer inserts.close()
 	var (
 		pruning atomic.Bool
 		pruned  sync.WaitGroup
@@ -310,13 +305,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				return nil
 			}
 			left -= len(batch)
-			if insert == nil && len(batch) >= journalRowsPerInsert {
-				// on an error, writeEntries prepares it in its transaction
-				if stmt, err := w.r.db.PrepareContext(context.Background(), fullJournalInsert); err == nil {
-					insert = stmt
-				}
-			}
-			if err := w.r.writeEntries(context.Background(), batch, insert); err != nil {
+			if err := w.r.writeEntries(context.Background(), batch, &inserts); err != nil {
 				if !isTransient(err) {
 					// refused for what it holds, not for the moment: tried
 					// again it would block every entry behind it. One at a
@@ -404,57 +393,216 @@ func (w *JournalWriter) loop(ctx context.Context) {
 
 // journalRowsPerInsert is how many entries one INSERT statement writes:
 // one statement per row costs SQLite and database/sql a call, a bind and
-// a reset each; 64 rows take 768 parameters, far below SQLite's limit.
+// a reset each; 64 rows take at most 768 parameters, far below SQLite's
+// limit.
 const journalRowsPerInsert = 64
 
-// insertJournalSQL is the INSERT of n journal rows.
-func insertJournalSQL(n int) string {
+// journalColumns are the journal's columns as an INSERT writes them, in
+// Entry's order (journalArg reads them).
+var journalColumns = [...]string{"at", "door", "tenant", "flow", "version", "correlation_id", "msg_id", "attempt", "outcome", "status", "duration_us", "error"}
+
+// sharedColumns are the columns (bits by journalColumns' index) whose
+// value one statement may bind once for all its rows: a queue's worker
+// writes runs of entries of one flow, version, door and outcome. Binding
+// is the costliest part of a row (a text parameter is copied into memory
+// SQLite allocates, under its mutex), so a statement whose rows share
+// these binds 4 parameters a row instead of 12.
+const sharedColumns uint16 = 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<7 | 1<<8 | 1<<9 | 1<<11
+
+// journalArg is entry e's value for column c, as it is bound.
+func journalArg(e *Entry, c int) any {
+	switch c {
+	case 0:
+		return e.At.UnixMicro()
+	case 1:
+		return e.Door
+	case 2:
+		return e.Tenant
+	case 3:
+		return e.Flow
+	case 4:
+		return int64(e.Version)
+	case 5:
+		return e.CorrelationID
+	case 6:
+		return e.MsgID
+	case 7:
+		return int64(e.Attempt)
+	case 8:
+		return e.Outcome
+	case 9:
+		return int64(e.Status)
+	case 10:
+		return e.Duration.Microseconds()
+	default:
+		return e.Error
+	}
+}
+
+// sameColumns is the set of sharedColumns whose value every entry of
+// rows has.
+func sameColumns(rows []Entry) uint16 {
+	same := sharedColumns
+	first := &rows[0]
+	for i := 1; i < len(rows) && same != 0; i++ {
+		e := &rows[i]
+		if e.Door != first.Door {
+			same &^= 1 << 1
+		}
+		if e.Tenant != first.Tenant {
+			same &^= 1 << 2
+		}
+		if e.Flow != first.Flow {
+			same &^= 1 << 3
+		}
+		if e.Version != first.Version {
+			same &^= 1 << 4
+		}
+		if e.Attempt != first.Attempt {
+			same &^= 1 << 7
+		}
+		if e.Outcome != first.Outcome {
+			same &^= 1 << 8
+		}
+		if e.Status != first.Status {
+			same &^= 1 << 9
+		}
+		if e.Error != first.Error {
+			same &^= 1 << 11
+		}
+	}
+	return same
+}
+
+// insertJournalSQL is the INSERT of n journal rows whose columns in shared
+// take one parameter for every row: those are numbered first, in column
+// order, then each row's other columns. Only the first row's parameters
+// are written with their numbers (?NNN): SQLite numbers a bare ? one past
+// the highest so far, and names every numbered one, which the driver
+// looks up for each parameter it binds in a list as long as the names.
+func insertJournalSQL(n int, shared uint16) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO journal (at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error) VALUES `)
+	b.WriteString(`INSERT INTO journal (`)
+	b.WriteString(strings.Join(journalColumns[:], ", "))
+	b.WriteString(`) VALUES `)
+	var number [len(journalColumns)]int
+	next := 1
+	for c := range journalColumns {
+		if shared&(1<<c) != 0 {
+			number[c], next = next, next+1
+		}
+	}
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+		b.WriteByte('(')
+		for c := range journalColumns {
+			if c > 0 {
+				b.WriteByte(',')
+			}
+			param := number[c]
+			if shared&(1<<c) == 0 {
+				param, next = next, next+1
+			}
+			b.WriteByte('?')
+			if i == 0 || shared&(1<<c) != 0 {
+				b.WriteString(strconv.Itoa(param))
+			}
+		}
+		b.WriteByte(')')
 	}
 	return b.String()
 }
 
-var fullJournalInsert = insertJournalSQL(journalRowsPerInsert)
+// appendJournalArgs appends the parameters of insertJournalSQL(len(rows),
+// shared) for rows.
+func appendJournalArgs(args []any, rows []Entry, shared uint16) []any {
+	for c := range journalColumns {
+		if shared&(1<<c) != 0 {
+			args = append(args, journalArg(&rows[0], c))
+		}
+	}
+	for i := range rows {
+		for c := range journalColumns {
+			if shared&(1<<c) == 0 {
+				args = append(args, journalArg(&rows[i], c))
+			}
+		}
+	}
+	return args
+}
+
+// journalInserts are the INSERTs of journalRowsPerInsert rows a writer
+// prepared, by the columns their rows share: parsed once for the writer's
+// life (each transaction uses the copy prepared on its connection). A
+// batch's rows share few sets of columns (all of them when a queue's
+// worker writes a run, none when the doors' traffic mixes), so a few
+// statements serve; past maxJournalInserts, a batch takes the statement
+// that shares nothing.
+type journalInserts struct {
+	stmts map[uint16]*sql.Stmt
+}
+
+// maxJournalInserts bounds the statements a writer keeps prepared.
+const maxJournalInserts = 16
+
+// get returns the prepared INSERT of journalRowsPerInsert rows sharing
+// shared, or one sharing fewer of them, and the columns it shares; nil
+// when none could be prepared.
+func (s *journalInserts) get(db *sql.DB, shared uint16) (*sql.Stmt, uint16) {
+	if stmt, ok := s.stmts[shared]; ok {
+		return stmt, shared
+	}
+	if len(s.stmts) >= maxJournalInserts {
+		shared = 0
+		if stmt, ok := s.stmts[0]; ok {
+			return stmt, 0
+		}
+	}
+	stmt, err := db.PrepareContext(context.Background(), insertJournalSQL(journalRowsPerInsert, shared))
+	if err != nil {
+		return nil, shared // writeEntries prepares it in its transaction
+	}
+	if s.stmts == nil {
+		s.stmts = make(map[uint16]*sql.Stmt)
+	}
+	s.stmts[shared] = stmt
+	return stmt, shared
+}
+
+// close closes the statements.
+func (s *journalInserts) close() {
+	for _, stmt := range s.stmts {
+		stmt.Close()
+	}
+	clear(s.stmts)
+}
 
 // writeEntries writes entries in one transaction, journalRowsPerInsert
-// rows per statement; insert is that statement prepared (nil: it is
-// prepared here when needed).
-func (r *Registry) writeEntries(ctx context.Context, entries []Entry, insert *sql.Stmt) error {
+// rows per statement, binding once the columns a statement's rows share;
+// inserts are the writer's prepared statements (nil: each is prepared in
+// the transaction).
+func (r *Registry) writeEntries(ctx context.Context, entries []Entry, inserts *journalInserts) error {
 	return r.write(ctx, func(tx *sql.Tx) error {
-		var full *sql.Stmt
-		switch {
-		case len(entries) < journalRowsPerInsert:
-		case insert != nil:
-			full = tx.StmtContext(ctx, insert)
-		default:
-			var err error
-			if full, err = tx.PrepareContext(ctx, fullJournalInsert); err != nil {
-				return err
-			}
-		}
-		if full != nil {
-			defer full.Close()
-		}
-		args := make([]any, 0, 12*min(len(entries), journalRowsPerInsert))
+		args := make([]any, 0, len(journalColumns)*min(len(entries), journalRowsPerInsert))
 		for len(entries) > 0 {
 			n := min(len(entries), journalRowsPerInsert)
-			args = args[:0]
-			for _, e := range entries[:n] {
-				args = append(args, e.At.UnixMicro(), e.Door, e.Tenant, e.Flow, e.Version, e.CorrelationID,
-					e.MsgID, e.Attempt, e.Outcome, e.Status, e.Duration.Microseconds(), e.Error)
-			}
+			rows := entries[:n]
 			entries = entries[n:]
+			shared := sameColumns(rows)
+			var prepared *sql.Stmt
+			if n == journalRowsPerInsert && inserts != nil {
+				prepared, shared = inserts.get(r.db, shared)
+			}
+			args = appendJournalArgs(args[:0], rows, shared)
 			var err error
-			if n == journalRowsPerInsert {
-				_, err = full.ExecContext(ctx, args...)
+			if prepared != nil {
+				stmt := tx.StmtContext(ctx, prepared)
+				_, err = stmt.ExecContext(ctx, args...)
+				stmt.Close()
 			} else {
-				_, err = tx.ExecContext(ctx, insertJournalSQL(n), args...)
+				_, err = tx.ExecContext(ctx, insertJournalSQL(n, shared), args...)
 			}
 			if err != nil {
 				return err
