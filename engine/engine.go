@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"maps"
 	"net/http"
 	"runtime"
@@ -263,12 +262,12 @@ func waitsOnContext(f *flow.Flow) bool {
 	if f.Dedup() != nil {
 		return true
 	}
-	for s := range f.Steps() {
+	for _, s := range f.Steps() {
 		if s.Effect() != "" {
 			return true
 		}
 	}
-	for s := range f.Faults() {
+	for _, s := range f.Faults() {
 		if s.Effect() != "" {
 			return true
 		}
@@ -408,7 +407,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (res Result) {
 // faultSequence is sequence for the fault steps: a panic in one is the
 // platform's failure of the handler (KindInternal), so the delivery keeps
 // the main sequence's error instead of losing it to the panic.
-func (x *execution) faultSequence(ctx context.Context, steps iter.Seq[*flow.Step], doc any) (out any, stop *stepError) {
+func (x *execution) faultSequence(ctx context.Context, steps []*flow.Step, doc any) (out any, stop *stepError) {
 	defer func() {
 		if p := recover(); p != nil {
 			out, stop = doc, &stepError{err: &Error{Kind: KindInternal, Msg: "internal error", Detail: panicDetail(p)}}
@@ -419,9 +418,9 @@ func (x *execution) faultSequence(ctx context.Context, steps iter.Seq[*flow.Step
 
 // sequence runs steps in order on doc and returns the last document, or
 // what stopped it.
-func (x *execution) sequence(ctx context.Context, steps iter.Seq[*flow.Step], doc any) (any, *stepError) {
+func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (any, *stepError) {
 	last := "" // the last step run
-	for s := range steps {
+	for _, s := range steps {
 		if ctx.Err() != nil {
 			return doc, &stepError{err: x.deadline(s.Name())}
 		}
@@ -492,7 +491,7 @@ func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *step
 		return out, nil
 	case flow.BlockValidate:
 		env := x.env(doc)
-		for r := range s.Rules() {
+		for _, r := range s.Rules() {
 			// each rule is bounded (a match's cost is), not the step's
 			// many: the ceiling is looked at between them
 			if ctx.Err() != nil {

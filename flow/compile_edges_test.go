@@ -144,7 +144,7 @@ func TestStepKeyCommentAfterApostrophe(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []HeaderOp
-	for s := range f.Steps() {
+	for _, s := range f.Steps() {
 		for h := range s.Headers() {
 			got = append(got, h)
 		}
@@ -320,7 +320,7 @@ func TestStepInsideHTMLCommentIsDocumentation(t *testing.T) {
 			continue
 		}
 		var names []string
-		for s := range f.Steps() {
+		for _, s := range f.Steps() {
 			names = append(names, s.Name())
 		}
 		if len(names) != 1 || names[0] != "answer" {

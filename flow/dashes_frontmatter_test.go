@@ -29,10 +29,10 @@ func shapeOf(src string) string {
 		return "ERR " + err.Error()
 	}
 	var b strings.Builder
-	for s := range f.Steps() {
+	for _, s := range f.Steps() {
 		fmt.Fprintf(&b, "step %s block=%d when=%v save=%q; ", s.Name(), s.Block(), s.When() != nil, s.SaveBody())
 	}
-	for s := range f.Faults() {
+	for _, s := range f.Faults() {
 		fmt.Fprintf(&b, "fault %s block=%d; ", s.Name(), s.Block())
 	}
 	return b.String()

@@ -80,11 +80,14 @@ func (f *Flow) Schedule() *Schedule { return f.schedule }
 // Dedup is the flow's deduplication, or nil when it has no dedup_key.
 func (f *Flow) Dedup() *Dedup { return f.dedup }
 
-// Steps are the `## Step:` sections, in order.
-func (f *Flow) Steps() iter.Seq[*Step] { return seq(f.steps) }
+// Steps are the `## Step:` sections, in order. The caller must not modify
+// the slice: it is the flow's own (a slice, not an iterator, so that every
+// execution's loop over it allocates nothing).
+func (f *Flow) Steps() []*Step { return f.steps }
 
-// Faults are the `## Fault:` sections, in order: the fault sequence.
-func (f *Flow) Faults() iter.Seq[*Step] { return seq(f.faults) }
+// Faults are the `## Fault:` sections, in order: the fault sequence. The
+// caller must not modify the slice.
+func (f *Flow) Faults() []*Step { return f.faults }
 
 // HasFaults reports whether the flow has a fault sequence.
 func (f *Flow) HasFaults() bool { return len(f.faults) > 0 }
@@ -290,8 +293,9 @@ func (s *Step) Block() BlockKind { return s.block }
 // NTD is the step's ntd template (Block() == BlockNTD).
 func (s *Step) NTD() *NTD { return s.ntd }
 
-// Rules are the step's validate rules (Block() == BlockValidate).
-func (s *Step) Rules() iter.Seq[Rule] { return seq(s.rules) }
+// Rules are the step's validate rules (Block() == BlockValidate). The
+// caller must not modify the slice.
+func (s *Step) Rules() []Rule { return s.rules }
 
 // Condition is the step's condition fence (Block() == BlockCondition).
 func (s *Step) Condition() *Expr { return s.condition }

@@ -147,7 +147,7 @@ func describeFlow(f *Flow) string {
 			out["condition"] = s.Condition().String()
 		case BlockValidate:
 			var rules []string
-			for r := range s.Rules() {
+			for _, r := range s.Rules() {
 				rules = append(rules, fmt.Sprintf("%d: %s | %q | %s", r.Line, r.Expr, r.Message, r.Kind))
 			}
 			out["validate"] = rules
@@ -173,10 +173,10 @@ func describeFlow(f *Flow) string {
 		return out
 	}
 	var steps, faults []any
-	for s := range f.Steps() {
+	for _, s := range f.Steps() {
 		steps = append(steps, step(s))
 	}
-	for s := range f.Faults() {
+	for _, s := range f.Faults() {
 		faults = append(faults, step(s))
 	}
 	d["steps"], d["faults"] = steps, faults
