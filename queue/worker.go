@@ -524,8 +524,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 
 	for ctx.Err() == nil && !w.retired() {
-		now := w.cfg.Clock.Now()
-		busy, err := l.retryDue(now)
+		busy, err := l.retryDue()
 		if err == nil && !busy {
 			busy, err = l.deliverNext()
 		}
@@ -541,10 +540,10 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if err := l.saveCheckpoint(false); err != nil {
 			return err
 		}
-		if err := l.housekeep(now); err != nil {
+		if err := l.housekeep(w.cfg.Clock.Now()); err != nil {
 			return err
 		}
-		now = w.cfg.Clock.Now()
+		now := w.cfg.Clock.Now()
 		wait := untilNextPoll(now, w.cfg.Poll)
 		if r, ok := l.retries.first(); ok {
 			if d := r.Due.Sub(now); d < wait {
@@ -637,10 +636,11 @@ func (l *deliveryLoop) changeRetries(write func() error) error {
 // retryDue makes the attempt of the retry that is due first, if any, and
 // reports whether there was one. It was scheduled before the messages now
 // at the cursor were reached… but it lost its place, so the due one with
-// the earliest time is taken.
-func (l *deliveryLoop) retryDue(now time.Time) (bool, error) {
+// the earliest time is taken. The clock is read only when a retry is
+// scheduled: a busy queue's first attempts do not pay for it.
+func (l *deliveryLoop) retryDue() (bool, error) {
 	r, ok := l.retries.first()
-	if !ok || r.Due.After(now) {
+	if !ok || r.Due.After(l.w.cfg.Clock.Now()) {
 		return false, nil
 	}
 	m, _, err := l.q.Read(r.Offset)
@@ -836,15 +836,13 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		return nil, errInterrupted
 	}
 	log := func(level slog.Level, msg, event string, attrs ...slog.Attr) {
-		all := make([]slog.Attr, 0, 4+len(attrs)+len(v.Attrs))
-		all = append(all, slog.Uint64("msg_id", m.ID), slog.String("correlation_id", m.CorrelationID),
+		var buf [12]slog.Attr // on the stack: a line's attributes fit, as a rule
+		all := append(buf[:0], slog.Uint64("msg_id", m.ID), slog.String("correlation_id", m.CorrelationID),
 			slog.Int("attempt", attempt), slog.String("event", event))
 		jsonlog.LogAttrs(context.Background(), w.logger, level, msg, append(append(all, attrs...), v.Attrs...)...)
 	}
-	now := w.cfg.Clock.Now()
 	count := w.cfg.Counts.add
-	switch v.Kind {
-	case VerdictAck:
+	if v.Kind == VerdictAck {
 		level := slog.LevelInfo
 		if v.Outcome == "fault_handled" {
 			// a failure its fault handler answered: a warning, as /run's
@@ -858,6 +856,9 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		}
 		count(v.Outcome)
 		return nil, nil
+	}
+	now := w.cfg.Clock.Now() // after the attempt: a retry's delay counts from its end
+	switch v.Kind {
 	case VerdictRetryLater:
 		log(slog.LevelWarn, "the message could not run now; retrying in 1 s without using an attempt", "queue_retry_scheduled",
 			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
