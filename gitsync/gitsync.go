@@ -371,6 +371,11 @@ func CheckSource(repo, branch, flowsDir string) error {
 		default:
 			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh:// or file:// URL, or a local path", scheme)}
 		}
+		if u.RawQuery != "" || u.ForceQuery {
+			// go-git appends its own path (/info/refs?service=…) to the
+			// URL as written, after the query: no fetch could work
+			return &SourceError{"Repo", errors.New("the repo URL has a query string, which git cannot fetch with (it adds its own path after the URL): give a token as the URL's user name, https://TOKEN@host/…")}
+		}
 	}
 	// (HEAD passes the reference rules, and git check-ref-format --branch
 	// refuses it: no branch is called that)
@@ -759,8 +764,9 @@ func (s *Syncer) remoteURL() string {
 // URL's user information shows as "redacted", whatever its shape (a token
 // may be the user name, the password or both: https://TOKEN@host/…,
 // https://TOKEN:x-oauth-basic@github.com/…); another URL keeps its user
-// name (ssh's git@) but not its password; one that does not parse (New
-// refuses it) is reduced to its scheme. A local path or user@host:path is
+// name (ssh's git@) but not its password; a query string (New refuses
+// it) shows as "redacted"; one that does not parse (New refuses it) is
+// reduced to its scheme. A local path or user@host:path is
 // returned as is.
 func Redact(repo string) string {
 	scheme, _, isURL := strings.Cut(repo, "://")
@@ -770,6 +776,9 @@ func Redact(repo string) string {
 	u, err := url.Parse(repo)
 	if err != nil {
 		return scheme + "://(a URL that does not parse)"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted" // CheckSource refuses it; a token may be in it
 	}
 	if u.User != nil {
 		switch {
