@@ -305,6 +305,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 				return nil
 			}
 			left -= len(batch)
+			inserts.prepare(w.r.db, batch)
 			if err := w.r.writeEntries(context.Background(), batch, &inserts); err != nil {
 				if !isTransient(err) {
 					// refused for what it holds, not for the moment: tried
@@ -547,28 +548,45 @@ type journalInserts struct {
 // maxJournalInserts bounds the statements a writer keeps prepared.
 const maxJournalInserts = 16
 
+// prepare prepares the INSERTs entries' whole statements will use, up to
+// maxJournalInserts kinds: before the transaction that writes them, since
+// a prepare in it would wait for a second connection of the pool, which
+// writers waiting for the transaction's write lock may all hold. One that
+// cannot be prepared is prepared in the transaction (see writeEntries).
+func (s *journalInserts) prepare(db *sql.DB, entries []Entry) {
+	for ; len(entries) >= journalRowsPerInsert; entries = entries[journalRowsPerInsert:] {
+		shared := sameColumns(entries[:journalRowsPerInsert])
+		if _, ok := s.stmts[shared]; ok {
+			continue
+		}
+		if len(s.stmts) >= maxJournalInserts {
+			shared = 0 // the statement that shares nothing serves any rows
+			if _, ok := s.stmts[0]; ok {
+				continue
+			}
+		}
+		stmt, err := db.PrepareContext(context.Background(), insertJournalSQL(journalRowsPerInsert, shared))
+		if err != nil {
+			return
+		}
+		if s.stmts == nil {
+			s.stmts = make(map[uint16]*sql.Stmt)
+		}
+		s.stmts[shared] = stmt
+	}
+}
+
 // get returns the prepared INSERT of journalRowsPerInsert rows sharing
-// shared, or one sharing fewer of them, and the columns it shares; nil
-// when none could be prepared.
-func (s *journalInserts) get(db *sql.DB, shared uint16) (*sql.Stmt, uint16) {
+// shared, or the one sharing nothing, and the columns it shares; nil when
+// neither was prepared.
+func (s *journalInserts) get(shared uint16) (*sql.Stmt, uint16) {
 	if stmt, ok := s.stmts[shared]; ok {
 		return stmt, shared
 	}
-	if len(s.stmts) >= maxJournalInserts {
-		shared = 0
-		if stmt, ok := s.stmts[0]; ok {
-			return stmt, 0
-		}
+	if stmt, ok := s.stmts[0]; ok {
+		return stmt, 0
 	}
-	stmt, err := db.PrepareContext(context.Background(), insertJournalSQL(journalRowsPerInsert, shared))
-	if err != nil {
-		return nil, shared // writeEntries prepares it in its transaction
-	}
-	if s.stmts == nil {
-		s.stmts = make(map[uint16]*sql.Stmt)
-	}
-	s.stmts[shared] = stmt
-	return stmt, shared
+	return nil, shared
 }
 
 // close closes the statements.
@@ -581,8 +599,8 @@ func (s *journalInserts) close() {
 
 // writeEntries writes entries in one transaction, journalRowsPerInsert
 // rows per statement, binding once the columns a statement's rows share;
-// inserts are the writer's prepared statements (nil: each is prepared in
-// the transaction).
+// inserts are the writer's statements, prepared before (one it does not
+// hold, or nil, is prepared in the transaction, on its connection).
 func (r *Registry) writeEntries(ctx context.Context, entries []Entry, inserts *journalInserts) error {
 	return r.write(ctx, func(tx *sql.Tx) error {
 		args := make([]any, 0, len(journalColumns)*min(len(entries), journalRowsPerInsert))
@@ -593,7 +611,7 @@ func (r *Registry) writeEntries(ctx context.Context, entries []Entry, inserts *j
 			shared := sameColumns(rows)
 			var prepared *sql.Stmt
 			if n == journalRowsPerInsert && inserts != nil {
-				prepared, shared = inserts.get(r.db, shared)
+				prepared, shared = inserts.get(shared)
 			}
 			args = appendJournalArgs(args[:0], rows, shared)
 			var err error

@@ -105,3 +105,41 @@ func TestJournalQueriesReadAPage(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalWritesWithEveryConnectionTaken: the writer prepares its
+// statements before its transaction begins, never in it: a prepare in the
+// transaction waits for a second connection of the pool, which writers
+// waiting on SQLite's write lock (the transaction's) may all hold, and
+// they wait out their busy timeout, failing, while the journal waits for
+// them. With a pool of one connection, such a wait would never end.
+func TestJournalWritesWithEveryConnectionTaken(t *testing.T) {
+	r, err := Open(context.Background(), filepath.Join(t.TempDir(), "registry.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.db.SetMaxOpenConns(1)
+	w := r.NewJournalWriter(JournalConfig{Logger: slog.New(slog.DiscardHandler)})
+	at := time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
+	for i := range 3 * journalRowsPerInsert {
+		door := "enqueue"
+		if i >= 2*journalRowsPerInsert {
+			door = "run" // a third statement shares another set of columns
+		}
+		w.Append(Entry{At: at, Door: door, Tenant: "acme", Flow: "f", Version: 1, CorrelationID: "c", MsgID: int64(i + 1), Attempt: 1, Outcome: "succeeded", Status: 200})
+	}
+	done := make(chan struct{})
+	go func() {
+		w.Start()
+		w.Stop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the writer did not write its batch within 20s: it waits for a connection its own transaction holds")
+	}
+	if w.Written() != 3*journalRowsPerInsert {
+		t.Errorf("Written() = %d, want %d", w.Written(), 3*journalRowsPerInsert)
+	}
+}
