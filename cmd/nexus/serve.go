@@ -350,8 +350,19 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 		}
 		select {
 		case sig := <-sigs:
-			logger.Warn("a second signal: stopping at once, without waiting for what is in flight", "event", "stopping", "signal", sig.String())
-			logOut.Close()
+			// the buffered log is written out if it can be: a destination
+			// that takes no more lines (a stuck collector, a full pipe)
+			// must not keep the process from stopping
+			flushed := make(chan struct{})
+			go func() {
+				logger.Warn("a second signal: stopping at once, without waiting for what is in flight", "event", "stopping", "signal", sig.String())
+				logOut.Close()
+				close(flushed)
+			}()
+			select {
+			case <-flushed:
+			case <-time.After(secondSignalLogWait):
+			}
 			signal.Reset(sig)
 			if s, ok := sig.(syscall.Signal); ok {
 				syscall.Kill(os.Getpid(), s)
@@ -368,6 +379,10 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 		cancel()
 	}
 }
+
+// secondSignalLogWait is how long a second signal waits for the log to be
+// written out before it ends the process.
+const secondSignalLogWait = time.Second
 
 // checkServeConfig refuses a configuration nexus serve cannot run with,
 // before anything is made on disk; set holds the flags given, so that an

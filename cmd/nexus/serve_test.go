@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -450,5 +451,38 @@ func TestFitWorkerBudget(t *testing.T) {
 		if got != tt.want || lowered != tt.lowered {
 			t.Errorf("fitWorkerBudget(%d, %d) = %d, %v; want %d, %v", tt.budget, tt.limit, got, lowered, tt.want, tt.lowered)
 		}
+	}
+}
+
+// TestSecondSignalWithAStalledLog: a second SIGTERM ends the process by
+// that signal even when the log's destination has stopped taking lines
+// (a stuck collector, a full pipe): the buffered log is written out if it
+// can be, not waited for. The process stayed, blocked in the log, until
+// it was killed with SIGKILL. (It runs in a child process, which the
+// signal ends.)
+func TestSecondSignalWithAStalledLog(t *testing.T) {
+	if os.Getenv("NEXUS_SERVE_TEST_CHILD") == "stalled-log" {
+		out := &lockedBuffer{gate: make(chan struct{})} // never opened
+		lw := newLogWriter(out, 100, time.Millisecond)
+		logger := slog.New(slog.NewTextHandler(lw, nil))
+		ctx, _ := stopOnSignal(logger, lw, false)
+		logger.Info("a first line, which the writing goroutine takes and stalls on")
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-ctx.Done()
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(20 * time.Second)
+		os.Exit(3)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondSignalWithAStalledLog$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NEXUS_SERVE_TEST_CHILD=stalled-log")
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("the second SIGTERM did not end the process by that signal: %v after %v", err, took)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the second SIGTERM ended the process after %v", took)
 	}
 }
