@@ -1483,15 +1483,19 @@ func TestDevRepoIsTheOwnersAlone(t *testing.T) {
 // TestLogFormatOnATerminal: "--log-format | NEXUS_LOG_FORMAT | json (text
 // for a terminal)": with neither set and a terminal as stderr, nexus serve
 // logs text; with the variable set, what it says (it logged JSON to a
-// terminal too).
+// terminal too). The variable set and empty counts as not set, as every
+// setting's does (it logged JSON to a terminal).
 func TestLogFormatOnATerminal(t *testing.T) {
-	for _, format := range []string{"", "json"} {
+	for _, format := range []string{"", "json", setEmpty} {
 		first := firstLineOnATerminal(t, format)
 		if json := strings.HasPrefix(first, "{"); json != (format == "json") {
 			t.Errorf("NEXUS_LOG_FORMAT=%q, a terminal as stderr: the first line is %s", format, strings.TrimSpace(first))
 		}
 	}
 }
+
+// setEmpty, as firstLineOnATerminal's format, sets NEXUS_LOG_FORMAT to "".
+const setEmpty = "(set and empty)"
 
 // firstLineOnATerminal starts nexus serve with a pseudo-terminal as its
 // stderr (NEXUS_LOG_FORMAT=format unless "") and returns its first line.
@@ -1521,7 +1525,11 @@ func firstLineOnATerminal(t *testing.T, format string) string {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if format != "" {
+	switch format {
+	case "":
+	case setEmpty:
+		cmd.Env = append(cmd.Env, "NEXUS_LOG_FORMAT=")
+	default:
 		cmd.Env = append(cmd.Env, "NEXUS_LOG_FORMAT="+format)
 	}
 	cmd.Stderr = slave

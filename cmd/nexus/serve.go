@@ -229,8 +229,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		return exitUsage
 	}
-	if _, inEnv := os.LookupEnv("NEXUS_LOG_FORMAT"); !set["log-format"] && !inEnv && isTerminal(stderr) {
-		cfg.LogFormat = "text" // a person reads it
+	if !givenOrInEnv(set, "log-format") && isTerminal(stderr) {
+		// a person reads it (an empty NEXUS_LOG_FORMAT counts as not set)
+		cfg.LogFormat = "text"
 	}
 	devDefaults(&cfg, set)
 	if cfg.DB, err = expandHome(cfg.DB); err != nil {
