@@ -344,7 +344,9 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 					cancel()
 					break first
 				}
-				logger.Warn("SIGHUP ignored: nexus serve has nothing to reload (the flows come from git); SIGINT or SIGTERM stops it", "event", "signal_ignored", "signal", "hangup")
+				// logged beside: a log that takes no more lines must not
+				// keep this goroutine from seeing a SIGINT or SIGTERM
+				go logger.Warn("SIGHUP ignored: nexus serve has nothing to reload (the flows come from git); SIGINT or SIGTERM stops it", "event", "signal_ignored", "signal", "hangup")
 			case <-done:
 				return
 			}
