@@ -175,14 +175,22 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 // nothing may fail again: a full disk, a lock), it tries again after pauses
 // from 100 ms doubling to 5 s, until it works or the lease ends at
 // leaseEnd, when the key is free anyway. At most maxReleasers keys are let
-// go at once; past them, a key is left to its lease.
+// go at once; past them, a key is left to its lease, as it is once Close
+// was called.
 func (e *Engine) releaseUntil(tenant, flowName, key string, claim int64, leaseEnd time.Time) {
+	e.relMu.Lock()
+	defer e.relMu.Unlock()
+	if e.closed {
+		return
+	}
 	select {
 	case e.releasers <- struct{}{}:
 	default:
 		return
 	}
+	e.releasing.Add(1)
 	go func() {
+		defer e.releasing.Done()
 		defer func() { <-e.releasers }()
 		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
 			ctx, cancel := context.WithDeadline(context.Background(), leaseEnd)
@@ -191,9 +199,31 @@ func (e *Engine) releaseUntil(tenant, flowName, key string, claim int64, leaseEn
 			if err == nil || time.Until(leaseEnd) <= 0 {
 				return
 			}
-			time.Sleep(min(pause, max(time.Until(leaseEnd), 0)))
+			t := time.NewTimer(min(pause, max(time.Until(leaseEnd), 0)))
+			select {
+			case <-t.C:
+			case <-e.stopping:
+				t.Stop()
+				return // the key is left to its lease
+			}
 		}
 	}()
+}
+
+// Close stops letting go keys in the background (see releaseUntil): a
+// release under way ends (the store's own wait bounds it), the others are
+// left to their leases. It waits for them, so that the store can be closed
+// after it; executions still running may call the engine meanwhile, and
+// no key is let go in the background from then on. Safe to call more than
+// once.
+func (e *Engine) Close() {
+	e.relMu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.stopping)
+	}
+	e.relMu.Unlock()
+	e.releasing.Wait()
 }
 
 // DefaultDedupCommitWait is Config.DedupCommitWait's default.

@@ -67,3 +67,54 @@ response_status: "{{ $.status }}"
 			next.Status, next.Body, calls.Load())
 	}
 }
+
+// TestCloseStopsTheBackgroundReleases: every goroutine has an owner that
+// stops it. Close ends the background release of a key the store keeps
+// refusing (tried again after pauses up to 5 s until the lease ends,
+// here 16 s away) and waits for it, so that the store can be closed after
+// it: no Release reaches the store once Close has returned, and one
+// called for after Close starts nothing.
+func TestCloseStopsTheBackgroundReleases(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{"status":503}`))
+	src := flowSource("dedup-release-close", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 1000\n", `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+response_status: "{{ $.status }}"
+`)
+	f := compile(t, src, "BACKEND", b.URL)
+	store := &countingRelease{Dedup: &enginetest.Dedup{}}
+	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond, DedupCommitWait: time.Second})
+	if res := run(t, e, f, `{"orderId":"A-1"}`); res.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first delivery answered %d %s; want 503", res.Status, res.Body)
+	}
+	time.Sleep(400 * time.Millisecond) // tried in the background, and refused, a few times
+	if store.calls.Load() < 2 {
+		t.Fatalf("%d Release calls, want the background release's tries", store.calls.Load())
+	}
+	start := time.Now()
+	e.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close returned after %v: it waited out a pause", d)
+	}
+	after := store.calls.Load()
+	if res := run(t, e, f, `{"orderId":"B-1"}`); res.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a delivery after Close answered %d %s; want 503", res.Status, res.Body)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got := store.calls.Load(); got != after+1 { // B-1's own Release, in the execution
+		t.Errorf("%d Release calls after Close, want 1 (the execution's own): a background release went on", got-after)
+	}
+	e.Close() // again: nothing
+}
+
+// countingRelease is a store whose Release always fails, and counts.
+type countingRelease struct {
+	*enginetest.Dedup
+	calls atomic.Int64
+}
+
+func (s *countingRelease) Release(ctx context.Context, tenant, flow, key string, claim int64) error {
+	s.calls.Add(1)
+	return errors.New("disk full")
+}

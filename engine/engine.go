@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nexushq/nexus/flow"
@@ -86,8 +87,13 @@ type Engine struct {
 	// an execution stopped at its ceiling has to record its answer.
 	leaseGrace time.Duration
 	// releasers bounds the goroutines letting go the keys of executions
-	// whose answers could not be recorded (see releaseUntil)
+	// whose answers could not be recorded (see releaseUntil); releasing
+	// counts them for Close, which closes stopping (under relMu, closed)
 	releasers chan struct{}
+	relMu     sync.Mutex
+	closed    bool
+	stopping  chan struct{}
+	releasing sync.WaitGroup
 }
 
 // maxReleasers is how many keys releaseUntil tries to let go at once; past
@@ -103,6 +109,7 @@ func New(cfg Config) *Engine {
 		maxBody:   cfg.MaxResponseBytes,
 		dedupPoll: cfg.DedupPoll,
 		releasers: make(chan struct{}, maxReleasers),
+		stopping:  make(chan struct{}),
 	}
 	if e.now == nil {
 		e.now = time.Now

@@ -697,6 +697,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	eng := engine.New(engine.Config{Dedup: reg.Dedup(), DedupCommitWait: registry.BusyTimeout, Publisher: publisherFunc(func(ctx context.Context, tenant, flow string, payload []byte, cid string) error {
 		return doors.Publish(ctx, tenant, flow, payload, cid)
 	})})
+	defer eng.Close() // its keys let go in the background, before the registry closes
 	budget := cfg.MaxWorkers
 	var nofile syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil {
