@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -578,11 +579,14 @@ func TestDependencyVersionsReading(t *testing.T) {
 // TestStateFolderThatIsALinkIsRefused: RELIABILITY.md E21 and
 // docs/decisions.md ("No symbolic links in the state directory"): a
 // queues/ or cron/ planted in the state directory as a link (every queue of
-// every tenant would write its payloads wherever it points) stops nexus
-// serve at start, in one line, and nothing is written through it.
+// every tenant would write its payloads wherever it points), or a repo/
+// when a repo is followed, stops nexus serve at start, in one line, before
+// anything is made: nothing is written through it, and no registry.db
+// (a refused repo/ left a whole new registry behind).
 func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"queues", "cron"} {
+	repo := newConfigRepo(t, map[string]string{"access.yaml": accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey})})
+	for _, name := range []string{"queues", "cron", "repo"} {
 		state := filepath.Join(t.TempDir(), "state")
 		outside := t.TempDir()
 		if err := os.MkdirAll(state, 0o700); err != nil {
@@ -592,7 +596,11 @@ func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
 		if err := os.Symlink(outside, link); err != nil {
 			t.Fatal(err)
 		}
-		r := nexus(t, "", "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(state, "registry.db"))
+		args := []string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(state, "registry.db")}
+		if name == "repo" {
+			args = append(args, "--repo", repo.dir)
+		}
+		r := nexus(t, "", args...)
 		want := "nexus serve: " + link + " is a symbolic link"
 		// the log's fatal line, then the one line for the operator
 		if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != 1 || !strings.HasPrefix(lines[len(lines)-1], want) {
@@ -600,6 +608,9 @@ func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
 		}
 		if entries, _ := os.ReadDir(outside); len(entries) > 0 {
 			t.Errorf("written through the link %s: %v", name, entries)
+		}
+		if _, err := os.Stat(filepath.Join(state, "registry.db")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s a link: registry.db was made (%v), want nothing made before the refusal", name, err)
 		}
 	}
 }

@@ -612,8 +612,13 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	// the folders nexus keeps in its state directory are its own: a link
 	// planted at one would have every tenant's messages written wherever
 	// it points (the state directory itself may be a link: that is the
-	// operator's choice of where it lives)
-	for _, name := range []string{"queues", "cron"} {
+	// operator's choice of where it lives); checked before the registry
+	// is made, so that a refused start leaves nothing behind
+	owned := []string{"queues", "cron"}
+	if cfg.Repo != "" || cfg.Dev {
+		owned = append(owned, "repo") // the clone gitsync keeps
+	}
+	for _, name := range owned {
 		p := filepath.Join(stateDir, name)
 		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
 			return fmt.Errorf("%s is a symbolic link: the folders of the state directory are its own (to keep the state elsewhere, move the whole state directory)", p)
