@@ -157,6 +157,13 @@ type entry struct {
 	// the last tick's record if it went back by more than the gap
 	// between two ticks (see fire)
 	setBack time.Duration
+	// seenAtSetBack is the last tick's record when this process last saw
+	// the clock go back (seenKnown false when it could not be read): fire
+	// sets aside that record, made before, not one made since by a holder
+	// ticking by the clock set back (a standby keeps setBack until it
+	// first fires, however long after)
+	seenAtSetBack time.Time
+	seenKnown     bool
 }
 
 func (s *Scheduler) run(ctx context.Context) {
@@ -312,7 +319,12 @@ func (s *Scheduler) followClock(e *entry, sc *flow.Schedule, now time.Time, back
 	if back <= 0 {
 		return
 	}
+	last, err := s.lastTick(e)
+	if err == nil && e.seenKnown && !last.Equal(e.seenAtSetBack) {
+		e.setBack = 0 // a set back seen before a record made since
+	}
 	e.setBack = max(e.setBack, back)
+	e.seenAtSetBack, e.seenKnown = last, err == nil
 	// a time to come: Next answers none (zero) for a schedule without one
 	if n := sc.Next(now); n.After(now) && n.Before(e.next) {
 		s.cfg.Logger.Warn("the clock was set back: the next tick follows it", "event", "cron_clock_set_back",
@@ -491,10 +503,11 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 	}
 	if back := e.setBack; back > 0 {
 		e.setBack = 0
-		if gap := sc.Next(due).Sub(due); gap > 0 && back > gap && last.After(due) {
+		if gap := sc.Next(due).Sub(due); gap > 0 && back > gap && last.After(due) && (!e.seenKnown || last.Equal(e.seenAtSetBack)) {
 			// the record was made before this process saw the clock go
 			// back by more than the gap between two ticks: the times of
-			// the gap are new ones, ticked by the clock. (A record ahead
+			// the gap are new ones, ticked by the clock. (One made since,
+			// by a holder ticking by the clock set back, holds. A record ahead
 			// of the time due without a set back is another process's,
 			// whose clock runs a little ahead, and keeps a time it ticked
 			// from being ticked again.)
