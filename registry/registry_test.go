@@ -3,6 +3,7 @@ package registry_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -459,4 +460,23 @@ func TestWALCutBackAfterABurst(t *testing.T) {
 	}
 	t.Errorf("the -wal file holds %d bytes (%d at the peak) after the reader went and 4 more commits, want at most %d",
 		walSize(), peak, registry.WALSizeLimit)
+}
+
+// TestOpenCancelledWhileLockedSaysCancelled: a start stopped (SIGTERM) while
+// the registry waits for another process's write lock ends with the
+// cancellation, which nexus serve reports as a stop asked for (exit 0),
+// not with the lock's error, which it reported as a failure (exit 1).
+func TestOpenCancelledWhileLockedSaysCancelled(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.db")
+	lockAsAnotherProcess(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	r, err := registry.Open(ctx, path, registry.Options{})
+	if err == nil {
+		r.Close()
+		t.Fatal("Open succeeded while another process held the write lock")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Open: %v, want the context's end", err)
+	}
 }
