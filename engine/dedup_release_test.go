@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexushq/nexus/engine"
 	"github.com/nexushq/nexus/engine/enginetest"
+	"github.com/nexushq/nexus/flow"
 )
 
 // refusingRelease is a store whose Release fails its first refusals times
@@ -26,6 +27,19 @@ func (s *refusingRelease) Release(ctx context.Context, tenant, flow, key string,
 		return errors.New("disk full")
 	}
 	return s.Dedup.Release(ctx, tenant, flow, key, claim)
+}
+
+// forwardingFlow is a flow deduplicated by $.orderId, with a ceiling of
+// 1 s, that answers the status its backend's JSON gives.
+func forwardingFlow(t *testing.T, name, backend string) *flow.Flow {
+	t.Helper()
+	src := flowSource(name, "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 1000\n", `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+response_status: "{{ $.status }}"
+`)
+	return compile(t, src, "BACKEND", backend)
 }
 
 // TestDedupKeyLetGoWhenItsReleaseFails: docs/decisions.md,
@@ -46,13 +60,7 @@ func TestDedupKeyLetGoWhenItsReleaseFails(t *testing.T) {
 		}
 		answer(200, "application/json", `{"status":200}`)(w, r)
 	})
-	src := flowSource("dedup-release-refused", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 1000\n", `
-## Step: forward
-effects: [http_egress]
-endpoint: BACKEND/ingest
-response_status: "{{ $.status }}"
-`)
-	f := compile(t, src, "BACKEND", b.URL)
+	f := forwardingFlow(t, "dedup-release-refused", b.URL)
 	store := &refusingRelease{Dedup: &enginetest.Dedup{}}
 	store.refusals.Store(1)
 	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond})
@@ -76,13 +84,7 @@ response_status: "{{ $.status }}"
 // called for after Close starts nothing.
 func TestCloseStopsTheBackgroundReleases(t *testing.T) {
 	b := newBackend(t, answer(200, "application/json", `{"status":503}`))
-	src := flowSource("dedup-release-close", "dedup_key: \"{{ $.orderId }}\"\ntimeout_ms: 1000\n", `
-## Step: forward
-effects: [http_egress]
-endpoint: BACKEND/ingest
-response_status: "{{ $.status }}"
-`)
-	f := compile(t, src, "BACKEND", b.URL)
+	f := forwardingFlow(t, "dedup-release-close", b.URL)
 	store := &countingRelease{Dedup: &enginetest.Dedup{}}
 	e := engine.New(engine.Config{Dedup: store, DedupPoll: 5 * time.Millisecond, DedupCommitWait: time.Second})
 	if res := run(t, e, f, `{"orderId":"A-1"}`); res.Status != http.StatusServiceUnavailable {
