@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/julienschmidt/httprouter"
@@ -156,8 +157,22 @@ func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httpr
 
 // pageQuery reads a dead-letter listing's ?after=ID&limit=N.
 func pageQuery(r *http.Request) (after uint64, limit int, err error) {
-	q := r.URL.Query()
+	q, err := query(r)
+	if err != nil {
+		return 0, 0, err
+	}
 	return pageValues(q.Get("after"), q.Get("limit"))
+}
+
+// query reads r's query string, refusing one that cannot be decoded (a bad
+// %-escape, a semicolon) rather than leaving out the parameters it holds,
+// as URL.Query does: a filter left out would widen the listing.
+func query(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("the query string cannot be read: %v", err)
+	}
+	return q, nil
 }
 
 // pageValues reads a dead-letter listing's after and limit ("" for their
@@ -497,8 +512,12 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 // variable: not the whole journal), but for a form (the UI's Journal
 // page), which sends its every field, the ones left empty too.
 func journalQuery(r *http.Request, form bool) (registry.JournalQuery, error) {
-	q := r.URL.Query()
-	jq := registry.JournalQuery{Tenant: q.Get("tenant"), Flow: q.Get("flow"), CorrelationID: q.Get("correlation_id"), Limit: 100}
+	jq := registry.JournalQuery{Limit: 100}
+	q, err := query(r)
+	if err != nil {
+		return jq, err
+	}
+	jq.Tenant, jq.Flow, jq.CorrelationID = q.Get("tenant"), q.Get("flow"), q.Get("correlation_id")
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
