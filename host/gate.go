@@ -125,36 +125,28 @@ func bearer(r *http.Request) (string, bool) {
 // locks, so a stale timestamp could mint tokens: the mutex and the
 // monotonic clamp keep time moving forward for each bucket.
 type limiter struct {
-	rate  float64 // the key's rate and burst when the bucket was made
+	mu    sync.Mutex
+	rate  float64 // the key's rate and burst the bucket runs at (under mu)
 	burst int
-
-	mu   sync.Mutex
-	lim  *rate.Limiter
-	last time.Time
+	lim   *rate.Limiter
+	last  time.Time
 }
 
 // allow takes a token from the key's bucket; it returns false and the wait
 // until the next token when there is none. Buckets exist only for
-// authenticated keys, and a key whose rate changes gets a new one.
+// authenticated keys, one per key (by its hash), so the map holds no more
+// buckets than keys ever used. A key whose rate or burst changes keeps its
+// bucket and the tokens it holds, under the new rate and burst: a new
+// commit gives a key that spent its bucket no tokens.
 func (s *Server) allow(k *access.Key) (time.Duration, bool) {
 	if k.Rate <= 0 {
 		return 0, true
 	}
-	// one bucket per key (by its hash), replaced when the key's rate or
-	// burst changes: the map holds no more buckets than keys ever used
-	var l *limiter
-	for l == nil {
-		v, ok := s.limiters.Load(k.Hash)
-		switch {
-		case !ok:
-			v, _ = s.limiters.LoadOrStore(k.Hash, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
-			l = v.(*limiter)
-		case v.(*limiter).rate != k.Rate || v.(*limiter).burst != k.Burst:
-			s.limiters.CompareAndSwap(k.Hash, v, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
-		default:
-			l = v.(*limiter)
-		}
+	v, ok := s.limiters.Load(k.Hash)
+	if !ok {
+		v, _ = s.limiters.LoadOrStore(k.Hash, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
 	}
+	l := v.(*limiter)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := s.cfg.Now()
@@ -162,6 +154,13 @@ func (s *Server) allow(k *access.Key) (time.Duration, bool) {
 		now = l.last
 	}
 	l.last = now
+	if l.rate != k.Rate || l.burst != k.Burst {
+		// the tokens held so far, counted at the old rate, carry over; a
+		// smaller burst caps them
+		l.lim.SetLimitAt(now, rate.Limit(k.Rate))
+		l.lim.SetBurstAt(now, k.Burst)
+		l.rate, l.burst = k.Rate, k.Burst
+	}
 	if l.lim.AllowN(now, 1) {
 		return 0, true
 	}

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,6 +233,55 @@ func TestGateBurstBound(t *testing.T) {
 	}
 	if ok != 1 {
 		t.Errorf("%d of 50 requests at one instant passed a bucket of burst 1", ok)
+	}
+}
+
+// TestGateRateChangeKeepsTheTokensHeld: a commit that changes a key's rate
+// or burst takes effect at once, on the tokens the key holds: a key that
+// has spent its bucket gets no new token from the change, only from the
+// new rate as time passes.
+func TestGateRateChangeKeepsTheTokensHeld(t *testing.T) {
+	fx := newFixture(t, nil)
+	limited := func(extra string) string {
+		return strings.Replace(testAccessYAML(), "    rate: 1\n    burst: 1\n", extra, 1)
+	}
+	send := func() *httptest.ResponseRecorder { return fx.serve(runRequest("acme", "echo", keyAcmeLimited, `{}`)) }
+	wantJSON(t, send(), `{}`)
+	wantRefusal(t, send(), http.StatusTooManyRequests, "rate limit exceeded")
+
+	// slowed down to one request in 100 s: still spent
+	fx.publish(testFlows(), limited("    rate: 0.01\n    burst: 1\n"), "2222222222222222222222222222222222222222")
+	w := send()
+	wantRefusal(t, w, http.StatusTooManyRequests, "rate limit exceeded")
+	if got := w.Header().Get("Retry-After"); got != "100" {
+		t.Errorf("Retry-After at the new rate of 0.01/s = %q, want 100", got)
+	}
+
+	// a larger burst is room to fill, not tokens given
+	fx.publish(testFlows(), limited("    rate: 1\n    burst: 5\n"), "3333333333333333333333333333333333333333")
+	wantRefusal(t, send(), http.StatusTooManyRequests, "rate limit exceeded")
+	fx.clock.Advance(2 * time.Second)
+	passed := 0
+	for range 5 {
+		if send().Code == http.StatusOK {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Errorf("%d requests passed 2 s after the burst was raised to 5 at 1/s, want 2 (the tokens of 2 s)", passed)
+	}
+
+	// a smaller burst caps the tokens held
+	fx.clock.Advance(time.Minute)
+	fx.publish(testFlows(), limited("    rate: 1\n    burst: 2\n"), "4444444444444444444444444444444444444444")
+	passed = 0
+	for range 5 {
+		if send().Code == http.StatusOK {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Errorf("%d requests passed at one instant with a full bucket lowered to burst 2, want 2", passed)
 	}
 }
 
