@@ -446,3 +446,40 @@ func TestDocAuditDLQFlagsRequired(t *testing.T) {
 		t.Errorf("the refused commands created %s", filepath.Dir(db))
 	}
 }
+
+// TestDocAuditGateBeforeTheBody covers the first step of "The asynchronous
+// path": a caller refused by the gate gets 404 or 429 without the body
+// being read. Each submission announces a body over the 1 MiB ceiling and
+// sends none of it: the answer is the gate's refusal, not 413, and it
+// comes without waiting for the body.
+func TestDocAuditGateBeforeTheBody(t *testing.T) {
+	t.Parallel()
+	const limitedKey = "test-key-acme-limited"
+	be := newLoopback(t)
+	h, _ := queueHost(t, map[string]string{
+		"access.yaml": accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey},
+			testKey{id: "acme-limited", tenant: "acme", key: limitedKey, rate: 1, burst: 1}),
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
+	}, hostOptions{}, "forward-order")
+	announce := func(path, key string) rawAnswer {
+		return rawExchange(t, h.url, "POST "+path+" HTTP/1.1\r\nHost: nexus\r\nAuthorization: Bearer "+key+
+			"\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n")
+	}
+	a := announce("/flows/acme/nope/enqueue", acmeKey)
+	if want := `{"ok":false,"error":"no flow acme/nope is deployed"}`; a.resp.StatusCode != http.StatusNotFound || a.body != want {
+		t.Errorf("unknown flow announcing 2 MB: %s %s, want 404 %s", a.resp.Status, a.body, want)
+	}
+	if r := h.enqueue("acme", "forward-order", limitedKey, `{"orderId":"A-1"}`); r.status != http.StatusAccepted {
+		t.Fatalf("the limited key's first submission: %d %s", r.status, r.body)
+	}
+	a = announce("/flows/acme/forward-order/enqueue", limitedKey)
+	if want := `{"ok":false,"error":"rate limit exceeded"}`; a.resp.StatusCode != http.StatusTooManyRequests || a.body != want {
+		t.Errorf("over the rate announcing 2 MB: %s %s, want 429 %s", a.resp.Status, a.body, want)
+	}
+	// and with the rate available, the same announcement is 413: the
+	// ceiling applies once the gate let the caller through
+	a = announce("/flows/acme/forward-order/enqueue", acmeKey)
+	if a.resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a valid key announcing 2 MB: %s %s, want 413", a.resp.Status, a.body)
+	}
+}
