@@ -189,6 +189,58 @@ method: POST
 {"done": true}
 ` + fence + `
 `,
+	// "a route takes the status of the branch that was taken"
+	"route-status": `---
+flowmarkdown_version: "0.1"
+flow: route-status
+tenant: acme
+---
+
+## Step: keep
+save_body: request
+` + fence + `ntd
+{{ $ }}
+` + fence + `
+
+## Step: express
+when: ctx.request.express == true
+response_status: 202
+` + fence + `ntd
+{"route": "express"}
+` + fence + `
+
+## Step: standard
+when: ctx.request.express != true
+response_status: 201
+` + fence + `ntd
+{"route": "standard"}
+` + fence + `
+`,
+	// "a step that failed contributed nothing", and two ## Fault: sections
+	// running in order, as one sequence
+	"failed-step-status": `---
+flowmarkdown_version: "0.1"
+flow: failed-step-status
+tenant: acme
+effects: [http_egress]
+---
+
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/down
+method: POST
+response_status: 201
+
+## Fault: describe
+` + fence + `ntd
+{"detail": "{{ $.fault_error }}"}
+` + fence + `
+
+## Fault: wrap
+` + fence + `ntd
+{"wrapped": {{ $ }}, "step": "{{ ctx.input.fault_step }}"}
+` + fence + `
+`,
 	// "## Fault: notify-then-give-up" and "## Fault: decline", as printed,
 	// on a queued flow
 	"give-up": `---
@@ -305,6 +357,16 @@ func TestDocAuditFaultsRun(t *testing.T) {
 		t.Parallel()
 		exact(t, run("fault-409", `{}`, "trace-409"), 409, "application/json",
 			`{"fault_step":"check","fault_error":"orderId is required","fault_correlation_id":"trace-409"}`)
+	})
+
+	// line 103: the status of the branch taken; a failed step's status is
+	// not collected, and the fault sections run in order (line 33)
+	t.Run("a route takes the status of the branch taken; a failed step contributes nothing", func(t *testing.T) {
+		t.Parallel()
+		exact(t, run("route-status", `{"express":true}`, "trace-route-1"), 202, "application/json", `{"route":"express"}`)
+		exact(t, run("route-status", `{}`, "trace-route-2"), 201, "application/json", `{"route":"standard"}`)
+		exact(t, run("failed-step-status", `{"orderId":"F-1"}`, "trace-failed-step"), 502, "application/json",
+			`{"wrapped":{"detail":"effect handler failed: HTTP 503 Service Unavailable"},"step":"forward"}`)
 	})
 
 	// lines 109-112 and 233: a handled fault commits the dedup row as a
