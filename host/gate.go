@@ -111,8 +111,13 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 	return a, true
 }
 
-// bearer returns the key of an Authorization: Bearer header.
+// bearer returns the key of an Authorization: Bearer header. A request with
+// more than one Authorization header presents none: which one counts is
+// not the same for every proxy in front (the first, the last, one it added).
 func bearer(r *http.Request) (string, bool) {
+	if len(r.Header["Authorization"]) > 1 {
+		return "", false
+	}
 	h := headerValue(r, "Authorization")
 	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
 		return "", false
