@@ -74,17 +74,11 @@ func readNumber(text string) (any, bool) {
 	if err != nil || math.IsInf(f, 0) {
 		return nil, false
 	}
-	if len(digits) <= 15 && math.Abs(f) >= 0x1p-1022 {
-		return f, true
-	}
-	var fbuf, fdigits [32]byte
-	fneg, fd, fexp, _ := readDecimal(strconv.AppendFloat(fbuf[:0], f, 'e', -1, 64), fdigits[:0])
-	if fneg == neg && fexp == exp && bytes.Equal(fd, digits) {
-		return f, true // 1.50000000000000000000 is 1.5
-	}
-	if exp >= len(digits) && exp <= 19 {
-		// a whole number that fits 64 bits (9007199254740993.0) is an
-		// int, as the form it is written in reads back
+	if exp >= len(digits) && exp <= 19 && math.Abs(f) >= 1<<53 {
+		// a whole number that fits 64 bits (9007199254740993.0, 1e18) is
+		// an int, as the form it is written in reads back, however few
+		// its digits: as a float64 it would lose the 1 of 1e18 + 1 (below
+		// 2^53 a float64 holds every whole number)
 		var ibuf [24]byte
 		w := ibuf[:0]
 		if neg {
@@ -97,6 +91,14 @@ func readNumber(text string) (any, bool) {
 		if n, err := strconv.ParseInt(string(w), 10, 0); err == nil {
 			return int(n), true
 		}
+	}
+	if len(digits) <= 15 && math.Abs(f) >= 0x1p-1022 {
+		return f, true
+	}
+	var fbuf, fdigits [32]byte
+	fneg, fd, fexp, _ := readDecimal(strconv.AppendFloat(fbuf[:0], f, 'e', -1, 64), fdigits[:0])
+	if fneg == neg && fexp == exp && bytes.Equal(fd, digits) {
+		return f, true // 1.50000000000000000000 is 1.5
 	}
 	return exactNumber{f: f, d: decimal{neg: neg, digits: string(digits), exp: exp}}, true
 }

@@ -134,3 +134,59 @@ func TestDivisionByATinyNumber(t *testing.T) {
 		t.Errorf("0 / $.tiny = %v, %v; want 0", got, err)
 	}
 }
+
+// The same for a whole number of few digits written with an exponent or a
+// fraction (1e18, 100000000000000000.0): it is written back in all its
+// digits (1000000000000000000), which read as an int, so it must be one
+// when it is first read, or `$.x + 1` loses the 1 at the door and keeps it
+// in the worker that reads the queued document.
+func TestShortWholeNumberInInt64IsAnInt(t *testing.T) {
+	t.Parallel()
+	e, err := CompileExpr(`$.x + 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ in, want string }{
+		{"1e18", "1000000000000000001"},
+		{"1E+18", "1000000000000000001"},
+		{"100000000000000000.0", "100000000000000001"},
+		{"-1.5e18", "-1499999999999999999"},
+		{"9.2e18", "9200000000000000001"},
+		{"1e5", "100001"},
+		{"1.5", "2.5"},
+		{"1e19", "10000000000000000000"}, // over 64 bits: through float64, as before
+	}
+	for _, tt := range tests {
+		doc, err := ParseJSON([]byte(`{"x":`+tt.in+`}`), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Eval(&Env{Doc: doc})
+		if err != nil {
+			t.Fatalf("$.x + 1 on %s: %v", tt.in, err)
+		}
+		again, _ := ParseJSON(AppendJSON(nil, doc), 0)
+		back, _ := e.Eval(&Env{Doc: again})
+		if Text(got) != tt.want || Text(back) != tt.want {
+			t.Errorf("$.x + 1 is %s on {\"x\":%s} and %s on it written and read again, want %s", Text(got), tt.in, Text(back), tt.want)
+		}
+		lit, err := CompileExpr(tt.in + ` + 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := lit.Eval(&Env{}); Text(got) != tt.want {
+			t.Errorf("%s + 1 is %s, want %s", tt.in, Text(got), tt.want)
+		}
+	}
+	// a whole result of float64 arithmetic is the same number: the int it
+	// is written as
+	e, err = CompileExpr(`$.x * 1.5 + 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := ParseJSON([]byte(`{"x":1000000000000000000}`), 0)
+	got, err := e.Eval(&Env{Doc: doc})
+	if err != nil || Text(got) != "1500000000000000001" {
+		t.Errorf("$.x * 1.5 + 1 on {\"x\":1000000000000000000} is %s (%v), want 1500000000000000001", Text(got), err)
+	}
+}

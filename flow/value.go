@@ -264,10 +264,22 @@ func number(v any) (float64, bool) {
 }
 
 // normalNumber returns f as an int when it is integral and exactly
-// representable, so that 84/2 prints as 42 and equals the integer 42.
+// representable, so that 84/2 prints as 42 and equals the integer 42. A
+// whole float64 from 2^53 up that an int holds is the int of its shortest
+// form, as that form reads (readNumber): a result is the same number in
+// the flow that made it and after a queue (1.5e18 + 1 is exact in both).
 func normalNumber(f float64) any {
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+	if f != math.Trunc(f) {
+		return f
+	}
+	if math.Abs(f) < 1<<53 {
 		return int(f)
+	}
+	if math.Abs(f) < 1<<63 {
+		var buf [32]byte
+		if v, ok := readNumber(string(strconv.AppendFloat(buf[:0], f, 'e', -1, 64))); ok {
+			return v
+		}
 	}
 	return f
 }
