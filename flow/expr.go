@@ -299,11 +299,19 @@ func compare(x, y any, op string) (int, error) {
 func fnAdd(a ...any) (any, error) {
 	if xs, ok := a[0].(string); ok {
 		if ys, ok := a[1].(string); ok {
+			if n := len(xs) + len(ys); n > maxStringBytes {
+				return nil, evalErrorf("the result of + would be %d bytes, more than a string holds (%d)", n, maxStringBytes)
+			}
 			return xs + ys, nil
 		}
 	}
 	return arith("+", func(a, b float64) float64 { return a + b }, addInt)(a...)
 }
+
+// maxStringBytes is the longest string + makes (16 MiB): one expression
+// runs to its end whatever the duration ceiling, and adding a caller's
+// large field to itself over and over would otherwise build gigabytes.
+const maxStringBytes = 16 << 20
 
 // arith is an arithmetic operator: on two integers, exact (fi) while the
 // result fits 64 bits; otherwise in float64 (f). A result too large for a

@@ -744,3 +744,24 @@ func FuzzCompileExpr(f *testing.F) {
 		}
 	})
 }
+
+// TestExprConcatenationBounded: + on strings makes a string of at most
+// maxStringBytes. The duration ceiling cannot stop one expression, and a
+// caller's 1 MiB field added to itself a few thousand times, as an author
+// may write it, built gigabytes, copying them over and over.
+func TestExprConcatenationBounded(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 1<<20)
+	env := &Env{Doc: map[string]any{"big": big}}
+	src := strings.TrimSuffix(strings.Repeat("$.big + ", 20), " + ")
+	got, err := evalExpr(t, src, env)
+	want := fmt.Sprintf("the result of + would be %d bytes, more than a string holds (%d)", (maxStringBytes/(1<<20)+1)<<20, maxStringBytes)
+	if err == nil || err.Error() != want {
+		t.Errorf("20 × 1 MiB: %T (%v), want the error %q", got, err, want)
+	}
+	// up to the bound, as before
+	ok := strings.TrimSuffix(strings.Repeat("$.big + ", maxStringBytes>>20), " + ")
+	if got, err := evalExpr(t, ok, env); err != nil || len(got.(string)) != maxStringBytes {
+		t.Errorf("%d × 1 MiB: %v, want a string of %d bytes", maxStringBytes>>20, err, maxStringBytes)
+	}
+}
