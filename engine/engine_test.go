@@ -1439,8 +1439,9 @@ func TestHTTPEgressRequest(t *testing.T) {
 effects: [http_egress]
 endpoint: BACKEND/orders/{{ $.id }}?note={{ $.note }}
 method: PUT
-headers: {"Idempotency-Key": "{{ ctx.correlation_id }}", "X-Order": "order-{{ $.id }}"}
+headers: {"Idempotency-Key": "{{ ctx.correlation_id }}", "X-Order": "order-{{ $.id }}", "X-Correlation-ID": "mine"}
 `)
+	// (the platform's X-Correlation-ID replaces one in headers: docs/decisions.md)
 	res := run(t, engine.New(engine.Config{}), compile(t, src, "BACKEND", b.URL), `{"id":"A 1/2","note":"x&y=z?","n":1,"nested":{"b":2,"a":[true,null]}}`)
 	checkView(t, res, view{Status: 200, Header: jsonHdr("c-1"), Body: `{"ok":true}`, Outcome: engine.Succeeded})
 	reqs := b.requests()
