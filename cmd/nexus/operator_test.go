@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -230,5 +231,53 @@ func TestDefaultDBIsNotNamedAsTheVariable(t *testing.T) {
 	code := run([]string{"status"}, &stdout, &stderr)
 	if code != exitUsage || strings.Contains(stderr.String(), "NEXUS_DB") {
 		t.Errorf("nexus status (NEXUS_DB unset, %s/.nexus/registry.db a folder): exit %d, stderr %q; want exit 2 and no mention of NEXUS_DB, which is not set", home, code, stderr.String())
+	}
+}
+
+// TestBlankDBIsBadUsage: a --db or NEXUS_DB of blanks (NEXUS_DB=" " in a
+// compose file) is bad usage for every command that takes it, as an empty
+// one is: serve and deploy made a registry named "   " in the working
+// folder, and status, journal and dlq list read it as an empty registry
+// (exit 0, "flows: 0", "DLQ is empty").
+func TestBlankDBIsBadUsage(t *testing.T) {
+	flowFile := filepath.Join(t.TempDir(), "x.md")
+	if err := os.WriteFile(flowFile, []byte(parityFlow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, viaEnv := range []bool{false, true} {
+		for _, cmd := range [][]string{{"serve", "--listen", "127.0.0.1:0"}, {"deploy", flowFile}, {"status"}, {"journal"}, {"dlq", "list"}} {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			args := append([]string{}, cmd...)
+			setting := "--db"
+			if viaEnv {
+				t.Setenv("NEXUS_DB", "   ")
+				setting = "NEXUS_DB"
+			} else {
+				t.Setenv("NEXUS_DB", "")
+				args = append(args, "--db", "   ")
+			}
+			var stdout, stderr bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- run(args, &stdout, &stderr) }()
+			var code int
+			select {
+			case code = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("nexus %s with %s of blanks is still running after 10 s (serving a registry named %q)", cmd[0], setting, "   ")
+			}
+			name := "nexus " + cmd[0]
+			if cmd[0] == "dlq" {
+				name = "nexus dlq list"
+			}
+			want := name + ": " + setting + " is blank: give the registry file (such as ~/.nexus/registry.db)\n"
+			if code != exitUsage || stdout.Len() != 0 || stderr.String() != want {
+				t.Errorf("nexus %s with %s of blanks: exit %d, stdout %q, stderr %q; want exit 2 and %q",
+					cmd[0], setting, code, stdout.String(), stderr.String(), want)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("nexus %s with %s of blanks (exit %d) made %s in the working folder", cmd[0], setting, code, entries[0].Name())
+			}
+		}
 	}
 }

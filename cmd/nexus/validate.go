@@ -249,7 +249,7 @@ func pathError(err error) error {
 
 // parseInterleaved parses flags that may come before, between or after the
 // positional arguments, and returns the positional ones. An empty --db
-// (what --db "$DB" gives with DB unset) or one naming a folder (one that
+// (what --db "$DB" gives with DB unset), one of blanks, or one naming a folder (one that
 // exists, or any path ending in a slash) is refused, for every command
 // that has one: it would read as an empty registry, or be made as a
 // folder. The setting is named as it was given, --db or NEXUS_DB.
@@ -260,6 +260,11 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			return nil, errors.New("--db is empty: give the registry file (such as " + DefaultDB + ")")
 		}
 		setting := settingName(map[string]bool{"db": flagGiven(fs, "db")}, "db")
+		if strings.TrimSpace(f.Value.String()) == "" {
+			// NEXUS_DB=" ": serve and deploy made a registry of that name
+			// in the working folder, the readers read it as an empty one
+			return nil, fmt.Errorf("%s is blank: give the registry file (such as %s)", setting, DefaultDB)
+		}
 		// a folder (the state directory) would be read as a registry
 		// with no queue beside it: "DLQ is empty"
 		if p, perr := expandHome(f.Value.String()); perr == nil {
