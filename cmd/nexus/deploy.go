@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -149,15 +150,24 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 }
 
 // printUsage writes a command's usage text and its flags.
-// noSubcommand answers a command whose subcommand is missing or unknown:
-// a request for help prints the usage and its flags (exit 0), anything else
-// the one line want and the usage on stderr (exit 2).
-func noSubcommand(args []string, want, usage string, fs *flag.FlagSet, stdout, stderr io.Writer) int {
-	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+// noSubcommand answers the command cmd ("nexus dlq") whose subcommand,
+// one of subs, is missing or unknown: a request for help prints the usage
+// and its flags (exit 0), none the one line and the usage on stderr, an
+// unknown one (or a flag before it) one line naming it (exit 2).
+func noSubcommand(args []string, cmd, subs, usage string, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help"):
 		printUsage(stdout, usage, fs)
 		return exitOK
+	case len(args) > 0:
+		where := ""
+		if strings.HasPrefix(args[0], "-") {
+			where = ", before its flags"
+		}
+		fmt.Fprintf(stderr, "%s: unknown subcommand %q: the subcommand is %s%s\n", cmd, args[0], subs, where)
+		return exitUsage
 	}
-	fmt.Fprintln(stderr, want)
+	fmt.Fprintf(stderr, "%s: the subcommand is %s\n", cmd, subs)
 	printUsage(stderr, usage, fs)
 	return exitUsage
 }

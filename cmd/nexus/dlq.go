@@ -48,7 +48,7 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	id := fs.String("id", "", "the dead letter's `id`, from nexus dlq list")
 	all := fs.Bool("all", false, "replay or discard every pending dead letter of --tenant/--flow, oldest first")
 	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "discard") {
-		return noSubcommand(args, "nexus dlq: the subcommand is list, replay or discard", dlqUsage, fs, stdout, stderr)
+		return noSubcommand(args, "nexus dlq", "list, replay or discard", dlqUsage, fs, stdout, stderr)
 	}
 	sub := args[0]
 	flagsOnce(fs) // a replay or a discard cannot be undone

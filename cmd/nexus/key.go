@@ -30,7 +30,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	burst := fs.Int("burst", 0, "the bucket's size (`N`); 0 means the rate rounded up")
 	id := fs.String("id", "", "the key's `id` in logs and the UI (default TENANT-XXXXXXXX)")
 	if len(args) == 0 || args[0] != "generate" {
-		return noSubcommand(args, "nexus key: the subcommand is generate", keyUsage, fs, stdout, stderr)
+		return noSubcommand(args, "nexus key", "generate", keyUsage, fs, stdout, stderr)
 	}
 	rest, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {

@@ -281,3 +281,30 @@ func TestBlankDBIsBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownSubcommandIsOneLine: nexus dlq lst, or a flag before the
+// subcommand, is one line naming what was given, as nexus lst is ("unknown
+// command"); it printed the command's whole usage after a line that did not
+// name it. nexus dlq and nexus key alone still print the usage.
+func TestUnknownSubcommandIsOneLine(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "lst"}, `nexus dlq: unknown subcommand "lst": the subcommand is list, replay or discard` + "\n"},
+		{[]string{"dlq", "--tenant", "acme", "list"}, `nexus dlq: unknown subcommand "--tenant": the subcommand is list, replay or discard, before its flags` + "\n"},
+		{[]string{"key", "gen", "--tenant", "acme"}, `nexus key: unknown subcommand "gen": the subcommand is generate` + "\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(tt.args, &stdout, &stderr)
+		if code != exitUsage || stdout.Len() != 0 || stderr.String() != tt.want {
+			t.Errorf("nexus %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tt.args, code, stdout.String(), stderr.String(), tt.want)
+		}
+	}
+	for _, cmd := range []string{"dlq", "key"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd}, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "Usage:") {
+			t.Errorf("nexus %s alone: exit %d, stderr %q; want exit 2 and the usage", cmd, code, stderr.String())
+		}
+	}
+}
