@@ -30,7 +30,8 @@ flow file is an error; Markdown in a folder that is not is skipped, with a
 warning when its front matter looks meant for a flow. Otherwise it prints one line per
 flow, "published acme/order-intake v3" or "unchanged acme/order-intake v2",
 and one for the access keys when an access.yaml is published,
-"published access keys of repo/access.yaml (3 keys)".
+"published access keys of /srv/config/access.yaml (3 keys)" (files are named
+by their absolute paths).
 Flows not named are left as they are. Running servers pick the change up
 within about a second.
 
