@@ -505,7 +505,7 @@ func (s *crashSink) missing(acked map[string]uint64) []string {
 }
 
 func TestCrashKillNineUnderLoad(t *testing.T) {
-	cycles, clients := figure(50, 5, 1000), 32
+	cycles, clients := figure(50, 5, 1000), 64
 	sink := newCrashSink(t)
 	sinkFlow := `---
 flowmarkdown_version: "0.1"
