@@ -334,6 +334,17 @@ func stampEnd(at time.Time) string {
 	return stamp(at)
 }
 
+// percentile returns the p-th percentile of ds (nearest rank).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	rank := (p*len(sorted) + 99) / 100
+	return sorted[max(rank, 1)-1]
+}
+
 // durations summarises measured figures: each, then the largest.
 func durations(ds []time.Duration) string {
 	var parts []string
@@ -643,6 +654,13 @@ func TestElectionQueueKillLeader(t *testing.T) {
 	t.Logf("%d kills of the leader in %v (leaders %s); %d submissions acknowledged, %d refused or cut by a kill; %d deliveries, %d duplicates",
 		cycles, end.Sub(began).Round(time.Millisecond), strings.Join(path, " "), len(load.acked), load.other, total, dups)
 	t.Logf("from the kill to the next worker_started: %s; to the next delivery: %s", durations(failovers), durations(toDelivery))
+	// the plan's time-bound figure (RELIABILITY F.26: failover p99 under
+	// the poll interval + 500 ms) is asserted in the nightly tier only,
+	// where the run is long enough for a p99 and the machine is not shared
+	// with the rest of the suite
+	if p99 := percentile(failovers, 99); os.Getenv("NEXUS_SOAK") != "" && p99 > workerPoll+500*time.Millisecond {
+		t.Errorf("failover p99 %v over %d kills, want under %v (poll %v + 500 ms)", p99.Round(time.Millisecond), len(failovers), workerPoll+500*time.Millisecond, workerPoll)
+	}
 	t.Logf("smallest gap between a kill and the next worker_started: %v; a killed process's request read at most %v after its kill",
 		margin.Round(time.Microsecond), late.Round(time.Microsecond))
 }
@@ -769,4 +787,8 @@ func TestElectionCronKillTicker(t *testing.T) {
 		kills, end.Sub(began).Round(time.Millisecond), strings.Join(path, " "), len(ticks), len(seconds)+missed, missed, len(doubles))
 	t.Logf("from the kill to the next tick: %s; smallest gap between a kill and the next ticker's first tick %v, and its queue's next worker_started %v",
 		durations(resumes), margin.Round(time.Millisecond), queueMargin.Round(time.Millisecond))
+	// nightly only, as TestElectionQueueKillLeader's p99 (RELIABILITY F.26)
+	if p99 := percentile(resumes, 99); os.Getenv("NEXUS_SOAK") != "" && p99 > cronPoll+500*time.Millisecond {
+		t.Errorf("tick resumption p99 %v over %d kills, want under %v (poll %v + 500 ms)", p99.Round(time.Millisecond), len(resumes), cronPoll+500*time.Millisecond, cronPoll)
+	}
 }
