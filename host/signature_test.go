@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -124,6 +125,22 @@ func TestSignatures(t *testing.T) {
 		{"1000 values, the valid one last", body, ts, many(1000, true)},
 		{"8 wrong values", body, ts, many(8, false)},
 	}
+	// one hex digit of the right signature changed, at each of its 64
+	// places: a near miss anywhere is refused
+	for i := range len(good) {
+		d := byte('0')
+		if good[i] == '0' {
+			d = '1'
+		}
+		tampered := good[:i] + string(d) + good[i+1:]
+		refused = append(refused, struct{ name, body, timestamp, signature string }{
+			fmt.Sprintf("digit %d changed", i), body, ts, "v1=" + tampered})
+	}
+	// the plan's figure (RELIABILITY D.17): 100 attacks, 10 controls; the
+	// two duplicate-header attacks below count too
+	if n := len(refused) + 2; n < 100 {
+		t.Fatalf("%d signature attacks, want at least 100", n)
+	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			w := fx.serve(signedRun(tc.body, tc.timestamp, tc.signature))
@@ -151,6 +168,10 @@ func TestSignatures(t *testing.T) {
 		{"valid value last of 8", body, ts, many(8, true)},
 		{"values separated by comma and space", body, ts, "v1=" + wrong + ", v1=" + good},
 		{"empty body", "", ts, "v1=" + sign(secretNew, ts, "")},
+		{"1 s old", body, at(-1), "v1=" + sign(secretNew, at(-1), body)},
+	}
+	if len(accepted) < 10 {
+		t.Fatalf("%d valid controls, want at least 10", len(accepted))
 	}
 	for _, tc := range accepted {
 		t.Run("accepted: "+tc.name, func(t *testing.T) {
