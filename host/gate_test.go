@@ -322,15 +322,21 @@ func TestRouterAnswers(t *testing.T) {
 	}
 }
 
-// TestGateRateUnderConcurrency: 32 clients against a bucket of rate 1 and
-// burst 1 while the clock moves 2 s in 10 ms steps: at most burst + rate·T
-// (+1 for the step in flight) requests pass.
+// TestGateRateUnderConcurrency: 64 clients against a bucket of rate 1 and
+// burst 1 while the clock moves 10 s in 10 ms steps (RELIABILITY F.24): at
+// most burst + rate·T (+1 for the step in flight) requests pass.
 func TestGateRateUnderConcurrency(t *testing.T) {
+	const (
+		clients = 64
+		span    = 10 * time.Second
+		step    = 10 * time.Millisecond
+		bound   = 1 + int64(span/time.Second) + 1 // burst + rate·T + 1
+	)
 	fx := newFixture(t, nil)
 	var passed, refused atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := 0; i < 32; i++ {
+	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -352,15 +358,19 @@ func TestGateRateUnderConcurrency(t *testing.T) {
 			}
 		}()
 	}
-	for i := 0; i < 200; i++ {
-		fx.clock.Advance(10 * time.Millisecond)
+	for i := 0; i < int(span/step); i++ {
+		fx.clock.Advance(step)
 		time.Sleep(time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
-	if n := passed.Load(); n > 1+2+1 || n < 1 {
-		t.Errorf("%d requests passed in 2 s at rate 1, burst 1 (%d refused); want 1 to 4", n, refused.Load())
+	if n := passed.Load(); n > bound || n < 1 {
+		t.Errorf("%d requests passed in %v at rate 1, burst 1 (%d refused); want 1 to %d", n, span, refused.Load(), bound)
 	}
+	if refused.Load() == 0 {
+		t.Errorf("no request refused: the %d clients did not press the bucket", clients)
+	}
+	t.Logf("%d clients over %v: %d passed (bound %d), %d refused", clients, span, passed.Load(), bound, refused.Load())
 }
 
 // TestRefusalsAreLogged: a door's refusal is logged (request_refused,
