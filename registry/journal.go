@@ -559,8 +559,10 @@ func (s *journalInserts) prepare(db *sql.DB, entries []Entry) {
 		if _, ok := s.stmts[shared]; ok {
 			continue
 		}
-		if len(s.stmts) >= maxJournalInserts {
-			shared = 0 // the statement that shares nothing serves any rows
+		if _, none := s.stmts[0]; len(s.stmts) >= maxJournalInserts || !none && len(s.stmts) == maxJournalInserts-1 {
+			// the statement that shares nothing serves any rows: the
+			// last room is kept for it
+			shared = 0
 			if _, ok := s.stmts[0]; ok {
 				continue
 			}

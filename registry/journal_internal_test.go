@@ -143,3 +143,51 @@ func TestJournalWritesWithEveryConnectionTaken(t *testing.T) {
 		t.Errorf("Written() = %d, want %d", w.Written(), 3*journalRowsPerInsert)
 	}
 }
+
+// TestJournalInsertsBounded: a writer keeps at most maxJournalInserts
+// INSERTs prepared, the one sharing nothing (which serves any rows past
+// the others) among them, however many sets of shared columns its batches
+// show.
+func TestJournalInsertsBounded(t *testing.T) {
+	r, err := Open(context.Background(), filepath.Join(t.TempDir(), "registry.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var inserts journalInserts
+	defer inserts.close()
+	// 32 batches of journalRowsPerInsert rows, each sharing another set
+	// of columns (never none): its later rows differ from its first in
+	// the columns of kind's bits
+	for kind := range 2 * maxJournalInserts {
+		batch := make([]Entry, journalRowsPerInsert)
+		for i := range batch {
+			batch[i] = Entry{Door: "enqueue", Tenant: "acme", Flow: "f", Version: 1, Attempt: 1, Outcome: "succeeded", Status: 200}
+			if kind&1 != 0 && i > 0 {
+				batch[i].Status = 500
+			}
+			if kind&2 != 0 && i > 0 {
+				batch[i].Version = 2
+			}
+			if kind&4 != 0 && i > 0 {
+				batch[i].Attempt = 2
+			}
+			if kind&8 != 0 && i > 0 {
+				batch[i].Error = "x"
+			}
+			if kind&16 != 0 && i > 0 {
+				batch[i].Outcome = "failed"
+			}
+		}
+		inserts.prepare(r.db, batch)
+		if err := r.writeEntries(context.Background(), batch, &inserts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(inserts.stmts); n > maxJournalInserts {
+		t.Errorf("%d INSERTs prepared, want at most %d", n, maxJournalInserts)
+	}
+	if _, ok := inserts.stmts[0]; !ok {
+		t.Error("the INSERT sharing nothing was not prepared for the rows past the others")
+	}
+}
