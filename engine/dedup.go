@@ -206,6 +206,11 @@ func (e *Engine) releaseUntil(tenant, flowName, key string, claim int64, leaseEn
 				t.Stop()
 				return // the key is left to its lease
 			}
+			select {
+			case <-e.stopping: // closed as the pause ended
+				return
+			default:
+			}
 		}
 	}()
 }

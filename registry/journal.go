@@ -551,8 +551,9 @@ const maxJournalInserts = 16
 // prepare prepares the INSERTs entries' whole statements will use, up to
 // maxJournalInserts kinds: before the transaction that writes them, since
 // a prepare in it would wait for a second connection of the pool, which
-// writers waiting for the transaction's write lock may all hold. One that
-// cannot be prepared is prepared in the transaction (see writeEntries).
+// writers waiting for the transaction's write lock may all hold. A batch
+// whose statement could not be prepared runs its SQL text in the
+// transaction, on its connection (see writeEntries).
 func (s *journalInserts) prepare(db *sql.DB, entries []Entry) {
 	for ; len(entries) >= journalRowsPerInsert; entries = entries[journalRowsPerInsert:] {
 		shared := sameColumns(entries[:journalRowsPerInsert])
@@ -601,8 +602,8 @@ func (s *journalInserts) close() {
 
 // writeEntries writes entries in one transaction, journalRowsPerInsert
 // rows per statement, binding once the columns a statement's rows share;
-// inserts are the writer's statements, prepared before (one it does not
-// hold, or nil, is prepared in the transaction, on its connection).
+// inserts are the writer's statements, prepared before (without one, or
+// with nil, the SQL text runs in the transaction, on its connection).
 func (r *Registry) writeEntries(ctx context.Context, entries []Entry, inserts *journalInserts) error {
 	return r.write(ctx, func(tx *sql.Tx) error {
 		args := make([]any, 0, len(journalColumns)*min(len(entries), journalRowsPerInsert))

@@ -153,7 +153,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		if err == nil {
 			return r, nil
 		}
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		if cerr := ctx.Err(); cerr != nil && isBusy(err) {
 			// cancelled between two tries: the stop asked for (nexus
 			// serve exits 0 on it), not the lock's error
 			err = fmt.Errorf("waiting for another process's write: %w", cerr)
