@@ -371,10 +371,11 @@ func CheckSource(repo, branch, flowsDir string) error {
 		default:
 			return &SourceError{"Repo", fmt.Errorf("the repo URL's scheme %q is not one git speaks here: give an https://, http://, ssh:// or file:// URL, or a local path", scheme)}
 		}
-		if u.RawQuery != "" || u.ForceQuery {
+		if u.RawQuery != "" || u.ForceQuery || strings.Contains(repo, "#") {
 			// go-git appends its own path (/info/refs?service=…) to the
-			// URL as written, after the query: no fetch could work
-			return &SourceError{"Repo", errors.New("the repo URL has a query string, which git cannot fetch with (it adds its own path after the URL): give a token as the URL's user name, https://TOKEN@host/…")}
+			// URL as written, after the query or fragment: no fetch
+			// could work
+			return &SourceError{"Repo", errors.New("the repo URL has a query string or a fragment, which git cannot fetch with (it adds its own path after the URL): give a token as the URL's user name, https://TOKEN@host/…")}
 		}
 	}
 	// (HEAD passes the reference rules, and git check-ref-format --branch
@@ -764,8 +765,8 @@ func (s *Syncer) remoteURL() string {
 // URL's user information shows as "redacted", whatever its shape (a token
 // may be the user name, the password or both: https://TOKEN@host/…,
 // https://TOKEN:x-oauth-basic@github.com/…); another URL keeps its user
-// name (ssh's git@) but not its password; a query string (New refuses
-// it) shows as "redacted"; one that does not parse (New refuses it) is
+// name (ssh's git@) but not its password; a query string or a fragment
+// (New refuses both) shows as "redacted"; one that does not parse (New refuses it) is
 // reduced to its scheme. A local path or user@host:path is
 // returned as is.
 func Redact(repo string) string {
@@ -779,6 +780,9 @@ func Redact(repo string) string {
 	}
 	if u.RawQuery != "" {
 		u.RawQuery = "redacted" // CheckSource refuses it; a token may be in it
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "redacted", "" // the same
 	}
 	if u.User != nil {
 		switch {

@@ -120,14 +120,18 @@ func TestRepoPasswordsStaySecret(t *testing.T) {
 	// parameter, a signed URL's signature): git cannot fetch with one (it
 	// adds its own path after the URL), so New refuses it without quoting
 	// it, and Redact shows it as redacted
-	for _, repo := range []string{"https://127.0.0.1:1/config.git?private_token=glpat-s3cr3t", "https://127.0.0.1:1/config.git?sig=s3cr3t&se=2027-01-01",
-		"ssh://git@127.0.0.1:1/config.git?token=s3cr3t"} {
-		_, err := gitsync.New(gitsync.Config{Repo: repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))})
-		if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "query string") {
-			t.Errorf("New(%s): %v, want a refusal of the query string that does not quote it", repo, err)
+	for _, tc := range []struct{ repo, redacted string }{
+		{"https://127.0.0.1:1/config.git?private_token=glpat-s3cr3t", "https://127.0.0.1:1/config.git?redacted"},
+		{"https://127.0.0.1:1/config.git?sig=s3cr3t&se=2027-01-01", "https://127.0.0.1:1/config.git?redacted"},
+		{"ssh://git@127.0.0.1:1/config.git?token=s3cr3t", "ssh://git@127.0.0.1:1/config.git?redacted"},
+		{"https://127.0.0.1:1/config.git#s3cr3t", "https://127.0.0.1:1/config.git#redacted"},
+	} {
+		_, err := gitsync.New(gitsync.Config{Repo: tc.repo, Dir: filepath.Join(t.TempDir(), "repo"), Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "query string or a fragment") {
+			t.Errorf("New(%s): %v, want a refusal of the query string or fragment that does not quote it", tc.repo, err)
 		}
-		if got, want := gitsync.Redact(repo), strings.SplitN(repo, "?", 2)[0]+"?redacted"; got != want {
-			t.Errorf("Redact(%s) = %s, want %s", repo, got, want)
+		if got := gitsync.Redact(tc.repo); got != tc.redacted {
+			t.Errorf("Redact(%s) = %s, want %s", tc.repo, got, tc.redacted)
 		}
 	}
 	// a token as the user name, beside a password (GitHub's TOKEN:x-oauth-basic
