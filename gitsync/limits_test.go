@@ -154,14 +154,7 @@ func TestLimitFileCount(t *testing.T) {
 // size before it is read: the 700 entries here fit in what 100 may take.)
 func TestLimitFileCountCountsRefusedNames(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.MaxFiles = 100 })
-	e.src.commit("base")
-	blob := e.src.storeBlob([]byte("x"))
-	entries := make([]object.TreeEntry, 700)
-	for i := range entries {
-		entries[i] = treeEntry(fmt.Sprintf("\x01%06d.md", i), filemode.Regular, blob)
-	}
-	flows := e.src.storeTree(entries)
-	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "700 badly named files")
+	commitFlowsFolder(e, 700, "\x01%06d.md", "700 badly named files")
 
 	// the limit first, then the names walked before it, cut to
 	// MaxReportedErrors lines
@@ -383,14 +376,7 @@ func emptyTree() *object.Tree { return &object.Tree{} }
 // only to refuse it for "more than 100 files".
 func TestLimitFileCountBeforeTheTreeIsRead(t *testing.T) {
 	e := newEnv(t, func(c *gitsync.Config) { c.MaxFiles = 100 })
-	e.src.commit("base")
-	blob := e.src.storeBlob([]byte("x"))
-	entries := make([]object.TreeEntry, 400000)
-	for i := range entries {
-		entries[i] = treeEntry(fmt.Sprintf("%06d.md", i), filemode.Regular, blob)
-	}
-	flows := e.src.storeTree(entries)
-	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), "400,000 files")
+	commitFlowsFolder(e, 400000, "%06d.md", "400,000 files")
 	want := []string{"flows/: more than 100 files"}
 	if res := e.sync(); !cmp.Equal(want, res.Errors) {
 		t.Fatalf("errors of the first round: %q, want %q", res.Errors, want)
@@ -472,4 +458,17 @@ func TestLimitOuterTrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commitFlowsFolder commits, after a base commit, a flows folder of n
+// one-byte files named by format (with the file's number).
+func commitFlowsFolder(e *env, n int, format, message string) {
+	e.src.commit("base")
+	blob := e.src.storeBlob([]byte("x"))
+	entries := make([]object.TreeEntry, n)
+	for i := range entries {
+		entries[i] = treeEntry(fmt.Sprintf(format, i), filemode.Regular, blob)
+	}
+	flows := e.src.storeTree(entries)
+	e.src.commitTree(e.src.storeTree(withEntry(e.src.headTree(), treeEntry("flows", filemode.Dir, flows))), message)
 }

@@ -252,9 +252,7 @@ func TestRestartSIGTERMLetsTheDeliveryFinish(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.delay.Store(int64(time.Second))
-	h, repo := queueHost(t, map[string]string{
-		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
-	}, hostOptions{}, "forward-order")
+	h, repo := oneAttemptHost(t, be)
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`, "X-Correlation-ID", "trace-sigterm")
 	be.waitOn(t, "/ingest", 1, 5*time.Second)
 	// the backend answers 200 after a second; the operator stops the host meanwhile

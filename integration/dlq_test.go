@@ -480,9 +480,7 @@ func TestDLQAll(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.setStatus(http.StatusServiceUnavailable)
-	h, _ := queueHost(t, map[string]string{
-		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
-	}, hostOptions{}, "forward-order")
+	h, _ := oneAttemptHost(t, be)
 	for i := 1; i <= 3; i++ {
 		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"A-%d"}`, i), "X-Correlation-ID", fmt.Sprintf("trace-all-%d", i))
 	}

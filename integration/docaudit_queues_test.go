@@ -283,9 +283,7 @@ func TestDocAuditDrainDropsReplayedEntries(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.setStatus(http.StatusServiceUnavailable)
-	h, _ := queueHost(t, map[string]string{
-		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
-	}, hostOptions{}, "forward-order")
+	h, _ := oneAttemptHost(t, be)
 	dir := filepath.Join(queuesRoot(h.db), "acme", "forward-order")
 	const replayed, kept = `{"orderId":"REPLAYED-8812"}`, `{"orderId":"KEPT-3306"}`
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, replayed)
@@ -321,9 +319,7 @@ func TestDocAuditDeleteDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.setStatus(http.StatusServiceUnavailable)
-	h, repo := queueHost(t, map[string]string{
-		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
-	}, hostOptions{}, "forward-order")
+	h, repo := oneAttemptHost(t, be)
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-2"}`)
 	waitEvents(t, h, "dlq_moved", 2, nil, 10*time.Second)
@@ -372,9 +368,7 @@ func TestDocAuditReplayAtTheBack(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	h, _ := queueHost(t, map[string]string{
-		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
-	}, hostOptions{}, "forward-order")
+	h, _ := oneAttemptHost(t, be)
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"DEAD"}`)
 	waitEvents(t, h, "dlq_moved", 1, nil, 10*time.Second)
 	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"HOLD"}`)

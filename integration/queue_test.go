@@ -245,6 +245,15 @@ func mustEnqueue(t *testing.T, h *hostProc, tenant, flowName, key, body string, 
 	return id
 }
 
+// oneAttemptHost runs the example forward-order flow against be with a
+// single attempt a message: a failure is a dead letter at once.
+func oneAttemptHost(t *testing.T, be *loopback) (*hostProc, *configRepo) {
+	t.Helper()
+	return queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL, "queue_max_attempts: 5", "queue_max_attempts: 1"),
+	}, hostOptions{}, "forward-order")
+}
+
 // queueHost commits files (access.yaml with acmeKey added when absent) to
 // a new config repo, starts a host on it and waits until flows are callable.
 func queueHost(t *testing.T, files map[string]string, o hostOptions, flows ...string) (*hostProc, *configRepo) {
