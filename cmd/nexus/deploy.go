@@ -150,7 +150,6 @@ func runDeploy(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// printUsage writes a command's usage text and its flags.
 // noSubcommand answers the command cmd ("nexus dlq") whose subcommand,
 // one of subs, is missing or unknown: a request for help prints the usage
 // and its flags (exit 0), none the one line and the usage on stderr, an
@@ -173,6 +172,7 @@ func noSubcommand(args []string, cmd, subs, usage string, fs *flag.FlagSet, stdo
 	return exitUsage
 }
 
+// printUsage writes a command's usage text and its flags.
 func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
 	io.WriteString(w, text)
 	// a default taken from the environment may be a secret: the usage
