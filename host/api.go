@@ -294,6 +294,18 @@ type dlqAllAnswer struct {
 	Flow      string            `json:"flow"`
 	Replayed  []dlqActionAnswer `json:"replayed,omitzero"`
 	Discarded []uint64          `json:"discarded,omitzero"`
+	// Skipped are the dead letters a replay left pending because they
+	// cannot be replayed (a payload over queue.MaxPayload); left out when
+	// none was
+	Skipped []dlqSkippedAnswer `json:"skipped,omitempty"`
+}
+
+// dlqSkippedAnswer is a dead letter a replay of all left pending: its id,
+// its payload's size and why.
+type dlqSkippedAnswer struct {
+	ID          uint64 `json:"id"`
+	PayloadSize int    `json:"payload_size"`
+	Error       string `json:"error"`
 }
 
 // apiDLQActionAll replays or discards every dead letter pending in the
@@ -302,13 +314,16 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 	if !dlqActionKnown(w, action) {
 		return
 	}
-	done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
+	done, skipped, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
 	if err != nil {
 		writeError(w, status, err.Error())
 		return
 	}
 	// the one list of the action, empty rather than left out
 	out := dlqAllAnswer{Tenant: tenant, Flow: flowName}
+	for _, k := range skipped {
+		out.Skipped = append(out.Skipped, dlqSkippedAnswer{ID: k.ID, PayloadSize: k.PayloadSize, Error: k.Err.Error()})
+	}
 	if action == "replay" {
 		out.Replayed = make([]dlqActionAnswer, 0, len(done))
 		for _, d := range done {
@@ -326,27 +341,30 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 // doDLQActionAll replays or discards every dead letter pending in the
 // queue when it begins, oldest first, in chunks that let the doors'
 // appends through between them, and returns the (id, new message id)
-// pairs done. The statuses are doDLQAction's: 409 for a replay into a
-// flow that is not live, 503 when no worker can be started, 500 for a
-// failure (its error names how many were done before it, which stand).
-// It is logged as one admin_action line.
-func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, int, error) {
+// pairs done, and the dead letters a replay left pending because they
+// cannot be replayed (queue.Skipped). The statuses are doDLQAction's: 409
+// for a replay into a flow that is not live, 503 when no worker can be
+// started, 500 for a failure (its error names how many were done before
+// it, which stand). It is logged as one admin_action line, and each dead
+// letter left pending as a dlq_replay_skipped warning.
+func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, []queue.Skipped, int, error) {
 	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); action == "replay" && err != nil {
 		// nothing to replay is said as nothing, as nexus dlq replay --all
 		// says it, whether the flow is live or not
 		if q, perr := s.cfg.Queues.Peek(tenant, flowName); perr == nil {
 			if ids, perr := q.PendingIDs(); perr == nil && len(ids) == 0 {
-				return [][2]uint64{}, http.StatusOK, nil
+				return [][2]uint64{}, nil, http.StatusOK, nil
 			}
 		}
-		return nil, http.StatusConflict, err
+		return nil, nil, http.StatusConflict, err
 	}
 	done := [][2]uint64{}
 	var unmarked [][2]uint64 // replayed, but still listed (ErrNotMarked)
+	var skipped []queue.Skipped
 	var err error
 	if action == "replay" {
 		var rs []queue.Replayed
-		rs, err = s.cfg.Queues.ReplayAll(tenant, flowName, queue.SourceReplay, flow.NewUUID)
+		rs, skipped, err = s.cfg.Queues.ReplayAll(tenant, flowName, queue.SourceReplay, flow.NewUUID)
 		for _, r := range rs {
 			if r.Unmarked {
 				unmarked = append(unmarked, [2]uint64{r.ID, r.Message.ID})
@@ -367,18 +385,22 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 			"tenant", tenant, "flow", flowName, "count", len(done), "first_msg_id", done[0][0], "last_msg_id", done[len(done)-1][0],
 			"auth", auth.String(), "remote", r.RemoteAddr)
 	}
+	for _, k := range skipped {
+		s.cfg.Logger.Warn("a dead letter was left pending: it cannot be replayed", "event", "dlq_replay_skipped",
+			"tenant", tenant, "flow", flowName, "msg_id", k.ID, "payload_size", k.PayloadSize, "auth", auth.String(), "remote", r.RemoteAddr, "error", k.Err.Error())
+	}
 	switch {
 	case err == nil:
-		return done, http.StatusOK, nil
+		return done, skipped, http.StatusOK, nil
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
-		return nil, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
+		return nil, nil, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
 	case errors.Is(err, queue.ErrPoisoned):
 		status, err := s.queueUnavailable(w, "dlq_"+action+"_all", tenant, flowName, err)
 		if len(done) > 0 {
 			err = fmt.Errorf("%d dead letters were handled, then %w", len(done), err)
 		}
-		return nil, status, err
+		return nil, nil, status, err
 	}
 	s.cfg.Logger.Error("dead letters could not be handled", "event", "internal_error", "action", "dlq_"+action+"_all",
 		"tenant", tenant, "flow", flowName, "done", len(done), "unmarked", len(unmarked), "auth", auth.String(), "remote", r.RemoteAddr,
@@ -394,9 +416,9 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 		if len(done) > 0 {
 			msg = fmt.Sprintf("%d dead letters were handled, then %s", len(done), msg)
 		}
-		return nil, http.StatusInternalServerError, errors.New(msg)
+		return nil, nil, http.StatusInternalServerError, errors.New(msg)
 	}
-	return nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
+	return nil, nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
 }
 
 // queueUnavailable answers a dead-letter action that found the queue's log
@@ -411,7 +433,8 @@ func (s *Server) queueUnavailable(w http.ResponseWriter, action, tenant, flowNam
 
 // doDLQAction runs a replay or a discard and says which status answers
 // it, with the text to show: 404 for an id that is not pending, 409 for a
-// replay into a flow that is not live (its worker would drop the message),
+// replay into a flow that is not live (its worker would drop the message)
+// or of a dead letter whose payload is over the limit of a message,
 // 503 when no worker can be started or the queue's log fails (it sets
 // Retry-After on w), 500 for a
 // failure, logged here and shown as "internal error" unless the operator
@@ -444,6 +467,10 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 	case errors.Is(err, queue.ErrPoisoned):
 		status, err := s.queueUnavailable(w, "dlq_"+action, tenant, flowName, err)
 		return 0, status, err
+	case errors.Is(err, queue.ErrTooLarge):
+		// a payload over the limit of a message (an older nexus wrote
+		// it): it never will be replayed, only discarded
+		return 0, http.StatusConflict, err
 	}
 	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
 		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())

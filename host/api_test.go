@@ -1301,6 +1301,40 @@ func TestAPIUnknownPathsNeedTheKey(t *testing.T) {
 	}
 }
 
+// TestAPIReplayAllLeavesAnOversizedDeadLetter: a dead letter whose payload
+// is over queue.MaxPayload (an older nexus wrote it) cannot be replayed:
+// the replay of all replays the others, leaves it pending and names it
+// under "skipped" with a dlq_replay_skipped line; a replay of it alone is
+// a 409 naming the limit. The replay of all answered 500 "internal error"
+// and replayed none: the error of the chunk dropped the ones before it.
+func TestAPIReplayAllLeavesAnOversizedDeadLetter(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedQueue(t, fx.root, "acme", "echo", func() time.Time { return t0 }, func(q *queue.Queue) {
+		msgs := appendMessages(t, q, `{"n":1}`, `{"n":2}`, `{"n":3}`)
+		processed(t, q, msgs, len(msgs))
+		msgs[1].Payload = bytes.Repeat([]byte("x"), queue.MaxPayload+1)
+		for _, m := range msgs {
+			deadLetter(t, q, m, t0.Add(time.Minute), 3, "step call: 502 from upstream")
+		}
+	})
+	tooLarge := fmt.Sprintf("queue acme/echo: dead letter 2 cannot be replayed: the message is too large for a frame: its payload of %d bytes is over the limit of %d bytes a message may have",
+		queue.MaxPayload+1, queue.MaxPayload)
+	wantDocument(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/replay"), `{"tenant":"acme","flow":"echo","replayed":[`+
+		`{"tenant":"acme","flow":"echo","id":1,"replayed":true,"message_id":4},`+
+		`{"tenant":"acme","flow":"echo","id":3,"replayed":true,"message_id":5}],`+
+		fmt.Sprintf(`"skipped":[{"id":2,"payload_size":%d,"error":%q}]}`, queue.MaxPayload+1, tooLarge))
+	if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{2}) {
+		t.Errorf("pending after replaying all: %v, want [2]", got)
+	}
+	if evs := fx.logs.Events(t, "dlq_replay_skipped"); len(evs) != 1 || evs[0]["msg_id"] != 2.0 || evs[0]["error"] != tooLarge {
+		t.Errorf("dlq_replay_skipped lines: %v, want one naming dead letter 2", evs)
+	}
+	wantRefusal(t, fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/2/replay"), http.StatusConflict, tooLarge)
+	if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{2}) {
+		t.Errorf("pending after replaying it alone: %v, want [2]", got)
+	}
+}
+
 // TestAPIReplayAndDiscardAll: the id "all" replays or discards every dead
 // letter pending in the queue, oldest first, as one request each would
 // (the answer lists what was done); a queue with none answers an empty

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/julienschmidt/httprouter"
+
+	"github.com/nexushq/nexus/queue"
 )
 
 // The management UI (/ui/): pages rendered on the server from the same
@@ -272,6 +274,9 @@ func (s *Server) uiQueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		p.Notice = fmt.Sprintf("Dead letter %d was discarded; its body leaves the disk at the queue's next drain.", id)
 	} else if n, err := strconv.ParseUint(q.Get("replay_all"), 10, 64); err == nil {
 		p.Notice = fmt.Sprintf("%d dead letters were replayed, each as a new message at the back of the queue.", n)
+		if k, err := strconv.ParseUint(q.Get("skipped"), 10, 64); err == nil && k > 0 {
+			p.Notice += fmt.Sprintf(" %d were left pending: their payloads are over %d bytes, the most a message holds, so they can only be discarded.", k, queue.MaxPayload)
+		}
 	} else if n, err := strconv.ParseUint(q.Get("discard_all"), 10, 64); err == nil {
 		p.Notice = fmt.Sprintf("%d dead letters were discarded; their bodies leave the disk at the queue's next drain.", n)
 	}
@@ -401,14 +406,18 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	}
 	if all {
 		// the Replay all button: every pending dead letter, oldest first
-		done, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
+		done, skipped, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
 		after, limit := s.pageAfterAction(r, tenant, flowName)
 		if err != nil {
 			p.Error = err.Error()
 			s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 			return
 		}
-		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+fmt.Sprintf("?%s_all=%d", action, len(done))+pageLink(after, limit, "&"), http.StatusSeeOther)
+		notice := fmt.Sprintf("?%s_all=%d", action, len(done))
+		if len(skipped) > 0 {
+			notice += fmt.Sprintf("&skipped=%d", len(skipped))
+		}
+		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+notice+pageLink(after, limit, "&"), http.StatusSeeOther)
 		return
 	}
 	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)

@@ -945,6 +945,31 @@ func TestUIQueuePage(t *testing.T) {
 		wantPage(t, fx.post("/ui/queues/acme/other/dlq/all/replay", c, nil), http.StatusForbidden)
 	})
 
+	t.Run("Replay all leaves an oversized dead letter", func(t *testing.T) {
+		fx := newAdminFixture(t, adminOptions{key: adminKey})
+		seedQueue(t, fx.root, "acme", "echo", func() time.Time { return t0 }, func(q *queue.Queue) {
+			msgs := appendMessages(t, q, `{"n":1}`, `{"n":2}`)
+			processed(t, q, msgs, len(msgs))
+			msgs[0].Payload = bytes.Repeat([]byte("x"), queue.MaxPayload+1) // an older nexus wrote it
+			for _, m := range msgs {
+				deadLetter(t, q, m, t0.Add(time.Minute), 3, "step call: 502 from upstream")
+			}
+		})
+		c := fx.login(t)
+		page := wantPage(t, fx.get("/ui/queues/acme/echo", c), http.StatusOK)
+		w := fx.post("/ui/queues/acme/echo/dlq/all/replay", c, url.Values{"csrf": {csrfOf(t, page)}})
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/queues/acme/echo?replay_all=1&skipped=1" {
+			t.Fatalf("Replay all: %d, Location %q", w.Code, w.Header().Get("Location"))
+		}
+		if got := fx.pendingIDs(t, "acme", "echo"); !slices.Equal(got, []uint64{1}) {
+			t.Errorf("pending after Replay all: %v, want [1]", got)
+		}
+		after := wantPage(t, fx.get(w.Header().Get("Location"), c), http.StatusOK)
+		if want := fmt.Sprintf("1 dead letters were replayed, each as a new message at the back of the queue. 1 were left pending: their payloads are over %d bytes, the most a message holds, so they can only be discarded.", queue.MaxPayload); !strings.Contains(after, want) {
+			t.Errorf("the page after Replay all does not say %q:\n%.2000s", want, after)
+		}
+	})
+
 	t.Run("no Replay button for a flow that is not live", func(t *testing.T) {
 		gone := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/gone"), http.StatusOK)
 		if strings.Contains(gone, `name="replay"`) || !strings.Contains(gone, `name="discard"`) ||

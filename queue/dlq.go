@@ -505,6 +505,9 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 	if err != nil {
 		return Message{}, err
 	}
+	if err := q.tooLargeToReplay(d); err != nil {
+		return Message{}, err
+	}
 	m, err := q.appendLocked(NewMessage{Source: source, CorrelationID: correlationID, Payload: d.Payload})
 	if err != nil {
 		return Message{}, err
@@ -513,6 +516,26 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 		return m, fmt.Errorf("queue %s/%s: the dead letter %d was replayed as message %d: %w: %w", q.Tenant, q.Flow, id, m.ID, ErrNotMarked, err)
 	}
 	return m, nil
+}
+
+// tooLargeToReplay is ErrTooLarge, said with the limit, for a dead letter
+// whose payload is over MaxPayload (one an older nexus wrote: a
+// dead-letter frame holds up to MaxRecord): no message may carry it, so it
+// cannot be replayed, only discarded.
+func (q *Queue) tooLargeToReplay(d DeadLetter) error {
+	if len(d.Payload) > MaxPayload {
+		return fmt.Errorf("queue %s/%s: dead letter %d cannot be replayed: %w: its payload of %d bytes is over the limit of %d bytes a message may have",
+			q.Tenant, q.Flow, d.ID, ErrTooLarge, len(d.Payload), MaxPayload)
+	}
+	return nil
+}
+
+// Skipped is a pending dead letter ReplayPending left pending because it
+// cannot be replayed: its payload is over MaxPayload (tooLargeToReplay).
+type Skipped struct {
+	ID          uint64 // the dead letter's id
+	PayloadSize int    // its payload's size in bytes
+	Err         error  // why: wraps ErrTooLarge and names the limit
 }
 
 // Replayed is a dead letter ReplayPending appended again.
@@ -533,15 +556,19 @@ type Replayed struct {
 // after the one that brings their payloads to maxBytes, so a caller
 // replaying thousands calls it until it returns none, and the doors'
 // appends get the lock between calls. An error writing the marks after
-// the append wraps ErrNotMarked and returns the replays appended.
-func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, error) {
+// the append wraps ErrNotMarked and returns the replays appended. A dead
+// letter whose payload is over MaxPayload is not replayed: it stays
+// pending, and is returned among the skipped ones (each call returns those
+// its read came across, so a caller calling it again meets them again).
+func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
 	unlock, err := q.lockAppend()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer unlock()
 	var batch []*appendReq
 	var ids []uint64
+	var skipped []Skipped
 	size := 0
 	if _, err := q.eachPending(func(rec []byte) error {
 		if binary.BigEndian.Uint64(rec[1:9]) > upTo {
@@ -550,6 +577,10 @@ func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, c
 		d, err := decodeDeadLetter(rec)
 		if err != nil {
 			return nil // damaged: not listed, not replayed
+		}
+		if err := q.tooLargeToReplay(d); err != nil {
+			skipped = append(skipped, Skipped{ID: d.ID, PayloadSize: len(d.Payload), Err: err})
+			return nil
 		}
 		m := NewMessage{Source: source, CorrelationID: correlationID(), Payload: d.Payload}
 		if err := q.checkSize(m); err != nil {
@@ -561,19 +592,19 @@ func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, c
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(batch) == 0 {
-		return nil, nil
+		return nil, skipped, nil
 	}
 	q.mu.Lock()
 	poisoned := q.poisoned
 	q.mu.Unlock()
 	if poisoned != nil {
-		return nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
+		return nil, nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
 	}
 	if err := q.writeLocked(batch); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]Replayed, len(batch))
 	var marks []byte
@@ -586,9 +617,9 @@ func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, c
 		for i := range out {
 			out[i].Unmarked = true
 		}
-		return out, fmt.Errorf("queue %s/%s: %d dead letters were replayed (%d to %d): %w: %w", q.Tenant, q.Flow, len(out), ids[0], ids[len(ids)-1], ErrNotMarked, err)
+		return out, skipped, fmt.Errorf("queue %s/%s: %d dead letters were replayed (%d to %d): %w: %w", q.Tenant, q.Flow, len(out), ids[0], ids[len(ids)-1], ErrNotMarked, err)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // The chunks of ReplayAll and MarkAll: the append lock is let go between
@@ -602,11 +633,20 @@ const (
 // (the newest pending when the caller listed them), oldest first, in
 // chunks (ReplayPending), calling each for every replay made; it returns
 // how many it made. One dead-lettered again meanwhile (a newer id) is not
-// replayed again.
-func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() string, each func(Replayed)) (int, error) {
+// replayed again. One that cannot be replayed (its payload is over
+// MaxPayload) is left pending, and skip, when not nil, is called once for
+// it; the others are replayed all the same.
+func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() string, each func(Replayed), skip func(Skipped)) (int, error) {
 	n := 0
+	told := map[uint64]bool{}
 	for {
-		got, err := q.ReplayPending(upTo, allChunk, allChunkBytes, source, correlationID)
+		got, skipped, err := q.ReplayPending(upTo, allChunk, allChunkBytes, source, correlationID)
+		for _, s := range skipped {
+			if !told[s.ID] && skip != nil {
+				skip(s)
+			}
+			told[s.ID] = true
+		}
 		for _, r := range got {
 			each(r) // those of a chunk whose marks failed too: they were appended
 		}

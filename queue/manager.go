@@ -351,26 +351,28 @@ func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 
 // ReplayAll is Replay for every dead letter of tenant/flow pending when it
 // begins, oldest first (Queue.ReplayAll), and returns the replays made
-// (also with an error, those made before it). With none pending it opens
-// nothing and starts no worker.
-func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() string) ([]Replayed, error) {
+// (also with an error, those made before it) and the dead letters left
+// pending because they cannot be replayed (Skipped). With none pending it
+// opens nothing and starts no worker.
+func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
 	upTo, err := m.newestPending(tenant, flow)
 	if err != nil || upTo == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 	q, w, err := m.Queue(tenant, flow)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []Replayed
-	_, err = q.ReplayAll(upTo, source, correlationID, func(r Replayed) { out = append(out, r) })
+	var skipped []Skipped
+	_, err = q.ReplayAll(upTo, source, correlationID, func(r Replayed) { out = append(out, r) }, func(s Skipped) { skipped = append(skipped, s) })
 	if errors.Is(err, ErrPoisoned) {
 		m.reopen(tenant, flow, q, err)
 	}
 	if len(out) > 0 {
 		w.Wake()
 	}
-	return out, err
+	return out, skipped, err
 }
 
 // DiscardAll is Discard for every dead letter of tenant/flow pending when

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -868,7 +869,7 @@ func TestQueueReplayPending(t *testing.T) {
 	var calls [][]uint64
 	var replays []queue.Replayed
 	for {
-		got, err := q.ReplayPending(upTo, 3, 1<<20, "replay", cid)
+		got, _, err := q.ReplayPending(upTo, 3, 1<<20, "replay", cid)
 		if err != nil {
 			t.Fatalf("ReplayPending: %v", err)
 		}
@@ -896,7 +897,7 @@ func TestQueueReplayPending(t *testing.T) {
 	for _, p := range []string{`{"big":"xxxxxxxxxx"}`, `{"n":7}`} {
 		addDeadLetter(t, q, put(t, q, p).ID, p)
 	}
-	got, err := q.ReplayPending(^uint64(0), 100, 5, "replay", cid)
+	got, _, err := q.ReplayPending(^uint64(0), 100, 5, "replay", cid)
 	if err != nil || len(got) != 1 || got[0].ID != ids[4] {
 		t.Errorf("ReplayPending with a 5-byte budget: %+v, %v; want the oldest alone", got, err)
 	}
@@ -918,5 +919,50 @@ func TestQueueReplayPending(t *testing.T) {
 	}
 	if none, err := q.MarkPending(^uint64(0), 100, queue.MarkDiscarded); err != nil || len(none) != 0 {
 		t.Errorf("MarkPending with none pending: %v, %v", none, err)
+	}
+}
+
+// TestQueueReplayAllLeavesAnOversizedDeadLetter: a dead letter whose
+// payload is over MaxPayload (one an older nexus wrote: a dead-letter
+// frame holds up to MaxRecord) cannot be replayed, as no message may be
+// that large. ReplayAll replays every other one, leaves it pending and
+// reports it; it failed at it, replaying none (the error of the chunk
+// dropped the ones before it). Replay of it alone
+// fails with ErrTooLarge, naming the limit.
+func TestQueueReplayAllLeavesAnOversizedDeadLetter(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	var ids []uint64
+	for _, p := range []string{`{"n":1}`, "big", `{"n":3}`} {
+		m := put(t, q, p)
+		if p == "big" {
+			// MoveToDLQ writes what a frame holds, beyond MaxPayload
+			p = string(bytes.Repeat([]byte("x"), queue.MaxPayload+1))
+		}
+		addDeadLetter(t, q, m.ID, p)
+		ids = append(ids, m.ID)
+	}
+	var replayed []uint64
+	var skipped []queue.Skipped
+	n, err := q.ReplayAll(ids[2], "replay", func() string { return "cid" }, func(r queue.Replayed) { replayed = append(replayed, r.ID) },
+		func(s queue.Skipped) { skipped = append(skipped, s) })
+	if err != nil {
+		t.Fatalf("ReplayAll: %v", err)
+	}
+	if diff := cmp.Diff([]uint64{ids[0], ids[2]}, replayed); diff != "" || n != 2 {
+		t.Errorf("replayed %d (-want +got):\n%s", n, diff)
+	}
+	if len(skipped) != 1 || skipped[0].ID != ids[1] || skipped[0].PayloadSize != queue.MaxPayload+1 || !errors.Is(skipped[0].Err, queue.ErrTooLarge) {
+		t.Errorf("skipped: %+v; want dead letter %d, %d bytes, ErrTooLarge, reported once", skipped, ids[1], queue.MaxPayload+1)
+	}
+	if diff := cmp.Diff([]uint64{ids[1]}, pendingIDs(t, q)); diff != "" {
+		t.Errorf("pending after ReplayAll (-want +got):\n%s", diff)
+	}
+	_, err = q.Replay(ids[1], "replay", "cid")
+	if want := fmt.Sprintf("payload of %d bytes is over the limit of %d bytes", queue.MaxPayload+1, queue.MaxPayload); !errors.Is(err, queue.ErrTooLarge) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Replay of the oversized dead letter: %v; want ErrTooLarge saying %q", err, want)
+	}
+	if diff := cmp.Diff([]uint64{ids[1]}, pendingIDs(t, q)); diff != "" {
+		t.Errorf("pending after Replay (-want +got):\n%s", diff)
 	}
 }

@@ -593,6 +593,47 @@ func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
 	}
 }
 
+// TestDLQReplayAllLeavesAnOversizedDeadLetter: nexus dlq replay --all
+// replays every dead letter but one whose payload is over the limit of a
+// message (an older nexus wrote it), which it leaves pending with a line on
+// stderr naming the limit, and exits 1. It failed at that one, replaying
+// none (the error of the chunk dropped the ones before it).
+func TestDLQReplayAllLeavesAnOversizedDeadLetter(t *testing.T) {
+	state := t.TempDir()
+	db := filepath.Join(state, "registry.db")
+	dir := t.TempDir()
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: orders\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+	if err := os.WriteFile(filepath.Join(dir, "orders.md"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
+	}
+	q, _ := deadLetterQueue(t, state, 1)
+	big := testDeadLetter(2)
+	big.Payload = bytes.Repeat([]byte("x"), queue.MaxPayload+1)
+	if err := q.MoveToDLQ(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.MoveToDLQ(testDeadLetter(3)); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	stdout.Reset()
+	stderr.Reset()
+	code := run([]string{"dlq", "replay", "--tenant", "acme", "--flow", "orders", "--all", "--db", db}, &stdout, &stderr)
+	wantErr := fmt.Sprintf("nexus dlq replay: left pending: queue acme/orders: dead letter 2 cannot be replayed: the message is too large for a frame: its payload of %d bytes is over the limit of %d bytes a message may have\n",
+		queue.MaxPayload+1, queue.MaxPayload)
+	if want := "replayed  id=1 tenant=acme flow=orders\nreplayed  id=3 tenant=acme flow=orders\n"; code != exitError || stdout.String() != want || stderr.String() != wantErr {
+		t.Errorf("replay --all: exit %d, stdout %q, stderr %q; want exit 1, %q and %q", code, stdout.String(), stderr.String(), want, wantErr)
+	}
+	dl, _, err := queue.ReadDeadLetters(filepath.Join(state, "queues"), "acme", "orders", nil)
+	if err != nil || len(dl) != 1 || dl[0].ID != 2 {
+		t.Errorf("pending after replay --all: %d dead letters, %v; want dead letter 2 alone", len(dl), err)
+	}
+}
+
 // TestDeployIntoARegistryFollowingGit: nexus deploy into a registry that
 // a server fills from git publishes, and says on stderr that the next
 // commit the server syncs replaces it; into one without git, it says

@@ -271,13 +271,19 @@ const discardNote = "  the body leaves the disk at this flow's next queue drain;
 // dlqMarkAll replays or discards (sub) every dead letter pending in q up to
 // the id upTo (the newest listed), oldest first, in chunks that let the
 // servers' appends through (queue.ReplayAll, MarkAll), one line each; one
-// another process handles meanwhile is left to it.
+// another process handles meanwhile is left to it. A dead letter that
+// cannot be replayed (its payload is over the limit of a message) is left
+// pending with a line on stderr, the others replayed, and the exit status
+// is 1.
 func dlqMarkAll(sub string, q *queue.Queue, upTo uint64, tenant, flowName string, stdout, stderr io.Writer) int {
-	var n int
+	var n, skipped int
 	var err error
 	if sub == "replay" {
 		n, err = q.ReplayAll(upTo, queue.SourceReplay, flow.NewUUID, func(r queue.Replayed) {
 			fmt.Fprintf(stdout, "replayed  id=%d tenant=%s flow=%s\n", r.ID, tenant, flowName)
+		}, func(k queue.Skipped) {
+			skipped++
+			fmt.Fprintf(stderr, "nexus dlq replay: left pending: %v\n", k.Err)
 		})
 	} else {
 		n, err = q.MarkAll(upTo, queue.MarkDiscarded, func(id uint64) {
@@ -290,6 +296,8 @@ func dlqMarkAll(sub string, q *queue.Queue, upTo uint64, tenant, flowName string
 			fmt.Fprintf(stderr, "nexus dlq %s: %d done, then:\n", sub, n)
 		}
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
+		return exitError
+	case skipped > 0:
 		return exitError
 	case n == 0:
 		fmt.Fprintf(stdout, "no pending dead letter tenant=%s flow=%s\n", tenant, flowName)
