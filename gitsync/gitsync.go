@@ -127,9 +127,10 @@ type Syncer struct {
 	// server is this Syncer's lock in the state directory, held while it
 	// lives (the kernel lets it go when the process dies): a server it
 	// superseded finds it free once it is gone, and publishes again
-	server     *os.File // open, locked (flock) until Stop
+	// (under lifeMu, and mu to change them: Sync reads them under mu)
+	server     *os.File // open, locked (flock) until Stop; nil after it
 	serverName string
-	stopOnce   sync.Once
+	lifeMu     sync.Mutex // one Start or Stop at a time
 
 	mu        sync.Mutex // one Sync at a time in this process
 	evaluated bool       // a round of this Syncer compiled a head (under mu)
@@ -453,6 +454,9 @@ func (r Result) Applied() bool { return r.Skipped == "" && len(r.Errors) == 0 &&
 func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.server == nil {
+		return Result{}, errStopped
+	}
 	locked, err := s.lock.TryLock()
 	if err != nil {
 		return Result{}, fmt.Errorf("taking the sync lock %s: %w", s.lock.Path(), err)
@@ -1187,19 +1191,47 @@ func (s *Syncer) Trigger() {
 
 // Start syncs in the background, at once and then every Poll (or on
 // Trigger), and returns at once. An unreachable repo is retried with
-// capped exponential backoff and jitter; it is logged, never fatal.
-func (s *Syncer) Start() { s.life.Start(s.loop) }
+// capped exponential backoff and jitter; it is logged, never fatal. After
+// Stop it takes a new server's lock first (New took the first), as the
+// server a later start makes, so that the servers it supersedes stay
+// superseded; when that lock cannot be made, it logs sync_error and does
+// not start.
+func (s *Syncer) Start() {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.server == nil {
+		s.mu.Lock() // a Sync in progress reads the name
+		err := s.lockServer()
+		s.mu.Unlock()
+		if err != nil {
+			s.cfg.Logger.Error("the sync could not start again: its server's lock could not be made", "event", "sync_error",
+				"repo", s.remoteURL(), "error", err.Error())
+			return
+		}
+	}
+	s.life.Start(s.loop)
+}
 
 // Stop ends the loop, waiting for a sync in progress, and lets the
 // server's lock go (a server it superseded publishes again). It is safe
-// to call more than once, and without Start.
+// to call more than once, and without Start. A Sync after it is refused
+// (errStopped) until Start.
 func (s *Syncer) Stop() {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
 	s.life.Stop()
-	s.stopOnce.Do(func() {
+	s.mu.Lock() // a Sync called meanwhile reads the lock
+	defer s.mu.Unlock()
+	if s.server != nil {
 		os.Remove(filepath.Join(s.serversDir(), s.serverName))
 		s.server.Close() // which lets the lock go
-	})
+		s.server = nil
+	}
 }
+
+// errStopped is the error of a Sync after Stop: without its server's lock,
+// what it published would not supersede the servers it should.
+var errStopped = errors.New("gitsync: the Syncer is stopped (Start it again to sync)")
 
 // minTriggerGap is the least time between the starts of two syncs when a
 // Trigger asks for one sooner: a flood of webhooks (POST /hooks/git needs

@@ -612,3 +612,54 @@ func TestAnOlderReplicasPublicationDoesNotHandBack(t *testing.T) {
 		t.Errorf("the registry serves %q, want other's", desc)
 	}
 }
+
+// TestAServerStartedAgainAfterStopHoldsItsLock: Stop lets the server's lock
+// go (a server it superseded publishes again), and Start after Stop takes a
+// new one before the loop runs, so the server it supersedes stays
+// superseded; Stop lets it go again, and a Sync after Stop is refused.
+// Started again, it ran without a lock: the earlier server, finding the
+// publisher's lock gone, published its own source over it, and the two
+// flapped.
+func TestAServerStartedAgainAfterStopHoldsItsLock(t *testing.T) {
+	ctx := context.Background()
+	s := newSuperseding(t)
+	old, reg := s.server("main", t0)
+	if res, err := old.Sync(ctx); err != nil || !res.Applied() {
+		t.Fatalf("the first server's Sync = %+v, %v", res, err)
+	}
+	rounds := make(chan error, 10)
+	later, _ := s.server("other", t0.Add(time.Minute), func(c *gitsync.Config) {
+		c.Poll = time.Hour
+		c.Observe = func(_ gitsync.Result, err error) { rounds <- err }
+	})
+	later.Start()
+	if err := <-rounds; err != nil {
+		t.Fatalf("the later server's first round: %v", err)
+	}
+	later.Stop()
+	later.Stop()
+	if got := s.serverFiles(); len(got) != 1 {
+		t.Fatalf("the servers' locks after Stop: %v, want the first server's alone", got)
+	}
+	later.Start()
+	if err := <-rounds; err != nil {
+		t.Fatalf("the later server's round after Start again: %v", err)
+	}
+	if got := s.serverFiles(); len(got) != 2 {
+		t.Errorf("the servers' locks after Start again: %v, want both servers'", got)
+	}
+	var se *gitsync.SupersededError
+	if res, err := old.Sync(ctx); !errors.As(err, &se) {
+		t.Errorf("the first server's Sync while the later one runs again = %+v, %v; want a SupersededError", res, err)
+	}
+	if desc, _ := served(t, reg); desc != "on other" {
+		t.Errorf("the registry serves %q, want the later server's %q", desc, "on other")
+	}
+	later.Stop()
+	if _, err := later.Sync(ctx); err == nil || err.Error() != "gitsync: the Syncer is stopped (Start it again to sync)" {
+		t.Errorf("a Sync after Stop: %v; want it refused", err)
+	}
+	if res, err := old.Sync(ctx); err != nil || !res.Applied() {
+		t.Errorf("the first server's Sync once the later one stopped again = %+v, %v; want main applied", res, err)
+	}
+}
