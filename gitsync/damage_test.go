@@ -70,6 +70,55 @@ func TestDamagedCloneIsClonedAnew(t *testing.T) {
 	})
 }
 
+// TestTruncatedPackIsClonedAnew: a pack cut short (a power cut after a
+// clone or a repack renamed it into place, before all of its data reached
+// the disk: packs and their folder are not fsynced), or cut to nothing, or
+// whose index is cut short, at the next start: the sync logs
+// sync_repaired, clones the repo anew and judges the head again, rather
+// than failing every round.
+func TestTruncatedPackIsClonedAnew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ext  string // the pack's file cut
+		keep func(size int64) int64
+	}{
+		{"pack cut in half", ".pack", func(n int64) int64 { return n / 2 }},
+		{"pack cut to its header", ".pack", func(int64) int64 { return 12 }},
+		{"pack cut to nothing", ".pack", func(int64) int64 { return 0 }},
+		{"index cut in half", ".idx", func(n int64) int64 { return n / 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			c1 := e.src.commit("add acme/x")
+			e.mustApply(c1, "published acme/x v1")
+			e.s.Stop()
+			files, err := filepath.Glob(filepath.Join(e.cfg.Dir, "objects", "pack", "*"+tc.ext))
+			if err != nil || len(files) == 0 {
+				t.Fatalf("the clone holds no %s file to cut (%v)", tc.ext, err)
+			}
+			for _, f := range files {
+				info, err := os.Stat(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(f, tc.keep(info.Size())); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			s, err := gitsync.New(e.cfg) // the next process
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Stop)
+			e.s = s
+			e.mustApply(c1, "unchanged acme/x v1")
+			checkRepaired(t, e)
+		})
+	}
+}
+
 func checkRepaired(t *testing.T, e *env) {
 	t.Helper()
 	evs := e.logs.Events(t, "sync_repaired")
