@@ -10,10 +10,13 @@ import (
 // line into a buffer and returns, and one goroutine writes the buffer out,
 // at most once per gather interval: the lines of that interval go out in
 // one write(2), and a quiet host wakes the goroutine once per interval at
-// most instead of once per line. No line is dropped: when maxBuffered
-// bytes wait, Write waits for the write in progress. Close writes what is
-// left and makes later writes synchronous. A process killed with SIGKILL
-// loses only the lines still in the buffer (at most one interval's).
+// most instead of once per line. No line is dropped for want of room:
+// when maxBuffered bytes wait, Write waits for the write in progress. The
+// lines of a write out that fails (the reader gone: EPIPE; a full disk)
+// are dropped, and the host goes on: the log has nowhere to say so. Close
+// writes what is left and makes later writes synchronous. A process
+// killed with SIGKILL loses only the lines still in the buffer (at most
+// one interval's).
 type logWriter struct {
 	w           io.Writer
 	maxBuffered int

@@ -239,6 +239,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
+	// A log whose reader has gone (nexus serve | head -1, a log shipper
+	// restarting) must not stop the host: with SIGPIPE notified, a write
+	// to the broken pipe fails with EPIPE and the log writer drops its
+	// lines; otherwise the Go runtime ended the process by SIGPIPE at the
+	// first line written to stdout or stderr after.
+	brokenPipes := make(chan os.Signal, 1)
+	signal.Notify(brokenPipes, syscall.SIGPIPE)
+	defer signal.Stop(brokenPipes)
 	// the log's lines are written out in batches, off the request path
 	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
