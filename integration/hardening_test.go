@@ -602,7 +602,7 @@ func TestStateFolderThatIsALinkIsRefused(t *testing.T) {
 		}
 		r := nexus(t, "", args...)
 		want := "nexus serve: " + link + " is a symbolic link"
-		// the log's fatal line, then the one line for the operator
+		// the one line for the operator, after the log's warnings
 		if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != 1 || !strings.HasPrefix(lines[len(lines)-1], want) {
 			t.Errorf("%s a link: exit %d, stderr %q; want exit 1 and %q…", name, r.code, r.stderr, want)
 		}

@@ -279,7 +279,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			logger.Info("nexus stopped before it served", "event", "stopped", "during", strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error()))
 			return exitOK
 		}
-		logger.Error("the host stopped on an error", "event", "fatal", "error", err.Error())
+		// one line, the command's: a failure while serving was logged
+		// as it came (the listener's, event fatal), and one before the
+		// host served is a refused start, said as every refusal is
 		logOut.Close()
 		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
 		return exitError
