@@ -425,6 +425,37 @@ func TestHelpOfAnUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestHelpOfEveryCommand: nexus help NAME prints NAME's help on stdout and
+// exits 0 for every command, help itself included (and its spellings
+// -h, -help and --help), which prints the general usage; nexus help help
+// said help was an unknown command.
+func TestHelpOfEveryCommand(t *testing.T) {
+	var general bytes.Buffer
+	if code := run([]string{"help"}, &general, io.Discard); code != exitOK {
+		t.Fatalf("nexus help: exit %d", code)
+	}
+	names := []string{"help", "-h", "-help", "--help"}
+	for name := range commands() {
+		names = append(names, name)
+	}
+	for _, name := range names {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"help", name}, &stdout, &stderr)
+		if code != exitOK || stdout.Len() == 0 || stderr.Len() != 0 {
+			t.Errorf("nexus help %s: exit %d, stdout %q, stderr %q; want exit 0 and the help on stdout", name, code, stdout.String(), stderr.String())
+		}
+		var own bytes.Buffer
+		if name == "help" || strings.HasPrefix(name, "-") {
+			own = general
+		} else {
+			run([]string{name, "--help"}, &own, io.Discard)
+		}
+		if stdout.String() != own.String() {
+			t.Errorf("nexus help %s printed %q, want what nexus %s --help prints, %q", name, stdout.String(), name, own.String())
+		}
+	}
+}
+
 // TestEmptyDBIsBadUsage: --db "" (what --db "$DB" gives with DB unset),
 // or a --db naming a folder, is bad usage for every command that takes
 // it; the read-only commands read it as an empty registry and exited 0

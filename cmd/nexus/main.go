@@ -111,11 +111,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return exitUsage
 	}
-	switch args[0] {
-	case "--version", "-version":
+	switch {
+	case args[0] == "--version" || args[0] == "-version":
 		return runVersion(args[1:], stdout, stderr) // as nexus version: no argument
-	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
+	case isHelp(args[0]):
+		if len(args) > 1 && !isHelp(args[1]) {
 			c, ok := cmds[args[1]]
 			if !ok {
 				fmt.Fprintf(stderr, "nexus: unknown command %q; run 'nexus help' for the list\n", args[1])
@@ -132,6 +132,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// isHelp reports whether name is help or one of its spellings as a flag:
+// nexus help help prints the general usage, as nexus help does.
+func isHelp(name string) bool {
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer, cmds map[string]command) {
