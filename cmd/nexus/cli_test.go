@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/queue"
 	"github.com/nexushq/nexus/registry"
 )
@@ -323,6 +325,49 @@ func TestDLQListReportsADamagedMark(t *testing.T) {
 	if lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], want) ||
 		!strings.Contains(lines[0], "the dead letter it marked is listed as pending") {
 		t.Errorf("stderr %q, want one line beginning %q", stderr.String(), want)
+	}
+}
+
+// TestDLQListEscapesControlCharacters: a dead letter's last_error holding
+// a line break or another control character is printed on its one line,
+// the text escaped as a Go string's body (\n, \x1b, and so \\ and \"); one
+// without prints as it is, a backslash too. A line break printed as it
+// was made a line of its own, which could pass for another dead letter.
+func TestDLQListEscapesControlCharacters(t *testing.T) {
+	state := t.TempDir()
+	q, _ := deadLetterQueue(t, state, 0)
+	for id, lastError := range map[uint64]string{
+		1: "step 'forward': HTTP 503\n\n  id=9 tenant=acme flow=orders\r\x1b[2K \"C:\\x\" \u2028é\u0085\xff\t",
+		2: `step 'check': C:\x "quoted" é`,
+	} {
+		d := testDeadLetter(id)
+		d.LastError = lastError
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dlq", "list", "--db", filepath.Join(state, "registry.db")}, &stdout, &stderr)
+	want := `DLQ: 2 pending message(s)
+
+  id=1 tenant=acme flow=orders
+    enqueued_at: 2026-11-30T09:00:00Z
+    failed_at:   2026-11-30T09:00:00Z
+    attempts:    5
+    last_error:  step 'forward': HTTP 503\n\n  id=9 tenant=acme flow=orders\r\x1b[2K \"C:\\x\" \u2028é\u0085\xff\t
+
+  id=2 tenant=acme flow=orders
+    enqueued_at: 2026-11-30T09:00:00Z
+    failed_at:   2026-11-30T09:00:00Z
+    attempts:    5
+    last_error:  step 'check': C:\x "quoted" é
+`
+	if code != exitOK || stderr.Len() != 0 {
+		t.Errorf("exit %d, stderr %q; want exit 0 and nothing", code, stderr.String())
+	}
+	if diff := cmp.Diff(want, stdout.String()); diff != "" {
+		t.Errorf("nexus dlq list (-want +got):\n%s", diff)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/naming"
@@ -203,10 +204,23 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(&b, "    enqueued_at: %s\n", formatTime(e.d.EnqueuedAt))
 		fmt.Fprintf(&b, "    failed_at:   %s\n", formatTime(e.d.FailedAt))
 		fmt.Fprintf(&b, "    attempts:    %d\n", e.d.Attempts)
-		fmt.Fprintf(&b, "    last_error:  %s\n", e.d.LastError)
+		fmt.Fprintf(&b, "    last_error:  %s\n", oneLine(e.d.LastError))
 	}
 	io.WriteString(stdout, b.String())
 	return exitOK
+}
+
+// oneLine returns s as it is when every character of it prints, else as
+// the body of the Go string that holds it (strconv.Quote without the
+// quotes: \n, \x1b, \u2028, and so \\ and \" too): a dead letter's
+// last_error, whatever it echoes, stays on its line of the listing (the
+// host escapes the errors it answers so, on control characters).
+func oneLine(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // dlqMark replays or discards (sub) the dead letter id of tenant/flowName,
