@@ -357,6 +357,23 @@ var migrations = []string{
 	CREATE INDEX journal_flow_at ON journal (tenant, flow, at);`,
 }
 
+// SchemaError is a read-only Open's refusal of a registry whose schema
+// version is not this nexus's: a registry still, which nexus serve or
+// nexus deploy upgrades when it is older (a command that reads none of
+// its tables may take it).
+type SchemaError struct {
+	Version int // the registry's
+	Known   int // this nexus's
+}
+
+// Error says which version the registry has and what to do about it.
+func (e *SchemaError) Error() string {
+	if e.Version > e.Known {
+		return fmt.Sprintf("schema version %d is newer than this nexus knows (%d): upgrade nexus", e.Version, e.Known)
+	}
+	return fmt.Sprintf("schema version %d is older than this nexus reads (%d): nexus serve or nexus deploy upgrades it", e.Version, e.Known)
+}
+
 // checkSchema refuses, for a read-only open, a registry whose schema is
 // not this nexus's.
 func (r *Registry) checkSchema(ctx context.Context) error {
@@ -367,10 +384,8 @@ func (r *Registry) checkSchema(ctx context.Context) error {
 	switch {
 	case v == 0:
 		return errors.New("not a registry (an SQLite database without nexus's tables)")
-	case v > len(migrations):
-		return fmt.Errorf("schema version %d is newer than this nexus knows (%d): upgrade nexus", v, len(migrations))
-	case v < len(migrations):
-		return fmt.Errorf("schema version %d is older than this nexus reads (%d): nexus serve or nexus deploy upgrades it", v, len(migrations))
+	case v != len(migrations):
+		return &SchemaError{Version: v, Known: len(migrations)}
 	}
 	return nil
 }

@@ -95,8 +95,15 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	}
 	// the queues are beside the registry: a --db naming some other file
 	// (a mistyped path, another program's database, a damaged registry)
-	// would list "DLQ is empty"; it is opened as nexus status opens it
+	// would list "DLQ is empty"; it is opened as nexus status opens it.
+	// One of an older schema is a registry all the same, and list and
+	// discard read none of its tables (the dead letters are in the
+	// queues' files): they take it as it is (replay reads the live set,
+	// and refuses it then)
 	reg, _, err := readRegistry(context.Background(), dbPath)
+	if se, ok := errors.AsType[*registry.SchemaError](err); ok && se.Version < se.Known && sub != "replay" {
+		err = nil
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError

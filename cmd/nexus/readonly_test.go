@@ -96,13 +96,7 @@ func TestReadOnlyCommandsDoNotWriteTheSchema(t *testing.T) {
 			}
 		})
 		t.Run(cmd+"/older registry", func(t *testing.T) {
-			p, db := newRegistryFile(t)
-			for _, q := range []string{`DROP INDEX journal_flow_at`, `CREATE INDEX journal_flow ON journal (tenant, flow, id)`, `PRAGMA user_version = 1`} {
-				if _, err := db.Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			db.Close()
+			p := olderRegistryFile(t)
 			before, bv, _ := schemaOf(t, p)
 			var stdout, stderr bytes.Buffer
 			code := run([]string{cmd, "--db", p}, &stdout, &stderr)
@@ -151,4 +145,54 @@ func TestReadOnlyCommandsNeedNoWriteLock(t *testing.T) {
 		}
 	}
 	conn.ExecContext(t.Context(), `ROLLBACK`)
+}
+
+// olderRegistryFile makes a registry of schema version 1, closed, and
+// returns its path.
+func olderRegistryFile(t *testing.T) string {
+	t.Helper()
+	p, db := newRegistryFile(t)
+	defer db.Close()
+	for _, q := range []string{`DROP INDEX journal_flow_at`, `CREATE INDEX journal_flow ON journal (tenant, flow, id)`, `PRAGMA user_version = 1`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// TestDLQListAndDiscardBesideAnOlderRegistry: the dead letters are in the
+// queues' files, which the registry's schema does not change: beside a
+// registry of an older schema (a server not yet restarted on a new nexus),
+// nexus dlq list lists them and nexus dlq discard marks one, leaving the
+// registry as it is; nexus dlq replay, which reads the live set, refuses
+// it as nexus status does. list and discard refused it too.
+func TestDLQListAndDiscardBesideAnOlderRegistry(t *testing.T) {
+	p := olderRegistryFile(t)
+	q, _ := deadLetterQueue(t, filepath.Dir(p), 2)
+	q.Close()
+	before, bv, bm := schemaOf(t, p)
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stdout string // its first line
+		stderr string
+	}{
+		{[]string{"dlq", "list"}, exitOK, "DLQ: 2 pending message(s)", ""},
+		{[]string{"dlq", "discard", "--tenant", "acme", "--flow", "orders", "--id", "1"}, exitOK, "discarded id=1 tenant=acme flow=orders", ""},
+		{[]string{"dlq", "list"}, exitOK, "DLQ: 1 pending message(s)", ""},
+		{[]string{"dlq", "replay", "--tenant", "acme", "--flow", "orders", "--id", "2"}, exitError, "",
+			"nexus dlq replay: registry " + p + ": schema version 1 is older than this nexus reads (2): nexus serve or nexus deploy upgrades it\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(c.args, "--db", p), &stdout, &stderr)
+		if code != c.code || firstLine(stdout.String()) != c.stdout || stderr.String() != c.stderr {
+			t.Errorf("nexus %s beside a schema-1 registry: exit %d, stdout %q, stderr %q; want exit %d, %q first and %q",
+				strings.Join(c.args, " "), code, stdout.String(), stderr.String(), c.code, c.stdout, c.stderr)
+		}
+	}
+	after, av, am := schemaOf(t, p)
+	if !slices.Equal(before, after) || bv != av || bm != am {
+		t.Errorf("nexus dlq changed the schema-1 registry:\nschema %q -> %q\nuser_version %d -> %d, journal_mode %s -> %s", before, after, bv, av, bm, am)
+	}
 }
