@@ -164,6 +164,9 @@ func describe(v any) string {
 // inside expr's own limits and its parse never recurses deeply.
 const maxTokens = 4000
 
+// errTooLong refuses an expression of more than maxTokens tokens.
+var errTooLong = fmt.Errorf("expression is too long: more than %d tokens", maxTokens)
+
 // CompileExpr compiles one expression. The error is one line, without a
 // file or line: callers add those.
 func CompileExpr(src string) (*Expr, error) {
@@ -175,7 +178,7 @@ func CompileExpr(src string) (*Expr, error) {
 		return nil, errors.New("empty expression")
 	}
 	if len(p.toks) > maxTokens {
-		return nil, fmt.Errorf("expression is too long: %d tokens, at most %d", len(p.toks), maxTokens)
+		return nil, errTooLong
 	}
 	n, err := p.parseOr()
 	if err != nil {

@@ -61,6 +61,11 @@ var twoCharOps = []string{"==", "!=", "<=", ">=", "&&", "||"}
 func (p *exprParser) lex() error {
 	s := p.src
 	for i := 0; i < len(s); {
+		if len(p.toks) > maxTokens {
+			// refused whatever follows: reading on would only cost
+			// (a 1 MiB expression lexed whole took about 260 MB)
+			return errTooLong
+		}
 		c := s[i]
 		col := i + 1
 		switch {
