@@ -132,19 +132,16 @@ func (s *Schedule) Location() *time.Location { return s.location }
 func (s *Schedule) Input() any { return s.input }
 
 // Next returns the first tick strictly after t, in the schedule's zone
-// (the zero time when there is none). robfig/cron can answer a time at or
-// before t just after a fall-back of an odd size: for a 03:xx schedule in
-// Pacific/Chatham, whose clocks go from 03:45 back to 02:45 at 14:00 UTC
-// on their day, it answers 13:15 UTC until 14:15. Such an answer is
-// replaced by the first one after t of a later start, t + 1 s, 2 s, 4 s…
-// (a day at most): a scheduler taking the past time for its next one
-// ticked a time it never followed, then went round without waiting.
+// (the zero time when there is none). A cron expression ticks at the
+// times the zone's wall clock reads it: a time the clock jumps over is
+// skipped, one it shows twice ticks twice (see nextWall; robfig/cron's
+// Next, which it replaces, erred in zones whose clock moves by less than
+// an hour).
 func (s *Schedule) Next(t time.Time) time.Time {
-	n := s.sched.Next(t.In(s.location))
-	for d := time.Second; !n.IsZero() && !n.After(t) && d <= 24*time.Hour; d *= 2 {
-		n = s.sched.Next(t.Add(d).In(s.location))
+	if spec, ok := s.sched.(*cron.SpecSchedule); ok {
+		return nextWall(spec, s.location, t)
 	}
-	return n
+	return s.sched.Next(t.In(s.location))
 }
 
 // Every returns the period of an @every schedule, whose times count from

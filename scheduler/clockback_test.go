@@ -95,9 +95,10 @@ func TestChathamFallBackDoesNotSpin(t *testing.T) {
 }
 
 // TestLordHoweNoFalseClockSetBack: in Australia/Lord_Howe robfig/cron
-// steps over the daily 12:00 of the day the clock moves (docs: Daylight
-// saving), so Next is not monotonic: Next(01:00 UTC) is 04-06, Next(15:30
-// UTC) is 04-05, which was taken for a clock set back.
+// stepped over the daily 12:00 of the day the clock moves, so its Next
+// was not monotonic: Next(01:00 UTC) was 04-06, Next(15:30 UTC) 04-05,
+// which was taken for a clock set back. (flow.Schedule.Next no longer
+// uses it; TestSchedulerLordHoweAcrossDST holds the times.)
 func TestLordHoweNoFalseClockSetBack(t *testing.T) {
 	e := newEnv(t)
 	logs := e.captureLog()
