@@ -186,11 +186,7 @@ func (c *compiler) split(src string) *rawFile {
 		if m := fenceOpen.FindStringSubmatch(line); m != nil {
 			fence, info := m[1], m[2]
 			j := i + 1
-			for ; j < len(lines); j++ {
-				t := strings.TrimSpace(lines[j])
-				if strings.HasPrefix(t, fence[:1]) && len(t) >= len(fence) && strings.Trim(t, fence[:1]) == "" {
-					break
-				}
+			for ; j < len(lines) && !closesFence(lines[j], fence); j++ {
 			}
 			if j == len(lines) {
 				c.errorf(n, "the fenced block opened here is not closed")
@@ -204,7 +200,8 @@ func (c *compiler) split(src string) *rawFile {
 					if cur.blocks == 2 {
 						c.errorf(n, "step %q has a second fenced block: a step has at most one (ntd, validate or condition)", cur.name)
 					} else if cur.block == nil {
-						cur.block = &rawBlock{info: info, line: n, body: strings.Join(lines[i+1:j], "\n")}
+						indent := len(line) - len(strings.TrimLeft(line, " "))
+						cur.block = &rawBlock{info: info, line: n, body: blockBody(lines[i+1:j], indent)}
 					}
 				case "":
 					c.errorf(n, "fenced block without a kind in step %q: write ```ntd, ```validate or ```condition", cur.name)
@@ -285,6 +282,34 @@ func (c *compiler) split(src string) *rawFile {
 		}
 	}
 	return f
+}
+
+// blockBody joins a block's lines, each with up to indent leading spaces
+// removed: those of the opening fence, as CommonMark reads an indented
+// block.
+func blockBody(lines []string, indent int) string {
+	if indent == 0 {
+		return strings.Join(lines, "\n")
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		n := 0
+		for n < indent && n < len(l) && l[n] == ' ' {
+			n++
+		}
+		out[i] = l[n:]
+	}
+	return strings.Join(out, "\n")
+}
+
+// closesFence reports whether line closes a block opened by fence: as
+// CommonMark reads it, up to three spaces, the fence's character at least
+// as many times, then only blanks. A line indented further (four spaces,
+// a tab) is the block's content.
+func closesFence(line, fence string) bool {
+	t := strings.TrimRight(line, " \t")
+	body := strings.TrimLeft(t, " ")
+	return len(t)-len(body) <= 3 && len(body) >= len(fence) && strings.Trim(body, fence[:1]) == ""
 }
 
 // headerKeyLine is a line that begins as a response or fault header key,
