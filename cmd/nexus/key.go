@@ -100,7 +100,11 @@ func checkKeyFlags(fs *flag.FlagSet, tenant, flows string, rate float64, burst i
 	case burst > 0 && rate == 0:
 		return errors.New("--burst needs --rate")
 	}
-	if err := naming.Check(tenant, naming.Tenant("*")); err != nil {
+	// the tenant's error names the flow it pairs with: the one --flows
+	// gives, or any when it gives several
+	field := naming.Tenant(strings.TrimSpace(flows))
+	field.Alone = strings.Contains(flows, ",")
+	if err := naming.Check(tenant, field); err != nil {
 		return err
 	}
 	for _, f := range strings.Split(flows, ",") {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	_ "modernc.org/sqlite"
 
 	"github.com/nexushq/nexus/queue"
@@ -149,6 +150,28 @@ func TestDBWithATrailingSlashIsBadUsage(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); err == nil {
 			t.Errorf("nexus %s --db %s/ (exit %d) made the folder %s", cmd[0], dir, code, dir)
+		}
+	}
+}
+
+// TestKeyGenerateNamesTheTenantsFlows: a tenant breaking the name rule is
+// named with the flow --flows gives (any flow for several); the error said
+// flow "*" whatever --flows said.
+func TestKeyGenerateNamesTheTenantsFlows(t *testing.T) {
+	for _, tt := range []struct {
+		flows, want string
+	}{
+		{"x", `nexus key generate: invalid name "A" for tenant (flow "x"): character 'A' at position 1 is not allowed` + "\n"},
+		{"*", `nexus key generate: invalid name "A" for tenant (flow "*"): character 'A' at position 1 is not allowed` + "\n"},
+		{"x,y", `nexus key generate: invalid name "A" for tenant (any flow): character 'A' at position 1 is not allowed` + "\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"key", "generate", "--tenant", "A", "--flows", tt.flows}, &stdout, &stderr)
+		if code != exitError || stdout.Len() != 0 {
+			t.Errorf("--flows %q: exit %d, stdout %q; want exit 1 and nothing printed", tt.flows, code, stdout.String())
+		}
+		if diff := cmp.Diff(tt.want, stderr.String()); diff != "" {
+			t.Errorf("--flows %q: stderr (-want +got):\n%s", tt.flows, diff)
 		}
 	}
 }
