@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The expression language, lowest precedence first:
@@ -18,6 +19,11 @@ import (
 //	postfix = primary { "." name | "[" or "]" }
 //	primary = number | string | "null" | "true" | "false" | "$" | "ctx"
 //	        | function "(" [ or { "," or } ] ")" | "(" or ")" | "[" [ or { "," or } ] "]"
+//
+// Numbers are JSON's, so a point is followed by a digit (1.e5 is member e5
+// of 1). A member of a primary that never has one (a literal other than $
+// and ctx, the result of an operator or a function, a name of an array
+// literal) is refused: it would always be null.
 
 type tokKind int
 
@@ -34,6 +40,7 @@ type token struct {
 	kind tokKind
 	text string // as written (for strings: the decoded value)
 	col  int    // 1-based column of the first character
+	end  int    // byte offset just past the last character
 	val  any    // numbers and strings: the value
 }
 
@@ -98,7 +105,7 @@ func (p *exprParser) lex() error {
 			if err != nil {
 				return fmt.Errorf("invalid number %s at column %d", s[i:j], col)
 			}
-			p.toks = append(p.toks, token{kind: tokNumber, text: s[i:j], col: col, val: v})
+			p.toks = append(p.toks, token{kind: tokNumber, text: s[i:j], col: col, end: j, val: v})
 			i = j
 		case c == '"':
 			j := i + 1
@@ -115,7 +122,7 @@ func (p *exprParser) lex() error {
 			if err != nil {
 				return fmt.Errorf("invalid string at column %d: %s", col, err.(*JSONError).Msg)
 			}
-			p.toks = append(p.toks, token{kind: tokString, text: v.(string), col: col, val: v})
+			p.toks = append(p.toks, token{kind: tokString, text: v.(string), col: col, end: j + 1, val: v})
 			i = j + 1
 		case c == '\'':
 			return fmt.Errorf("strings are written in double quotes (column %d)", col)
@@ -124,13 +131,13 @@ func (p *exprParser) lex() error {
 			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
 				j++
 			}
-			p.toks = append(p.toks, token{kind: tokIdent, text: s[i:j], col: col})
+			p.toks = append(p.toks, token{kind: tokIdent, text: s[i:j], col: col, end: j})
 			i = j
 		case c == '$':
-			p.toks = append(p.toks, token{kind: tokDollar, text: "$", col: col})
+			p.toks = append(p.toks, token{kind: tokDollar, text: "$", col: col, end: i + 1})
 			i++
 		case strings.IndexByte(".[](),", c) >= 0:
-			p.toks = append(p.toks, token{kind: tokPunct, text: s[i : i+1], col: col})
+			p.toks = append(p.toks, token{kind: tokPunct, text: s[i : i+1], col: col, end: i + 1})
 			i++
 		default:
 			if i+1 < len(s) {
@@ -142,13 +149,13 @@ func (p *exprParser) lex() error {
 					}
 				}
 				if found {
-					p.toks = append(p.toks, token{kind: tokOp, text: two, col: col})
+					p.toks = append(p.toks, token{kind: tokOp, text: two, col: col, end: i + 2})
 					i += 2
 					continue
 				}
 			}
 			if strings.IndexByte("<>!+-*/", c) >= 0 {
-				p.toks = append(p.toks, token{kind: tokOp, text: s[i : i+1], col: col})
+				p.toks = append(p.toks, token{kind: tokOp, text: s[i : i+1], col: col, end: i + 1})
 				i++
 				continue
 			}
@@ -199,7 +206,10 @@ func (p *exprParser) unexpected(what string) error {
 type node interface{ emit() string }
 
 type (
-	litNode  struct{ src string } // already in expr syntax
+	litNode struct {
+		src  string    // already in expr syntax
+		kind valueKind // what the literal is (kindAny for $, ctx and _rt)
+	}
 	callNode struct {
 		fn   string
 		args []node
@@ -213,6 +223,69 @@ type (
 )
 
 func (n litNode) emit() string { return n.src }
+
+// valueKind is what the parser knows of an expression's value before it
+// runs: kindAny for a path (the document decides what it is), otherwise the
+// kind every run gives. It is what refuses a member of a value that can
+// have none (1.x, "a".b, len($.s).x), which would always be null.
+type valueKind int
+
+const (
+	kindAny valueKind = iota // may have members: a path, $, ctx
+	kindNumber
+	kindString
+	kindBool
+	kindNull
+	kindArray
+	kindNumberOrString // the result of +
+	kindStringOrNull   // the result of lower and upper
+)
+
+func (k valueKind) String() string {
+	switch k {
+	case kindNumber:
+		return "a number"
+	case kindString:
+		return "a string"
+	case kindBool:
+		return "a boolean"
+	case kindNull:
+		return "null"
+	case kindArray:
+		return "an array"
+	case kindNumberOrString:
+		return "a number or a string"
+	case kindStringOrNull:
+		return "a string or null"
+	}
+	return "any value"
+}
+
+// callKinds is the kind of each translated function's result; _path's
+// is kindAny (missing here).
+var callKinds = map[string]valueKind{
+	"_eq": kindBool, "_ne": kindBool, "_lt": kindBool, "_le": kindBool, "_gt": kindBool, "_ge": kindBool,
+	"_in": kindBool, "_matches": kindBool,
+	"_add": kindNumberOrString,
+	"_sub": kindNumber, "_mul": kindNumber, "_div": kindNumber, "_neg": kindNumber, "_len": kindNumber, "_num": kindNumber,
+	"_lower": kindStringOrNull, "_upper": kindStringOrNull,
+	"_now": kindString, "_uuid": kindString,
+}
+
+// kindOf is the kind of n's value, as far as the parser knows it.
+func kindOf(n node) valueKind {
+	switch n := n.(type) {
+	case litNode:
+		return n.kind
+	case logicNode, notNode:
+		return kindBool
+	case arrayNode:
+		return kindArray
+	case callNode:
+		return callKinds[n.fn]
+	}
+	return kindAny
+}
 
 func (n callNode) emit() string {
 	parts := make([]string, len(n.args))
@@ -362,19 +435,25 @@ func (p *exprParser) parseUnary() (node, error) {
 }
 
 func (p *exprParser) parsePostfix() (node, error) {
+	start := p.pos
 	x, err := p.parsePrimary()
 	if err != nil {
 		return nil, err
 	}
+	kind := kindOf(x)
 	var keys []node
 	for {
+		recvEnd := p.pos - 1 // the receiver's last token
 		if p.accept(tokPunct, ".") {
 			t, ok := p.peek()
 			if !ok || t.kind != tokIdent {
 				return nil, p.unexpected("a field name after '.'")
 			}
 			p.pos++
-			keys = append(keys, litNode{src: strconv.QuoteToASCII(t.text)})
+			if kind != kindAny {
+				return nil, p.noMembers(start, recvEnd, kind)
+			}
+			keys = append(keys, litNode{src: strconv.QuoteToASCII(t.text), kind: kindString})
 			continue
 		}
 		if p.accept(tokPunct, "[") {
@@ -385,6 +464,10 @@ func (p *exprParser) parsePostfix() (node, error) {
 			if err := p.expect(tokPunct, "]", "']'"); err != nil {
 				return nil, err
 			}
+			if kind != kindAny && !(kind == kindArray && numberKey(kindOf(k))) {
+				return nil, p.noMembers(start, recvEnd, kind)
+			}
+			kind = kindAny
 			keys = append(keys, k)
 			continue
 		}
@@ -394,6 +477,79 @@ func (p *exprParser) parsePostfix() (node, error) {
 		return x, nil
 	}
 	return callNode{fn: "_path", args: append([]node{x}, keys...)}, nil
+}
+
+// numberKey reports whether a key of kind k can be a number, and so can
+// index an array.
+func numberKey(k valueKind) bool {
+	return k == kindAny || k == kindNumber || k == kindNumberOrString
+}
+
+// noMembers refuses a member (.name or [key]) of a value that never has
+// one, which would always be null: tokens start..recvEnd are the value,
+// and the member ends at the token just read.
+func (p *exprParser) noMembers(start, recvEnd int, kind valueKind) error {
+	from := p.toks[start].col - 1
+	whole := cutText(p.src[from:p.toks[p.pos-1].end], 64)
+	recv := cutText(p.src[from:p.toks[recvEnd].end], 48)
+	var why string
+	switch kind {
+	case kindNull:
+		why = "null has no members"
+	case kindArray:
+		why = recv + " is an array, whose members are numbered: [0], [1], …"
+	default:
+		why = recv + " is " + kind.String() + ", which has no members"
+	}
+	if hint := p.exponentHint(start, recvEnd); hint != "" {
+		why += "; " + hint
+	}
+	return fmt.Errorf("%s at column %d is always null: %s", whole, p.toks[start].col, why)
+}
+
+// exponentHint reads 1.e5 (a number, a point and a name like e5, written
+// together, which the number's grammar reads as member e5 of 1, since a
+// point is followed by a digit) as the number its author meant, and says
+// how that is written.
+func (p *exprParser) exponentHint(start, recvEnd int) string {
+	if start != recvEnd || p.pos-start != 3 {
+		return ""
+	}
+	num, dot, name := p.toks[start], p.toks[start+1], p.toks[start+2]
+	if num.kind != tokNumber || strings.ContainsAny(num.text, "eE") || num.end+1 != dot.col || dot.end+1 != name.col {
+		return ""
+	}
+	if name.text[0] != 'e' && name.text[0] != 'E' || strings.Trim(name.text[1:], "0123456789") != "" {
+		return ""
+	}
+	exp := name.text
+	if len(name.text) == 1 && p.pos+1 < len(p.toks) {
+		// 1.e+5: the exponent's sign and digits are tokens of their own
+		sign, digits := p.toks[p.pos], p.toks[p.pos+1]
+		if sign.kind == tokOp && (sign.text == "+" || sign.text == "-") && sign.col == name.end+1 &&
+			digits.kind == tokNumber && digits.col == sign.end+1 && strings.Trim(digits.text, "0123456789") == "" {
+			exp += sign.text + digits.text
+		}
+	}
+	if strings.Trim(exp[1:], "+-") == "" {
+		return ""
+	}
+	if strings.Contains(num.text, ".") {
+		return fmt.Sprintf("a number's exponent follows its digits: %s%s", num.text, exp)
+	}
+	return fmt.Sprintf("a point in a number is followed by a digit: %s%s or %s.0%s", num.text, exp, num.text, exp)
+}
+
+// cutText is s, cut to n bytes at most (at a character's start) with an
+// ellipsis.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // functions maps the language's functions to their arity and translation.
@@ -436,22 +592,22 @@ func (p *exprParser) parsePrimary() (node, error) {
 	case tokNumber:
 		switch v := t.val.(type) {
 		case int:
-			return litNode{src: strconv.Itoa(v)}, nil
+			return litNode{src: strconv.Itoa(v), kind: kindNumber}, nil
 		case exactNumber:
-			return litNode{src: "_num(" + strconv.Quote(Text(v)) + ")"}, nil
+			return litNode{src: "_num(" + strconv.Quote(Text(v)) + ")", kind: kindNumber}, nil
 		default:
-			return litNode{src: strconv.FormatFloat(v.(float64), 'e', -1, 64)}, nil
+			return litNode{src: strconv.FormatFloat(v.(float64), 'e', -1, 64), kind: kindNumber}, nil
 		}
 	case tokString:
-		return litNode{src: strconv.QuoteToASCII(t.text)}, nil
+		return litNode{src: strconv.QuoteToASCII(t.text), kind: kindString}, nil
 	case tokDollar:
 		return litNode{src: "_doc"}, nil
 	case tokIdent:
 		switch t.text {
 		case "null":
-			return litNode{src: "nil"}, nil
+			return litNode{src: "nil", kind: kindNull}, nil
 		case "true", "false":
-			return litNode{src: t.text}, nil
+			return litNode{src: t.text, kind: kindBool}, nil
 		case "ctx":
 			return litNode{src: "_ctx"}, nil
 		}
