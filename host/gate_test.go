@@ -417,6 +417,36 @@ func TestRefusalsAreLogged(t *testing.T) {
 	}
 }
 
+// TestRefusalLogClockSetBack: the refusal lines' limit holds when the
+// clock is set back (NTP, by hand) or a request's clock reading is older
+// than another's: time taken from the limiter is not counted again once
+// the clock is back where it was. At one moment, 15 refusals, then 5 with
+// the clock set back 10 s, then 20 with it back: 20 lines in all, as at
+// once, and 10 more a second later. The stale stamp once moved the
+// limiter back, so the clock's return minted a whole new burst (40 lines).
+func TestRefusalLogClockSetBack(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	refuse := func(n int) {
+		for range n {
+			fx.serve(runRequest("acme", "echo", "no-such-key", `{}`))
+		}
+	}
+	lines := func() int { return len(fx.logs.Events(t, "request_refused")) }
+	refuse(15)
+	fx.clock.SetBack(10 * time.Second)
+	refuse(5)
+	fx.clock.Advance(10 * time.Second)
+	refuse(20)
+	if n := lines(); n != 20 {
+		t.Errorf("%d request_refused lines for 40 refusals at one moment of the clock (10 s of it set back and forth between), want 20", n)
+	}
+	fx.clock.Advance(time.Second)
+	refuse(20)
+	if n := lines(); n != 30 {
+		t.Errorf("%d request_refused lines a second later, want 30 (10 more)", n)
+	}
+}
+
 // TestRefusalLinesCutWhatTheCallerSent: the names of a refused request's
 // path, and a media type or content coding it sent, are cut in its answer and in its
 // request_refused line as the name rule's errors cut them (the first 64

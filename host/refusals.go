@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +26,15 @@ const (
 )
 
 // refusalLog rate-limits one kind of line a caller can cause at will
-// (request_refused, queue_enqueue_failed, ui_login_failed).
+// (request_refused, queue_enqueue_failed, ui_login_failed). x/time/rate
+// takes a time before an earlier one as where it now stands, so a clock
+// set back, or a reading older than another request's, would count the
+// same span twice once the clock is back: the mutex and the monotonic
+// clamp keep time moving forward, as a key's bucket does (limiter).
 type refusalLog struct {
+	mu         sync.Mutex
 	lim        *rate.Limiter
+	last       time.Time // the latest time given to lim (under mu)
 	suppressed atomic.Int64
 }
 
@@ -38,7 +45,14 @@ func newRefusalLog() *refusalLog {
 // allow tells whether a line may be logged at now, and if so how many
 // were not since the last one (its suppressed attribute).
 func (l *refusalLog) allow(now time.Time) (ok bool, suppressed int64) {
-	if !l.lim.AllowN(now, 1) {
+	l.mu.Lock()
+	if now.Before(l.last) {
+		now = l.last
+	}
+	l.last = now
+	ok = l.lim.AllowN(now, 1)
+	l.mu.Unlock()
+	if !ok {
 		l.suppressed.Add(1)
 		return false, 0
 	}
