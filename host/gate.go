@@ -77,6 +77,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 		refuseUnread(w, r, http.StatusServiceUnavailable, why)
 		return a, false
 	}
+	s.pruneLimiters(a.live)
 	presented, ok := bearer(r)
 	if ok {
 		a.key, ok = a.live.Access().Lookup(presented)
@@ -139,17 +140,19 @@ type limiter struct {
 
 // allow takes a token from the key's bucket; it returns false and the wait
 // until the next token when there is none. Buckets exist only for
-// authenticated keys, one per key (by its hash), so the map holds no more
-// buckets than keys ever used. A key whose rate or burst changes keeps its
-// bucket and the tokens it holds, under the new rate and burst: a new
-// commit gives a key that spent its bucket no tokens.
+// authenticated keys, one per key (by its hash) of the live access set, so
+// the map holds no more buckets than live keys used. A key whose rate or
+// burst changes keeps its bucket and the tokens it holds, under the new
+// rate and burst: a new commit gives a key that spent its bucket no
+// tokens. A key withdrawn loses its bucket (pruneLimiters), and starts
+// with a full one if a later commit adds it again.
 func (s *Server) allow(k *access.Key) (time.Duration, bool) {
 	if k.Rate <= 0 {
 		return 0, true
 	}
 	v, ok := s.limiters.Load(k.Hash)
 	if !ok {
-		v, _ = s.limiters.LoadOrStore(k.Hash, &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)})
+		v = s.addLimiter(k)
 	}
 	l := v.(*limiter)
 	l.mu.Lock()
@@ -176,4 +179,56 @@ func (s *Server) allow(k *access.Key) (time.Duration, bool) {
 		wait = time.Second
 	}
 	return wait, false
+}
+
+// addLimiter returns k's bucket, made full if it has none. The bucket is
+// kept unless the access set the buckets were last pruned by no longer
+// holds k: a request admitted by an older set, answered after a newer one
+// withdrew its key, would otherwise leave a bucket no prune deletes until
+// the next set, and a key added again in that one would find it spent.
+func (s *Server) addLimiter(k *access.Key) *limiter {
+	l := &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)}
+	s.limitersMu.Lock()
+	defer s.limitersMu.Unlock()
+	if live := s.limitersFor.Load(); live != nil && !holdsKey(live.Access(), k.Hash) {
+		return l
+	}
+	v, _ := s.limiters.LoadOrStore(k.Hash, l)
+	return v.(*limiter)
+}
+
+// pruneLimiters deletes the buckets of the keys live does not hold, once
+// for each live set, when live is still the current one (a request that
+// read a set before a newer one came must not prune by the older). The
+// cost, a pass over the buckets, is paid once a commit.
+func (s *Server) pruneLimiters(live *registry.LiveSet) {
+	if s.limitersFor.Load() == live {
+		return
+	}
+	s.limitersMu.Lock()
+	defer s.limitersMu.Unlock()
+	if s.limitersFor.Load() == live || s.cfg.Live.Live() != live {
+		return
+	}
+	keep := map[[32]byte]bool{}
+	for _, k := range live.Access().Keys() {
+		keep[k.Hash] = true
+	}
+	s.limiters.Range(func(h, _ any) bool {
+		if !keep[h.([32]byte)] {
+			s.limiters.Delete(h)
+		}
+		return true
+	})
+	s.limitersFor.Store(live)
+}
+
+// holdsKey reports whether set holds the key whose hash is h.
+func holdsKey(set *access.Set, h [32]byte) bool {
+	for _, k := range set.Keys() {
+		if k.Hash == h {
+			return true
+		}
+	}
+	return false
 }

@@ -101,7 +101,12 @@ type Server struct {
 	router   *httprouter.Router
 	ui       *httprouter.Router // the UI's pages; nil without an admin key
 	limiters sync.Map           // a key's hash ([32]byte) → *limiter
-	refusals *refusalLog        // the doors' request_refused lines
+	// limitersFor is the live set whose keys alone have buckets: the
+	// gate deletes the others when it first sees a new set (pruneLimiters);
+	// it changes, and a bucket is added, under limitersMu
+	limitersFor atomic.Pointer[registry.LiveSet]
+	limitersMu  sync.Mutex
+	refusals    *refusalLog // the doors' request_refused lines
 	// enqueueFailures limits the queue_enqueue_failed lines of /enqueue
 	// as refusals are
 	enqueueFailures *refusalLog

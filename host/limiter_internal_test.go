@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/time/rate"
 
 	"github.com/nexushq/nexus/access"
@@ -42,7 +44,11 @@ func newLimiterFixture(t *testing.T) *limiterFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &limiterFixture{s: New(Config{Live: reg, Engine: engine.New(engine.Config{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})}
+	// the clock stands still: a bucket's tokens come back only when a
+	// test says so
+	now := time.Date(2026, 8, 9, 14, 2, 11, 0, time.UTC)
+	fx := &limiterFixture{s: New(Config{Live: reg, Engine: engine.New(engine.Config{}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: func() time.Time { return now }})}
 	fx.publish = func(doc string) {
 		t.Helper()
 		keys, err := access.Parse("access.yaml", []byte(doc))
@@ -176,16 +182,72 @@ func TestLimiterOneBucketPerKey(t *testing.T) {
 			t.Fatalf("commit %d: %d", i, code)
 		}
 	}
-	fx.publish("keys: []\n") // the key is withdrawn
-	if code := fx.send("the-real-key"); code != http.StatusUnauthorized {
-		t.Fatalf("withdrawn key: %d", code)
-	}
 	n := fx.buckets(func(l *limiter) {
 		if l.rate != commits {
 			t.Errorf("the bucket's rate is %v, want the last commit's %d", l.rate, commits)
 		}
 	})
 	if n != 1 {
-		t.Errorf("%d token buckets held after %d rate changes and the key's withdrawal, want 1 (one per key used)", n, commits)
+		t.Errorf("%d token buckets held after %d rate changes, want 1 (one per key used)", n, commits)
+	}
+}
+
+// TestLimiterWithdrawnKey: the bucket of a key that a new access set no
+// longer holds is deleted as the gate first sees that set (by a request
+// with any key, or none), so the buckets are bounded by the live keys, not
+// by every key ever committed (they were kept for the life of the
+// process); a key added again starts with a full bucket. A key that stays
+// keeps its bucket and the tokens it spent.
+func TestLimiterWithdrawnKey(t *testing.T) {
+	fx := newLimiterFixture(t)
+	gone, kept := access.HashKey("the-gone-key"), access.HashKey("the-kept-key")
+	entry := func(id string, sum [32]byte) string {
+		return fmt.Sprintf("  - id: %s\n    tenant: acme\n    sha256: %x\n    flows: [\"*\"]\n    rate: 1\n    burst: 3\n", id, sum)
+	}
+	both := "keys:\n" + entry("acme-gone", gone) + entry("acme-kept", kept)
+	// spend is 3 requests that pass and a 4th refused (the clock stands still)
+	spend := func(key string) {
+		t.Helper()
+		for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+			if code := fx.send(key); code != want {
+				t.Fatalf("%s, request %d: %d, want %d", key, i+1, code, want)
+			}
+		}
+	}
+	names := map[[32]byte]string{gone: "acme-gone", kept: "acme-kept"}
+	held := func() []string { // the ids of the keys with a bucket, sorted
+		var out []string
+		fx.s.limiters.Range(func(k, _ any) bool {
+			out = append(out, names[k.([32]byte)])
+			return true
+		})
+		slices.Sort(out)
+		return out
+	}
+	fx.publish(both)
+	spend("the-gone-key")
+	spend("the-kept-key")
+	if diff := cmp.Diff([]string{"acme-gone", "acme-kept"}, held()); diff != "" {
+		t.Fatalf("buckets after both keys were used (-want +got):\n%s", diff)
+	}
+
+	fx.publish("keys:\n" + entry("acme-kept", kept)) // acme-gone withdrawn
+	if code := fx.send("no-such-key"); code != http.StatusUnauthorized {
+		t.Fatalf("an unknown key: %d", code)
+	}
+	if diff := cmp.Diff([]string{"acme-kept"}, held()); diff != "" {
+		t.Errorf("buckets after acme-gone was withdrawn and a request came (-want +got):\n%s", diff)
+	}
+	if code := fx.send("the-gone-key"); code != http.StatusUnauthorized {
+		t.Errorf("the withdrawn key: %d, want 401", code)
+	}
+	if code := fx.send("the-kept-key"); code != http.StatusTooManyRequests {
+		t.Errorf("the kept key, its bucket spent: %d, want 429", code)
+	}
+
+	fx.publish(both) // acme-gone added again: a full bucket
+	spend("the-gone-key")
+	if code := fx.send("the-kept-key"); code != http.StatusTooManyRequests {
+		t.Errorf("the kept key, its bucket spent: %d, want 429", code)
 	}
 }
