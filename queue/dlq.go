@@ -1,7 +1,7 @@
 package queue
 
 import (
-	"bytes"
+	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -399,14 +399,33 @@ type PageEntry struct {
 }
 
 // DeadLetterPage returns at most limit pending dead letters with an id
-// above after, by id, each payload cut to maxPayload bytes. It keeps at
-// most limit payloads in memory, whatever the size of dlq.log.
+// above after, by id, each payload cut to maxPayload bytes. It is one read
+// of the dead-letter files, so the page is the files at one moment (a
+// dead letter discarded meanwhile does not shorten it), and keeps at most
+// limit payloads in memory, whatever the size of dlq.log.
 func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterPage, error) {
 	var page DeadLetterPage
 	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
 	var all []uint64 // every pending id: 8 bytes each
+	// the page so far: the limit lowest ids above after, the highest on
+	// top, so that a lower one read later takes its place
+	var best pageHeap
 	damage, err := q.eachPending(func(rec []byte) error {
-		all = append(all, binary.BigEndian.Uint64(rec[1:9]))
+		id := binary.BigEndian.Uint64(rec[1:9])
+		all = append(all, id)
+		if id <= after || limit == 0 || (len(best) == limit && id > best[0].ID) {
+			return nil
+		}
+		// a record that cannot be decoded keeps its place, and is left
+		// off the page (it is counted, not listed)
+		e, err := pageEntry(rec, maxPayload)
+		e.ID, e.bad = id, err != nil
+		if len(best) < limit {
+			heap.Push(&best, e)
+		} else {
+			best[0] = e
+			heap.Fix(&best, 0)
+		}
 		return nil
 	})
 	if err != nil {
@@ -425,35 +444,54 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	if limit > 0 && len(all) > limit {
 		page.Last = all[(len(all)-1)/limit*limit-1]
 	}
-	ids := all[before:]
-	if len(ids) > limit {
-		page.More, ids = true, ids[:limit]
+	page.More = len(all)-before > limit
+	for _, e := range best {
+		if !e.bad {
+			page.Entries = append(page.Entries, e.PageEntry)
+		}
 	}
-	if len(ids) == 0 {
-		return page, nil
-	}
-	_, err = q.eachPending(func(rec []byte) error {
-		if _, want := slices.BinarySearch(ids, binary.BigEndian.Uint64(rec[1:9])); !want {
-			return nil
-		}
-		d, err := decodeDeadLetter(rec)
-		if err != nil {
-			return nil
-		}
-		e := PageEntry{DeadLetter: d, PayloadSize: len(d.Payload)}
-		if len(d.Payload) > maxPayload {
-			e.Payload = bytes.Clone(d.Payload[:maxPayload])
-		}
-		page.Entries = append(page.Entries, e)
-		return nil
-	})
 	sort.Slice(page.Entries, func(i, j int) bool { return page.Entries[i].ID < page.Entries[j].ID })
-	return page, err
+	return page, nil
+}
+
+// pageEntry decodes the dead-letter record rec with its payload cut to
+// maxPayload bytes: only the bytes kept are copied.
+func pageEntry(rec []byte, maxPayload int) (pageSlot, error) {
+	if len(rec) < 33 {
+		return pageSlot{}, errBadRecord
+	}
+	head := 33 + int(binary.BigEndian.Uint32(rec[29:33])) // the payload's start
+	if head > len(rec) {
+		return pageSlot{}, errBadRecord
+	}
+	d, err := decodeDeadLetter(rec[:head+min(len(rec)-head, maxPayload)])
+	return pageSlot{PageEntry: PageEntry{DeadLetter: d, PayloadSize: len(rec) - head}}, err
+}
+
+// pageSlot is an entry of the page being read; bad when its record could
+// not be decoded.
+type pageSlot struct {
+	PageEntry
+	bad bool
+}
+
+// pageHeap holds a page being read, the highest id on top.
+type pageHeap []pageSlot
+
+func (h pageHeap) Len() int           { return len(h) }
+func (h pageHeap) Less(i, j int) bool { return h[i].ID > h[j].ID }
+func (h pageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *pageHeap) Push(x any)        { *h = append(*h, x.(pageSlot)) }
+func (h *pageHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // PendingIDs returns the ids of the pending dead letters, sorted: one scan
 // of dlq.log that decodes no record and keeps 8 bytes a dead letter (the
-// first pass of DeadLetterPage keeps as much).
+// DeadLetterPage keeps as much besides its page).
 func (q *Queue) PendingIDs() ([]uint64, error) {
 	var ids []uint64
 	if _, err := q.eachPending(func(rec []byte) error {

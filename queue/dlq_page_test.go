@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -651,6 +652,72 @@ func TestDeadLetterPage(t *testing.T) {
 			t.Errorf("DeadLetterCount = %d, %v; want 0", n, err)
 		}
 	})
+}
+
+// closeHookFS is the OS, calling hook once, as the first dlq.log opened
+// through it once armed is closed: at the end of a read of it.
+type closeHookFS struct {
+	queue.OS
+	armed atomic.Bool
+	once  sync.Once
+	hook  func()
+}
+
+func (h *closeHookFS) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+	f, err := h.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != "dlq.log" {
+		return f, err
+	}
+	return &closeHookFile{File: f, fs: h}, nil
+}
+
+type closeHookFile struct {
+	queue.File
+	fs *closeHookFS
+}
+
+func (f *closeHookFile) Close() error {
+	err := f.File.Close()
+	if f.fs.armed.Load() {
+		f.fs.once.Do(f.fs.hook)
+	}
+	return err
+}
+
+// A page is one read of the dead-letter files: a dead letter discarded
+// by another process once dlq.log has been read is still on the page,
+// which is full, as the files were when read. A page was two reads, the
+// ids then the entries, and a discard between them left a page short of
+// its limit (1 and 3 of a limit of 3, with more after).
+func TestDeadLetterPageOneRead(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	other := openQ(t, root, clk, nil) // another process's handle
+	dls := map[uint64]queue.DeadLetter{}
+	for id := uint64(1); id <= 5; id++ {
+		dls[id] = addDeadLetter(t, other, id, dlPayload(id, 10))
+	}
+	hook := &closeHookFS{hook: func() {
+		if err := other.Mark(2, queue.MarkDiscarded); err != nil {
+			t.Errorf("Mark(2): %v", err)
+		}
+	}}
+	q := openQ(t, root, clk, hook) // Open reads dlq.log too
+	hook.armed.Store(true)
+	page, err := q.DeadLetterPage(0, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []queue.PageEntry
+	for _, id := range []uint64{1, 2, 3} {
+		entries = append(entries, queue.PageEntry{DeadLetter: dls[id], PayloadSize: 10})
+	}
+	want := queue.DeadLetterPage{Entries: entries, Total: 5, More: true, Last: 3}
+	if diff := cmp.Diff(want, page, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("DeadLetterPage(0, 3, 100) with 2 discarded once dlq.log was read (-want +got):\n%s", diff)
+	}
+	if ids := pendingIDs(t, q); !slices.Equal(ids, []uint64{1, 3, 4, 5}) {
+		t.Errorf("pending after the discard: %v, want [1 3 4 5]", ids)
+	}
 }
 
 // A page of a large dlq.log keeps only the page's cut payloads: the heap
