@@ -174,13 +174,14 @@ func (s *Server) queueEntries() ([]queueEntry, error) {
 	return out, nil
 }
 
-// queueEntry completes a queue's description with its counts, read from
-// its log.
+// queueEntry is a queue's description, its counts those read with its
+// retries and dead letters (read again here, a message that moved between
+// the reads was counted twice, or not at all).
 func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
-	c, err := s.cfg.Queues.Counts(info.Tenant, info.Flow)
-	if err != nil {
-		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, err)
+	if info.CountsErr != nil {
+		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, info.CountsErr)
 	}
+	c := info.Counts
 	e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
 		Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters, DamagedDeadLetters: info.DamagedDeadLetters,
 		InFlight: info.State.InFlight, Worker: "idle"}

@@ -602,8 +602,14 @@ func (e *heldError) Unwrap() error { return e.cause }
 type QueueInfo struct {
 	Tenant, Flow string
 	Depth        int64 // messages of the log not yet processed (Counts)
-	State        WorkerState
-	DeadLetters  int
+	// Counts is the count of the log that Depth was taken from, read
+	// with the rest of the description (a second read for the same
+	// description could count a message that moved meanwhile twice, or
+	// not at all); CountsErr is why it could not be read (Depth is 0)
+	Counts      Counts
+	CountsErr   error
+	State       WorkerState
+	DeadLetters int
 	// DamagedDeadLetters counts the damaged frames of the dead-letter
 	// files (see nexus dlq list): dead letters that cannot be read
 	DamagedDeadLetters int
@@ -663,7 +669,8 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 
 // openInfo describes a queue this process has open.
 func (m *Manager) openInfo(e *managed) QueueInfo {
-	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true, Depth: m.depth(e.q.Tenant, e.q.Flow)}
+	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
+	m.count(&info)
 	if n, damaged, err := m.deadLetterCounts(e.q); err == nil {
 		info.DeadLetters, info.DamagedDeadLetters = n, damaged
 	}
@@ -677,16 +684,15 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 	return info
 }
 
-// depth counts tenant/flow's messages not yet processed, as Counts does (0
-// when the log cannot be read): after the first count of a log, only what
-// was appended and processed since is read, so /metrics can say it in
+// count sets info's Counts, and its Depth, the messages not yet processed
+// (0 when the log cannot be read): after the first count of a log, only
+// what was appended and processed since is read, so /metrics can say it in
 // messages at every scrape.
-func (m *Manager) depth(tenant, flow string) int64 {
-	c, err := m.Counts(tenant, flow)
-	if err != nil {
-		return 0
+func (m *Manager) count(info *QueueInfo) {
+	info.Counts, info.CountsErr = m.Counts(info.Tenant, info.Flow)
+	if info.CountsErr == nil {
+		info.Depth = max(info.Counts.Total-info.Counts.Processed, 0)
 	}
-	return max(c.Total-c.Processed, 0)
 }
 
 // onDisk describes a queue this process has not opened, from its files.
@@ -702,7 +708,7 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 		return info
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
-	info.Depth = m.depth(tenant, flow)
+	m.count(&info)
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}
