@@ -54,10 +54,10 @@ func TestParseJSONRoundTrip(t *testing.T) {
 		{name: "long tiny number with an exponent", in: `0.0000001234567890123456789`, want: `1.234567890123456789e-7`},
 		{name: "long decimal that a float64 holds", in: `1.50000000000000000000`, want: `1.5`},
 		{name: "seventeen digits that a float64 holds", in: `0.30000000000000004`},
-		{name: "long zero", in: `-0.00000000000000000000e-400`, want: `-0`},
+		{name: "long zero", in: `-0.00000000000000000000e-400`, want: `0`},
 		{name: "whole float beyond 2^63 as a float64 writes it", in: `1e19`, want: `10000000000000000000`},
 		{name: "minus zero integer", in: `-0`, want: `0`},
-		{name: "minus zero float", in: `-0.0`, want: `-0`},
+		{name: "minus zero float", in: `-0.0`, want: `0`}, // as it reads back
 		{name: "1e21", in: `1e21`, want: `1e+21`},
 		{name: "1E+21", in: `1E+21`, want: `1e+21`},
 		{name: "1e20 without exponent", in: `1e20`, want: `100000000000000000000`},

@@ -357,6 +357,12 @@ func appendFloat(dst []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(dst, "null"...)
 	}
+	if f == 0 {
+		// -0 too (a document's -0.0): written -0, it read back as the
+		// int 0, so the flow that read the body wrote -0 and a worker
+		// reading the same document from a queue wrote 0
+		return append(dst, '0')
+	}
 	abs := math.Abs(f)
 	format := byte('f')
 	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
