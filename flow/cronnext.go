@@ -93,13 +93,22 @@ func meets(from, to, after int64, p zonePeriod) bool {
 // room to spare.
 const maxOffset = 26 * 3600
 
-// zonePeriods lists loc's periods of one offset that meet [from, to).
+// zonePeriods lists loc's periods of one offset that meet [from, to) (one
+// offset may be cut in two).
 func zonePeriods(loc *time.Location, from, to int64) []zonePeriod {
 	var out []zonePeriod
 	at := time.Unix(from, 0).In(loc)
 	for {
 		_, off := at.Zone()
 		start, end := at.ZoneBounds()
+		if !end.IsZero() && !end.After(at) {
+			// golang/go#81583: in the last UTC day of a leap year read by
+			// the zone's TZ rule, ZoneBounds ends the offset at that day's
+			// start (its year 365 days long), and the loop went round for
+			// ever. The rule is read a UTC year at a time, so the offset
+			// holds to the next year's start.
+			end = time.Date(at.UTC().Year()+1, 1, 1, 0, 0, 0, 0, time.UTC)
+		}
 		p := zonePeriod{start: math.MinInt64, end: math.MaxInt64, offset: int64(off)}
 		if !start.IsZero() {
 			p.start = start.Unix()

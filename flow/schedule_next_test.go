@@ -146,3 +146,46 @@ func TestScheduleNextAgreesWithCron(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleNextLeapYearEnd: Go's ZoneBounds, for the last UTC day of
+// a leap year in a zone read by its TZ rule (past the zone's last change
+// listed in Go's database, as London's and New York's are), answers an end at
+// that day's start, before the time looked up (golang/go#81583). Next
+// went round for ever on it, taking memory without bound, for a daily
+// schedule on 30 and 31 December 2028 and for a yearly one all 2028.
+func TestScheduleNextLeapYearEnd(t *testing.T) {
+	utc := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tests := []struct {
+		spec, zone string
+		from       time.Time
+		want       string
+	}{
+		{"0 0 * * *", "Europe/London", utc("2028-12-30T12:00:00Z"), "2028-12-31 00:00 +0000"},
+		{"0 0 * * *", "Europe/London", utc("2028-12-31T00:00:00Z"), "2029-01-01 00:00 +0000"},
+		{"30 23 31 12 *", "America/New_York", utc("2024-12-31T12:00:00Z"), "2024-12-31 23:30 -0500"},
+		{"@yearly", "Europe/London", utc("2028-03-01T00:00:00Z"), "2029-01-01 00:00 +0000"},
+		{"@yearly", "America/New_York", utc("2028-03-01T00:00:00Z"), "2029-01-01 00:00 -0500"},
+		{"0 0 29 2 *", "Europe/London", utc("2028-03-01T00:00:00Z"), "2032-02-29 00:00 +0000"},
+	}
+	for _, tt := range tests {
+		s := cronSchedule(t, tt.spec, tt.zone)
+		done := make(chan time.Time, 1)
+		go func() { done <- s.Next(tt.from) }()
+		select {
+		case got := <-done:
+			if f := got.In(s.Location()).Format("2006-01-02 15:04 -0700"); f != tt.want {
+				t.Errorf("%s in %s: Next(%v) = %s, want %s", tt.spec, tt.zone, tt.from, f, tt.want)
+			}
+		case <-time.After(2 * time.Second):
+			// it does not come back: end the test binary before it
+			// takes the machine's memory
+			panic(tt.spec + " in " + tt.zone + ": Next(" + tt.from.String() + ") did not return within 2 s")
+		}
+	}
+}
