@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/flow/flowtest"
 )
@@ -53,4 +54,46 @@ func BenchmarkFlattenXML(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/name")
 		})
 	}
+}
+
+// BenchmarkScheduleNext times Schedule.Next for dense, daily and rare
+// schedules, in UTC and in zones whose clocks move, from times spread
+// over a year (a rare one walks up to four years of days).
+func BenchmarkScheduleNext(b *testing.B) {
+	cases := []struct{ spec, zone string }{
+		{"* * * * *", "UTC"},
+		{"* * * * *", "Europe/London"},
+		{"30 1 * * *", "Australia/Lord_Howe"},
+		{"15 3 * * 1-5", "America/New_York"},
+		{"0 0 1 1 *", "Europe/London"},
+		{"0 0 29 2 *", "UTC"},
+		{"0 0 29 2 *", "Australia/Lord_Howe"},
+	}
+	from := make([]time.Time, 64)
+	for i := range from {
+		from[i] = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 137 * time.Hour)
+	}
+	for _, c := range cases {
+		b.Run(c.spec+" "+c.zone, func(b *testing.B) {
+			s := benchSchedule(b, c.spec, c.zone)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if s.Next(from[i%len(from)]).IsZero() {
+					b.Fatal("no next time")
+				}
+				i++
+			}
+		})
+	}
+}
+
+// benchSchedule compiles a flow scheduled spec in zone.
+func benchSchedule(b *testing.B, spec, zone string) *Schedule {
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: t\nschedule: \"" + spec + "\"\nschedule_timezone: " + zone + "\n---\n\n## Step: a\n```ntd\n{}\n```\n"
+	f, err := Compile("f.md", []byte(src))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f.Schedule()
 }
