@@ -7,7 +7,7 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// nextWall returns the first time strictly after t at which the wall
+// nextWall returns the first time strictly after t (in loc) at which the wall
 // clock of loc reads a time s matches (the zero time when there is none
 // within five years, as robfig/cron answers). A wall time that does not
 // happen (the clock jumps over it) is skipped; one that happens twice
@@ -33,7 +33,7 @@ func nextWall(s *cron.SpecSchedule, loc *time.Location, t time.Time) time.Time {
 		if m, ok := firstOnDay(s, loc, day.AddDate(0, 0, 1), after); ok && m < n {
 			n = m
 		}
-		return time.Unix(n, 0).In(t.Location())
+		return time.Unix(n, 0).In(loc)
 	}
 	return time.Time{}
 }

@@ -189,3 +189,17 @@ func TestScheduleNextLeapYearEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleNextInZone: Next answers in the schedule's zone, as its doc
+// says and robfig/cron's Next did, whatever the zone of the time asked;
+// it answered in the zone of the time asked.
+func TestScheduleNextInZone(t *testing.T) {
+	for _, spec := range []string{"30 1 * * *", "@every 90s"} {
+		s := cronSchedule(t, spec, "Australia/Lord_Howe")
+		for _, at := range []time.Time{time.Date(2026, 4, 5, 0, 0, 0, 0, time.UTC), time.Date(2026, 4, 5, 0, 0, 0, 0, time.FixedZone("X", 3600))} {
+			if got := s.Next(at).Location(); got != s.Location() {
+				t.Errorf("%s: Next(%v) is in %v, want %v", spec, at, got, s.Location())
+			}
+		}
+	}
+}
