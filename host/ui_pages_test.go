@@ -58,7 +58,8 @@ type dlqDoc struct {
 	DeadLetters []struct {
 		ID uint64 `json:"id"`
 	} `json:"dead_letters"`
-	Damaged []damageDoc `json:"damaged"`
+	Damaged      []damageDoc `json:"damaged"`
+	DamagedTotal int         `json:"damaged_total"`
 }
 
 type damageDoc struct {
@@ -131,12 +132,16 @@ func TestDamagedDeadLettersAreShown(t *testing.T) {
 		if diff := cmp.Diff(want, doc.Damaged); diff != "" {
 			t.Errorf("API damaged (-want +got):\n%s", diff)
 		}
+		if doc.DamagedTotal != 1 {
+			t.Errorf("API: damaged_total %d, want 1", doc.DamagedTotal)
+		}
 		if doc.Total != len(wantIDs) || len(doc.DeadLetters) != len(wantIDs) {
 			t.Errorf("API: total %d, %d dead letters; want %d", doc.Total, len(doc.DeadLetters), len(wantIDs))
 		}
-		// the existing keys as they were, "damaged" after them
+		// the existing keys as they were, "damaged" then "damaged_total"
+		// after them
 		keys := keyOrder(w.Body.Bytes())
-		if len(keys) < 7 || !slices.Equal(keys[:7], []string{"tenant", "flow", "total", "next_after", "prev_after", "last_after", "dead_letters"}) || keys[len(keys)-7] != "damaged" {
+		if len(keys) < 9 || !slices.Equal(keys[:7], []string{"tenant", "flow", "total", "next_after", "prev_after", "last_after", "dead_letters"}) || keys[len(keys)-8] != "damaged" || keys[len(keys)-1] != "damaged_total" {
 			t.Errorf("API keys %q", keys)
 		}
 	}
@@ -431,4 +436,84 @@ func TestUIButtonKeepsItsPage(t *testing.T) {
 			t.Errorf("Replay all: %d Location %q, want the first page (none left) at 1 a page", w.Code, loc)
 		}
 	})
+}
+
+// A dlq.log damaged wholesale (a disk error, a torn copy: every other
+// frame here) is listed by its first queue.PageDamage damaged frames, in
+// file order, and counted whole: the API's damaged_total, the Queue page's
+// count and its "and K more". Every page listed all of them.
+func TestManyDamagedDeadLettersAreCapped(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	const n = queue.PageDamage + 50 // damaged frames
+	payloads := make([]string, 2*n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprintf(`{"n":%d}`, i+1)
+	}
+	seedDeadLetters(t, fx.root, "acme", "echo", payloads...)
+	path := filepath.Join(fx.root, "acme", "echo", "dlq.log")
+	offs := append(frameOffsets(t, path), fileLen(t, path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2*n; i += 2 {
+		b[offs[i+1]-1] ^= 0xff // the last byte of every other frame, from the first
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, damage, err := queue.ReadDeadLetters(fx.root, "acme", "echo", nil)
+	if err != nil || len(damage) != n {
+		t.Fatalf("the CLI reads %d damaged frames, %v; want %d", len(damage), err, n)
+	}
+
+	w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq?limit=10")
+	if w.Code != http.StatusOK {
+		t.Fatalf("API: %d %s", w.Code, w.Body)
+	}
+	var doc dlqDoc
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var want []damageDoc
+	for _, d := range damage[:queue.PageDamage] {
+		id := d.ID
+		want = append(want, damageDoc{File: d.File, Offset: d.Offset, Length: d.Length, ID: &id, Reason: d.Reason, Message: d.DeadLetterText()})
+	}
+	if diff := cmp.Diff(want, doc.Damaged); diff != "" {
+		t.Errorf("API damaged (-want +got):\n%s", diff)
+	}
+	if doc.DamagedTotal != n || doc.Total != n || len(doc.DeadLetters) != 10 {
+		t.Errorf("API: damaged_total %d, total %d, %d dead letters; want %d, %d, 10", doc.DamagedTotal, doc.Total, len(doc.DeadLetters), n, n)
+	}
+	if keys := keyOrder(w.Body.Bytes()); keys[len(keys)-1] != "damaged_total" {
+		t.Errorf("API keys end with %q: damaged_total is not the last", keys[len(keys)-3:])
+	}
+
+	body := wantPage(t, fx.get("/ui/queues/acme/echo", fx.login(t)), http.StatusOK)
+	box := regexp.MustCompile(`(?s)<div class="error" id="damaged" role="alert">(.*?)</div>`).FindStringSubmatch(body)
+	if box == nil {
+		t.Fatalf("the page shows no damage:\n%s", body)
+	}
+	head, _, _ := strings.Cut(box[1], "<ul>")
+	if want := fmt.Sprintf("hold %d damaged entries", n); !strings.Contains(head, want) {
+		t.Errorf("the damage box begins %q, want it to say %q", head, want)
+	}
+	if got := strings.Count(box[1], "<li "); got != queue.PageDamage {
+		t.Errorf("the damage box lists %d entries, want %d", got, queue.PageDamage)
+	}
+	_, tail, _ := strings.Cut(box[1], "</ul>")
+	if want := fmt.Sprintf(`<p id="damaged-more">and %d more: <code>nexus dlq list</code> names them all.</p>`, n-queue.PageDamage); !strings.Contains(tail, want) {
+		t.Errorf("the damage box ends %q, want %q", tail, want)
+	}
+}
+
+// fileLen is the size of the file at path.
+func fileLen(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
 }

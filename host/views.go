@@ -236,9 +236,16 @@ type deadLetterPage struct {
 	DeadLetters []deadLetterEntry `json:"dead_letters"`
 	// Damaged lists the parts of dlq.log and dlq.log.acked that fail
 	// their check, as nexus dlq list reports them (a torn tail, a write in
-	// progress, is not damage); absent when there are none.
+	// progress, is not damage); absent when there are none. It holds the
+	// first queue.PageDamage of them, in file order.
 	Damaged []damageEntry `json:"damaged,omitempty"`
+	// DamagedTotal counts them all; absent with Damaged.
+	DamagedTotal int `json:"damaged_total,omitempty"`
 }
+
+// MoreDamaged is how many damaged frames the page counts but does not
+// list.
+func (p deadLetterPage) MoreDamaged() int { return p.DamagedTotal - len(p.Damaged) }
 
 // damageEntry is a damaged frame of a queue's dead-letter files: a dead
 // letter of dlq.log that cannot be read, so is not listed, or a mark of
@@ -294,6 +301,7 @@ func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int
 	for _, d := range page.Damage {
 		v.Damaged = append(v.Damaged, newDamageEntry(d))
 	}
+	v.DamagedTotal = page.DamageTotal
 	return v, nil
 }
 

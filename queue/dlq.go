@@ -178,13 +178,21 @@ func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
 // file order, one in memory at a time, and returns the damage found. A
 // missing file has none.
 func (q *Queue) eachRecord(name string, fn func(rec []byte) error) ([]Damage, error) {
+	var damage []Damage
+	err := q.eachRecordDamage(name, fn, func(d Damage) { damage = append(damage, d) })
+	return damage, err
+}
+
+// eachRecordDamage is eachRecord, calling damaged with each damage found
+// instead of returning them.
+func (q *Queue) eachRecordDamage(name string, fn func(rec []byte) error, damaged func(Damage)) error {
 	f, size, err := q.openToRead(name)
 	if f == nil || err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	_, damage, err := scan(f, name, 0, size, func(rec []byte, _ int64) error { return fn(rec) })
-	return damage, err
+	_, err = scanEach(f, name, 0, size, func(rec []byte, _ int64) error { return fn(rec) }, damaged)
+	return err
 }
 
 // openToRead opens a file of the queue for reading, with its size; a
@@ -209,17 +217,24 @@ func (q *Queue) openToRead(name string) (File, int64, error) {
 // it. A damaged mark is not applied (its id may be the damaged part): the
 // dead letter it marked reads as pending again, and the damage says so.
 func (q *Queue) marks() (map[uint64]mark, []Damage, error) {
-	recs, damage, err := q.readRecords(ackedFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make(map[uint64]mark, len(recs))
-	for _, rec := range recs {
+	var damage []Damage
+	out, err := q.marksDamage(func(d Damage) { damage = append(damage, d) })
+	return out, damage, err
+}
+
+// marksDamage is marks, calling damaged with each damage found in
+// dlq.log.acked instead of returning them.
+func (q *Queue) marksDamage(damaged func(Damage)) (map[uint64]mark, error) {
+	out := map[uint64]mark{}
+	if err := q.eachRecordDamage(ackedFile, func(rec []byte) error {
 		if m, err := decodeMark(rec); err == nil {
 			out[m.id] = m
 		}
+		return nil
+	}, damaged); err != nil {
+		return nil, err
 	}
-	return out, damage, nil
+	return out, nil
 }
 
 // errStop ends a scan early; it is never returned.
@@ -241,17 +256,37 @@ var errStop = errors.New("stop")
 // entry of an id and pass over the others, a mark applies to all of them,
 // and CompactDLQ keeps the first only.
 func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
-	marked, markDamage, err := q.marks()
+	var damage []Damage
+	err := q.eachPendingDamage(fn, func(d Damage) { damage = append(damage, d) })
+	return damage, err
+}
+
+// eachPendingDamage is eachPending, calling damaged with each damage found
+// (dlq.log.acked's, then dlq.log's) instead of returning them: a reader
+// that keeps some of them holds no more, however many the files hold.
+func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage)) error {
+	// the marks first: a rewrite between the two reads then leaves marks
+	// of entries gone, not entries unmarked. Their damage is reported only
+	// beside a dlq.log (a marks file without one marks no dead letter
+	// there is), so counted here and read again, one at a time, when there
+	// is one: damage is rare, and a file damaged wholesale is not held
+	markDamage := 0
+	marked, err := q.marksDamage(func(Damage) { markDamage++ })
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f, size, err := q.openToRead(dlqFile)
 	if f == nil || err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
+	if markDamage > 0 {
+		if err := q.eachRecordDamage(ackedFile, func([]byte) error { return nil }, damaged); err != nil {
+			return err
+		}
+	}
 	seen := map[uint64]struct{}{}
-	_, damage, err := scan(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
+	_, err = scanEach(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
 		if len(rec) < 33 || rec[0] != kindDeadLetter {
 			return nil
 		}
@@ -264,11 +299,11 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 		}
 		seen[id] = struct{}{}
 		return fn(rec)
-	})
+	}, damaged)
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	return append(markDamage, damage...), err
+	return err
 }
 
 // DeadLetters returns the pending dead letters (not marked), by id, with
@@ -339,16 +374,18 @@ func (q *Queue) DeadLetterCount() (int, error) {
 // of the dead-letter files that valid ones follow: dead letters that
 // cannot be read, which nexus dlq list reports (a torn tail is not one:
 // it is being written, or a crash cut it short before it was durable).
+//
+// The damage is counted as it is read, not kept: a file damaged wholesale
+// can hold millions of damaged frames.
 func (q *Queue) deadLetterCounts() (pending, damaged int, err error) {
-	damage, err := q.eachPending(func([]byte) error {
+	err = q.eachPendingDamage(func([]byte) error {
 		pending++
 		return nil
-	})
-	for _, d := range damage {
+	}, func(d Damage) {
 		if !d.Torn {
 			damaged++
 		}
-	}
+	})
 	return pending, damaged, err
 }
 
@@ -385,11 +422,21 @@ type DeadLetterPage struct {
 	// a time from the first, as pages followed by their next ones are.
 	Prev, Last uint64
 	HasPrev    bool
-	// Damage is what ReadDeadLetters reports: the damaged frames of
-	// dlq.log and dlq.log.acked, a torn tail (a write in progress) left
-	// out.
-	Damage []Damage
+	// Damage is the first PageDamage of what ReadDeadLetters reports:
+	// the damaged frames of dlq.log.acked, then dlq.log, in file order, a
+	// torn tail (a write in progress) left out. DamageTotal counts them
+	// all.
+	Damage      []Damage
+	DamageTotal int
 }
+
+// PageDamage is the most damaged frames a DeadLetterPage lists; the
+// others are counted (DamageTotal), not kept. Damage comes in ones (a
+// run of damaged frames is one), so more than a hundred is a file damaged
+// wholesale (a disk error, a torn copy), where the first ones tell what
+// happened and nexus dlq list names them all: listing a million at every
+// page held them all in memory and made the answer as large.
+const PageDamage = 100
 
 // PageEntry is a dead letter of a page, its payload cut to the page's
 // limit.
@@ -402,7 +449,8 @@ type PageEntry struct {
 // above after, by id, each payload cut to maxPayload bytes. It is one read
 // of the dead-letter files, so the page is the files at one moment (a
 // dead letter discarded meanwhile does not shorten it), and keeps at most
-// limit payloads in memory, whatever the size of dlq.log.
+// limit payloads in memory, whatever the size of dlq.log, and at most
+// PageDamage damaged frames, however many it counts.
 func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterPage, error) {
 	var page DeadLetterPage
 	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
@@ -410,7 +458,7 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	// the page so far: the limit lowest ids above after, the highest on
 	// top, so that a lower one read later takes its place
 	var best pageHeap
-	damage, err := q.eachPending(func(rec []byte) error {
+	err := q.eachPendingDamage(func(rec []byte) error {
 		id := binary.BigEndian.Uint64(rec[1:9])
 		all = append(all, id)
 		if id <= after || limit == 0 || (len(best) == limit && id > best[0].ID) {
@@ -427,12 +475,18 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 			heap.Fix(&best, 0)
 		}
 		return nil
+	}, func(d Damage) {
+		if d.Torn {
+			return
+		}
+		if page.DamageTotal++; len(page.Damage) < PageDamage {
+			page.Damage = append(page.Damage, d)
+		}
 	})
 	if err != nil {
 		return page, err
 	}
 	page.Total = len(all)
-	page.Damage = slices.DeleteFunc(damage, func(d Damage) bool { return d.Torn })
 	slices.Sort(all)
 	before := sort.Search(len(all), func(i int) bool { return all[i] > after }) // the ids up to after
 	if before > 0 {

@@ -276,8 +276,21 @@ func frameAt(r io.ReaderAt, off, size int64) (rec []byte, n int64, reason string
 
 // nextFrame finds the first offset after off where a frame verifies, or -1.
 func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
-	const chunk = 64 << 10
-	buf := make([]byte, chunk+3)
+	return nextFrameBuf(r, off, size, nil)
+}
+
+// nextFrameChunk is how much of a file nextFrame reads at a time.
+const nextFrameChunk = 64 << 10
+
+// nextFrameBuf is nextFrame reading into buf, when it holds
+// nextFrameChunk+3 bytes, else into a buffer of its own: a scan past
+// many damaged frames reuses one.
+func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
+	const chunk = nextFrameChunk
+	if len(buf) < chunk+3 {
+		buf = make([]byte, chunk+3)
+	}
+	buf = buf[:chunk+3]
 	for pos := off + 1; pos < size; pos += chunk {
 		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -307,22 +320,34 @@ func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
 // read readAhead bytes at a time (two reads a frame took a system call
 // each: 0.3 s for a log of 200,000 messages).
 func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error) (end int64, damage []Damage, err error) {
+	end, err = scanEach(r, file, off, size, fn, func(d Damage) { damage = append(damage, d) })
+	return end, damage, err
+}
+
+// scanEach is scan, calling damaged with each damage it finds, in file
+// order, instead of returning them: a reader that keeps only some holds
+// no more, whatever the file holds.
+func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error, damaged func(Damage)) (end int64, err error) {
 	window := &windowReader{r: r, size: size}
+	var searchBuf []byte // nextFrame's, made at the first damage
 	for off < size {
 		rec, n, reason, err := frameAt(window, off, size)
 		if err != nil {
-			return off, damage, err
+			return off, err
 		}
 		if n > 0 {
 			if err := fn(rec, off); err != nil {
-				return off, damage, err
+				return off, err
 			}
 			off += n
 			continue
 		}
-		next, err := nextFrame(r, off, size)
+		if searchBuf == nil {
+			searchBuf = make([]byte, nextFrameChunk+3)
+		}
+		next, err := nextFrameBuf(r, off, size, searchBuf)
 		if err != nil {
-			return off, damage, err
+			return off, err
 		}
 		d := Damage{File: file, Offset: off, Reason: reason}
 		// the id where it is readable: the 8 bytes after the kind byte
@@ -335,15 +360,16 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 		if next < 0 {
 			d.Length = size - off
 			if d.Torn, err = tailTorn(r, off, size, rec); err != nil {
-				return off, damage, err
+				return off, err
 			}
-			return off, append(damage, d), nil
+			damaged(d)
+			return off, nil
 		}
 		d.Length = next - off
-		damage = append(damage, d)
+		damaged(d)
 		off = next
 	}
-	return off, damage, nil
+	return off, nil
 }
 
 // tailTorn reports whether the tail of a file from off to size, where no
