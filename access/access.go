@@ -61,6 +61,16 @@ func (s *Set) Lookup(presented string) (*Key, bool) {
 	return k, true
 }
 
+// Holds reports whether the set holds the key whose hash is h (one look-up
+// of its index, no copy of the keys).
+func (s *Set) Holds(h [32]byte) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.byHash[h]
+	return ok
+}
+
 // Keys returns a copy of the keys, in file order.
 func (s *Set) Keys() []Key {
 	if s == nil {

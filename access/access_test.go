@@ -135,8 +135,28 @@ func TestNilSet(t *testing.T) {
 	if k, ok := set.Lookup(acmeExampleKey); ok || k != nil {
 		t.Errorf("nil Set Lookup = %+v, %v", k, ok)
 	}
-	if set.Len() != 0 || set.Keys() != nil || set.Source() != nil {
+	if set.Len() != 0 || set.Keys() != nil || set.Source() != nil || set.Holds(access.HashKey(acmeExampleKey)) {
 		t.Error("nil Set is not empty")
+	}
+}
+
+// TestHolds: a set holds the hashes of its keys and no other (not a key
+// itself, nor the zero hash).
+func TestHolds(t *testing.T) {
+	set := parseExample(t)
+	for _, tt := range []struct {
+		name string
+		hash [32]byte
+		want bool
+	}{
+		{"AcmeExample", access.HashKey(acmeExampleKey), true},
+		{"GlobexExample", access.HashKey(globexExampleKey), true},
+		{"Unknown", access.HashKey("nxk_unknown"), false},
+		{"Zero", [32]byte{}, false},
+	} {
+		if got := set.Holds(tt.hash); got != tt.want {
+			t.Errorf("%s: Holds = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 

@@ -190,7 +190,7 @@ func (s *Server) addLimiter(k *access.Key) *limiter {
 	l := &limiter{rate: k.Rate, burst: k.Burst, lim: rate.NewLimiter(rate.Limit(k.Rate), k.Burst)}
 	s.limitersMu.Lock()
 	defer s.limitersMu.Unlock()
-	if live := s.limitersFor.Load(); live != nil && !holdsKey(live.Access(), k.Hash) {
+	if live := s.limitersFor.Load(); live != nil && !live.Access().Holds(k.Hash) {
 		return l
 	}
 	v, _ := s.limiters.LoadOrStore(k.Hash, l)
@@ -210,25 +210,12 @@ func (s *Server) pruneLimiters(live *registry.LiveSet) {
 	if s.limitersFor.Load() == live || s.cfg.Live.Live() != live {
 		return
 	}
-	keep := map[[32]byte]bool{}
-	for _, k := range live.Access().Keys() {
-		keep[k.Hash] = true
-	}
+	keys := live.Access()
 	s.limiters.Range(func(h, _ any) bool {
-		if !keep[h.([32]byte)] {
+		if !keys.Holds(h.([32]byte)) {
 			s.limiters.Delete(h)
 		}
 		return true
 	})
 	s.limitersFor.Store(live)
-}
-
-// holdsKey reports whether set holds the key whose hash is h.
-func holdsKey(set *access.Set, h [32]byte) bool {
-	for _, k := range set.Keys() {
-		if k.Hash == h {
-			return true
-		}
-	}
-	return false
 }

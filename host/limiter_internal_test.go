@@ -251,3 +251,33 @@ func TestLimiterWithdrawnKey(t *testing.T) {
 		t.Errorf("the kept key, its bucket spent: %d, want 429", code)
 	}
 }
+
+// TestLimiterNewBucketCostsNoPassOverTheKeys: a key's first bucket is made
+// at the cost of one look-up in the live set, whatever the number of keys
+// it holds. Each was made after a copy of every key (access.Set.Keys, its
+// flows lists too), so the first requests of N keys made N² copies, under
+// the mutex every first request takes.
+func TestLimiterNewBucketCostsNoPassOverTheKeys(t *testing.T) {
+	const keys = 2000
+	fx := newLimiterFixture(t)
+	var doc strings.Builder
+	doc.WriteString("keys:\n")
+	for i := range keys {
+		fmt.Fprintf(&doc, "  - id: acme-%d\n    tenant: acme\n    sha256: %x\n    flows: [echo, other]\n    rate: 5\n    burst: 5\n", i, access.HashKey(fmt.Sprintf("key-%d", i)))
+	}
+	fx.publish(doc.String())
+	if code := fx.send("key-0"); code != http.StatusOK { // the gate sees the set
+		t.Fatalf("key-0: %d", code)
+	}
+	k, ok := fx.s.cfg.Live.Live().Access().Lookup("key-1")
+	if !ok {
+		t.Fatal("key-1 is not in the live set")
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		fx.s.limiters.Delete(k.Hash) // a first request each time
+		fx.s.addLimiter(k)
+	})
+	if allocs > 10 {
+		t.Errorf("a key's first bucket made %v allocations with %d keys live, want a few whatever their number", allocs, keys)
+	}
+}
