@@ -101,9 +101,9 @@ func checkKeyFlags(fs *flag.FlagSet, tenant, flows string, rate float64, burst i
 		return errors.New("--burst needs --rate")
 	}
 	// the tenant's error names the flow it pairs with: the one --flows
-	// gives, or any when it gives several
+	// gives, or any when it gives several or none (an empty value)
 	field := naming.Tenant(strings.TrimSpace(flows))
-	field.Alone = strings.Contains(flows, ",")
+	field.Alone = strings.Contains(flows, ",") || field.Flow == ""
 	if err := naming.Check(tenant, field); err != nil {
 		return err
 	}

@@ -156,7 +156,8 @@ func TestDBWithATrailingSlashIsBadUsage(t *testing.T) {
 
 // TestKeyGenerateNamesTheTenantsFlows: a tenant breaking the name rule is
 // named with the flow --flows gives (any flow for several); the error said
-// flow "*" whatever --flows said.
+// flow "*" whatever --flows said. An empty --flows gives none to quote:
+// any flow, as naming's Alone says it (it said flow "").
 func TestKeyGenerateNamesTheTenantsFlows(t *testing.T) {
 	for _, tt := range []struct {
 		flows, want string
@@ -164,6 +165,9 @@ func TestKeyGenerateNamesTheTenantsFlows(t *testing.T) {
 		{"x", `nexus key generate: invalid name "A" for tenant (flow "x"): character 'A' at position 1 is not allowed` + "\n"},
 		{"*", `nexus key generate: invalid name "A" for tenant (flow "*"): character 'A' at position 1 is not allowed` + "\n"},
 		{"x,y", `nexus key generate: invalid name "A" for tenant (any flow): character 'A' at position 1 is not allowed` + "\n"},
+		// --flows "$FLOWS" with FLOWS unset: no flow to quote
+		{"", `nexus key generate: invalid name "A" for tenant (any flow): character 'A' at position 1 is not allowed` + "\n"},
+		{" ", `nexus key generate: invalid name "A" for tenant (any flow): character 'A' at position 1 is not allowed` + "\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"key", "generate", "--tenant", "A", "--flows", tt.flows}, &stdout, &stderr)
