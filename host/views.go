@@ -183,7 +183,7 @@ func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
 	}
 	c := info.Counts
 	e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
-		Pending: c.Total - c.Processed, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters, DamagedDeadLetters: info.DamagedDeadLetters,
+		Pending: info.Depth, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters, DamagedDeadLetters: info.DamagedDeadLetters,
 		InFlight: info.State.InFlight, Worker: "idle"}
 	if info.State.Leading {
 		e.Worker = "leading"

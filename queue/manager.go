@@ -667,10 +667,16 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 	return m.onDisk(tenant, flow), true
 }
 
-// openInfo describes a queue this process has open.
+// openInfo describes a queue this process has open. The log is counted
+// before the worker's state is read, as onDisk counts it before reading
+// the retries: a message whose attempt fails between the two reads is
+// then pending and retrying at once (as the worker itself passes through
+// it), never in neither count (processed by the checkpoint, its retry
+// not yet in the state read before).
 func (m *Manager) openInfo(e *managed) QueueInfo {
-	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, State: e.w.State(), Open: true}
+	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, Open: true}
 	m.count(&info)
+	info.State = e.w.State()
 	if n, damaged, err := m.deadLetterCounts(e.q); err == nil {
 		info.DeadLetters, info.DamagedDeadLetters = n, damaged
 	}
