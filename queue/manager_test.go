@@ -253,6 +253,128 @@ func TestManagerQueuesReportsDepthAndState(t *testing.T) {
 	})
 }
 
+// countHookFS is the OS, calling hook once, at the first count of a log
+// once armed (segment.log opened read-only): as it opens the log, before
+// it reads the checkpoint (atOpen), or as it closes it, the count made;
+// and it closes written at the first write of a checkpoint once the
+// handler was let go.
+type countHookFS struct {
+	queue.OS
+	atOpen   bool
+	armed    atomic.Bool
+	taken    atomic.Bool
+	released atomic.Bool
+	hook     func()
+	written  chan struct{}
+	once     sync.Once
+}
+
+func (h *countHookFS) OpenFile(name string, flag int, perm fs.FileMode) (queue.File, error) {
+	count := filepath.Base(name) == "segment.log" && flag == os.O_RDONLY && h.armed.Load() && h.taken.CompareAndSwap(false, true)
+	if count && h.atOpen {
+		h.hook()
+	}
+	f, err := h.OS.OpenFile(name, flag, perm)
+	switch {
+	case err != nil:
+		return f, err
+	case count && !h.atOpen:
+		return &countHookFile{File: f, close: h.hook}, nil
+	case filepath.Base(name) == "segment.log.ckpt":
+		return &countHookFile{File: f, wrote: func() {
+			if h.released.Load() {
+				h.once.Do(func() { close(h.written) })
+			}
+		}}, nil
+	}
+	return f, nil
+}
+
+type countHookFile struct {
+	queue.File
+	close, wrote func()
+}
+
+func (f *countHookFile) Close() error {
+	err := f.File.Close()
+	if f.close != nil {
+		f.close()
+	}
+	return err
+}
+
+func (f *countHookFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	if f.wrote != nil {
+		f.wrote()
+	}
+	return n, err
+}
+
+// A queue open in this process is counted before its worker's state is
+// read: a message whose first attempt fails while the queue is described
+// (its retry scheduled, then the checkpoint past it) is pending, retrying
+// or both, never in neither. The state was read first, and an attempt
+// failing before the log was counted made the message neither pending
+// (processed by the checkpoint) nor retrying (not in the state read).
+func TestManagerInfoCountsBeforeTheWorkersState(t *testing.T) {
+	type seen struct{ Depth, Retrying int64 }
+	for _, tc := range []struct {
+		name   string
+		atOpen bool
+		want   seen
+	}{
+		{"the attempt fails as the count begins", true, seen{Depth: 0, Retrying: 1}},
+		{"the attempt fails once the log is counted", false, seen{Depth: 1, Retrying: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktest.New(wt0)
+			rec := newRecorder(clk)
+			fail := make(chan struct{})
+			var failOnce sync.Once
+			letGo := func() { failOnce.Do(func() { close(fail) }) }
+			disk := &countHookFS{atOpen: tc.atOpen, written: make(chan struct{})}
+			m, _ := newManager(t, clk, rec.handler("m", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				<-fail
+				return queue.Verdict{Kind: queue.VerdictRetry, Policy: workedPolicy, Error: http503}
+			}), 0, disk)
+			t.Cleanup(letGo) // before m.Stop
+			disk.hook = func() {
+				// the attempt fails: its retry is scheduled, then the
+				// checkpoint written past it as the worker goes idle
+				disk.released.Store(true)
+				letGo()
+				select {
+				case <-disk.written:
+				case <-time.After(10 * time.Second):
+					t.Error("the worker wrote no checkpoint after the failed attempt")
+				}
+			}
+			if _, err := m.Append("acme", "orders", enqueue("x")); err != nil {
+				t.Fatal(err)
+			}
+			rec.wait(t, 1) // the attempt is being made
+			disk.armed.Store(true)
+			info, ok := m.Info("acme", "orders")
+			if !ok || !info.Open || info.CountsErr != nil {
+				t.Fatalf("Info = %+v, %v", info, ok)
+			}
+			if !disk.taken.Load() {
+				t.Fatal("the description did not count the log")
+			}
+			got := seen{Depth: info.Depth, Retrying: int64(info.State.RetriesPending)}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the message whose attempt failed during Info (-want +got):\n%s", diff)
+			}
+			// the next description sees the message retrying only
+			info, _ = m.Info("acme", "orders")
+			if got := (seen{Depth: info.Depth, Retrying: int64(info.State.RetriesPending)}); got != (seen{Retrying: 1}) {
+				t.Errorf("the next Info: %+v, want retrying only", got)
+			}
+		})
+	}
+}
+
 // Stop stops every worker, each after its delivery in progress, writes the
 // checkpoints and closes the queues; it is safe twice.
 func TestManagerStop(t *testing.T) {
