@@ -511,12 +511,9 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 // pageEntry decodes the dead-letter record rec with its payload cut to
 // maxPayload bytes: only the bytes kept are copied.
 func pageEntry(rec []byte, maxPayload int) (pageSlot, error) {
-	if len(rec) < 33 {
-		return pageSlot{}, errBadRecord
-	}
-	head := 33 + int(binary.BigEndian.Uint32(rec[29:33])) // the payload's start
-	if head > len(rec) {
-		return pageSlot{}, errBadRecord
+	head, err := deadLetterPayload(rec)
+	if err != nil {
+		return pageSlot{}, err
 	}
 	d, err := decodeDeadLetter(rec[:head+min(len(rec)-head, maxPayload)])
 	return pageSlot{PageEntry: PageEntry{DeadLetter: d, PayloadSize: len(rec) - head}}, err
@@ -597,7 +594,7 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 	if err != nil {
 		return Message{}, err
 	}
-	if err := q.tooLargeToReplay(d); err != nil {
+	if err := q.tooLargeToReplay(d.ID, len(d.Payload)); err != nil {
 		return Message{}, err
 	}
 	m, err := q.appendLocked(NewMessage{Source: source, CorrelationID: correlationID, Payload: d.Payload})
@@ -610,14 +607,14 @@ func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error)
 	return m, nil
 }
 
-// tooLargeToReplay is ErrTooLarge, said with the limit, for a dead letter
-// whose payload is over MaxPayload (one an older nexus wrote: a
-// dead-letter frame holds up to MaxRecord): no message may carry it, so it
-// cannot be replayed, only discarded.
-func (q *Queue) tooLargeToReplay(d DeadLetter) error {
-	if len(d.Payload) > MaxPayload {
+// tooLargeToReplay is ErrTooLarge, said with the limit, for dead letter
+// id when its payload's size is over MaxPayload (one an older nexus
+// wrote: a dead-letter frame holds up to MaxRecord): no message may carry
+// it, so it cannot be replayed, only discarded.
+func (q *Queue) tooLargeToReplay(id uint64, size int) error {
+	if size > MaxPayload {
 		return fmt.Errorf("queue %s/%s: dead letter %d cannot be replayed: %w: its payload of %d bytes is over the limit of %d bytes a message may have",
-			q.Tenant, q.Flow, d.ID, ErrTooLarge, len(d.Payload), MaxPayload)
+			q.Tenant, q.Flow, id, ErrTooLarge, size, MaxPayload)
 	}
 	return nil
 }
@@ -663,15 +660,23 @@ func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, c
 	var skipped []Skipped
 	size := 0
 	if _, err := q.eachPending(func(rec []byte) error {
-		if binary.BigEndian.Uint64(rec[1:9]) > upTo {
+		id := binary.BigEndian.Uint64(rec[1:9])
+		if id > upTo {
+			return nil
+		}
+		// the payload's size is read from the record's header: one that
+		// cannot be replayed, met again by every call of a run, is not
+		// copied
+		at, err := deadLetterPayload(rec)
+		if err != nil {
+			return nil // damaged: not listed, not replayed
+		}
+		if err := q.tooLargeToReplay(id, len(rec)-at); err != nil {
+			skipped = append(skipped, Skipped{ID: id, PayloadSize: len(rec) - at, Err: err})
 			return nil
 		}
 		d, err := decodeDeadLetter(rec)
 		if err != nil {
-			return nil // damaged: not listed, not replayed
-		}
-		if err := q.tooLargeToReplay(d); err != nil {
-			skipped = append(skipped, Skipped{ID: d.ID, PayloadSize: len(d.Payload), Err: err})
 			return nil
 		}
 		m := NewMessage{Source: source, CorrelationID: correlationID(), Payload: d.Payload}

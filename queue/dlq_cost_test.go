@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -167,5 +168,59 @@ func TestMoveToDLQDoesNotReadTheFileAgain(t *testing.T) {
 	dl, damage, err := q.DeadLetters()
 	if err != nil || len(damage) > 0 || len(dl) != n+12 || dl[len(dl)-1].ID != 1011 {
 		t.Errorf("after another process's torn append: %d dead letters (last %d), damage %v, %v; want %d ending with 1011 and the torn frame cut", len(dl), dl[len(dl)-1].ID, damage, err, n+12)
+	}
+}
+
+// A run of ReplayAll reads an oversized dead letter (its payload over
+// MaxPayload, skipped) in every chunk, and copies its payload in none:
+// the bytes allocated over a run of three chunks are about the three
+// reads of its frame. Each chunk copied its payload from the frame read
+// as well (decoding it whole before its size was checked), twice the
+// allocations, 64 MiB more a chunk.
+func TestReplayAllCopiesNoOversizedPayload(t *testing.T) {
+	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	f, err := os.OpenFile(filepath.Join(q.dir, dlqFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const small = 2 * allChunk // after the oversized one: two chunks of them, then a call that finds none
+	big := MaxPayload + 1
+	for id := uint64(1); id <= small+1; id++ {
+		d := DeadLetter{ID: id, EnqueuedAt: time.Unix(1, 0), FailedAt: time.Unix(2, 0), Attempts: 3, LastError: "boom", Payload: []byte(`{}`)}
+		if id == 1 {
+			d.Payload = bytes.Repeat([]byte("x"), big)
+		}
+		if _, err := f.Write(appendFrame(nil, appendDeadLetterRecord(nil, &d))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var skipped []Skipped
+	replayed := 0
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n, err := q.ReplayAll(small+1, "replay", func() string { return "cid" }, func(Replayed) { replayed++ },
+		func(s Skipped) { skipped = append(skipped, s) })
+	runtime.ReadMemStats(&after)
+	if err != nil || n != small || replayed != small {
+		t.Fatalf("ReplayAll: %d replayed (%d told), %v; want %d", n, replayed, err, small)
+	}
+	if len(skipped) != 1 || skipped[0].ID != 1 || skipped[0].PayloadSize != big || !errors.Is(skipped[0].Err, ErrTooLarge) {
+		t.Errorf("skipped: %+v; want dead letter 1, %d bytes, ErrTooLarge, once", skipped, big)
+	}
+	const calls = 3 // two chunks, then none
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d calls allocated %d MiB; the oversized payload is %d MiB", calls, allocated>>20, big>>20)
+	// one read of its frame a call, and what the small ones cost (under 16 MiB)
+	if limit := uint64(calls*big + 16<<20); allocated > limit {
+		t.Errorf("a run of %d calls skipping a payload of %d MiB allocated %d MiB, want at most %d MiB (its frame read once a call, its payload never copied)",
+			calls, big>>20, allocated>>20, limit>>20)
 	}
 }

@@ -141,6 +141,20 @@ func appendDeadLetterRecord(dst []byte, d *DeadLetter) []byte {
 	return append(dst, d.Payload...)
 }
 
+// deadLetterPayload is where the payload of the dead-letter record rec
+// begins, read from its header (no byte of the payload is read);
+// errBadRecord when rec is not a dead letter whole to that point.
+func deadLetterPayload(rec []byte) (int, error) {
+	if len(rec) < 33 || rec[0] != kindDeadLetter {
+		return 0, errBadRecord
+	}
+	at := 33 + int(binary.BigEndian.Uint32(rec[29:33]))
+	if at > len(rec) {
+		return 0, errBadRecord
+	}
+	return at, nil
+}
+
 func decodeDeadLetter(rec []byte) (DeadLetter, error) {
 	var d DeadLetter
 	if len(rec) < 33 || rec[0] != kindDeadLetter {
