@@ -655,15 +655,7 @@ func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
 		t.Fatalf("pending after the refusals: %v %v, want both dead letters", dl, err)
 	}
 	// once the flow is deployed, the replay goes through
-	dir := t.TempDir()
-	src := "---\nflowmarkdown_version: \"0.1\"\nflow: orders\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
-	if err := os.WriteFile(filepath.Join(dir, "orders.md"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
-		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
-	}
+	deployOrders(t, db)
 	if code, out, errOut := replay("1"); code != exitOK || out != "replayed  id=1 tenant=acme flow=orders\n" {
 		t.Errorf("replay with acme/orders live: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -677,15 +669,7 @@ func TestDLQReplayNeedsTheFlowLive(t *testing.T) {
 func TestDLQReplayAllLeavesAnOversizedDeadLetter(t *testing.T) {
 	state := t.TempDir()
 	db := filepath.Join(state, "registry.db")
-	dir := t.TempDir()
-	src := "---\nflowmarkdown_version: \"0.1\"\nflow: orders\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
-	if err := os.WriteFile(filepath.Join(dir, "orders.md"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
-		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
-	}
+	deployOrders(t, db)
 	q, _ := deadLetterQueue(t, state, 1)
 	big := testDeadLetter(2)
 	big.Payload = bytes.Repeat([]byte("x"), queue.MaxPayload+1)
@@ -696,8 +680,7 @@ func TestDLQReplayAllLeavesAnOversizedDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	stdout.Reset()
-	stderr.Reset()
+	var stdout, stderr bytes.Buffer
 	code := run([]string{"dlq", "replay", "--tenant", "acme", "--flow", "orders", "--all", "--db", db}, &stdout, &stderr)
 	wantErr := fmt.Sprintf("nexus dlq replay: left pending: queue acme/orders: dead letter 2 cannot be replayed: the message is too large for a frame: its payload of %d bytes is over the limit of %d bytes a message may have\n",
 		queue.MaxPayload+1, queue.MaxPayload)
@@ -842,5 +825,20 @@ func TestVersion(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"version", "now"}, &stdout, &stderr); code != exitUsage || stderr.String() != "nexus version: unexpected argument \"now\"\n" {
 		t.Errorf("nexus version now: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// deployOrders publishes acme/orders, a flow answering {"ok": true}, into
+// the registry db with nexus deploy.
+func deployOrders(t *testing.T, db string) {
+	t.Helper()
+	dir := t.TempDir()
+	src := "---\nflowmarkdown_version: \"0.1\"\nflow: orders\ntenant: acme\n---\n\n## Step: answer\n```ntd\n{\"ok\": true}\n```\n"
+	if err := os.WriteFile(filepath.Join(dir, "orders.md"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"deploy", "--db", db, dir}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus deploy: exit %d: %s", code, stderr.String())
 	}
 }
