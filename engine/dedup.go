@@ -39,6 +39,9 @@ type record struct {
 	Header  http.Header `json:"header"`
 	Body    []byte      `json:"body"`
 	Outcome Outcome     `json:"outcome"`
+	// Message is the queued message whose delivery recorded the answer
+	// (Request.Message); absent for a /run's.
+	Message string `json:"message,omitempty"`
 }
 
 // runDeduplicated runs an execution of a flow with dedup_key: the first
@@ -47,7 +50,10 @@ type record struct {
 // message skips the check (its first attempt passed it): it runs in any
 // case, holding the key when the key is free or holds a failure (so that a
 // duplicate waits for it, and its answer is recorded); a success another
-// delivery recorded, or another execution holding the key, stands.
+// delivery recorded, or another execution holding the key, stands. A first
+// attempt whose key holds a failure its own message recorded (it was
+// delivered again: its process died before its retry was scheduled) is
+// no duplicate: it claims the key as a retry does, and runs.
 func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup) Result {
 	f := req.Flow
 	key, err := d.Key.Render(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
@@ -83,10 +89,11 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		defer stop()
 	}
 	var claim int64
+	own := false // the key holds a failure this message recorded
 	for {
 		var err error
 		var answer []byte
-		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry || req.Rerun, f.Timeout()+e.leaseGrace)
+		answer, claim, err = e.dedup.Claim(waitCtx, f.Tenant(), f.Name(), key, !d.Absorb || req.Retry || req.Rerun || own, f.Timeout()+e.leaseGrace)
 		if err != nil {
 			return unavailable("reading the dedup store", err)
 		}
@@ -97,6 +104,12 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 			var rec record
 			if err := json.Unmarshal(answer, &rec); err != nil {
 				return unavailable("a dedup record does not decode", err)
+			}
+			if rec.Outcome == Failed && req.Message != "" && rec.Message == req.Message && !own {
+				// its own first attempt's failure, the retry never
+				// scheduled: claimed over, as the retry would
+				own = true
+				continue
 			}
 			h := rec.Header
 			if h == nil {
@@ -156,7 +169,7 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 		}
 		return res
 	}
-	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header, req.CorrelationID), Body: res.Body, Outcome: res.Outcome})
+	rec, _ := json.Marshal(record{Status: res.Status, Header: withoutCorrelation(res.Header, req.CorrelationID), Body: res.Body, Outcome: res.Outcome, Message: req.Message})
 	failed := res.Outcome == Failed || res.Outcome == FaultHandled
 	if err := e.dedup.Commit(wctx, f.Tenant(), f.Name(), key, claim, rec, failed, d.TTL); err != nil {
 		// the answer is not recorded: the key is let go, so that the next

@@ -159,6 +159,14 @@ type Request struct {
 	// under dedup_on_failure: rerun, whatever the flow says); a success
 	// the key holds still does.
 	Rerun bool
+	// Message names the queued message a delivery is of, the same at each
+	// of its deliveries and no other message's (the host's is its queue's
+	// id and enqueue time); "" for a /run. A failure its dedup key holds
+	// that this message's own delivery recorded does not answer its first
+	// attempt: it was delivered again (its process died after the failure
+	// was recorded, before its retry was scheduled), and it runs as its
+	// retry would.
+	Message string
 	// NoBody is set when nobody reads the answer (a queued delivery): a
 	// successful execution's Result then has no Body or Header, unless
 	// the flow deduplicates (the answer is recorded for replay).

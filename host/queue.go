@@ -129,6 +129,7 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	res := s.cfg.Engine.Run(ctx, engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
 		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, Rerun: d.Source == queue.SourceReplay && d.Attempt == 1, NoBody: true,
+		Message: messageName(d),
 	})
 	elapsed := s.cfg.Now().Sub(start)
 	if !res.Interrupted {
@@ -167,6 +168,16 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: queue.RetryPolicy{
 		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
 	}}
+}
+
+// messageName is the engine's Request.Message for a delivery: its id and
+// its enqueue time, in nanoseconds. The id alone may not be the message's
+// only: a queue whose id counter is lost (its folder removed, a damaged
+// counter beside an empty log) counts its ids from 1 again while the dedup
+// store keeps its records. The correlation ID is no part of it: a caller
+// may send two messages with the same one.
+func messageName(d queue.Delivery) string {
+	return strconv.FormatUint(d.ID, 10) + "@" + strconv.FormatInt(d.EnqueuedAt.UnixNano(), 10)
 }
 
 // deliveryDoor is the door a queued message came in by: cron for a tick,
