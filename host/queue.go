@@ -126,11 +126,14 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	}
 	door := deliveryDoor(d)
 	start := s.cfg.Now()
-	res := s.cfg.Engine.Run(ctx, engine.Request{
+	req := engine.Request{
 		Flow: lf.Flow, Version: lf.Version, Doc: doc, CorrelationID: d.CorrelationID,
 		Door: door, Attempt: d.Attempt, Retry: d.Attempt > 1, Rerun: d.Source == queue.SourceReplay && d.Attempt == 1, NoBody: true,
-		Message: messageName(d),
-	})
+	}
+	if lf.Flow.Dedup() != nil {
+		req.Message = messageName(d) // only a dedup record names it
+	}
+	res := s.cfg.Engine.Run(ctx, req)
 	elapsed := s.cfg.Now().Sub(start)
 	if !res.Interrupted {
 		// one cut short by the stop did not end: it runs again, with
