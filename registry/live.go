@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nexushq/nexus/access"
+	"github.com/nexushq/nexus/clock"
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/lifecycle"
 )
@@ -317,6 +318,7 @@ type Watcher struct {
 	Registry *Registry
 	Interval time.Duration // 0 means one second
 	Logger   *slog.Logger  // nil means slog.Default()
+	Clock    clock.Clock   // nil means the real clock
 	// OnSwap, when set, is called after each new live set is in place.
 	OnSwap func(*LiveSet)
 
@@ -334,9 +336,23 @@ func (w *Watcher) Start() {
 	if log == nil {
 		log = slog.Default()
 	}
+	clk := w.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
 	w.life.Start(func(ctx context.Context) {
 		failing := false
-		lifecycle.Every(ctx, interval, func() {
+		// one interval after the last check ends, the first one interval
+		// after Start
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-clk.After(interval):
+			}
+			if ctx.Err() != nil { // both were ready: the end wins
+				return
+			}
 			swapped, err := w.Registry.Refresh(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:
@@ -359,7 +375,7 @@ func (w *Watcher) Start() {
 			default:
 				failing = false
 			}
-		})
+		}
 	})
 }
 
