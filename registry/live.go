@@ -365,10 +365,14 @@ func (w *Watcher) Start() {
 				// a publication this process's sync has not loaded itself:
 				// most often another process's (its sync, nexus deploy;
 				// two processes following different repos into one state
-				// directory show here at every round)
+				// directory show here at every round). This handle's own,
+				// loaded here between its publication and its publisher's
+				// load, is the publisher's to report (sync_applied).
 				ls := w.Registry.Live()
-				log.Info("the live set changed", "event", "live_set_changed",
-					"generation", ls.Generation(), "commit", ls.Commit(), "flows", len(ls.Flows()))
+				if ls.Generation() != w.Registry.published.Load() {
+					log.Info("the live set changed", "event", "live_set_changed",
+						"generation", ls.Generation(), "commit", ls.Commit(), "flows", len(ls.Flows()))
+				}
 				if w.OnSwap != nil {
 					w.OnSwap(ls)
 				}

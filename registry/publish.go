@@ -99,6 +99,7 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 	}
 	var changes []Change
 	var sums []string // of p.Flows' artifacts
+	var gen int64     // the generation made, 0 when nothing changed
 	now := r.now()
 	err := r.write(ctx, func(tx *sql.Tx) error {
 		changes, sums = changes[:0], sums[:0]
@@ -150,8 +151,9 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 				return err
 			}
 		}
+		gen = 0
 		if changed {
-			if _, err := tx.ExecContext(ctx, `UPDATE state SET value = value + 1 WHERE key = 'generation'`); err != nil {
+			if err := tx.QueryRowContext(ctx, `UPDATE state SET value = value + 1 WHERE key = 'generation' RETURNING value`).Scan(&gen); err != nil {
 				return err
 			}
 		}
@@ -159,6 +161,9 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if gen != 0 {
+		r.published.Store(gen)
 	}
 	// the next live set takes the flows just published as they are
 	// compiled, instead of compiling their artifacts again

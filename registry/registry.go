@@ -37,6 +37,9 @@ type Registry struct {
 	corruptMu     sync.Mutex
 	corruptLogged map[corruptKey]bool
 	live          atomic.Pointer[LiveSet]
+	// published is the generation this handle's last publication made
+	// (0 before one): the watcher leaves it to the publisher to report
+	published atomic.Int64
 
 	compiledMu sync.Mutex
 	compiled   map[string]*flow.Flow // by artifact SHA-256: published here, not yet loaded
