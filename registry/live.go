@@ -150,17 +150,50 @@ func (r *Registry) Load(ctx context.Context) (*LiveSet, error) {
 }
 
 // Refresh loads a new live set when the generation counter has moved since
-// the current one was built, and reports whether it did.
+// the current one was built, and reports whether it did. A counter below
+// the live set's is a registry.db restored from an older backup under the
+// running process: its content is loaded once, with a warning
+// (registry_generation_went_back) naming both generations, and followed
+// from there.
 func (r *Registry) Refresh(ctx context.Context) (bool, error) {
+	// the live set before the counter: a set is never newer than the file
+	// it was read from, so a counter below it is a file that went back
+	cur := r.live.Load()
 	g, err := r.Generation(ctx)
 	if err != nil {
 		return false, err
 	}
-	if cur := r.live.Load(); cur != nil && cur.generation == g {
+	switch {
+	case cur != nil && cur.generation == g:
 		return false, nil
+	case cur != nil && g < cur.generation:
+		return r.goBack(ctx, cur)
 	}
 	_, err = r.Load(ctx)
 	return err == nil, err
+}
+
+// goBack swaps in the registry's content in place of cur, whose generation
+// the registry's counter is now below. It does nothing when the live set
+// is no longer cur (another load came first) or when the counter has
+// reached cur's again (the next check judges it).
+func (r *Registry) goBack(ctx context.Context, cur *LiveSet) (bool, error) {
+	next, err := r.build(ctx, cur)
+	if err != nil {
+		return false, err
+	}
+	if next.generation >= cur.generation || !r.live.CompareAndSwap(cur, next) {
+		return false, nil
+	}
+	// a generation this handle published before is not the one the
+	// counter will reach again
+	r.published.Store(0)
+	if r.log != nil {
+		r.log.Warn(fmt.Sprintf("the registry's generation went back from %d to %d (registry.db replaced by an older copy): serving what it holds", cur.generation, next.generation),
+			"event", "registry_generation_went_back", "live_generation", cur.generation, "generation", next.generation,
+			"commit", next.commit, "flows", len(next.list))
+	}
+	return true, nil
 }
 
 func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {

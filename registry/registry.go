@@ -57,8 +57,10 @@ type Options struct {
 	ReadOnly bool
 	// Logger, when set, is told of each stored flow version whose
 	// artifact fails its integrity check as a live set is loaded
-	// (artifact_corrupt), once per version; nil logs nothing (the
-	// commands that print the live set say it themselves).
+	// (artifact_corrupt), once per version, and of a registry whose
+	// generation went back below the live set's as Refresh found it
+	// (registry_generation_went_back); nil logs nothing (the commands
+	// that print the live set say it themselves).
 	Logger *slog.Logger
 }
 
