@@ -189,7 +189,7 @@ func (r *Registry) goBack(ctx context.Context, cur *LiveSet) (bool, error) {
 	// counter will reach again
 	r.published.Store(0)
 	if r.log != nil {
-		r.log.Warn(fmt.Sprintf("the registry's generation went back from %d to %d (registry.db replaced by an older copy): serving what it holds", cur.generation, next.generation),
+		r.log.Warn("the registry's generation went back (registry.db replaced by an older copy): serving what it holds",
 			"event", "registry_generation_went_back", "live_generation", cur.generation, "generation", next.generation,
 			"commit", next.commit, "flows", len(next.list))
 	}
