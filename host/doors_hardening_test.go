@@ -25,12 +25,7 @@ import (
 // not retried, the backend not called again. The failing message's own
 // retry runs again.
 func TestHandleAbsorbedDuplicate(t *testing.T) {
-	var calls atomic.Int32
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(be.Close)
+	be, calls := unavailableBackend(t)
 	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "", "")
 	if v := srv.Handle(context.Background(), delivery(1, 1)); v.Kind != queue.VerdictRetry {
 		t.Fatalf("message 1, attempt 1: %+v, want a retry (the backend answers 503)", v)
@@ -371,4 +366,17 @@ func TestReplayRunsAgainUnderAbsorb(t *testing.T) {
 			t.Fatalf("%s: verdict %v (%s), %d backend calls; want %v, %d calls", s.name, v.Kind, v.Outcome, calls.Load(), s.wantKind, s.wantCalls)
 		}
 	}
+}
+
+// unavailableBackend is a backend that answers every request 503, and the
+// count of the requests it received.
+func unavailableBackend(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	calls := new(atomic.Int32)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(be.Close)
+	return be, calls
 }

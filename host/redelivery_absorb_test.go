@@ -4,10 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,12 +22,7 @@ import (
 // correlation ID, or one with the same id in a queue whose id counter was
 // lost) still receives the recorded failure.
 func TestRedeliveredFirstAttemptIsNotItsOwnDuplicate(t *testing.T) {
-	var calls atomic.Int32
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(be.Close)
+	be, calls := unavailableBackend(t)
 	srv, delivery := absorbServer(t, newFixture(t, nil), be.URL, "", "")
 	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	m := delivery(1, 1)
@@ -66,12 +58,7 @@ func TestRedeliveredFirstAttemptIsNotItsOwnDuplicate(t *testing.T) {
 // over the copy. Message 1 is delivered again as attempt 1, with its id and
 // enqueue time read back from the log; it runs and its retry is scheduled.
 func TestRedeliveredFirstAttemptFromTheLogIsRetried(t *testing.T) {
-	var calls atomic.Int32
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(be.Close)
+	be, calls := unavailableBackend(t)
 	srv, _ := absorbServer(t, newFixture(t, nil), be.URL, "", "")
 	clk := clocktest.New(t0)
 	root, crashed := t.TempDir(), t.TempDir()
