@@ -1,0 +1,116 @@
+package gitsync_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexushq/nexus/flow/flowtest"
+	"github.com/nexushq/nexus/gitsync"
+)
+
+// memUse is what the process allocated during a phase, the most heap it
+// had in use, sampled every millisecond, and the heap in use before it.
+type memUse struct {
+	allocated, peak, base uint64
+}
+
+func (m memUse) String() string {
+	return fmt.Sprintf("allocated %d MB, peak heap %d MB (%d MB before)", m.allocated>>20, m.peak>>20, m.base>>20)
+}
+
+// measure runs f and returns the memory it took.
+func measure(f func()) memUse {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	peak.Store(before.HeapInuse)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var ms runtime.MemStats
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	f()
+	close(stop)
+	wg.Wait()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	return memUse{allocated: after.TotalAlloc - before.TotalAlloc, peak: peak.Load(), base: before.HeapInuse}
+}
+
+// TestLargeFileOutsideFlows: a 100 MB file of random bytes outside the
+// flows folder is read whole only where go-git indexes a pack holding it
+// (the first fetch, and the packing of the whole clone, whose new pack go-git
+// indexes by reading every object), never by the rounds that follow it;
+// the packing itself streams it from the old pack to the new one. It
+// decompressed the file into memory whole, several times over: 603 MB
+// allocated and a 347 MB heap in the round that packed the clone.
+func TestLargeFileOutsideFlows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and syncs a 100 MB file")
+	}
+	if raceDetector {
+		// which doubles what go-git allocates and takes a minute
+		t.Skip("measures memory: run without the race detector")
+	}
+	const size = 100 << 20
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
+	writeRandom(e.src, "tools/big.bin", size)
+	first := e.src.gitCommit("v0")
+	// go-git's: the received pack is indexed by reading each object whole
+	t.Logf("first round: %v", measure(func() { e.mustApply(first) }))
+	var packing memUse
+	for i := 1; i <= gitsync.MaxPacks; i++ {
+		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", fmt.Sprintf("v%d", i)))
+		c := e.src.gitCommit(fmt.Sprintf("v%d", i))
+		before := len(e.logs.Events(t, "sync_repacked"))
+		m := measure(func() { e.mustApply(c) })
+		if len(e.logs.Events(t, "sync_repacked")) > before {
+			packing = m
+			t.Logf("round %d, packing the clone: %v", i, m)
+			continue
+		}
+		if i == 1 {
+			t.Logf("round %d: %v", i, m)
+		}
+		if m.allocated > 20<<20 {
+			t.Errorf("round %d, which changed a flow only: %v", i, m)
+		}
+	}
+	if packing == (memUse{}) {
+		t.Fatalf("the clone was never packed in %d rounds", gitsync.MaxPacks)
+	}
+	// the index go-git builds for the new pack reads the file once
+	if packing.allocated > size*3/2 || packing.peak > size*3/2 {
+		t.Errorf("the round that packed the clone took more than 1.5 times the file: %v", packing)
+	}
+	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
+}
+
+// writeRandom writes a file of size random bytes to the work tree.
+//
+//go:noinline
+func writeRandom(r *srcRepo, path string, size int) {
+	big := make([]byte, size)
+	rand.NewChaCha8([32]byte{1}).Read(big)
+	r.write(path, big)
+}
