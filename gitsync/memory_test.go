@@ -65,13 +65,15 @@ func measure(f func()) memUse {
 // allocated and a 347 MB heap in the round that packed the clone.
 func TestLargeFileOutsideFlows(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes and syncs a 100 MB file")
+		t.Skip("writes and syncs a file of 16–100 MB")
 	}
+	// the race detector doubles what go-git allocates, and takes a minute
+	// over 100 MB: a smaller file and a looser bound, which the packing
+	// that held the file whole (six times its size) still breaks
+	size, bound := 100<<20, 3.0/2
 	if raceDetector {
-		// which doubles what go-git allocates and takes a minute
-		t.Skip("measures memory: run without the race detector")
+		size, bound = 16<<20, 4
 	}
-	const size = 100 << 20
 	e := newEnv(t)
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
 	writeRandom(e.src, "tools/big.bin", size)
@@ -100,8 +102,8 @@ func TestLargeFileOutsideFlows(t *testing.T) {
 		t.Fatalf("the clone was never packed in %d rounds", gitsync.MaxPacks)
 	}
 	// the index go-git builds for the new pack reads the file once
-	if packing.allocated > size*3/2 || packing.peak > size*3/2 {
-		t.Errorf("the round that packed the clone took more than 1.5 times the file: %v", packing)
+	if limit := uint64(bound * float64(size)); packing.allocated > limit || packing.peak > limit {
+		t.Errorf("the round that packed the clone took more than %.1f times the file: %v", bound, packing)
 	}
 	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
 }
