@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,16 +100,18 @@ func checkPackedClone(t *testing.T, e *env, first string) {
 	}
 }
 
-// TestCloneRollsUpItsSmallPacks: a clone of a large repo packs the small
-// packs its later fetches brought into one and keeps its large pack as it
-// is (packing the whole clone every gitsync.MaxPacks fetches read and
+// TestCloneRollsUpItsSmallPacks: a clone of a large repo (600 files of
+// 1 KB) packs the small packs its later fetches brought into one and keeps
+// its large pack as it is (packing the whole clone every gitsync.MaxPacks fetches read and
 // wrote every object of the repo each time: 5.8 s for 2,000 commits, in
 // the sync round); the clone stays whole.
 func TestCloneRollsUpItsSmallPacks(t *testing.T) {
 	e := newEnv(t)
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "v0"))
 	for i := range 600 {
-		e.src.write(fmt.Sprintf("docs/page-%03d.md", i), fmt.Appendf(nil, "page %d\n", i))
+		page := make([]byte, 512)
+		rand.NewChaCha8([32]byte{byte(i), byte(i >> 8)}).Read(page)
+		e.src.write(fmt.Sprintf("docs/page-%03d.md", i), fmt.Appendf(nil, "page %d\n%x\n", i, page))
 	}
 	first := e.src.gitCommit("v0")
 	e.mustApply(first)

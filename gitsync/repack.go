@@ -1,9 +1,7 @@
 package gitsync
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,92 +20,76 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
-// packWeight is one of the clone's packs and how many objects it holds.
+// packWeight is one of the clone's packs and its size in bytes.
 type packWeight struct {
-	hash    plumbing.Hash
-	objects int64
+	hash  plumbing.Hash
+	bytes int64
 }
 
-// rollUpFactor is the ratio between the object counts of two packs the
-// clone keeps side by side (git repack --geometric's factor).
+// rollUpFactor is the ratio between the sizes of two packs the clone
+// keeps side by side (git repack --geometric's factor).
 const rollUpFactor = 2
 
 // planRollUp chooses which packs to pack into one, as git repack
-// --geometric=2 does: after it, every pack the clone keeps holds at least
-// twice the objects of the next smaller one, so a clone of N objects
-// keeps at most log2(N) packs, and a pack is rewritten only once the
-// packs newer than it hold about as many objects as it does: each object
-// is rewritten O(log N) times over the clone's life, where packing the
-// whole clone every MaxPacks fetches rewrote every object each time (5.8 s
-// for a repo of 2,000 commits, in the sync round). It returns the packs to
-// roll up, smallest first; all of them when the whole clone is to be
-// packed (repack), which also drops the objects a force-push left
-// unreachable: when the roll-up reaches the largest pack, when it would
-// take fewer than two packs, or when what it leaves would hold more than
-// MaxPacks/2 packs.
+// --geometric=2 does, by their sizes in bytes: after it, every pack the
+// clone keeps is at least twice the size of the next smaller one, and a
+// pack is rewritten only once the packs smaller than it, the ones fetched
+// since it was written, come to about half its size: each byte is
+// rewritten about log2 times of the clone's size over its life, where
+// packing the whole clone every MaxPacks fetches rewrote every object each
+// time (5.8 s for a repo of 2,000 commits, in the sync round). Weighed by
+// objects instead, a pack holding a few large files (a 100 MB binary
+// outside the flows folder) weighed as little as a fetch of a few
+// commits and was rewritten with them every MaxPacks fetches. When more
+// than MaxPacks/2 packs would be kept, the smallest of them join the
+// roll-up until MaxPacks/2 are (the roll-up among them), so that the
+// clone's packs stay few. It returns the packs to roll up, smallest
+// first; all of them when the whole clone is to be packed (repack), which
+// also drops the objects a force-push left unreachable: when the roll-up
+// reaches the largest pack or would take fewer than two packs.
 func planRollUp(packs []packWeight) (rollUp []packWeight, whole bool) {
-	packs = slices.SortedFunc(slices.Values(packs), func(a, b packWeight) int { return cmp.Compare(a.objects, b.objects) })
+	packs = slices.SortedFunc(slices.Values(packs), func(a, b packWeight) int { return cmp.Compare(a.bytes, b.bytes) })
 	if len(packs) < 3 {
 		return packs, true
 	}
 	// the largest packs already in progression stay
 	split := len(packs) - 1
 	for ; split > 0; split-- {
-		if packs[split].objects < rollUpFactor*packs[split-1].objects {
+		if packs[split].bytes < rollUpFactor*packs[split-1].bytes {
 			break
 		}
 	}
 	if split > 0 {
 		split++ // the larger of the pair that broke the progression is rolled up too
 	}
-	// a kept pack smaller than twice the roll-up joins it
+	// a kept pack smaller than twice the roll-up joins it, and so do the
+	// smallest kept packs past MaxPacks/2
 	var total int64
 	for _, p := range packs[:split] {
-		total += p.objects
+		total += p.bytes
 	}
-	for split < len(packs) && packs[split].objects < rollUpFactor*total {
-		total += packs[split].objects
+	for split < len(packs) && (packs[split].bytes < rollUpFactor*total || len(packs)-split+1 > MaxPacks/2) {
+		total += packs[split].bytes
 		split++
 	}
-	if split < 2 || split >= len(packs) || len(packs)-split+1 > MaxPacks/2 {
+	if split < 2 || split >= len(packs) {
 		return packs, true
 	}
 	return packs[:split], false
 }
 
-// packWeights reads how many objects each of the clone's packs holds,
-// from its index.
+// packWeights reads the size of each of the clone's packs: that of its
+// .pack file, without reading it.
 func packWeights(fsys billy.Filesystem, packs []plumbing.Hash) ([]packWeight, error) {
 	out := make([]packWeight, 0, len(packs))
 	for _, h := range packs {
-		n, err := packObjects(fsys, h)
+		fi, err := fsys.Stat(fsys.Join("objects", "pack", "pack-"+h.String()+".pack"))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, packWeight{hash: h, objects: n})
+		out = append(out, packWeight{hash: h, bytes: fi.Size()})
 	}
 	return out, nil
-}
-
-// packObjects reads how many objects the clone's pack h holds: the last
-// entry of its index's fan-out table (a version 2 index: the magic
-// "\377tOc", the version, then 256 big-endian counts), without reading
-// the rest, which holds 28 bytes an object.
-func packObjects(fsys billy.Filesystem, h plumbing.Hash) (int64, error) {
-	name := fsys.Join("objects", "pack", "pack-"+h.String()+".idx")
-	f, err := fsys.Open(name)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var head [8 + 256*4]byte
-	if _, err := io.ReadFull(f, head[:]); err != nil {
-		return 0, fmt.Errorf("reading %s: %w", name, err)
-	}
-	if !bytes.Equal(head[:4], []byte{0xff, 't', 'O', 'c'}) || binary.BigEndian.Uint32(head[4:8]) != idxfile.VersionSupported {
-		return 0, fmt.Errorf("reading %s: not a version %d pack index", name, idxfile.VersionSupported)
-	}
-	return int64(binary.BigEndian.Uint32(head[len(head)-4:])), nil
 }
 
 // readPackIndex reads the index of the clone's pack h.

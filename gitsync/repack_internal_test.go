@@ -32,22 +32,24 @@ func TestRepackDue(t *testing.T) {
 }
 
 // TestPlanRollUp: the small packs are packed into one and the large ones
-// kept while each holds at least twice the objects of the next smaller
-// (git repack --geometric=2); the whole clone is packed when the roll-up
-// would reach the largest pack, take fewer than two packs, or leave more
-// than MaxPacks/2.
+// kept while each is at least twice the size in bytes of the next smaller
+// (git repack --geometric=2), and the smallest kept ones join the roll-up
+// while more than MaxPacks/2 would be kept; the whole clone is packed when
+// the roll-up would reach the largest pack or take fewer than two packs.
 func TestPlanRollUp(t *testing.T) {
-	same := func(n int, objects int64) []int64 { return slices.Repeat([]int64{objects}, n) }
-	progression := func(n int, from int64) []int64 {
+	same := func(n int, size int64) []int64 { return slices.Repeat([]int64{size}, n) }
+	progression := func(n int, from, factor int64) []int64 {
 		var out []int64
-		for i := range n {
-			out = append(out, from<<i)
+		for range n {
+			out = append(out, from)
+			from *= factor
 		}
 		return out
 	}
+	cat := func(packs ...[]int64) []int64 { return slices.Concat(packs...) }
 	for _, c := range []struct {
 		name   string
-		packs  []int64 // object counts, in the order ObjectPacks gives them
+		packs  []int64 // sizes in bytes, in the order ObjectPacks gives them
 		rollUp []int64 // those of the packs rolled up, smallest first
 		whole  bool
 	}{
@@ -56,15 +58,18 @@ func TestPlanRollUp(t *testing.T) {
 		{"the fetches since and the last roll-up", append([]int64{600, 80}, same(16, 5)...), append(same(16, 5), 80), false},
 		{"the roll-up reaches the largest pack", append([]int64{150, 80}, same(16, 5)...), nil, true},
 		{"a pack in the middle joins the roll-up", append([]int64{5000, 150, 120}, same(15, 5)...), append(same(15, 5), 120, 150), false},
-		{"kept packs in progression", append(progression(7, 1000), same(16, 5)...), same(16, 5), false},
-		{"too many packs kept", append(progression(8, 1000), same(16, 5)...), nil, true},
+		{"kept packs in progression", append(progression(7, 1000, 2), same(16, 5)...), same(16, 5), false},
+		{"a large file's pack, the last roll-up and the fetches since", cat([]int64{100 << 20, 3000}, same(16, 1000)), append(same(16, 1000), 3000), false},
+		{"too many packs kept: the smallest join", cat([]int64{1 << 40}, progression(8, 1000, 4), same(16, 5)), cat(same(16, 5), []int64{1000, 4000}), false},
+		{"too many packs kept: the packs they reach join", cat([]int64{1 << 40}, progression(8, 1000, 2), same(16, 5)), cat(same(16, 5), progression(8, 1000, 2)), false},
+		{"too many packs kept: the roll-up reaches the largest", append(progression(8, 1000, 2), same(16, 5)...), nil, true},
 		{"one pack", []int64{10}, nil, true},
 		{"no pack", nil, nil, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var packs []packWeight
 			for i, n := range c.packs {
-				packs = append(packs, packWeight{hash: plumbing.NewHash(fmt.Sprintf("%040x", i+1)), objects: n})
+				packs = append(packs, packWeight{hash: plumbing.NewHash(fmt.Sprintf("%040x", i+1)), bytes: n})
 			}
 			rollUp, whole := planRollUp(packs)
 			if whole != c.whole {
@@ -78,7 +83,7 @@ func TestPlanRollUp(t *testing.T) {
 			}
 			var got []int64
 			for _, p := range rollUp {
-				got = append(got, p.objects)
+				got = append(got, p.bytes)
 			}
 			if diff := cmp.Diff(c.rollUp, got); diff != "" {
 				t.Errorf("rolled up (-want +got):\n%s", diff)
