@@ -66,17 +66,14 @@ func peakHeap(fn func()) int64 {
 // memory, not the file: a dead-letter queue of an outage can hold
 // gigabytes, and the worker rewrites it at its next idle moment.
 func TestCompactDLQMemoryDoesNotGrowWithTheFile(t *testing.T) {
-	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _ := openQueue(t, t.TempDir(), Options{})
 	const n, size = 64, 1 << 20
 	writeDeadLetters(t, q.dir, n, size)
 	if err := q.Mark(1, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
 	var applied []Marked
+	var err error
 	grew := peakHeap(func() {
 		applied, _, err = q.CompactDLQ()
 	})
@@ -178,11 +175,7 @@ func TestMoveToDLQDoesNotReadTheFileAgain(t *testing.T) {
 // as well (decoding it whole before its size was checked), twice the
 // allocations, 64 MiB more a chunk.
 func TestReplayAllCopiesNoOversizedPayload(t *testing.T) {
-	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _ := openQueue(t, t.TempDir(), Options{})
 	f, err := os.OpenFile(filepath.Join(q.dir, dlqFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -36,11 +36,7 @@ func writeDamagedDeadLetters(t *testing.T, dir string, n int, oneValid bool) {
 // dlq.log with thousands of damaged frames (a disk error, a torn copy)
 // made every page list them all.
 func TestDeadLetterPageCapsTheDamage(t *testing.T) {
-	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _ := openQueue(t, t.TempDir(), Options{})
 	const n = 1000
 	writeDamagedDeadLetters(t, q.dir, n, false)
 	page, err := q.DeadLetterPage(0, 50, 64)
@@ -67,14 +63,11 @@ func TestDeadLetterPageCapsTheDamage(t *testing.T) {
 // Damage values) grew the heap by their size at every page, and each
 // damaged frame's search allocated 64 KiB (13 GB for them all).
 func TestDeadLetterPageDamageMemory(t *testing.T) {
-	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _ := openQueue(t, t.TempDir(), Options{})
 	const n = 200_000
 	writeDamagedDeadLetters(t, q.dir, n, true)
 	var page DeadLetterPage
+	var err error
 	grew := peakHeap(func() {
 		page, err = q.DeadLetterPage(0, 50, 64)
 	})
@@ -96,14 +89,11 @@ func TestDeadLetterPageDamageMemory(t *testing.T) {
 // Queues page shows (and every queue line of GET /api/queues) counts them
 // as the files are read: it kept them all, then counted them.
 func TestDeadLetterCountsDamageMemory(t *testing.T) {
-	q, _, err := Open(t.TempDir(), testTenant, testFlow, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, _ := openQueue(t, t.TempDir(), Options{})
 	const n = 200_000
 	writeDamagedDeadLetters(t, q.dir, n, true)
 	var pending, damaged int
+	var err error
 	grew := peakHeap(func() {
 		pending, damaged, err = q.deadLetterCounts()
 	})
