@@ -52,21 +52,7 @@ func TestDamagedCloneIsClonedAnew(t *testing.T) {
 		checkRepaired(t, e)
 	})
 	t.Run("restart on the same head", func(t *testing.T) {
-		e := newEnv(t)
-		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
-		c1 := e.src.commit("add acme/x")
-		e.mustApply(c1, "published acme/x v1")
-		e.s.Stop()
-		tearPacks(t, e.cfg.Dir)
-
-		s, err := gitsync.New(e.cfg) // the next process
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		e.s = s
-		e.mustApply(c1, "unchanged acme/x v1")
-		checkRepaired(t, e)
+		restartRepaired(t, tearPacks)
 	})
 }
 
@@ -88,33 +74,21 @@ func TestTruncatedPackIsClonedAnew(t *testing.T) {
 		{"index cut in half", ".idx", func(n int64) int64 { return n / 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
-			c1 := e.src.commit("add acme/x")
-			e.mustApply(c1, "published acme/x v1")
-			e.s.Stop()
-			files, err := filepath.Glob(filepath.Join(e.cfg.Dir, "objects", "pack", "*"+tc.ext))
-			if err != nil || len(files) == 0 {
-				t.Fatalf("the clone holds no %s file to cut (%v)", tc.ext, err)
-			}
-			for _, f := range files {
-				info, err := os.Stat(f)
-				if err != nil {
-					t.Fatal(err)
+			restartRepaired(t, func(t *testing.T, dir string) {
+				files, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "*"+tc.ext))
+				if err != nil || len(files) == 0 {
+					t.Fatalf("the clone holds no %s file to cut (%v)", tc.ext, err)
 				}
-				if err := os.Truncate(f, tc.keep(info.Size())); err != nil {
-					t.Fatal(err)
+				for _, f := range files {
+					info, err := os.Stat(f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Truncate(f, tc.keep(info.Size())); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-
-			s, err := gitsync.New(e.cfg) // the next process
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Stop)
-			e.s = s
-			e.mustApply(c1, "unchanged acme/x v1")
-			checkRepaired(t, e)
+			})
 		})
 	}
 }
@@ -217,4 +191,26 @@ func TestTornCloneConfigIsRepaired(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restartRepaired publishes acme/x, stops the Syncer, damages its clone
+// (damage gets the clone's folder), and holds that the next process's
+// Syncer clones the repo anew (sync_repaired) and finds the head unchanged.
+func restartRepaired(t *testing.T, damage func(t *testing.T, dir string)) {
+	t.Helper()
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	c1 := e.src.commit("add acme/x")
+	e.mustApply(c1, "published acme/x v1")
+	e.s.Stop()
+	damage(t, e.cfg.Dir)
+
+	s, err := gitsync.New(e.cfg) // the next process
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	e.s = s
+	e.mustApply(c1, "unchanged acme/x v1")
+	checkRepaired(t, e)
 }
