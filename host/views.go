@@ -174,9 +174,10 @@ func (s *Server) queueEntries() ([]queueEntry, error) {
 	return out, nil
 }
 
-// queueEntry is a queue's description, its counts those read with its
-// retries and dead letters (read again here, a message that moved between
-// the reads was counted twice, or not at all).
+// queueEntry is a queue's description, its counts those the manager read
+// with its retries and dead letters (info.Counts, info.Depth): counted
+// again here, a message that moved between the two reads would be counted
+// twice, or not at all.
 func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
 	if info.CountsErr != nil {
 		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, info.CountsErr)
