@@ -58,6 +58,10 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
+	// no Referer beyond this origin: a page's address holds a queue's or a
+	// filter's names (same-origin, not no-referrer, which would make a
+	// browser send Origin: null with the forms)
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	w.WriteHeader(status)
 	w.Write(b.Bytes())

@@ -91,6 +91,8 @@ func wantPage(t *testing.T, w *httptest.ResponseRecorder, status int) string {
 		"Content-Type":            "text/html; charset=utf-8",
 		"Cache-Control":           "no-store",
 		"X-Frame-Options":         "DENY",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "same-origin",
 		"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
 	} {
 		if got := h.Get(name); got != want {
