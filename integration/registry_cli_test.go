@@ -178,3 +178,57 @@ func TestJournalNewestFiftyByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestCLITimesAreRFC3339UTCWholeSeconds: "Times printed by the CLI are RFC
+// 3339 UTC with whole seconds" (server.md, "Precise answers"), those a
+// running server recorded included: nexus status's synced_at and the time
+// of a refused commit, and the time of each nexus journal line. The
+// registry keeps finer times than that.
+func TestCLITimesAreRFC3339UTCWholeSeconds(t *testing.T) {
+	t.Parallel()
+	repo := helloRepo(t)
+	h := startHost(t, hostOptions{repo: repo.dir})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	waitDeployed(t, h, "acme", "hello", acmeKey)
+	if r := h.run("acme", "hello", acmeKey, `{"name":"Ada"}`); r.status != http.StatusOK {
+		t.Fatalf("/run: %d %s", r.status, r.body)
+	}
+	repo.commit(map[string]string{"flows/acme/bad.md": strings.Replace(helloFlow, "flow: hello", "flow: Bad", 1)})
+	waitEvents(t, h, "sync_failed", 1, nil, 10*time.Second)
+
+	whole := regexp.MustCompile(`^` + rfc3339 + `$`)
+	// every time printed, whatever its form: a date, a T and what follows up to a space
+	anyTime := regexp.MustCompile(`\d{4}-\d\d-\d\dT\S+`)
+	checkTimes := func(cmd, out string, want int) {
+		t.Helper()
+		got := anyTime.FindAllString(out, -1)
+		if len(got) < want {
+			t.Errorf("nexus %s printed %d times, want at least %d:\n%s", cmd, len(got), want, out)
+		}
+		for _, tm := range got {
+			if !whole.MatchString(tm) {
+				t.Errorf("nexus %s prints the time %s, want RFC 3339 UTC with whole seconds (2026-08-09T14:02:11Z):\n%s", cmd, tm, out)
+			}
+		}
+	}
+
+	r := nexus(t, "", "status", "--db", h.db)
+	synced := regexp.MustCompile(`(?m)^synced_at: (\S+)$`).FindStringSubmatch(r.stdout)
+	refused := regexp.MustCompile(`(?m)^last_error: commit [0-9a-f]{40} refused at (\S+)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || synced == nil || refused == nil {
+		t.Fatalf("nexus status: exit %d\n%s%s\nwant a synced_at line and a last_error line naming the refused commit", r.code, r.stdout, r.stderr)
+	}
+	checkTimes("status", r.stdout, 2)
+
+	var out string
+	eventually(t, 10*time.Second, "the run in the journal", func() bool {
+		out = nexus(t, "", "journal", "--db", h.db).stdout
+		return strings.Contains(out, " run ")
+	})
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if tm, _, _ := strings.Cut(line, " "); !whole.MatchString(tm) {
+			t.Errorf("journal line %q begins with %q, want its time in RFC 3339 UTC with whole seconds", line, tm)
+		}
+	}
+	checkTimes("journal", out, 1)
+}
