@@ -36,3 +36,36 @@ func TestRateAndBurstWithALeadingZero(t *testing.T) {
 		}
 	}
 }
+
+// TestRateAndBurstOutOfRange: a number too large for its field is said to
+// be so. YAML reads 1e400 (past float64) as a string, 9223372036854775808
+// as an unsigned integer and 99999999999999999999 as a float, so their
+// errors said "not the string \"1e400\"" and "must be a whole number, not
+// the number 99999999999999999999", of numbers written plainly and whole.
+func TestRateAndBurstOutOfRange(t *testing.T) {
+	parse := func(extra ...string) string {
+		fields := append([]string{"id: a", "tenant: acme", "sha256: " + strings.Repeat("ab", 32), `flows: ["*"]`}, extra...)
+		_, err := access.Parse("access.yaml", []byte(keysDoc(entry(fields...))))
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	for _, tt := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"rate: 1e400"}, "access.yaml:6: rate 1e400 is too large: leave rate out for no limit"},
+		{[]string{"rate: -1e400"}, "access.yaml:6: rate must be more than 0, not -1e400: leave rate out for no limit"},
+		{[]string{`rate: "1e400"`}, `access.yaml:6: rate must be a number of requests per second, not the string "1e400"`},
+		{[]string{"rate: 1", "burst: 99999999999999999999"}, "access.yaml:7: burst 99999999999999999999 is too large: at most 9223372036854775807"},
+		{[]string{"rate: 1", "burst: -99999999999999999999"}, "access.yaml:7: burst must be at least 1, not -99999999999999999999"},
+		{[]string{"rate: 1", "burst: 1e3"}, "access.yaml:7: burst must be a whole number, not the number 1e3"},
+		{[]string{"rate: 1", "burst: 9223372036854775808"}, "access.yaml:7: burst 9223372036854775808 is too large: at most 9223372036854775807"},
+		{[]string{"rate: 1", "burst: 9223372036854775807"}, ""},
+	} {
+		if got := parse(tt.extra...); got != tt.want {
+			t.Errorf("%v:\n got %q\nwant %q", tt.extra, got, tt.want)
+		}
+	}
+}
