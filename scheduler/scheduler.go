@@ -346,8 +346,18 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	sc := lf.Flow.Schedule()
 	// a late tick stands for every time it was late for: it is the last
 	// of them, which the record and a process taking over then hold, so
-	// that none of those times is ticked again
+	// that none of those times is ticked again. An @every schedule's
+	// times count from its last tick, so a late one is the time it is
+	// made (to the second; its times are whole seconds, and due is one at
+	// or before it): the next is a period after it for the holder, a
+	// process taking over, a restart and nexus status alike. The last
+	// time of the period's grid was recorded instead, while the holder
+	// went on a period after the tick: a process taking over or started
+	// then ticked sooner, less than a period after the late tick.
 	due = lastDue(sc, due, now)
+	if _, every := sc.Every(); every {
+		due = now.Truncate(time.Second)
+	}
 	e.next = sc.Next(now)
 	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
 	if !e.held {
