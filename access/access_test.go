@@ -266,6 +266,17 @@ func TestParseErrors(t *testing.T) {
 		{"SecondDocument", "keys: []\n---\nkeys: []\n", []string{"2: a second YAML document starts here: access.yaml holds one document"}},
 		{"YAMLSyntax", "keys: [\n", []string{"1: not valid YAML: did not find expected node content"}},
 		{"Tab", "keys: []\n\tx: 1\n", []string{"2: not valid YAML: found character that cannot start any token"}},
+		// the YAML reader's errors carry no line: the first character it
+		// refuses is found, rather than every one said to be on line 1
+		{"ControlCharacter", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star), "  - id: b\x01\n"), []string{
+			"6: not valid YAML: control characters are not allowed",
+		}},
+		{"ControlCharacterQuoted", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star), "  - id: \"b\x7f\"\n"), []string{
+			"6: not valid YAML: control characters are not allowed",
+		}},
+		{"InvalidUTF8", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star), "  - id: b\xff\n"), []string{
+			"6: not valid YAML: invalid leading UTF-8 octet",
+		}},
 		{"UnquotedStar", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, "flows: [*]")), []string{
 			`5: not valid YAML: did not find expected alphabetic or numeric character (a bare * is a YAML alias: write flows: ["*"])`,
 		}},

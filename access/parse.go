@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -433,12 +434,33 @@ func (p *parser) yamlError(err error) {
 		msg = m[2]
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
+		// the reader's errors (a control character, bytes that are not
+		// UTF-8) name no line: it is the line of the first such character
+		line = max(refusedLine(p.src), 1)
 	}
 	hint := ""
 	if text := p.line(line); strings.Contains(text, "*") && !strings.Contains(text, `"*"`) && !strings.Contains(text, `'*'`) {
 		hint = ` (a bare * is a YAML alias: write flows: ["*"])`
 	}
 	p.errorf(max(line, 1), "not valid YAML: %s%s", msg, hint)
+}
+
+// refusedLine returns the line (1-based) of the first character of src
+// that the YAML reader refuses, 0 when there is none: bytes that are not
+// UTF-8, or a character outside YAML's printable set (a control character
+// other than tab, line feed and carriage return; a surrogate; U+FFFE and
+// U+FFFF).
+func refusedLine(src []byte) int {
+	for i := 0; i < len(src); {
+		r, size := utf8.DecodeRune(src[i:])
+		printable := r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r <= 0x7e || r == 0x85 ||
+			r >= 0xa0 && r <= 0xd7ff || r >= 0xe000 && r <= 0xfffd || r >= 0x10000 && r <= 0x10ffff
+		if r == utf8.RuneError && size <= 1 || !printable {
+			return bytes.Count(src[:i], []byte("\n")) + 1
+		}
+		i += size
+	}
+	return 0
 }
 
 // line returns line n (1-based) of the source, or "".
