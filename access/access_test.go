@@ -293,6 +293,11 @@ func TestParseErrors(t *testing.T) {
 			`2: key "a" has no flows: add flows: [NAME, …], or flows: ["*"] for every flow of the tenant`,
 			`5: unknown field "flow" in a key entry (did you mean flows?)`,
 		}},
+		// a merge key is not read (its fields would come from elsewhere in
+		// the file); it was an unknown field "<<" (did you mean id?)
+		{"MergeKey", "keys:\n  - &base\n    id: a\n    tenant: acme\n    sha256: " + hashA + "\n    flows: [\"*\"]\n  - <<: *base\n    id: b\n    tenant: acme\n    sha256: " + hashB + "\n    flows: [\"*\"]\n", []string{
+			`7: "<<" (a YAML merge key) is not read in a key entry: write each field of the entry`,
+		}},
 		{"UnknownField", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star, "comment: hi")), []string{
 			`6: unknown field "comment" in a key entry: the fields are id, tenant, sha256, flows, rate and burst`,
 		}},

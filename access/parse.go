@@ -183,6 +183,10 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 			continue
 		}
 		keyLines[name.Value] = name.Line
+		if name.Tag == "!!merge" {
+			p.errorf(name.Line, "%s (a YAML merge key) is not read in a key entry: write each field of the entry", strconv.Quote(name.Value))
+			continue
+		}
 		if !slices.Contains(entryFields, name.Value) {
 			if hint := naming.Suggest(name.Value, entryFields); hint != "" {
 				p.errorf(name.Line, "unknown field %s in a key entry%s", quoteName(name.Value), hint)
