@@ -384,6 +384,17 @@ endpoint: BACKEND/ingest
 				Outcome: engine.FaultHandled, Err: "step 'check': validation failed (Semantic): cannot compare null with number using >", ErrKind: engine.KindSemantic},
 		},
 		{
+			// as semantic whatever kind the rule is marked: the rule did not
+			// judge the message, so its kind says nothing
+			name: "syntactic rule that cannot be evaluated", doc: `{}`,
+			body: "\n## Step: check\n~~~validate\n$.total > 0 | \"total must be positive\" | syntactic\n~~~\n",
+			without: view{Status: 422, Header: jsonHdr("c-1"), Body: `{"error":"cannot compare null with number using >","step":"check"}`,
+				Outcome: engine.Failed, Err: "step 'check': validation failed (Semantic): cannot compare null with number using >", ErrKind: engine.KindSemantic},
+			with: view{Status: 422, Header: jsonHdr("c-1", "X-Handled", "yes"),
+				Body:    `{"handled":"cannot compare null with number using >","step":"check","cid":"c-1"}`,
+				Outcome: engine.FaultHandled, Err: "step 'check': validation failed (Semantic): cannot compare null with number using >", ErrKind: engine.KindSemantic},
+		},
+		{
 			// Before any step: the handler does not run (it handles failures
 			// of the step sequence); the status is the table's either way.
 			name: "dedup_key renders empty", front: "dedup_key: \"{{ $.orderId }}\"\n",
