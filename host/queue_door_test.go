@@ -56,22 +56,7 @@ func TestShutdownLetsADeliveryInFlightPublish(t *testing.T) {
 	}))
 	t.Cleanup(be.Close)
 
-	ctx := context.Background()
-	dir := t.TempDir()
-	reg, err := registry.Open(ctx, filepath.Join(dir, "state", "registry.db"), registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	var srv atomic.Pointer[host.Server]
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	root := filepath.Join(dir, "state", "queues")
-	m := queue.NewManager(queue.ManagerConfig{Root: root, Logger: logger,
-		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return srv.Load().Handle(ctx, d) })})
-	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: serverPublisher{&srv}})
-	s := host.New(host.Config{Live: reg, Status: reg, Engine: eng, Metrics: host.NewMetrics(), Logger: logger, Queues: m})
-	srv.Store(s)
-	fx := &fixture{t: t, reg: reg, handler: s.Handler()}
+	fx, m := newPublishingFixture(t)
 	files := testFlows()
 	files["flows/acme/a.md"] = flowFile("acme", "a", "effects: [http_egress, queue_publish]\nqueue_max_attempts: 1\n",
 		"## Step: call\neffects: [http_egress]\nendpoint: "+be.URL+"/orders\nmethod: POST\n\n## Step: hand-off\neffects: [queue_publish]\nqueue: b\n")
@@ -104,6 +89,64 @@ func TestShutdownLetsADeliveryInFlightPublish(t *testing.T) {
 	}
 	if rs, _ := q.Retries(); len(rs) > 0 {
 		t.Errorf("a delivery in flight at shutdown used up an attempt: retry scheduled %+v", rs)
+	}
+}
+
+// newPublishingFixture is a Server with queues whose engine publishes
+// (queue_publish) through the Server itself, as nexus serve wires them; its
+// flows are not published yet.
+func newPublishingFixture(t *testing.T) (*fixture, *queue.Manager) {
+	t.Helper()
+	dir := t.TempDir()
+	reg, err := registry.Open(context.Background(), filepath.Join(dir, "state", "registry.db"), registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	var srv atomic.Pointer[host.Server]
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	root := filepath.Join(dir, "state", "queues")
+	m := queue.NewManager(queue.ManagerConfig{Root: root, Logger: logger,
+		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return srv.Load().Handle(ctx, d) })})
+	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: serverPublisher{&srv}})
+	s := host.New(host.Config{Live: reg, Status: reg, Engine: eng, Metrics: host.NewMetrics(), Logger: logger, Queues: m})
+	srv.Store(s)
+	return &fixture{t: t, reg: reg, handler: s.Handler()}, m
+}
+
+// TestPublishedMessageRunsAtTheEnqueueDoor: a message a queue_publish step
+// put on another flow's queue runs there with ctx.door = enqueue
+// (flow-file.md, Precise answers), attempt 1, and the publisher's
+// correlation ID.
+func TestPublishedMessageRunsAtTheEnqueueDoor(t *testing.T) {
+	got := make(chan string, 1)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- string(b)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(be.Close)
+	fx, m := newPublishingFixture(t)
+	t.Cleanup(m.Stop)
+	files := testFlows()
+	files["flows/acme/a.md"] = flowFile("acme", "a", "effects: [queue_publish]\n", "## Step: hand-off\neffects: [queue_publish]\nqueue: b\n")
+	files["flows/acme/b.md"] = flowFile("acme", "b", "effects: [http_egress]\n",
+		"## Step: describe\n```ntd\n"+`{"door": "{{ ctx.door }}", "attempt": {{ ctx.attempt }}, "cid": "{{ ctx.correlation_id }}", "doc": {{ $ }}}`+"\n```\n\n"+
+			"## Step: report\neffects: [http_egress]\nendpoint: "+be.URL+"/seen\nmethod: POST\n")
+	fx.publish(files, testAccessYAML(), fixtureCommit)
+
+	w := fx.serve(runRequest("acme", "a", keyAcmeAll, `{"orderId":"A-1"}`, "X-Correlation-ID", "trace-publish"))
+	if w.Code != http.StatusOK {
+		t.Fatalf("run a: %d %s", w.Code, w.Body)
+	}
+	select {
+	case body := <-got:
+		if want := `{"door":"enqueue","attempt":1,"cid":"trace-publish","doc":{"orderId":"A-1"}}`; body != want {
+			t.Errorf("the published message ran with %s, want %s", body, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the published message did not run within 10 s")
 	}
 }
 
