@@ -110,8 +110,12 @@ type entry struct {
 	zone         string
 	every        time.Duration // the period of an @every schedule, 0 for the others
 	next         time.Time     // the next tick, computed from the time the entry was (re)made
-	lock         *flock.Flock
-	held         bool
+	// began is when this process began to follow the flow (the pass that
+	// made the entry): before the flow's first tick, an @every schedule's
+	// times count from it, also after a publication changes the period
+	began time.Time
+	lock  *flock.Flock
+	held  bool
 	// fresh is true in the pass of the loop that made the entry. Its lock
 	// is first tried at the next pass (a poll or its first due time), not
 	// at once: nothing is due or pending yet, and processes started
@@ -259,7 +263,7 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 				continue
 			}
 			if !ok {
-				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: queue.NewFileLock(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true}
+				e = &entry{tenant: lf.Tenant, flow: lf.Name, lock: queue.NewFileLock(filepath.Join(s.cfg.Dir, lf.Tenant, lf.Name+".lock")), fresh: true, began: now}
 				entries[k] = e
 			}
 			e.spec, e.zone = sc.Spec(), sc.Location().String()
@@ -271,9 +275,22 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 				// start, every restart put the next tick a whole period
 				// off, and a host restarted more often than the period
 				// never ticked. (A flow scheduled later, while this process
-				// runs, counts from the publication, as a new period does.)
+				// runs, counts from the publication.)
 				if last, err := s.lastTick(e); err == nil && !lastInForce(last, sc, now).IsZero() {
 					next = everyAfter(last, e.every, now)
+				}
+			}
+			if ok && e.every > 0 {
+				// a new period counts from the last tick, as a process
+				// started in this one's place and nexus status count it
+				// (before the first, from when this process began to
+				// follow the flow); a time already passed is a late tick,
+				// made at once. It counted from the publication, which no
+				// other process could know.
+				if last, err := s.lastTick(e); err == nil && !lastInForce(last, sc, now).IsZero() {
+					next = sc.Next(last)
+				} else if err == nil && last.IsZero() {
+					next = sc.Next(e.began)
 				}
 			}
 			if ok && !e.next.IsZero() && !e.next.After(now) && sc.Next(e.next.Add(-time.Nanosecond)).Equal(e.next) {
