@@ -361,9 +361,9 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		switch {
 		case lineerr.LeadingZero("rate", rateNode) != "":
 			p.errorf(line, "%s", lineerr.LeadingZero("rate", rateNode))
-		case overflows(rateNode) && strings.HasPrefix(rateNode.Value, "-"):
+		case lineerr.PastFloat(rateNode) && strings.HasPrefix(rateNode.Value, "-"):
 			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", rateNode.Value)
-		case overflows(rateNode):
+		case lineerr.PastFloat(rateNode):
 			p.errorf(line, "rate %s is too large: leave rate out for no limit", rateNode.Value)
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
 			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
@@ -384,9 +384,9 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		p.errorf(line, "burst without rate does nothing: add rate (requests per second), or remove burst")
 	case lineerr.LeadingZero("burst", burstNode) != "":
 		p.errorf(line, "%s", lineerr.LeadingZero("burst", burstNode))
-	case wholePastInt(burstNode) && strings.HasPrefix(burstNode.Value, "-"):
+	case lineerr.PastInt(burstNode) && strings.HasPrefix(burstNode.Value, "-"):
 		p.errorf(line, "burst must be at least 1, not %s", burstNode.Value)
-	case wholePastInt(burstNode):
+	case lineerr.PastInt(burstNode):
 		p.errorf(line, "burst %s is too large: at most %d", burstNode.Value, math.MaxInt)
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
 		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
@@ -395,35 +395,6 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	case k.Rate > 0:
 		k.Burst = burst
 	}
-}
-
-// yamlFloat is how YAML writes a decimal number (go.yaml.in/yaml/v3's own
-// pattern); wholeNumber is one without a fraction or an exponent.
-var (
-	yamlFloat   = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
-	wholeNumber = regexp.MustCompile(`^[-+]?[0-9]+$`)
-)
-
-// overflows reports whether n is a number written plainly that is past
-// float64's range (1e400): YAML reads it as a string, which the file's
-// author did not write.
-func overflows(n *yaml.Node) bool {
-	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" || !yamlFloat.MatchString(n.Value) {
-		return false
-	}
-	_, err := strconv.ParseFloat(n.Value, 64)
-	return errors.Is(err, strconv.ErrRange)
-}
-
-// wholePastInt reports whether n is a whole number written plainly that is
-// past an int's range: YAML reads 9223372036854775808 as an unsigned
-// integer and 99999999999999999999 as a float, neither of which fits.
-func wholePastInt(n *yaml.Node) bool {
-	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!int" && n.Tag != "!!float" || !wholeNumber.MatchString(n.Value) {
-		return false
-	}
-	_, err := strconv.ParseInt(n.Value, 10, 0)
-	return errors.Is(err, strconv.ErrRange)
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

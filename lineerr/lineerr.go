@@ -4,7 +4,9 @@
 package lineerr
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -65,4 +67,36 @@ func LeadingZero(key string, n *yaml.Node) string {
 		return ""
 	}
 	return key + " " + n.Value + " has a leading zero, which YAML reads as octal: write it without"
+}
+
+// yamlFloat is how YAML writes a decimal number (go.yaml.in/yaml/v3's own
+// pattern); wholeNumber is one without a fraction or an exponent.
+var (
+	yamlFloat   = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
+	wholeNumber = regexp.MustCompile(`^[-+]?[0-9]+$`)
+)
+
+// PastFloat reports whether n is a number written plainly (not quoted)
+// that is past float64's range (1e400, -1e400): YAML reads it as a string,
+// which whoever wrote the file did not write. Its key's error says it is
+// too large (or below the least, when negative), not that it is a string.
+func PastFloat(n *yaml.Node) bool {
+	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" || !yamlFloat.MatchString(n.Value) {
+		return false
+	}
+	_, err := strconv.ParseFloat(n.Value, 64)
+	return errors.Is(err, strconv.ErrRange)
+}
+
+// PastInt reports whether n is a whole number written plainly that is past
+// int64's range: YAML reads 9223372036854775808 as an unsigned integer and
+// 99999999999999999999 as a float, neither of which an int64 holds. Its
+// key's error says it is too large (or below the least, when negative),
+// not that it is not a whole number.
+func PastInt(n *yaml.Node) bool {
+	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!int" && n.Tag != "!!float" || !wholeNumber.MatchString(n.Value) {
+		return false
+	}
+	_, err := strconv.ParseInt(n.Value, 10, 64)
+	return errors.Is(err, strconv.ErrRange)
 }

@@ -53,3 +53,41 @@ func TestLeadingZero(t *testing.T) {
 		}
 	}
 }
+
+// TestPastFloatAndPastInt: numbers written plainly past float64's range
+// are PastFloat, whole ones past int64's are PastInt; quoted, in range, or
+// not whole, they are neither.
+func TestPastFloatAndPastInt(t *testing.T) {
+	for _, tt := range []struct {
+		value              string
+		pastFloat, pastInt bool
+	}{
+		{"1e400", true, false},
+		{"-1e400", true, false},
+		{".5e400", true, false},
+		{`"1e400"`, false, false},
+		{"1e308", false, false},
+		{"fast", false, false},
+		{"99999999999999999999", false, true},
+		{"-99999999999999999999", false, true},
+		{"9223372036854775808", false, true},
+		{"-9223372036854775809", false, true},
+		{"9223372036854775807", false, false},
+		{"-9223372036854775808", false, false},
+		{`"99999999999999999999"`, false, false},
+		{"99999999999999999999.5", false, false},
+		{"1e20", false, false},
+	} {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte("v: "+tt.value), &doc); err != nil {
+			t.Fatal(err)
+		}
+		v := doc.Content[0].Content[1]
+		if got := lineerr.PastFloat(v); got != tt.pastFloat {
+			t.Errorf("PastFloat(%s) = %v, want %v", tt.value, got, tt.pastFloat)
+		}
+		if got := lineerr.PastInt(v); got != tt.pastInt {
+			t.Errorf("PastInt(%s) = %v, want %v", tt.value, got, tt.pastInt)
+		}
+	}
+}
