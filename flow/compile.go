@@ -955,8 +955,21 @@ func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 // so that no value overflows a time.Duration: about 31 years.
 const maxMillis = 1e12
 
+// integer reads a whole-number key of at least min and at most maxMillis.
+// A number written plainly past what an int64 or a float64 holds
+// (99999999999999999999, 1e400) is too large, or below min when negative:
+// YAML reads it as a float or a string, and the error said "must be a
+// whole number" of a whole number, or "not the string".
 func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
 	var n int64
+	if (lineerr.PastInt(v) || lineerr.PastFloat(v)) && lineerr.LeadingZero(key, v) == "" {
+		if strings.HasPrefix(v.Value, "-") {
+			c.errorf(line, "%s must be at least %d, not %s", key, min, v.Value)
+		} else {
+			c.errorf(line, "%s %s is too large: at most %d", key, v.Value, int64(maxMillis))
+		}
+		return 0, false
+	}
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
 		c.errorf(line, "%s must be a whole number, not %s", key, lineerr.Describe(v))
 		return 0, false
@@ -980,8 +993,19 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 	return n, true
 }
 
+// number reads a number key of at least min. One written plainly past
+// float64's range (1e400) is too large, or below min when negative: YAML
+// reads it as a string, and the error said "not the string".
 func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
 	var x float64
+	if lineerr.PastFloat(v) {
+		if strings.HasPrefix(v.Value, "-") {
+			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), v.Value)
+		} else {
+			c.errorf(line, "%s %s is too large: at most %g", key, v.Value, math.MaxFloat64)
+		}
+		return 0, false
+	}
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil {
 		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 		return 0, false
