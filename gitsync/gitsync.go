@@ -930,6 +930,7 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	if ep, err := transport.NewEndpoint(s.cfg.Repo); err == nil && ep.Protocol == "ssh" {
 		opts.ProxyOptions = transport.ProxyOptions{URL: proxyURL}
 	}
+	s.removePartPacks() // a killed process's
 	err = repo.FetchContext(ctx, opts)
 	if errors.Is(err, dotgit.ErrEmptyRefFile) {
 		// go-git rewrites a ref file in place, so a crash can leave it
@@ -953,6 +954,7 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		}
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		s.removePartPacks()
 		if s.cloneWriteError(err) {
 			// this host's disk, not the remote: a sync_error, which an
 			// operator looks for on the host
@@ -970,6 +972,23 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		return nil, &cloneDamage{fmt.Errorf("reading commit %s: %w", ref.Hash(), err)}
 	}
 	return commit, nil
+}
+
+// removePartPacks removes the files go-git writes a pack into before it
+// is whole (objects/pack/tmp_pack_*, and tmp_obj_* for a loose object).
+// go-git removes one only when the pack is empty: a fetch cut short (the
+// remote killed or silent, the connection dropped, the round stopped)
+// leaves what it received, and a remote that dropped every fetch of a
+// large repo half way filled the disk a poll at a time. It runs under the
+// sync lock, so no fetch or repack is writing one. A file it cannot remove
+// is left: the fetch that follows says what is wrong with the clone.
+func (s *Syncer) removePartPacks() {
+	for _, pattern := range []string{"tmp_pack_*", "tmp_obj_*"} {
+		parts, _ := filepath.Glob(filepath.Join(s.cfg.Dir, "objects", "pack", pattern)) // only ErrBadPattern
+		for _, p := range parts {
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // cloneWriteError reports whether err, a fetch's, is the clone's own
