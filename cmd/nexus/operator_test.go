@@ -183,7 +183,8 @@ func TestKeyGenerateNamesTheTenantsFlows(t *testing.T) {
 // TestEmptyOrUnreadableValuesAreBadUsage: nexus key generate --id ""
 // (--id "$ID" with ID unset) printed an entry with the default id without a
 // word; nexus serve --repo of a path that is not UTF-8 was taken and failed
-// at every poll ("illegal UTF-8"). Both are bad usage, in one line.
+// at every poll ("illegal UTF-8"). Both are bad usage, in one line; a repo
+// URL is shown without its credentials, as everywhere else.
 func TestEmptyOrUnreadableValuesAreBadUsage(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -191,6 +192,9 @@ func TestEmptyOrUnreadableValuesAreBadUsage(t *testing.T) {
 	}{
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "*", "--id", ""}, "nexus key generate: --id is empty: give an id, or leave it out for TENANT-XXXXXXXX\n"},
 		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "/srv/\xffrepo"}, "nexus serve: --repo \"/srv/\\xffrepo\" is not valid UTF-8\n"},
+		// its password is not printed (it was, whole)
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "https://deploy:s3cr3t@127.0.0.1:1/\xffconfig.git"}, "nexus serve: --repo \"https://redacted@127.0.0.1:1/%FFconfig.git\" is not valid UTF-8\n"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "https://deploy:s3cr3t\xff@127.0.0.1:1/config.git"}, "nexus serve: --repo \"https://(a URL that does not parse)\" is not valid UTF-8\n"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(tt.args, &stdout, &stderr)

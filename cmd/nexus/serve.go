@@ -442,8 +442,9 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 	case cfg.Repo != "" && strings.TrimSpace(cfg.Repo) == "":
 		return fmt.Errorf("%s is blank: give the config repo's git URL or path", name("repo"))
 	case !utf8.ValidString(cfg.Repo):
-		// taken, it failed at every poll ("illegal UTF-8")
-		return fmt.Errorf("%s %q is not valid UTF-8", name("repo"), cfg.Repo)
+		// taken, it failed at every poll ("illegal UTF-8"); shown
+		// without its credentials, as everywhere else
+		return fmt.Errorf("%s %q is not valid UTF-8", name("repo"), gitsync.Redact(cfg.Repo))
 	case !cfg.Dev && cfg.Repo == "" && (givenOrInEnv(set, "branch") || givenOrInEnv(set, "flows-dir") || givenOrInEnv(set, "ssh-key")):
 		// without a repo nothing is fetched: the setting would do nothing,
 		// and in the environment it most likely sits beside a misspelt
