@@ -10,9 +10,11 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
@@ -83,18 +85,51 @@ func init() {
 const maxErrorPage = 512
 
 // errorPageCap cuts the body of an HTTP answer of 400 or more to
-// maxErrorPage bytes.
+// maxErrorPage bytes, folded into one line (onePageLine).
 type errorPageCap struct{ base http.RoundTripper }
 
 func (c errorPageCap) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.base.RoundTrip(req)
 	if err == nil && resp.StatusCode >= http.StatusBadRequest && resp.Body != nil {
+		page, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorPage))
 		resp.Body = struct {
 			io.Reader
 			io.Closer
-		}{io.LimitReader(resp.Body, maxErrorPage), resp.Body}
+		}{io.MultiReader(strings.NewReader(onePageLine(page)), errReader{rerr}), resp.Body}
 	}
 	return resp, err
+}
+
+// onePageLine is a remote's error page as go-git's error may hold it: one
+// line, each run of white space, control characters (a terminal's escape
+// sequences) and format characters (a bidirectional override) a space,
+// bytes that are not UTF-8 U+FFFD. The error reaches sync_unreachable,
+// /status and the UI, which held the page's lines and escapes as sent.
+func onePageLine(page []byte) string {
+	var b strings.Builder
+	gap := false
+	for _, r := range strings.ToValidUTF8(string(page), "\uFFFD") {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			gap = true
+			continue
+		}
+		if gap && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		gap = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// errReader ends a read with err (nil: io.EOF).
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	return 0, io.EOF
 }
 
 // watch starts watching a fetch under ctx: it returns the context to fetch

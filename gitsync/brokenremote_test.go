@@ -3,13 +3,16 @@ package gitsync_test
 import (
 	"context"
 	"crypto/rand"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
@@ -106,5 +109,41 @@ func TestAFetchCutShortLeavesNoPartOfItsPack(t *testing.T) {
 	e.mustApply(second, "published acme/x v2")
 	if got := tempPacks(t, e.cfg.Dir); len(got) > 0 {
 		t.Errorf("after a round the clone holds %q", got)
+	}
+}
+
+// A remote's error page (a 401, 403 or 404, whose body go-git puts in its
+// error) is folded into one line of the error: its line breaks, tabs and
+// control characters (a terminal's escape sequences) each a space, bytes
+// that are not UTF-8 U+FFFD. The error reaches sync_unreachable, /status
+// and the UI, and it held the page's lines and escapes as sent.
+func TestARemotesErrorPageIsOneLine(t *testing.T) {
+	const page = "Access denied\r\n\n\x1b[2J\x1b]0;pwned\x07\tsee \xffhttps://help.example/\u202e \u0085done\n"
+	for _, tt := range []struct {
+		status int
+		want   string
+	}{
+		{http.StatusUnauthorized, "authentication required: Access denied [2J ]0;pwned see \ufffdhttps://help.example/ done"},
+		{http.StatusForbidden, "authorization failed: Access denied [2J ]0;pwned see \ufffdhttps://help.example/ done"},
+		{http.StatusNotFound, "repository not found: Access denied [2J ]0;pwned see \ufffdhttps://help.example/ done"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tt.status)
+			io.WriteString(w, page)
+		}))
+		t.Cleanup(srv.Close)
+		s, err := gitsync.New(gitsync.Config{Repo: srv.URL + "/config.git", Dir: filepath.Join(t.TempDir(), "repo"),
+			Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db")), Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Sync(context.Background())
+		want := "fetching main from " + srv.URL + "/config.git: " + tt.want
+		if err == nil {
+			t.Fatalf("%d: Sync succeeded", tt.status)
+		}
+		if diff := cmp.Diff(want, err.Error()); diff != "" {
+			t.Errorf("%d: the error (-want +got):\n%s", tt.status, diff)
+		}
 	}
 }
