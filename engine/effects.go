@@ -208,7 +208,15 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		return nil, e
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
+	// A 101's body is the connection itself, handed over by net/http:
+	// neither read_timeout_ms nor the ceiling ends a read of it, which
+	// lasted as long as the backend kept the connection open. It is a
+	// non-2xx answer without a body (no call asks for an upgrade); the
+	// Close deferred above closes the connection.
+	var raw []byte
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
+	}
 	if err != nil {
 		if errDeadline(ctx, err) {
 			return nil, x.deadline(s.Name())
