@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -215,7 +216,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	// Close deferred above closes the connection.
 	var raw []byte
 	if resp.StatusCode != http.StatusSwitchingProtocols {
-		raw, err = io.ReadAll(io.LimitReader(resp.Body, x.e.maxBody+1))
+		raw, err = io.ReadAll(io.LimitReader(decoded(resp), x.e.maxBody+1))
 	}
 	if err != nil {
 		if errDeadline(ctx, err) {
@@ -252,6 +253,44 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	out := responseDocument(resp.Header.Get("Content-Type"), raw)
 	x.setVar("HTTP_RESPONSE_BODY", out)
 	return out, nil
+}
+
+// decoded is the answer's body as the flow reads it. net/http decodes a
+// gzipped answer only when it asked for gzip itself; one a flow asked for
+// with its own Accept-Encoding is decoded here, as net/http would (its
+// Content-Encoding and Content-Length dropped from the headers), so that
+// the answer ceiling counts decoded bytes and the flow reads the document,
+// not its compressed bytes as a string.
+func decoded(resp *http.Response) io.Reader {
+	ce := resp.Header.Values("Content-Encoding")
+	if resp.Uncompressed || len(ce) != 1 {
+		return resp.Body
+	}
+	if c := strings.TrimSpace(ce[0]); !strings.EqualFold(c, "gzip") && !strings.EqualFold(c, "x-gzip") {
+		return resp.Body
+	}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength, resp.Uncompressed = -1, true
+	return &gunzip{r: resp.Body}
+}
+
+// gunzip decodes gzip from r, starting at its first Read: an empty body
+// (a HEAD's, a 204's) is an empty document, as net/http reads it.
+type gunzip struct {
+	r   io.Reader
+	zr  *gzip.Reader
+	err error
+}
+
+func (g *gunzip) Read(p []byte) (int, error) {
+	if g.zr == nil && g.err == nil {
+		g.zr, g.err = gzip.NewReader(g.r)
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.zr.Read(p)
 }
 
 // responseDocument reads a response body by its content type: JSON parsed,

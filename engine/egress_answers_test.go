@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"net/http"
 	"testing"
@@ -38,5 +40,70 @@ read_timeout_ms: 1000
 	case <-time.After(30 * time.Second):
 		// far past read_timeout_ms and the ceiling: the call never ended
 		t.Fatal("the call answered 101 did not end within read_timeout_ms or the flow's ceiling")
+	}
+}
+
+// gzipped returns s compressed with gzip.
+func gzipped(t *testing.T, s []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestHTTPEgressGzipAnswerTheFlowAskedFor: a flow that sends its own
+// Accept-Encoding: gzip reads a gzipped answer as the transport reads one it
+// asked for itself: decoded, under the answer ceiling counted in decoded
+// bytes, without Content-Encoding among its headers. net/http decodes only
+// what it asked for, so the flow's answer was the compressed bytes, as a
+// text/plain string.
+func TestHTTPEgressGzipAnswerTheFlowAskedFor(t *testing.T) {
+	const src = `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+headers: {"Accept-Encoding": "gzip"}
+
+## Step: answer
+` + "```ntd\n" + `{"body": {{ $ }}, "encoding": {{ ctx.HTTP_RESPONSE_HEADERS["Content-Encoding"] }}}` + "\n```\n"
+	big := gzipped(t, make([]byte, 4<<20)) // 4 MiB of zeros in about 4 KiB
+	for _, c := range []struct {
+		name    string
+		coding  string
+		body    []byte
+		maxBody int64
+		want    view
+	}{
+		{"decoded", "gzip", gzipped(t, []byte(`{"a":1}`)), 0,
+			view{Status: 200, Header: jsonHdr("c-1"), Body: `{"body":{"a":1},"encoding":null}`, Outcome: engine.Succeeded}},
+		{"x-gzip is gzip", "x-gzip", gzipped(t, []byte(`{"a":1}`)), 0,
+			view{Status: 200, Header: jsonHdr("c-1"), Body: `{"body":{"a":1},"encoding":null}`, Outcome: engine.Succeeded}},
+		{"empty", "gzip", nil, 0,
+			view{Status: 200, Header: jsonHdr("c-1"), Body: `{"body":"","encoding":null}`, Outcome: engine.Succeeded}},
+		{"over the ceiling once decoded", "gzip", big, 1 << 20,
+			view{Status: 502, Header: jsonHdr("c-1"), Body: `{"ok":false,"error":"flow execution failed"}`, Outcome: engine.Failed,
+				Err: "step 'forward': effect handler failed: the answer's body exceeds 1048576 bytes", ErrKind: engine.KindEffect}},
+		{"not gzip", "gzip", []byte("plain words, not gzip"), 0,
+			view{Status: 502, Header: jsonHdr("c-1"), Body: `{"ok":false,"error":"flow execution failed"}`, Outcome: engine.Failed,
+				Err: "step 'forward': effect handler failed: reading the answer: gzip: invalid header", ErrKind: engine.KindEffect}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Encoding", c.coding)
+				w.Write(c.body)
+			})
+			res := run(t, engine.New(engine.Config{MaxResponseBytes: c.maxBody}), compile(t, flowSource("gzip", "", src), "BACKEND", b.URL), `{}`)
+			checkView(t, res, c.want)
+			if got := b.requests()[0].Header.Get("Accept-Encoding"); got != "gzip" {
+				t.Errorf("the call's Accept-Encoding is %q, want the flow's gzip", got)
+			}
+		})
 	}
 }
