@@ -295,7 +295,8 @@ func (g *gunzip) Read(p []byte) (int, error) {
 
 // responseDocument reads a response body by its content type: JSON parsed,
 // XML kept as an XML document, anything else a string. A body that does not
-// parse as its type says is kept as a string.
+// parse as its type says is kept as a string, UTF-8 as every string is (see
+// utf8Text).
 func responseDocument(contentType string, raw []byte) any {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	switch {
@@ -310,7 +311,28 @@ func responseDocument(contentType string, raw []byte) any {
 			return d
 		}
 	}
-	return string(raw)
+	return utf8Text(raw)
+}
+
+// utf8Text is b as a string of UTF-8: each byte that is not part of a UTF-8
+// character (a Latin-1 body's é) becomes U+FFFD, as JSON writes it. The
+// charset a backend declares is not read. Kept as they came, the bytes went
+// out in an answer that says charset=utf-8.
+func utf8Text(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	out := make([]byte, 0, len(b)+len(b)/2)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return string(out)
 }
 
 func headerObject(h http.Header) *flow.Object {

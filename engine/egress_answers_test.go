@@ -107,3 +107,39 @@ headers: {"Accept-Encoding": "gzip"}
 		})
 	}
 }
+
+// TestHTTPEgressTextAnswerIsUTF8: an answer kept as a string holds UTF-8
+// only: a byte of a body that is not UTF-8 (a backend's Latin-1, a JSON
+// body refused for it) reads as U+FFFD, as JSON writes it. The bytes went
+// out as they came in an answer that says charset=utf-8, while the same
+// string written as JSON (a template, a queue message) had U+FFFD.
+func TestHTTPEgressTextAnswerIsUTF8(t *testing.T) {
+	const src = `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+`
+	const templated = src + `
+## Step: answer
+` + "```ntd\n" + `{"body": {{ $ }}, "len": {{ len($) }}}` + "\n```\n"
+	text := hdr("Content-Type", "text/plain; charset=utf-8", "X-Correlation-Id", "c-1")
+	for _, c := range []struct {
+		name, flow, contentType, body string
+		want                          view
+	}{
+		{"Latin-1 text", src, "text/plain; charset=iso-8859-1", "caf\xe9 cr\xe8me",
+			view{Status: 200, Header: text, Body: "caf\uFFFD cr\uFFFDme", Outcome: engine.Succeeded}},
+		{"JSON that is not UTF-8", src, "application/json", "{\"a\":\"\xff\xfe\"}",
+			view{Status: 200, Header: text, Body: "{\"a\":\"\uFFFD\uFFFD\"}", Outcome: engine.Succeeded}},
+		{"in a template", templated, "text/plain", "caf\xe9",
+			view{Status: 200, Header: jsonHdr("c-1"), Body: "{\"body\":\"caf\uFFFD\",\"len\":4}", Outcome: engine.Succeeded}},
+		{"UTF-8 is kept", src, "text/plain", "café ✓",
+			view{Status: 200, Header: text, Body: "café ✓", Outcome: engine.Succeeded}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBackend(t, answer(200, c.contentType, c.body))
+			res := run(t, engine.New(engine.Config{}), compile(t, flowSource("text", "", c.flow), "BACKEND", b.URL), `{}`)
+			checkView(t, res, c.want)
+		})
+	}
+}
