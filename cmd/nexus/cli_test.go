@@ -757,6 +757,24 @@ func TestFlagValueErrors(t *testing.T) {
 		{[]string{"status", "--db", db, "now"}, `nexus status: unexpected argument "now"`},
 		{[]string{"deploy", "--db", db, "--bogus", "x.md"}, `nexus deploy: unknown flag --bogus (nexus deploy --help lists the flags)`},
 		{[]string{"validate", "--bogus", "x.md"}, `nexus validate: unknown flag --bogus (nexus validate --help lists the flags)`},
+		// the flags of server.md's command table: negative, zero, not a
+		// number, a unit, empty, past the type's range
+		{[]string{"journal", "--db", db, "--limit", "0"}, `nexus journal: --limit must be at least 1`},
+		{[]string{"journal", "--db", db, "--limit", "-1"}, `nexus journal: --limit must be at least 1`},
+		{[]string{"journal", "--db", db, "--limit", ""}, `nexus journal: --limit "" is not a whole number`},
+		{[]string{"journal", "--db", db, "--limit", "1.5"}, `nexus journal: --limit "1.5" is not a whole number`},
+		{[]string{"journal", "--db", db, "--limit", "50k"}, `nexus journal: --limit "50k" is not a whole number`},
+		{[]string{"journal", "--db", db, "--limit", "99999999999999999999"}, `nexus journal: --limit "99999999999999999999" is out of range`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "-1"}, `nexus key generate: --rate must be a number of requests per second, 0 (unlimited) or more`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", ""}, `nexus key generate: --rate "" is not a number`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "5/s"}, `nexus key generate: --rate "5/s" is not a number`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "1e400"}, `nexus key generate: --rate "1e400" is out of range`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--burst", "-1"}, `nexus key generate: --burst must be 0 (the default) or more`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--burst", "5"}, `nexus key generate: --burst needs --rate`},
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "0"}, `nexus dlq replay: --id "0" is not a message id (a whole number from nexus dlq list)`},
+		{[]string{"dlq", "discard", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "-1"}, `nexus dlq discard: --id "-1" is not a message id (a whole number from nexus dlq list)`},
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "abc"}, `nexus dlq replay: --id "abc" is not a message id (a whole number from nexus dlq list)`},
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f"}, `nexus dlq replay: replay needs --tenant, --flow and --id (or --all)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(c.args, &stdout, &stderr)
