@@ -349,3 +349,35 @@ func TestJanitorReadsACheckpointPastTheEndAsZero(t *testing.T) {
 		t.Errorf("the janitor deleted a queue whose 3 messages are unprocessed (checkpoint %d past the end %d reads as 0 everywhere else)", end+1000, end)
 	}
 }
+
+// TestAppendAfterTheJanitorSurvivesAPowerCut: a handle open while the
+// janitor deletes its queue's files creates segment.log again at its next
+// append; the new file's folder entry is durable before the append is
+// acknowledged, so the message survives a power cut (RELIABILITY A.8 "a
+// crash at each housekeeping step loses nothing").
+func TestAppendAfterTheJanitorSurvivesAPowerCut(t *testing.T) {
+	m, root := memQueueRoot(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	first, err := q.Append(newMessage(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _ := q.Size()
+	if err := q.SaveCheckpoint(size); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := deleteIdleQueue(root, testTenant, testFlow, m); !deleted || err != nil {
+		t.Fatalf("the janitor: deleted %v, %v", deleted, err)
+	}
+	acked, err := q.Append(newMessage(2, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked.ID != first.ID+1 || acked.Offset != 0 {
+		t.Fatalf("the append after the deletion: id %d at offset %d, want id %d at 0 in a new file", acked.ID, acked.Offset, first.ID+1)
+	}
+	q.Close()
+	m.Crash()
+	q, _ = openQueue(t, root, Options{FS: m})
+	checkMessages(t, readAll(t, q), []Message{acked})
+}
