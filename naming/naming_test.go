@@ -1,6 +1,8 @@
 package naming
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,15 +79,68 @@ func FuzzCheck(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		err := Check(name, Queue("acme", "orders"))
-		if err == nil {
-			if !filepath.IsLocal(name) || strings.ContainsAny(name, `./\`+"\x00") || strings.ToLower(name) != name || len(name) > MaxLen || name != filepath.Base(name) {
-				t.Fatalf("accepted %q", name)
-			}
-			return
-		}
-		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "invalid name ") {
-			t.Fatalf("bad error text %q", msg)
+		if msg := checkPromise(name); msg != "" {
+			t.Fatal(msg)
 		}
 	})
+}
+
+// checkPromise returns "" when name is handled as the rule promises, else
+// what went wrong: a valid name is a single local path element, lowercase,
+// of at most MaxLen bytes, and Valid agrees with Check; an invalid one
+// gets a one-line error that says so.
+func checkPromise(name string) string {
+	err := Check(name, Queue("acme", "orders"))
+	if (err == nil) != Valid(name) {
+		return fmt.Sprintf("Check(%q) = %v but Valid = %v", name, err, Valid(name))
+	}
+	if err == nil {
+		if !filepath.IsLocal(name) || strings.ContainsAny(name, `./\`+"\x00") || strings.ToLower(name) != name || len(name) > MaxLen || name != filepath.Base(name) {
+			return fmt.Sprintf("accepted %q", name)
+		}
+		return ""
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "invalid name ") {
+		return fmt.Sprintf("bad error text %q", msg)
+	}
+	return ""
+}
+
+// TestCheckProperty holds checkPromise over 100,000 generated names
+// (RELIABILITY E.20's figure; FuzzCheck runs only its seeds in CI): 1 to
+// MaxLen+6 characters drawn mostly from the allowed ones, with uppercase,
+// dots, slashes, backslashes, NUL, spaces and non-ASCII mixed in, so that
+// about half are valid and the rest fail at every position.
+func TestCheckProperty(t *testing.T) {
+	const cases = 100_000
+	allowed := "abcdefghijklmnopqrstuvwxyz0123456789-_"
+	hostile := []string{"A", "Z", ".", "..", "/", `\`, "\x00", " ", "é", "\u212a", "\xff", ":", "%2e"}
+	rng := rand.New(rand.NewPCG(20, 64))
+	valid, tooLong := 0, 0
+	var b strings.Builder
+	for range cases {
+		b.Reset()
+		n := 1 + rng.IntN(MaxLen+6)
+		hostileOdds := []int{0, 0, 200, 20}[rng.IntN(4)] // none in half the names
+		for range n {
+			if hostileOdds > 0 && rng.IntN(hostileOdds) == 0 {
+				b.WriteString(hostile[rng.IntN(len(hostile))])
+			} else {
+				b.WriteByte(allowed[rng.IntN(len(allowed))])
+			}
+		}
+		name := b.String()
+		if msg := checkPromise(name); msg != "" {
+			t.Fatal(msg)
+		}
+		if Valid(name) {
+			valid++
+		} else if len(name) > MaxLen {
+			tooLong++
+		}
+	}
+	if valid < cases/4 || tooLong == 0 {
+		t.Fatalf("%d of %d generated names valid, %d too long: the generator no longer tests both sides of the rule", valid, cases, tooLong)
+	}
+	t.Logf("%d names: %d valid, %d refused and longer than MaxLen", cases, valid, tooLong)
 }
