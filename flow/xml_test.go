@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,5 +142,46 @@ func TestObjectBuilder(t *testing.T) {
 	}
 	if _, ok := o.Get("k" + strconv.Itoa(n)); ok {
 		t.Errorf("Get(k%d) found a key never added", n)
+	}
+}
+
+// TestFlattenXMLHostileShapes gives the flattener the plan's shapes at the
+// plan's figures (RELIABILITY C.15, 28 and 29), without the body ceiling in
+// front of it: 1,000,000 nested elements are refused at the depth cap, the
+// rest of the document unread, and an element of 200,000 attributes at the
+// attribute cap. The door's tests (host TestBadBodies) send smaller ones,
+// which the 1 MiB ceiling lets through.
+func TestFlattenXMLHostileShapes(t *testing.T) {
+	const levels, attributes = 1_000_000, 200_000
+	var attrs strings.Builder
+	attrs.WriteString("<order")
+	for i := range attributes {
+		fmt.Fprintf(&attrs, ` a%d="v"`, i)
+	}
+	attrs.WriteString("><id>1</id></order>")
+	for _, tc := range []struct {
+		name, body, want string
+		maxAlloc         uint64 // bytes allocated at most; 0: not measured
+	}{
+		{"1,000,000 levels", strings.Repeat("<e>", levels) + "x" + strings.Repeat("</e>", levels),
+			"invalid XML: elements nested deeper than 64 levels", 1 << 20},
+		{"200,000 attributes", attrs.String(), "invalid XML: element <order> has more than 256 attributes", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(tc.body)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err := FlattenXML(data)
+			runtime.ReadMemStats(&after)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("FlattenXML of %d bytes: %v, want %q", len(data), err, tc.want)
+			}
+			grown := after.TotalAlloc - before.TotalAlloc
+			if tc.maxAlloc > 0 && grown > tc.maxAlloc {
+				t.Errorf("FlattenXML of %d bytes allocated %d bytes, want at most %d: it read past the cap", len(data), grown, tc.maxAlloc)
+			}
+			t.Logf("%d bytes: refused, %d bytes allocated", len(data), grown)
+		})
 	}
 }
