@@ -63,6 +63,9 @@ func xmlErrorf(format string, args ...any) error {
 // 4.3.3) and skipped.
 func FlattenXML(data []byte) (any, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if name, ok := tooManyAttributes(data); ok {
+		return nil, xmlErrorf("element <%s> has more than %d attributes", name, XMLMaxAttributes)
+	}
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	dec.Strict = true
 	dec.CharsetReader = func(label string, _ io.Reader) (io.Reader, error) {
@@ -208,4 +211,69 @@ func (e *xmlElem) value() any {
 func (e *xmlElem) reset(name string) {
 	e.name, e.obj, e.arrays = name, objectBuilder{}, nil
 	e.text.Reset()
+}
+
+// tooManyAttributes returns the local name of the first start tag of data
+// with more than XMLMaxAttributes attributes, counted as the '=' signs
+// outside quotes, and true; comments, CDATA sections and processing
+// instructions are skipped. encoding/xml reads a whole start tag before
+// the cap can be checked, allocating about 25 bytes for each byte of the
+// tag, so a tag over the cap is refused before the decoder sees it. In a
+// document encoding/xml accepts, the count is the number of attributes, so
+// this refuses nothing the cap after Token would let through.
+func tooManyAttributes(data []byte) (string, bool) {
+	skip := func(i int, end string) int {
+		k := bytes.Index(data[i:], []byte(end))
+		if k < 0 {
+			return len(data)
+		}
+		return i + k + len(end)
+	}
+	for i := 0; i < len(data); {
+		k := bytes.IndexByte(data[i:], '<')
+		if k < 0 {
+			return "", false
+		}
+		i += k + 1
+		rest := data[i:]
+		switch {
+		case bytes.HasPrefix(rest, []byte("!--")):
+			i = skip(i+3, "-->")
+		case bytes.HasPrefix(rest, []byte("![CDATA[")):
+			i = skip(i+8, "]]>")
+		case bytes.HasPrefix(rest, []byte("?")):
+			i = skip(i+1, "?>")
+		case bytes.HasPrefix(rest, []byte("!")), bytes.HasPrefix(rest, []byte("/")):
+			// a directive (refused after the decoder reads it) or an end tag
+		default:
+			nameEnd := bytes.IndexAny(rest, " \t\r\n/>")
+			if nameEnd < 0 {
+				nameEnd = len(rest)
+			}
+			name := rest[:nameEnd]
+			if c := bytes.LastIndexByte(name, ':'); c >= 0 {
+				name = name[c+1:]
+			}
+			attrs := 0
+			var quote byte
+		tag:
+			for ; i < len(data); i++ {
+				switch c := data[i]; {
+				case quote != 0:
+					if c == quote {
+						quote = 0
+					}
+				case c == '"' || c == '\'':
+					quote = c
+				case c == '=':
+					if attrs++; attrs > XMLMaxAttributes {
+						return string(name), true
+					}
+				case c == '>':
+					break tag
+				}
+			}
+		}
+	}
+	return "", false
 }
