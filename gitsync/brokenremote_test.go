@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nexushq/nexus/flow/flowtest"
@@ -145,5 +148,35 @@ func TestARemotesErrorPageIsOneLine(t *testing.T) {
 		if diff := cmp.Diff(want, err.Error()); diff != "" {
 			t.Errorf("%d: the error (-want +got):\n%s", tt.status, diff)
 		}
+	}
+}
+
+// TestARemotesErrLineIsOneLine: a remote may refuse a fetch with an "ERR"
+// packet in a 200 answer (git's protocol for a refusal it explains), whose
+// text go-git puts in its error as sent, as it does with the first line an
+// ssh server writes to its error stream. The fetch's error is one line all
+// the same, whatever the remote put in it.
+func TestARemotesErrLineIsOneLine(t *testing.T) {
+	const text = "ERR Access denied\r\n\x1b[2J\x1b]0;pwned\x07\tsee \xffhelp\u202e done\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		fmt.Fprintf(w, "%04x%s", len(text)+4, text)
+	}))
+	t.Cleanup(srv.Close)
+	s, err := gitsync.New(gitsync.Config{Repo: srv.URL + "/config.git", Dir: filepath.Join(t.TempDir(), "repo"),
+		Registry: openRegistry(t, filepath.Join(t.TempDir(), "registry.db")), Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Sync(context.Background())
+	if err == nil {
+		t.Fatal("Sync succeeded")
+	}
+	msg := err.Error()
+	if strings.ContainsFunc(msg, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) || !utf8.ValidString(msg) {
+		t.Errorf("the error holds control or format characters or bytes that are not UTF-8: %q", msg)
+	}
+	if !strings.Contains(msg, "Access denied [2J ]0;pwned see \ufffdhelp done") {
+		t.Errorf("the error %q does not carry the remote's text, folded", msg)
 	}
 }

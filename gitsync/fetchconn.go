@@ -100,11 +100,12 @@ func (c errorPageCap) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// onePageLine is a remote's error page as go-git's error may hold it: one
-// line, each run of white space, control characters (a terminal's escape
+// onePageLine is what a remote sent (an error page, an "ERR" packet's
+// text, an ssh server's error line), as go-git's error holds it, made one
+// line: each run of white space, control characters (a terminal's escape
 // sequences) and format characters (a bidirectional override) a space,
 // bytes that are not UTF-8 U+FFFD. The error reaches sync_unreachable,
-// /status and the UI, which held the page's lines and escapes as sent.
+// /status and the UI, which held the remote's lines and escapes as sent.
 func onePageLine(page []byte) string {
 	var b strings.Builder
 	gap := false

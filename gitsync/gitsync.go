@@ -960,7 +960,7 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 			// operator looks for on the host
 			return nil, fmt.Errorf("writing what was fetched into the clone %s: %w", s.cfg.Dir, err)
 		}
-		return nil, &fetchError{fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err)}
+		return nil, newFetchError(fmt.Errorf("fetching %s from %s: %w", s.cfg.Branch, s.remoteURL(), err))
 	}
 	ref, err := repo.Reference(remoteRef, true)
 	if err != nil {
@@ -1028,10 +1028,19 @@ func (s *Syncer) cloneWriteError(err error) bool {
 // fetchError is a fetch from the remote that failed: the repo unreachable
 // or silent, its branch missing, the credentials refused. The loop logs it
 // as sync_unreachable, and any other failed round (the registry or the
-// clone unwritable, the sync lock) as sync_error.
-type fetchError struct{ err error }
+// clone unwritable, the sync lock) as sync_error. Its message is one line
+// (onePageLine): go-git puts in its errors what the remote sent, an ssh
+// server's first line of errors or the text of an "ERR" packet, as sent.
+type fetchError struct {
+	err error
+	msg string
+}
 
-func (e *fetchError) Error() string { return e.err.Error() }
+func newFetchError(err error) *fetchError {
+	return &fetchError{err: err, msg: onePageLine([]byte(err.Error()))}
+}
+
+func (e *fetchError) Error() string { return e.msg }
 func (e *fetchError) Unwrap() error { return e.err }
 
 // cloneDamage is an object the clone should hold and cannot read: a pack
