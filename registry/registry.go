@@ -273,17 +273,46 @@ func openError(path string, err error) error {
 	if ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
 		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
 	}
-	// a full disk is said as SQLite's "disk I/O error (4874)" when the
-	// -shm file cannot grow, which reads as a failing disk
-	if ok && (se.Code()&0xff == sqlite3.SQLITE_IOERR || se.Code()&0xff == sqlite3.SQLITE_FULL) {
-		var st syscall.Statfs_t
-		if syscall.Statfs(filepath.Dir(path), &st) == nil && st.Bavail*uint64(st.Bsize) < fullDiskBytes {
-			return fmt.Errorf("registry %s: the disk holding %s is full (%d bytes free): SQLite could not write the registry or its -wal and -shm files (%w)",
-				path, filepath.Dir(path), st.Bavail*uint64(st.Bsize), err)
-		}
+	if full := diskFull(path, err); full != nil {
+		return full
 	}
 	return fmt.Errorf("registry %s: %w", path, err)
 }
+
+// diskFull is err, an SQLite I/O error or SQLITE_FULL of the registry at
+// path, said as the full disk it is, naming the registry and its folder;
+// nil when err is not such an error or the disk has room. SQLite says
+// "database or disk is full (13)", naming no file, when a write finds no
+// room, and "disk I/O error (4874)" when the -shm file cannot grow, which
+// reads as a failing disk.
+func diskFull(path string, err error) error {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if !ok || (se.Code()&0xff != sqlite3.SQLITE_IOERR && se.Code()&0xff != sqlite3.SQLITE_FULL) {
+		return nil
+	}
+	if _, said := errors.AsType[*diskFullError](err); said {
+		return err
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs(filepath.Dir(path), &st) != nil || st.Bavail*uint64(st.Bsize) >= fullDiskBytes {
+		return nil
+	}
+	return &diskFullError{path: path, free: st.Bavail * uint64(st.Bsize), err: err}
+}
+
+// diskFullError is a registry write or open refused for want of room.
+type diskFullError struct {
+	path string
+	free uint64 // bytes free on the disk when the write failed
+	err  error
+}
+
+func (e *diskFullError) Error() string {
+	return fmt.Sprintf("registry %s: the disk holding %s is full (%d bytes free): SQLite could not write the registry or its -wal and -shm files (%v)",
+		e.path, filepath.Dir(e.path), e.free, e.err)
+}
+
+func (e *diskFullError) Unwrap() error { return e.err }
 
 // fullDiskBytes is the free space under which openError takes an SQLite
 // I/O error for a full disk: less than SQLite needs to grow its -shm file
@@ -426,11 +455,15 @@ func (r *Registry) migrate(ctx context.Context) error {
 // write runs fn in one write transaction (BEGIN IMMEDIATE, so a busy
 // database waits up to BusyTimeout instead of failing at commit).
 // A write refused because the database stayed locked says so, naming the
-// registry: SQLite's own text ("database is locked (5)") names neither.
+// registry: SQLite's own text ("database is locked (5)") names neither;
+// so does one refused for a full disk ("database or disk is full (13)").
 func (r *Registry) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	err := r.writeTx(ctx, fn)
 	if isBusy(err) {
 		return &lockedError{path: r.path, err: err}
+	}
+	if full := diskFull(r.path, err); full != nil {
+		return full
 	}
 	return err
 }
