@@ -269,6 +269,9 @@ func openError(path string, err error) error {
 	if _, named := errors.AsType[*lockedError](err); named {
 		return err // it names the registry already
 	}
+	if _, named := errors.AsType[*fileError](err); named {
+		return err
+	}
 	se, ok := errors.AsType[*sqlite.Error](err)
 	if ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
 		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
@@ -465,8 +468,36 @@ func (r *Registry) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	if full := diskFull(r.path, err); full != nil {
 		return full
 	}
+	if se, ok := errors.AsType[*sqlite.Error](err); ok && fileFault(se.Code()) {
+		// the damage Open reports as "registry PATH: database disk
+		// image is malformed (11)", found by a write past the pages
+		// Open reads
+		return &fileError{path: r.path, err: err}
+	}
 	return err
 }
+
+// fileFault reports whether an SQLite result code is a fault of the
+// registry's file (damaged, not a database, an I/O error) rather than of
+// what a statement asked.
+func fileFault(code int) bool {
+	switch code & 0xff {
+	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_IOERR:
+		return true
+	}
+	return false
+}
+
+// fileError is a write refused for a fault of the registry's file, which
+// it names.
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e *fileError) Error() string { return fmt.Sprintf("registry %s: %v", e.path, e.err) }
+
+func (e *fileError) Unwrap() error { return e.err }
 
 // lockedError is a write refused because another process held the
 // registry's write lock (SQLite waits up to BusyTimeout first).
