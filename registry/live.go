@@ -202,6 +202,11 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 		return nil, fmt.Errorf("reading the registry: %w", err)
 	}
 	defer rollback(tx)
+	return r.buildIn(ctx, tx, prev)
+}
+
+// buildIn builds a live set from what tx reads.
+func (r *Registry) buildIn(ctx context.Context, tx *sql.Tx, prev *LiveSet) (*LiveSet, error) {
 	set := &LiveSet{flows: map[flowKey]*LiveFlow{}}
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&set.generation); err != nil {
 		return nil, fmt.Errorf("reading the registry: %w", err)

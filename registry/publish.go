@@ -335,12 +335,38 @@ type Status struct {
 
 // Status reads the deployed state from the database.
 func (r *Registry) Status(ctx context.Context) (Status, error) {
-	var st Status
 	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return st, err
+		return Status{}, err
 	}
 	defer rollback(tx)
+	return status(ctx, tx)
+}
+
+// Snapshot reads the status and builds the live set in one read
+// transaction, so both are one state of the registry (nexus status: a
+// publication between two reads printed its commit beside the sync
+// failure it cleared). The set is not swapped in as Load's is.
+func (r *Registry) Snapshot(ctx context.Context) (Status, *LiveSet, error) {
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return Status{}, nil, err
+	}
+	defer rollback(tx)
+	st, err := status(ctx, tx)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	set, err := r.buildIn(ctx, tx, r.live.Load())
+	if err != nil {
+		return Status{}, nil, err
+	}
+	return st, set, nil
+}
+
+// status reads the registry's status in tx.
+func status(ctx context.Context, tx *sql.Tx) (Status, error) {
+	var st Status
 	state := map[string][]byte{}
 	rows, err := tx.QueryContext(ctx, `SELECT key, value FROM state`)
 	if err != nil {

@@ -53,11 +53,11 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	var schedules []registry.Schedule
 	if reg != nil {
 		defer reg.Close()
-		st, err = reg.Status(ctx)
+		// the sync's record and the set it lists in one read: a
+		// publication between two reads printed its commit beside the
+		// refused commit it cleared
 		var live *registry.LiveSet
-		if err == nil {
-			live, err = reg.Load(ctx)
-		}
+		st, live, err = reg.Snapshot(ctx)
 		if err != nil {
 			fmt.Fprintf(stderr, "nexus status: reading %s: %v\n", path, err)
 			return exitError
@@ -65,10 +65,6 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		// an @every schedule's next tick counts from its last one, which
 		// the scheduler records in the state directory
 		cronDir := filepath.Join(filepath.Dir(path), "cron")
-		// the commit, the count and the generation of the set the flow
-		// lines list: a publication between the two reads made one answer
-		// of two sets
-		st.Commit, st.Flows, st.Generation = live.Commit(), len(live.Flows()), live.Generation()
 		flows, schedules = live.Flows(), live.Schedules(time.Now(), func(tenant, name string, sc *flow.Schedule, now time.Time) time.Time {
 			return scheduler.NextTick(cronDir, tenant, name, sc, now)
 		})
