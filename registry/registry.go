@@ -110,6 +110,17 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 			return nil, fmt.Errorf("registry %s: %s is not a regular file: the registry and its -wal and -shm files are regular files of the state directory", path, filepath.Base(p))
 		}
 	}
+	// -wal and -shm files another user left (a server once run as root,
+	// killed): SQLite says only "unable to open database file (14)"
+	need, verb := uint32(4 /* R_OK */), "read"
+	if !opts.ReadOnly {
+		need, verb = 4|2 /* W_OK */, "read and written"
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if err := syscall.Access(path+side, need); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.EROFS) {
+			return nil, fmt.Errorf("registry %s: %s cannot be %s by this user (%v): the registry's -wal and -shm files belong to the registry's owner", path, filepath.Base(path+side), verb, err)
+		}
+	}
 	if opts.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("registry %s: %w", path, err)
