@@ -280,14 +280,47 @@ func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 // unlock.
 func (q *Queue) lockAppend() (func(), error) {
 	q.appendMu.Lock()
-	if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
+	if err := q.flockAppend(); err != nil {
 		q.appendMu.Unlock()
-		return nil, fmt.Errorf("taking the append lock: %w", err)
+		return nil, err
 	}
 	return func() {
 		flockRetry(q.lock, syscall.LOCK_UN)
 		q.appendMu.Unlock()
 	}, nil
+}
+
+// flockAppend flock(2)s append.lock, the file at its path: when the file
+// this handle opened is no longer there (deleted by hand as a stale lock,
+// replaced, or its folder deleted and made again by another process), the
+// lock on it would exclude no one, so the handle lets it go and locks the
+// file at the path, creating it if need be. The caller holds appendMu.
+func (q *Queue) flockAppend() error {
+	path := q.path(lockFile)
+	for {
+		if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("taking the append lock %s: %w", path, err)
+		}
+		open, err := q.lock.Stat()
+		if err != nil {
+			flockRetry(q.lock, syscall.LOCK_UN)
+			return fmt.Errorf("taking the append lock %s: %w", path, err)
+		}
+		atPath, err := os.Lstat(path)
+		if err == nil && os.SameFile(open, atPath) {
+			return nil
+		}
+		flockRetry(q.lock, syscall.LOCK_UN)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("taking the append lock: %w", err)
+		}
+		f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, FileMode)
+		if err != nil {
+			return fmt.Errorf("taking the append lock: %w", err)
+		}
+		q.lock.Close()
+		q.lock = f
+	}
 }
 
 func flockRetry(f *os.File, how int) error { return flockFd(int(f.Fd()), how) }
@@ -597,7 +630,7 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 	}()
 	unlock, err := q.lockAppend()
 	if err != nil {
-		return fmt.Errorf("taking the append lock: %w", err)
+		return err
 	}
 	defer unlock()
 	return q.writeFrames(batch)
@@ -729,8 +762,8 @@ func (q *Queue) readableEnd() (int64, error) {
 		return q.durable.Load(), nil
 	}
 	defer q.appendMu.Unlock()
-	if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
-		return 0, fmt.Errorf("taking the append lock: %w", err)
+	if err := q.flockAppend(); err != nil {
+		return 0, err
 	}
 	defer flockRetry(q.lock, syscall.LOCK_UN)
 	return q.durableEndAtPath()
