@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -295,25 +297,37 @@ func (w *Worker) Stop() { w.life.Stop() }
 
 func (w *Worker) run(ctx context.Context) {
 	defer w.exitOnce.Do(func() { close(w.exited) })
-	// the election: stand by until this process holds the queue's lock
+	for w.elect(ctx) && w.lead(ctx) {
+	}
+}
+
+// elect stands by until this process holds the queue's worker lock; false
+// when the worker is stopped or retired first.
+func (w *Worker) elect(ctx context.Context) bool {
 	for {
 		ok, err := w.lock.TryLock()
 		if err != nil {
 			w.logger.Error("the worker lock could not be taken", "event", "worker_failed", "error", err.Error())
 		}
 		if ok {
-			break
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-w.retire:
-			return
+			return false
 		case <-w.cfg.Clock.After(untilNextPoll(w.cfg.Clock.Now(), w.cfg.Poll)):
 		case <-w.wake:
 		}
 	}
-	defer w.lock.Unlock()
+}
+
+// lead delivers the queue, holding its worker lock, until the worker is
+// stopped or retired (false), or finds the lock lost (true: it stands by
+// again).
+func (w *Worker) lead(ctx context.Context) (again bool) {
+	defer func() { w.lock.Unlock() }() // the lock held at the end: checkLock may replace it
 	w.update(func(s *WorkerState) { s.Leading = true })
 	defer w.update(func(s *WorkerState) { s.Leading = false })
 	w.logger.Info("worker started", "event", "worker_started")
@@ -327,7 +341,11 @@ func (w *Worker) run(ctx context.Context) {
 		began := w.cfg.Clock.Now()
 		err := w.deliver(ctx)
 		if err == nil || ctx.Err() != nil || w.retired() {
-			return
+			return false
+		}
+		if errors.Is(err, errWorkerLockLost) {
+			w.logger.Error("the worker lost its lock; it stands by", "event", "worker_failed", "error", err.Error())
+			return true
 		}
 		if w.cfg.Clock.Now().Sub(began) >= maxRestartPause {
 			failures = 0 // it ran a good while: this error is a new one
@@ -338,12 +356,51 @@ func (w *Worker) run(ctx context.Context) {
 			"error", err.Error(), "pause_ms", pause.Milliseconds())
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-w.retire:
-			return
+			return false
 		case <-w.cfg.Clock.After(pause):
 		}
 	}
+}
+
+// errWorkerLockLost is wrapped by checkLock's error when another process
+// may be delivering the queue.
+var errWorkerLockLost = errors.New("the worker lock was lost")
+
+// checkLock makes sure the worker lock this worker holds is worker.lock,
+// the file at its path. A lock file deleted by hand (taken for a stale
+// one) or replaced excludes no one: another process would find a new file
+// free and deliver the queue alongside this worker, both writing its
+// checkpoint, retry schedule and dead letters. When the file was deleted
+// or replaced, the worker locks the file at the path and goes on (logged),
+// or, when another process's worker holds it already, returns an error
+// wrapping errWorkerLockLost and stands by.
+func (w *Worker) checkLock() error {
+	path := w.lock.Path()
+	held, err := w.lock.Stat()
+	if err != nil {
+		return fmt.Errorf("checking the worker lock %s: %w", path, err)
+	}
+	atPath, err := os.Lstat(path)
+	if err == nil && os.SameFile(held, atPath) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checking the worker lock %s: %w", path, err)
+	}
+	lock := NewFileLock(path)
+	ok, err := lock.TryLock()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %s was deleted or replaced, and the file at its path cannot be locked: %w", errWorkerLockLost, path, err)
+	case !ok:
+		return fmt.Errorf("%w: %s was deleted or replaced, and another process's worker holds the file at its path", errWorkerLockLost, path)
+	}
+	w.lock.Unlock()
+	w.lock = lock
+	w.logger.Warn("the worker lock was deleted or replaced; the file at its path is locked again", "event", "worker_lock_replaced", "file", path)
+	return nil
 }
 
 // maxRestartPause bounds the pause before a worker that stopped on an
@@ -523,7 +580,16 @@ func (w *Worker) deliver(ctx context.Context) error {
 	defer l.stopped()
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 
+	lockChecked := w.cfg.Clock.Now()
 	for ctx.Err() == nil && !w.retired() {
+		// the worker lock checked once per Poll while busy, and at each
+		// idle moment before housekeeping
+		if now := w.cfg.Clock.Now(); now.Sub(lockChecked) >= w.cfg.Poll {
+			if err := w.checkLock(); err != nil {
+				return err
+			}
+			lockChecked = now
+		}
 		busy, err := l.retryDue()
 		if err == nil && !busy {
 			busy, err = l.deliverNext()
@@ -540,6 +606,10 @@ func (w *Worker) deliver(ctx context.Context) error {
 		if err := l.saveCheckpoint(false); err != nil {
 			return err
 		}
+		if err := w.checkLock(); err != nil {
+			return err
+		}
+		lockChecked = w.cfg.Clock.Now()
 		if err := l.housekeep(w.cfg.Clock.Now()); err != nil {
 			return err
 		}

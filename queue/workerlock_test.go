@@ -1,0 +1,92 @@
+package queue_test
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nexushq/nexus/clock/clocktest"
+	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
+	"github.com/nexushq/nexus/queue"
+)
+
+// heldByOther reports whether the file at path is flock(2)ed, trying the
+// lock without waiting on a descriptor of its own, as another process
+// that opens the file would.
+func heldByOther(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// A worker.lock deleted by hand while a worker leads (taken for a stale
+// lock): the worker locks the file at the path again at its next idle
+// moment, so that no other process's worker finds it free, and says so.
+func TestWorkerLockDeletedIsLockedAgain(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	logs := &jsonlogtest.Buffer{}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: newRecorder(clk).handler("w", ack)})
+	eventually(t, "the worker leads", func() bool { return w.State().Leading })
+	path := queueFile(root, "worker.lock")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	w.Wake()
+	eventually(t, "worker.lock is locked again", func() bool { return heldByOther(t, path) })
+	if !w.State().Leading {
+		t.Error("the worker no longer leads")
+	}
+	eventually(t, "the new lock is logged", func() bool { return strings.Contains(logs.String(), "worker_lock_replaced") })
+	if ev := logs.Events(t, "worker_lock_replaced"); len(ev) != 1 || ev[0]["file"] != path {
+		t.Errorf("worker_lock_replaced events = %v, want one naming %s", ev, path)
+	}
+}
+
+// A worker.lock deleted while a worker leads, and another process's worker
+// elected on the file made again: the first stands by at its next idle
+// moment, with an error naming the file, so that one worker delivers.
+func TestWorkerLockDeletedAndTakenElsewhereStandsBy(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q1 := openQ(t, root, clk, nil)
+	q2 := openQ(t, root, clk, nil)
+	logs := &jsonlogtest.Buffer{}
+	rec := newRecorder(clk)
+	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: rec.handler("one", ack)})
+	eventually(t, "the first worker leads", func() bool { return w1.State().Leading })
+	path := queueFile(root, "worker.lock")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	w2 := startWorker(t, q2, queue.WorkerConfig{Clock: clk, Handler: rec.handler("two", ack)})
+	eventually(t, "the second worker leads", func() bool { return w2.State().Leading })
+	w1.Wake()
+	eventually(t, "the first worker stands by", func() bool { return !w1.State().Leading })
+	put(t, q2, `{"n":1}`)
+	w2.Wake()
+	if got := rec.wait(t, 1); got[0].Worker != "two" {
+		t.Errorf("deliveries = %v, want the second worker's", got)
+	}
+	ev := logs.Events(t, "worker_failed")
+	if len(ev) != 1 || !strings.Contains(ev[0]["error"].(string), path) {
+		t.Errorf("worker_failed events = %v, want one naming %s", ev, path)
+	}
+}
