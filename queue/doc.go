@@ -130,7 +130,11 @@
 //     marks' replays as well (after a drain the log holds none of the ids
 //     issued). Ids a compaction of dlq.log removed with their dead letters
 //     are held nowhere else: a counter lost after that may issue them
-//     again;
+//     again. Open writes a counter that does not verify. Each batch
+//     reads the counter at the path (a file deleted or replaced by hand
+//     while the queue is open is opened again), never below what the
+//     handle last read or wrote, and raises one that does not verify
+//     (emptied or overwritten since) as Open does;
 //   - the checkpoint by the worker every CheckpointEvery messages, after a
 //     message that finds the last write CheckpointAfter old, and when the
 //     queue goes idle, without fsync (a process that dies leaves it in

@@ -63,9 +63,12 @@ type Queue struct {
 	// when the janitor deleted the file; readers outside the append lock
 	// hold segMu for reading while they use it, and a replaced file is
 	// closed once they are done (see replaceSegment)
-	segp     atomic.Pointer[segFile]
-	segMu    sync.RWMutex
-	seq      File         // segment.log.seq, rewritten in place
+	segp  atomic.Pointer[segFile]
+	segMu sync.RWMutex
+	seq   File // segment.log.seq, rewritten in place; replaced under the append lock
+	// issued is the highest next id this handle read from the counter or
+	// wrote to it; guarded by the append lock
+	issued   uint64
 	lock     *os.File     // append.lock, flock(2)ed while appending
 	appendMu sync.Mutex   // the append lock within this process (flock is per process)
 	durable  atomic.Int64 // the end of segment.log known to be synced
@@ -381,8 +384,11 @@ func (q *Queue) recover() ([]Damage, error) {
 		}
 		maxID = max(maxID, kept)
 	}
-	if next <= maxID {
-		if err := q.writeSeq(maxID+1, true); err != nil {
+	// a counter that does not verify is written, even where it is past
+	// the ids found: an append then reads a counter that verifies, and
+	// scans for the ids (nextID) only when it was damaged since
+	if next <= maxID || !verified {
+		if err := q.writeSeq(max(next, maxID+1), true); err != nil {
 			return damage, err
 		}
 	}
@@ -482,10 +488,71 @@ func seqValue(b []byte) uint64 {
 	return 1
 }
 
+// nextID is, under the append lock, the next id to issue, segment.log
+// holding size bytes. The counter is the file at the path (deleted or
+// replaced by hand, it is opened again, as segmentAtPath does for the log),
+// and never goes back: it is at least what this handle last read or wrote,
+// and a counter that does not verify (emptied, overwritten) is raised past
+// the ids of the log, of the dead letters and of their marks' replays, as
+// recovery raises it. A counter read as 1 issued again the ids of the
+// messages in the log.
+func (q *Queue) nextID(size int64) (uint64, error) {
+	if err := q.seqAtPath(); err != nil {
+		return 0, err
+	}
+	next, verified, err := q.readSeqVerified()
+	if err != nil {
+		return 0, err
+	}
+	if !verified {
+		maxID, _, _, err := scanIDs(q.seg(), size)
+		if err != nil {
+			return 0, err
+		}
+		kept, err := q.highestKeptID()
+		if err != nil {
+			return 0, err
+		}
+		next = max(next, maxID+1, kept+1)
+	}
+	next = max(next, q.issued)
+	q.issued = next
+	return next, nil
+}
+
+// seqAtPath makes sure the id counter this handle has open is
+// segment.log.seq at its path, opening (or creating) that one if not. The
+// caller holds the append lock.
+func (q *Queue) seqAtPath() error {
+	atPath, err := q.fs.Stat(q.path(seqFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checking %s: %w", seqFile, err)
+	}
+	open, err2 := q.seq.Stat()
+	if err2 != nil {
+		return fmt.Errorf("checking %s: %w", seqFile, err2)
+	}
+	if err == nil && sameFile(atPath, open) {
+		return nil
+	}
+	seq, err := q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return err
+	}
+	if err := q.fs.SyncDir(q.dir); err != nil {
+		seq.Close()
+		return fmt.Errorf("syncing the folder of %s: %w", seqFile, err)
+	}
+	q.seq.Close()
+	q.seq = seq
+	return nil
+}
+
 // writeSeq rewrites the id counter in place (16 bytes, one sector), synced
 // when durable is set. Recovery takes the larger of it and the highest id
 // of the log, so between drains it need not be synced.
 func (q *Queue) writeSeq(next uint64, durable bool) error {
+	q.issued = max(q.issued, next)
 	if _, err := q.seq.WriteAt(encodeValue(seqMagic, next), 0); err != nil {
 		return fmt.Errorf("writing %s: %w", seqFile, err)
 	}
@@ -643,7 +710,7 @@ func (q *Queue) writeFrames(batch []*appendReq) error {
 	if err != nil {
 		return err
 	}
-	next, err := q.readSeq()
+	next, err := q.nextID(tail)
 	if err != nil {
 		return err
 	}
@@ -1016,7 +1083,7 @@ func (q *Queue) Drain() error {
 	if ckpt < size || len(rs) > 0 {
 		return ErrNotDrained
 	}
-	next, err := q.readSeq()
+	next, err := q.nextID(size)
 	if err != nil {
 		return err
 	}
@@ -1089,7 +1156,14 @@ func resolveCheckpoint(b []byte, seg File, size int64) (int64, error) {
 var errStopScan = errors.New("stop the scan")
 
 // NextID is the id the next message will get.
-func (q *Queue) NextID() (uint64, error) { return q.readSeq() }
+func (q *Queue) NextID() (uint64, error) {
+	unlock, err := q.lockAppend()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	return q.readSeq()
+}
 
 // readAhead is how much of segment.log a worker reads with one pread.
 const readAhead = 64 << 10
