@@ -560,7 +560,13 @@ func (w *Worker) deliver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer ckpt.Close()
+	var l *deliveryLoop
+	defer func() {
+		if l != nil {
+			ckpt = l.ckpt // ckptAtPath may have replaced it (closing the one it replaced)
+		}
+		ckpt.Close()
+	}()
 	if size, err := fileSize(ckpt); err != nil {
 		return err
 	} else if size == 0 {
@@ -575,7 +581,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// ownCheckpoint when it differed), or was made just now, holding 0 as
 	// cursor is then (a file that is not there reads as 0), unsynced,
 	// which loses nothing
-	l := &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
+	l = &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
 		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}
 	defer l.stopped()
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
@@ -603,6 +609,9 @@ func (w *Worker) deliver(ctx context.Context) error {
 			continue
 		}
 		// idle: checkpoint, housekeeping, then wait
+		if err := l.ckptAtPath(); err != nil {
+			return err
+		}
 		if err := l.saveCheckpoint(false); err != nil {
 			return err
 		}
@@ -677,11 +686,42 @@ func (l *deliveryLoop) saveCheckpoint(durable bool) error {
 
 // stopped makes the checkpoint durable as the worker stops: one try.
 func (l *deliveryLoop) stopped() {
+	if l.ckptAtPath() != nil {
+		return // the file at the path cannot be opened: the next worker reads what it holds
+	}
 	if l.cursor != l.saved {
 		writeCheckpoint(l.ckpt, l.cursor, true)
 	} else if !l.synced {
 		l.ckpt.Sync()
 	}
+}
+
+// ckptAtPath makes sure the checkpoint the loop rewrites in place is
+// segment.log.ckpt, the file at its path: one deleted or replaced by hand
+// while the worker runs is opened (or created) again and the cursor
+// written to it at the next save. Rewriting the file it had open, the
+// worker kept its progress where no process reads it: the log was never
+// emptied, and the next worker delivered every message in it again.
+func (l *deliveryLoop) ckptAtPath() error {
+	open, err := l.ckpt.Stat()
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", ckptFile, err)
+	}
+	atPath, err := l.q.fs.Stat(l.q.path(ckptFile))
+	if err == nil && sameFile(open, atPath) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checking %s: %w", ckptFile, err)
+	}
+	f, err := l.q.openCheckpoint()
+	if err != nil {
+		return err
+	}
+	l.ckpt.Close()
+	l.ckpt = f
+	l.saved, l.synced = -1, false
+	return nil
 }
 
 // setRetry schedules r (replacing its message's entry), and clearRetry

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
@@ -46,6 +47,7 @@ func TestWorkerLockDeletedIsLockedAgain(t *testing.T) {
 	logs := &jsonlogtest.Buffer{}
 	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: newRecorder(clk).handler("w", ack)})
 	eventually(t, "the worker leads", func() bool { return w.State().Leading })
+	clk.WaitCalls(t, 1) // idle, waiting for its next poll
 	path := queueFile(root, "worker.lock")
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
@@ -72,6 +74,7 @@ func TestWorkerLockDeletedAndTakenElsewhereStandsBy(t *testing.T) {
 	rec := newRecorder(clk)
 	w1 := startWorker(t, q1, queue.WorkerConfig{Clock: clk, Logger: logs.Logger(slog.LevelInfo), Handler: rec.handler("one", ack)})
 	eventually(t, "the first worker leads", func() bool { return w1.State().Leading })
+	clk.WaitCalls(t, 1) // idle, waiting for its next poll
 	path := queueFile(root, "worker.lock")
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
@@ -88,5 +91,35 @@ func TestWorkerLockDeletedAndTakenElsewhereStandsBy(t *testing.T) {
 	ev := logs.Events(t, "worker_failed")
 	if len(ev) != 1 || !strings.Contains(ev[0]["error"].(string), path) {
 		t.Errorf("worker_failed events = %v, want one naming %s", ev, path)
+	}
+}
+
+// segment.log.ckpt deleted by hand while a worker runs: the worker writes
+// its checkpoint to a file at the path again at its next idle moment, so
+// that a restart does not deliver the processed messages again and the
+// log can be emptied.
+func TestCheckpointDeletedWhileTheWorkerRuns(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	rec := newRecorder(clk)
+	put(t, q, `{"n":1}`)
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: time.Hour, Handler: rec.handler("w", ack)})
+	rec.wait(t, 1)
+	eventually(t, "the checkpoint passes the first message", func() bool {
+		c, _ := q.Checkpoint()
+		size, _ := q.Size()
+		return c == size && size > 0
+	})
+	if err := os.Remove(queueFile(root, "segment.log.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, q, `{"n":2}`)
+	w.Wake()
+	rec.wait(t, 2)
+	w.Stop()
+	c, err := q.Checkpoint()
+	size, _ := q.Size()
+	if err != nil || c != size {
+		t.Fatalf("after the worker stopped: checkpoint %d, %v; want the end of the log, %d", c, err, size)
 	}
 }
