@@ -26,6 +26,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 )
 
@@ -1344,7 +1346,10 @@ func TestServeBadValues(t *testing.T) {
 }
 
 // TestHTTPFramingEndToEnd: malformed framing is refused by the server
-// before any flow runs.
+// before any flow runs, each refusal in the platform's JSON with an
+// X-Correlation-Id and Connection: close, the ones net/http writes itself
+// before any handler (400, 431, 501) too: those were its plain text
+// ("431 Request Header Fields Too Large") without a correlation ID.
 func TestHTTPFramingEndToEnd(t *testing.T) {
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
@@ -1372,6 +1377,18 @@ func TestHTTPFramingEndToEnd(t *testing.T) {
 			a := rawExchange(t, h.url, tc.request)
 			if a.resp.StatusCode != tc.status {
 				t.Errorf("%s %q, want %d", a.resp.Status, a.body, tc.status)
+			}
+			type answer struct {
+				JSON, Correlated, Refusal, Close bool
+			}
+			got := answer{
+				JSON:       a.resp.Header.Get("Content-Type") == "application/json",
+				Correlated: a.resp.Header.Get("X-Correlation-Id") != "",
+				Refusal:    strings.HasPrefix(a.body, `{"ok":false,"error":"`) && strings.HasSuffix(a.body, `"}`),
+				Close:      a.resp.Close && a.closed,
+			}
+			if diff := cmp.Diff(answer{true, true, true, true}, got); diff != "" {
+				t.Errorf("%s %q %v (-want +got):\n%s", a.resp.Status, a.body, a.resp.Header, diff)
 			}
 		})
 	}

@@ -768,7 +768,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	cron.Start()
 	queues.Start()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// net/http's own refusals (431, 400, 501) in the platform's JSON, with
+	// a correlation ID, as every other answer
+	go func() { served <- srv.Serve(host.PlatformAnswers(ln)) }()
 	logger.Info("nexus is serving", "event", "started", "version", buildVersion(), "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
 	bannerCtx, stopBanner := context.WithCancel(ctx)
 	bannerDone := make(chan struct{})
