@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -42,6 +43,21 @@ type record struct {
 	// Message is the queued message whose delivery recorded the answer
 	// (Request.Message); absent for a /run's.
 	Message string `json:"message,omitempty"`
+}
+
+// decodeRecord reads a recorded answer: JSON whose status is one the
+// engine answers (100 to 599). A record with another status (a damaged
+// or hand-edited row, one of no version's) is an error: replayed, it
+// would reach the HTTP door, whose WriteHeader panics below 100.
+func decodeRecord(answer []byte) (record, error) {
+	var rec record
+	if err := json.Unmarshal(answer, &rec); err != nil {
+		return record{}, err
+	}
+	if rec.Status < 100 || rec.Status > 599 {
+		return record{}, fmt.Errorf("status %d is not an HTTP status from 100 to 599", rec.Status)
+	}
+	return rec, nil
 }
 
 // runDeduplicated runs an execution of a flow with dedup_key: the first
@@ -101,8 +117,8 @@ func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup
 			break // it runs, holding the key or not
 		}
 		if answer != nil {
-			var rec record
-			if err := json.Unmarshal(answer, &rec); err != nil {
+			rec, err := decodeRecord(answer)
+			if err != nil {
 				return unavailable("a dedup record does not decode", err)
 			}
 			if rec.Outcome == Failed && req.Message != "" && rec.Message == req.Message && !own {
