@@ -98,7 +98,7 @@ func readCounts(fsys FS, dir string, at countState) (countState, error) {
 	// read after it is at least the checkpoint (read the other way round,
 	// a worker moving on between the two reads made a checkpoint past the
 	// size, taken for an old drain's: nothing processed)
-	b, err := readFile(fsys, filepath.Join(dir, ckptFile))
+	b, err := readValueFile(fsys, filepath.Join(dir, ckptFile))
 	if err != nil {
 		return countState{}, err
 	}

@@ -111,7 +111,9 @@
 //
 // segment.log.seq and segment.log.ckpt hold one value each: magic (4 bytes:
 // "NXS1" or "NXC1"), the value (8 bytes, uint64), CRC-32C of the first 12
-// bytes (4 bytes). While a drain or the janitor empties the log,
+// bytes (4 bytes). Both are rewritten in place, and read from their first
+// 16 bytes: bytes past them (an editor's newline) are not part of the
+// value, and stay. While a drain or the janitor empties the log,
 // segment.log.ckpt holds a drain marker of the same shape, magic "NXD1",
 // whose value is the next message id when it began: the messages of the
 // log being emptied have smaller ids, those appended since larger ones, so

@@ -219,8 +219,16 @@ func writeAtomic(fsys FS, name string, write func(File) error) (err error) {
 	return nil
 }
 
-// readFile reads a whole file of fsys; a missing file is nil, no error.
-func readFile(fsys FS, name string) ([]byte, error) {
+// valueSize is the size of a value file (segment.log.ckpt,
+// segment.log.seq): see encodeValue.
+const valueSize = 16
+
+// readValueFile reads the value file name: its first valueSize bytes,
+// nil when there is none. The file is rewritten in place, so bytes past
+// the value (an editor's newline, a longer file copied over) stay there
+// for good: they are not part of it. Reading them made the file never
+// verify again (a checkpoint of 0 for good).
+func readValueFile(fsys FS, name string) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -229,14 +237,10 @@ func readFile(fsys FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, info.Size())
-	n, err := f.ReadAt(buf, 0)
+	b := make([]byte, valueSize)
+	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	return buf[:n], nil
+	return b[:n], nil
 }

@@ -86,7 +86,7 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
-	b, err := readFile(fsys, q.path(ckptFile))
+	b, err := readValueFile(fsys, q.path(ckptFile))
 	if err != nil {
 		return false, err
 	}

@@ -56,7 +56,7 @@ func (m *Manager) NextID(tenant, flow string) (uint64, error) {
 
 // readNextID reads the id counter in dir (1 when there is none).
 func readNextID(fsys FS, dir string) (uint64, error) {
-	b, err := readFile(fsys, filepath.Join(dir, seqFile))
+	b, err := readValueFile(fsys, filepath.Join(dir, seqFile))
 	if err != nil {
 		return 0, err
 	}

@@ -896,7 +896,7 @@ func (q *Queue) Size() (int64, error) {
 func (q *Queue) Checkpoint() (int64, error) {
 	q.segMu.RLock()
 	defer q.segMu.RUnlock()
-	b, err := readFile(q.fs, q.path(ckptFile))
+	b, err := readValueFile(q.fs, q.path(ckptFile))
 	if err != nil {
 		return 0, err
 	}
@@ -947,7 +947,7 @@ func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
 	// read reads the file and resolves it; plain is true when it holds
 	// the resolved value as a checkpoint already (or nothing)
 	read := func() (ckpt int64, plain bool, err error) {
-		b, err := readFile(q.fs, q.path(ckptFile))
+		b, err := readValueFile(q.fs, q.path(ckptFile))
 		if err != nil {
 			return 0, false, err
 		}
