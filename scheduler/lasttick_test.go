@@ -128,3 +128,46 @@ func TestReadLastRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestSaveLastTickWritesOnlyACorrelationIDThatReadsBack: the record's
+// correlation ID is written only when it reads back as itself: no space
+// of any kind (the reader splits on Unicode spaces) and at most 128
+// bytes (the reader reads 192). A vertical tab before it was written and
+// read back as another ID ("\v0" as "0"), and a long one cut short; resume
+// then looked for another message. Without it the record is the time
+// alone, which resume leaves alone. (The server's IDs are UUIDs.)
+func TestSaveLastTickWritesOnlyACorrelationIDThatReadsBack(t *testing.T) {
+	t0 := time.Date(2026, 8, 9, 14, 3, 0, 0, time.UTC)
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "acme"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Dir: dir})
+	e := &entry{tenant: "acme", flow: "nightly"}
+	for _, c := range []struct {
+		cid  string
+		kept bool
+	}{
+		{"5d0c7f0e-8a3b-4f7e-9c55-2b1d8e4a6f10", true},
+		{strings.Repeat("c", 128), true},
+		{strings.Repeat("c", 129), false},
+		{strings.Repeat("c", 180), false},
+		{"\v0", false},
+		{"a\u00a0b", false},
+		{"a\u2028b", false},
+		{"a b", false},
+	} {
+		rec := lastRecord{at: t0, from: 42, cid: c.cid}
+		if err := s.saveLastTick(e, rec); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readLastRecord(s.lastPath(e))
+		want := lastRecord{at: t0}
+		if c.kept {
+			want = rec
+		}
+		if err != nil || !got.at.Equal(want.at) || got.from != want.from || got.cid != want.cid {
+			t.Errorf("cid %q: reads back as %+v, %v; want %+v", c.cid, got, err, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/gofrs/flock"
 
@@ -845,12 +846,17 @@ func readLastRecord(path string) (lastRecord, error) {
 	return rec, nil
 }
 
+// maxRecordCID is the longest correlation ID a last-tick record holds.
+const maxRecordCID = 128
+
 // saveLastTick writes the flow's last-tick record. It must survive a
 // power cut: if it were lost or empty, a takeover after the restart would
 // tick its time again.
 func (s *Scheduler) saveLastTick(e *entry, rec lastRecord) error {
 	b := []byte(strconv.FormatInt(rec.at.UnixNano(), 10))
-	if rec.from > 0 && rec.cid != "" && !strings.ContainsAny(rec.cid, " \t\r\n") {
+	// the correlation ID only when it reads back as itself: readLastRecord
+	// reads 192 bytes and splits them at Unicode spaces
+	if rec.from > 0 && rec.cid != "" && len(rec.cid) <= maxRecordCID && !strings.ContainsFunc(rec.cid, unicode.IsSpace) {
 		b = fmt.Appendf(nil, "%-31s\n%d %s", b, rec.from, rec.cid)
 	}
 	return queue.WriteAtomic(nil, s.lastPath(e), append(b, '\n'))
