@@ -108,7 +108,8 @@ func FuzzCounterAndCheckpoint(f *testing.F) {
 // FuzzDeadLetterFiles reads arbitrary bytes as dlq.log and dlq.log.acked:
 // no reader fails or panics, they agree on the pending dead letters (the
 // list, the count, the ids, a page), each read as the record it came from
-// decodes, and CompactDLQ keeps them, leaving files that verify.
+// decodes, and CompactDLQ keeps them, leaving files that verify when it
+// ran.
 func FuzzDeadLetterFiles(f *testing.F) {
 	var dlq, acked []byte
 	for id := uint64(1); id <= 4; id++ {
@@ -176,12 +177,18 @@ func FuzzDeadLetterFiles(f *testing.F) {
 				t.Fatalf("DeadLetter(%d): %v", id, err)
 			}
 		}
-		if _, _, err := q.CompactDLQ(); err != nil {
+		marked, left, err := q.CompactDLQ()
+		if err != nil {
 			t.Fatalf("CompactDLQ: %v", err)
 		}
 		after, damage, err := q.DeadLetters()
-		if err != nil || len(damage) > 0 {
-			t.Fatalf("DeadLetters after CompactDLQ: %v, damage %v", err, damage)
+		if err != nil {
+			t.Fatalf("DeadLetters after CompactDLQ: %v", err)
+		}
+		// a compaction that ran (a mark or damage in dlq.log.acked) leaves
+		// the damaged frames out; one with nothing to apply does nothing
+		if len(marked)+len(left) > 0 && len(damage) > 0 {
+			t.Fatalf("DeadLetters after CompactDLQ found damage %v", damage)
 		}
 		var afterIDs []uint64
 		for _, d := range after {
