@@ -12,7 +12,7 @@ import (
 // FuzzServerRecord reads arbitrary bytes as a running server's lock file
 // (servers/*.lock, which another server reads to find the replicas that
 // superseded it): no panic, and a record the server writes reads back as
-// written.
+// written when it is within the 4 KiB the reader reads.
 func FuzzServerRecord(f *testing.F) {
 	rec, _ := json.Marshal(serverRecord{Source: "https://git.example/acme/flows.git (branch main, folder flows)", Started: time.Date(2026, 8, 9, 14, 2, 11, 5, time.UTC)})
 	f.Add(rec, "https://git.example/acme/flows.git (branch main, folder flows)", int64(1786284131000000005))
@@ -43,6 +43,9 @@ func FuzzServerRecord(f *testing.F) {
 		b, err := json.Marshal(want)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(b) > 4<<10 {
+			return // past what readRunningServer reads: a source of kilobytes
 		}
 		write(b)
 		got, ok := readRunningServer(path)
