@@ -68,10 +68,15 @@ type Queue struct {
 	seq   File // segment.log.seq, rewritten in place; replaced under the append lock
 	// issued is the highest next id this handle read from the counter or
 	// wrote to it; guarded by the append lock
-	issued   uint64
-	lock     *os.File     // append.lock, flock(2)ed while appending
-	appendMu sync.Mutex   // the append lock within this process (flock is per process)
-	durable  atomic.Int64 // the end of segment.log known to be synced
+	issued uint64
+	lock   *os.File // append.lock, flock(2)ed while appending
+	// the identities of seq and lock as opened, and the paths they are
+	// checked against at each batch (seqAtPath, flockAppend); guarded by
+	// the append lock
+	seqInfo, lockInfo fs.FileInfo
+	seqPath, lockPath string
+	appendMu          sync.Mutex   // the append lock within this process (flock is per process)
+	durable           atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader
 
@@ -136,11 +141,16 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if opts.GatherWait == 0 {
 		opts.GatherWait = DefaultGatherWait
 	}
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, onCommit: opts.OnCommit}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, onCommit: opts.OnCommit,
+		seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile)}
 	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
-	if q.lock, err = openNoFollow(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
+	if q.lock, err = openNoFollow(q.lockPath, os.O_RDWR|os.O_CREATE, FileMode); err != nil {
+		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
+	}
+	if q.lockInfo, err = q.lock.Stat(); err != nil {
+		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
 	}
 	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode)
@@ -149,10 +159,14 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
 	q.segp.Store(&segFile{seg})
-	if q.seq, err = q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
+	if q.seq, err = q.fs.OpenFile(q.seqPath, os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		seg.Close()
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
+	}
+	if q.seqInfo, err = q.seq.Stat(); err != nil {
+		q.closeFiles()
+		return nil, nil, fmt.Errorf("queue %s/%s: checking %s: %w", tenant, flow, seqFile, err)
 	}
 	// the folders and files just made must survive a power cut
 	for _, d := range []string{dir, filepath.Dir(dir), root} {
@@ -299,18 +313,13 @@ func (q *Queue) lockAppend() (func(), error) {
 // lock on it would exclude no one, so the handle lets it go and locks the
 // file at the path, creating it if need be. The caller holds appendMu.
 func (q *Queue) flockAppend() error {
-	path := q.path(lockFile)
+	path := q.lockPath
 	for {
 		if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
 			return fmt.Errorf("taking the append lock %s: %w", path, err)
 		}
-		open, err := q.lock.Stat()
-		if err != nil {
-			flockRetry(q.lock, syscall.LOCK_UN)
-			return fmt.Errorf("taking the append lock %s: %w", path, err)
-		}
 		atPath, err := os.Lstat(path)
-		if err == nil && os.SameFile(open, atPath) {
+		if err == nil && os.SameFile(q.lockInfo, atPath) {
 			return nil
 		}
 		flockRetry(q.lock, syscall.LOCK_UN)
@@ -321,8 +330,13 @@ func (q *Queue) flockAppend() error {
 		if err != nil {
 			return fmt.Errorf("taking the append lock: %w", err)
 		}
+		info, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("taking the append lock %s: %w", path, err)
+		}
 		q.lock.Close()
-		q.lock = f
+		q.lock, q.lockInfo = f, info
 	}
 }
 
@@ -524,27 +538,28 @@ func (q *Queue) nextID(size int64) (uint64, error) {
 // segment.log.seq at its path, opening (or creating) that one if not. The
 // caller holds the append lock.
 func (q *Queue) seqAtPath() error {
-	atPath, err := q.fs.Stat(q.path(seqFile))
+	atPath, err := q.fs.Stat(q.seqPath)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("checking %s: %w", seqFile, err)
 	}
-	open, err2 := q.seq.Stat()
-	if err2 != nil {
-		return fmt.Errorf("checking %s: %w", seqFile, err2)
-	}
-	if err == nil && sameFile(atPath, open) {
+	if err == nil && sameFile(atPath, q.seqInfo) {
 		return nil
 	}
-	seq, err := q.fs.OpenFile(q.path(seqFile), os.O_RDWR|os.O_CREATE, FileMode)
+	seq, err := q.fs.OpenFile(q.seqPath, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return err
+	}
+	info, err := seq.Stat()
+	if err != nil {
+		seq.Close()
+		return fmt.Errorf("checking %s: %w", seqFile, err)
 	}
 	if err := q.fs.SyncDir(q.dir); err != nil {
 		seq.Close()
 		return fmt.Errorf("syncing the folder of %s: %w", seqFile, err)
 	}
 	q.seq.Close()
-	q.seq = seq
+	q.seq, q.seqInfo = seq, info
 	return nil
 }
 
