@@ -372,9 +372,10 @@ func (s *Scheduler) tick(e *entry, now time.Time) {
 	// time of the period's grid was recorded instead, while the holder
 	// went on a period after the tick: a process taking over or started
 	// then ticked sooner, less than a period after the late tick.
-	due = lastDue(sc, due, now)
 	if _, every := sc.Every(); every {
 		due = now.Truncate(time.Second)
+	} else {
+		due = lastDue(sc, due, now)
 	}
 	e.next = sc.Next(now)
 	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
@@ -722,21 +723,15 @@ func everyAfter(last time.Time, period time.Duration, now time.Time) time.Time {
 	return last.Add((now.Sub(last)/period + 1) * period)
 }
 
-// lastDue is the last time of sc at or before now, from due, one of its
-// times at or before now. It is found without stepping through every time
-// between them, which after a wall clock stepped years forward (a host
-// booted at a default date, then set by NTP) took a pass, and Stop, tens
-// of seconds (@every 1s over two years: 63 million steps): an @every
-// schedule's is counted, and a cron expression's is found by probing back
-// from now, 1, 2, 4… minutes (its times are at least a minute apart), then
-// stepping the few times left.
+// lastDue is the last time of sc, a cron expression (an @every schedule's
+// late tick is the time it is made), at or before now, from due, one of
+// its times at or before now. It is found without stepping through every
+// time between them, which after a wall clock stepped years forward (a
+// host booted at a default date, then set by NTP) took a pass, and Stop,
+// tens of seconds: it probes back from now, 1, 2, 4… minutes (the times
+// of a cron expression are at least a minute apart), then steps the few
+// times left.
 func lastDue(sc *flow.Schedule, due, now time.Time) time.Time {
-	if period, ok := sc.Every(); ok {
-		if !now.After(due) {
-			return due
-		}
-		return due.Add(now.Sub(due) / period * period)
-	}
 	from := due
 	for w := time.Minute; now.Add(-w).After(due); w *= 2 {
 		if n := sc.Next(now.Add(-w)); n.After(due) && !n.After(now) {
