@@ -556,33 +556,11 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// fsync: a process that dies leaves it in the page cache. It is synced
 	// when the worker stops and by a drain; a power cut in between only
 	// means deliveries again.
-	ckpt, err := q.openCheckpoint()
+	l, err := w.newDeliveryLoop(hctx, cursor, sched)
 	if err != nil {
 		return err
 	}
-	var l *deliveryLoop
-	defer func() {
-		if l != nil {
-			ckpt = l.ckpt // ckptAtPath may have replaced it (closing the one it replaced)
-		}
-		ckpt.Close()
-	}()
-	if size, err := fileSize(ckpt); err != nil {
-		return err
-	} else if size == 0 {
-		// made just now: written at once, before any delivery, so that
-		// the file holds its bytes and its rewrites in place never need
-		// space a full disk may not have
-		if err := writeCheckpoint(ckpt, cursor, false); err != nil {
-			return err
-		}
-	}
-	// the checkpoint file holds cursor (written back, synced, by
-	// ownCheckpoint when it differed), or was made just now, holding 0 as
-	// cursor is then (a file that is not there reads as 0), unsynced,
-	// which loses nothing
-	l = &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
-		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}
+	defer func() { l.ckpt.Close() }() // ckptAtPath may have replaced it (closing the one it replaced)
 	defer l.stopped()
 	w.update(func(s *WorkerState) { s.RetriesPending = len(retries) })
 
@@ -637,6 +615,33 @@ func (w *Worker) deliver(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// newDeliveryLoop opens the checkpoint the loop rewrites in place and
+// returns the loop delivering from cursor, with the retry schedule sched
+// and hctx for deliveries and the writes of state after them. The
+// checkpoint file holds cursor (written back, synced, by ownCheckpoint
+// when it differed), or was made just now, cursor being 0 (a file that is
+// not there reads as 0). A file made just now is written at once, before
+// any delivery, so that it holds its bytes and its rewrites in place never
+// need space a full disk may not have; unsynced, which loses nothing.
+func (w *Worker) newDeliveryLoop(hctx context.Context, cursor int64, sched *retrySchedule) (*deliveryLoop, error) {
+	q := w.q
+	ckpt, err := q.openCheckpoint()
+	if err != nil {
+		return nil, err
+	}
+	if size, err := fileSize(ckpt); err != nil {
+		ckpt.Close()
+		return nil, err
+	} else if size == 0 {
+		if err := writeCheckpoint(ckpt, cursor, false); err != nil {
+			ckpt.Close()
+			return nil, err
+		}
+	}
+	return &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
+		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}, nil
 }
 
 // deliveryLoop is the state of an elected worker's loop (deliver).
