@@ -181,6 +181,10 @@ type Worker struct {
 	logger *slog.Logger // cfg.Logger with the queue's tenant and flow
 	wake   chan struct{}
 	lock   *flock.Flock
+	// held is the identity of the file lock holds, read when it was
+	// locked (elect, checkLock) and checked against worker.lock's path
+	// at each idle moment (checkLock)
+	held fs.FileInfo
 
 	life lifecycle.Loop
 
@@ -310,7 +314,11 @@ func (w *Worker) elect(ctx context.Context) bool {
 			w.logger.Error("the worker lock could not be taken", "event", "worker_failed", "error", err.Error())
 		}
 		if ok {
-			return true
+			if w.held, err = w.lock.Stat(); err == nil {
+				return true
+			}
+			w.logger.Error("the worker lock could not be checked", "event", "worker_failed", "error", err.Error())
+			w.lock.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -378,12 +386,8 @@ var errWorkerLockLost = errors.New("the worker lock was lost")
 // wrapping errWorkerLockLost and stands by.
 func (w *Worker) checkLock() error {
 	path := w.lock.Path()
-	held, err := w.lock.Stat()
-	if err != nil {
-		return fmt.Errorf("checking the worker lock %s: %w", path, err)
-	}
 	atPath, err := os.Lstat(path)
-	if err == nil && os.SameFile(held, atPath) {
+	if err == nil && os.SameFile(w.held, atPath) {
 		return nil
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -397,8 +401,13 @@ func (w *Worker) checkLock() error {
 	case !ok:
 		return fmt.Errorf("%w: %s was deleted or replaced, and another process's worker holds the file at its path", errWorkerLockLost, path)
 	}
+	held, err := lock.Stat()
+	if err != nil {
+		lock.Unlock()
+		return fmt.Errorf("checking the worker lock %s: %w", path, err)
+	}
 	w.lock.Unlock()
-	w.lock = lock
+	w.lock, w.held = lock, held
 	w.logger.Warn("the worker lock was deleted or replaced; the file at its path is locked again", "event", "worker_lock_replaced", "file", path)
 	return nil
 }
@@ -631,26 +640,32 @@ func (w *Worker) newDeliveryLoop(hctx context.Context, cursor int64, sched *retr
 	if err != nil {
 		return nil, err
 	}
-	if size, err := fileSize(ckpt); err != nil {
+	info, err := ckpt.Stat()
+	if err != nil {
 		ckpt.Close()
-		return nil, err
-	} else if size == 0 {
+		return nil, fmt.Errorf("checking %s: %w", ckptFile, err)
+	}
+	if info.Size() == 0 {
 		if err := writeCheckpoint(ckpt, cursor, false); err != nil {
 			ckpt.Close()
 			return nil, err
 		}
 	}
-	return &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, reader: newLogReader(q), retries: sched,
+	return &deliveryLoop{w: w, q: q, hctx: hctx, ckpt: ckpt, ckptInfo: info, ckptPath: q.path(ckptFile), reader: newLogReader(q), retries: sched,
 		cursor: cursor, saved: cursor, synced: true, savedAt: w.cfg.Clock.Now()}, nil
 }
 
 // deliveryLoop is the state of an elected worker's loop (deliver).
 type deliveryLoop struct {
-	w      *Worker
-	q      *Queue
-	hctx   context.Context // deliveries and the writes of state after them
-	ckpt   File            // the checkpoint, rewritten in place
-	reader *logReader
+	w    *Worker
+	q    *Queue
+	hctx context.Context // deliveries and the writes of state after them
+	ckpt File            // the checkpoint, rewritten in place
+	// ckptInfo is ckpt's identity, read when it was opened, checked
+	// against ckptPath, joined once, at each idle moment (ckptAtPath)
+	ckptInfo fs.FileInfo
+	ckptPath string
+	reader   *logReader
 	// retries is the retry schedule as the worker last wrote it
 	retries *retrySchedule
 	// cursor is where the next message to deliver begins; saved is what
@@ -708,12 +723,8 @@ func (l *deliveryLoop) stopped() {
 // worker kept its progress where no process reads it: the log was never
 // emptied, and the next worker delivered every message in it again.
 func (l *deliveryLoop) ckptAtPath() error {
-	open, err := l.ckpt.Stat()
-	if err != nil {
-		return fmt.Errorf("checking %s: %w", ckptFile, err)
-	}
-	atPath, err := l.q.fs.Stat(l.q.path(ckptFile))
-	if err == nil && sameFile(open, atPath) {
+	atPath, err := l.q.fs.Stat(l.ckptPath)
+	if err == nil && sameFile(l.ckptInfo, atPath) {
 		return nil
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -723,8 +734,13 @@ func (l *deliveryLoop) ckptAtPath() error {
 	if err != nil {
 		return err
 	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("checking %s: %w", ckptFile, err)
+	}
 	l.ckpt.Close()
-	l.ckpt = f
+	l.ckpt, l.ckptInfo = f, info
 	l.saved, l.synced = -1, false
 	return nil
 }
