@@ -10,12 +10,16 @@ import (
 	"testing"
 )
 
-// lockedAtPath reports whether the file now at path is flock(2)ed by
-// someone: it tries the lock without waiting on a descriptor of its own,
-// as another process that opens the file would.
-func lockedAtPath(t *testing.T, path string) bool {
+// HeldAtPath reports whether the file now at path is flock(2)ed, trying
+// the lock without waiting on a descriptor of its own, as another process
+// that opens the file would (false when there is no file). The worker
+// tests (package queue_test) use it too.
+func HeldAtPath(t *testing.T, path string) bool {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +66,12 @@ func TestAppendLockFollowsTheFileAtItsPath(t *testing.T) {
 			if err != nil {
 				t.Fatalf("lockAppend: %v", err)
 			}
-			held := lockedAtPath(t, path)
+			held := HeldAtPath(t, path)
 			unlock()
 			if !held {
 				t.Fatalf("the handle holds the append lock, but the %s at the path is free to another process", lockFile)
 			}
-			if lockedAtPath(t, path) {
+			if HeldAtPath(t, path) {
 				t.Fatalf("the append lock is still held after its unlock")
 			}
 		})

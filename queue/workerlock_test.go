@@ -1,11 +1,9 @@
 package queue_test
 
 import (
-	"errors"
 	"log/slog"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,30 +11,6 @@ import (
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
 	"github.com/nexushq/nexus/queue"
 )
-
-// heldByOther reports whether the file at path is flock(2)ed, trying the
-// lock without waiting on a descriptor of its own, as another process
-// that opens the file would.
-func heldByOther(t *testing.T, path string) bool {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if errors.Is(err, syscall.EWOULDBLOCK) {
-		return true
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return false
-}
 
 // A worker.lock deleted by hand while a worker leads (taken for a stale
 // lock): the worker locks the file at the path again at its next idle
@@ -53,7 +27,7 @@ func TestWorkerLockDeletedIsLockedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Wake()
-	eventually(t, "worker.lock is locked again", func() bool { return heldByOther(t, path) })
+	eventually(t, "worker.lock is locked again", func() bool { return queue.HeldAtPath(t, path) })
 	if !w.State().Leading {
 		t.Error("the worker no longer leads")
 	}

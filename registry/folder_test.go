@@ -50,30 +50,10 @@ func TestOpenInAFolderNotWritable(t *testing.T) {
 	}
 	var got string
 	if os.Geteuid() == 0 {
-		const nobody = 65534
 		if err := os.Chown(path, nobody, nobody); err != nil {
 			t.Fatal(err)
 		}
-		out := filepath.Join(top, "out")
-		if err := os.Mkdir(out, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(out, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(top, "registry.test")
-		copyFile(t, bin, 0o755)
-		cmd := osexec.Command(bin, "-test.run=^TestOpenInAFolderNotWritable$")
-		cmd.Env = append(os.Environ(), "NEXUS_TEST_OPEN="+path, "NEXUS_TEST_OPEN_RESULT="+filepath.Join(out, "result"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("the open as nobody: %v\n%s", err, b)
-		}
-		b, err := os.ReadFile(filepath.Join(out, "result"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = string(b)
+		got = asNobody(t, top, "TestOpenInAFolderNotWritable", "NEXUS_TEST_OPEN", path)
 	} else {
 		if err := os.Chmod(dir, 0o555); err != nil {
 			t.Fatal(err)
@@ -125,4 +105,35 @@ func copyFile(t *testing.T, dst string, perm os.FileMode) {
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// nobody is the user the tests that need another user than root's run as.
+const nobody = 65534
+
+// asNobody runs test, of a copy of this test binary in top, as nobody,
+// with env set to arg and env+"_RESULT" to a file nobody may write, and
+// returns what the run wrote there (the test's child half reads env and
+// writes its result). The caller is root.
+func asNobody(t *testing.T, top, test, env, arg string) string {
+	t.Helper()
+	out := filepath.Join(top, "out")
+	if err := os.Mkdir(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(top, "registry.test")
+	copyFile(t, bin, 0o755)
+	cmd := osexec.Command(bin, "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), env+"="+arg, env+"_RESULT="+filepath.Join(out, "result"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s as nobody: %v\n%s", test, err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "result"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

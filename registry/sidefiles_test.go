@@ -4,9 +4,7 @@ package registry_test
 
 import (
 	"os"
-	osexec "os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/nexushq/nexus/registry"
@@ -32,7 +30,6 @@ func TestOpenWithSideFilesOfAnotherUser(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	const nobody = 65534
 	top := t.TempDir()
 	if err := os.Chmod(top, 0o755); err != nil {
 		t.Fatal(err)
@@ -70,28 +67,10 @@ func TestOpenWithSideFilesOfAnotherUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := filepath.Join(top, "out")
-	if err := os.Mkdir(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(top, "registry.test")
-	copyFile(t, bin, 0o755)
-	cmd := osexec.Command(bin, "-test.run=^TestOpenWithSideFilesOfAnotherUser$")
-	cmd.Env = append(os.Environ(), "NEXUS_TEST_SIDE="+path, "NEXUS_TEST_SIDE_RESULT="+filepath.Join(out, "result"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the open as nobody: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(filepath.Join(out, "result"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := asNobody(t, top, "TestOpenWithSideFilesOfAnotherUser", "NEXUS_TEST_SIDE", path)
 	write := "registry " + path + ": registry.db-wal cannot be read and written by this user (permission denied): the registry's -wal and -shm files belong to the registry's owner"
 	read := "registry " + path + ": registry.db-wal cannot be read by this user (permission denied): the registry's -wal and -shm files belong to the registry's owner"
-	if got := string(b); got != write+"\n"+read {
+	if got != write+"\n"+read {
 		t.Errorf("opening a registry whose -wal and -shm are another user's, to write and to read:\n got %s\nwant %s\n     %s", got, write, read)
 	}
 }
