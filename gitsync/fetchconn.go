@@ -85,31 +85,31 @@ func init() {
 const maxErrorPage = 512
 
 // errorPageCap cuts the body of an HTTP answer of 400 or more to
-// maxErrorPage bytes, folded into one line (onePageLine).
+// maxErrorPage bytes (go-git puts it in its error, which the fetch's error
+// folds into one line: see newFetchError).
 type errorPageCap struct{ base http.RoundTripper }
 
 func (c errorPageCap) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.base.RoundTrip(req)
 	if err == nil && resp.StatusCode >= http.StatusBadRequest && resp.Body != nil {
-		page, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorPage))
 		resp.Body = struct {
 			io.Reader
 			io.Closer
-		}{io.MultiReader(strings.NewReader(onePageLine(page)), errReader{rerr}), resp.Body}
+		}{io.LimitReader(resp.Body, maxErrorPage), resp.Body}
 	}
 	return resp, err
 }
 
-// onePageLine is what a remote sent (an error page, an "ERR" packet's
+// oneLine is what a remote sent (an error page, an "ERR" packet's
 // text, an ssh server's error line), as go-git's error holds it, made one
 // line: each run of white space, control characters (a terminal's escape
 // sequences) and format characters (a bidirectional override) a space,
 // bytes that are not UTF-8 U+FFFD. The error reaches sync_unreachable,
 // /status and the UI, which held the remote's lines and escapes as sent.
-func onePageLine(page []byte) string {
+func oneLine(text string) string {
 	var b strings.Builder
 	gap := false
-	for _, r := range strings.ToValidUTF8(string(page), "\uFFFD") {
+	for _, r := range strings.ToValidUTF8(text, "\uFFFD") {
 		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 			gap = true
 			continue
@@ -121,16 +121,6 @@ func onePageLine(page []byte) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// errReader ends a read with err (nil: io.EOF).
-type errReader struct{ err error }
-
-func (r errReader) Read([]byte) (int, error) {
-	if r.err != nil {
-		return 0, r.err
-	}
-	return 0, io.EOF
 }
 
 // watch starts watching a fetch under ctx: it returns the context to fetch

@@ -1029,7 +1029,7 @@ func (s *Syncer) cloneWriteError(err error) bool {
 // or silent, its branch missing, the credentials refused. The loop logs it
 // as sync_unreachable, and any other failed round (the registry or the
 // clone unwritable, the sync lock) as sync_error. Its message is one line
-// (onePageLine): go-git puts in its errors what the remote sent, an ssh
+// (oneLine): go-git puts in its errors what the remote sent, an ssh
 // server's first line of errors or the text of an "ERR" packet, as sent.
 type fetchError struct {
 	err error
@@ -1037,7 +1037,7 @@ type fetchError struct {
 }
 
 func newFetchError(err error) *fetchError {
-	return &fetchError{err: err, msg: onePageLine([]byte(err.Error()))}
+	return &fetchError{err: err, msg: oneLine(err.Error())}
 }
 
 func (e *fetchError) Error() string { return e.msg }
