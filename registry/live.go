@@ -208,7 +208,8 @@ func (r *Registry) build(ctx context.Context, prev *LiveSet) (*LiveSet, error) {
 // buildIn builds a live set from what tx reads.
 func (r *Registry) buildIn(ctx context.Context, tx *sql.Tx, prev *LiveSet) (*LiveSet, error) {
 	set := &LiveSet{flows: map[flowKey]*LiveFlow{}}
-	if err := tx.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&set.generation); err != nil {
+	var err error
+	if set.generation, err = readGeneration(ctx, tx); err != nil {
 		return nil, fmt.Errorf("reading the registry: %w", err)
 	}
 	commit, err := getState(ctx, tx, "commit")

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/nexushq/nexus/access"
@@ -264,6 +265,29 @@ func getState(ctx context.Context, q querier, key string) ([]byte, error) {
 	return v, err
 }
 
+// readGeneration reads the generation counter.
+func readGeneration(ctx context.Context, q querier) (int64, error) {
+	v, err := getState(ctx, q, "generation")
+	if err != nil {
+		return 0, err
+	}
+	return parseGeneration(v)
+}
+
+// parseGeneration reads the generation counter's value (nil: no row).
+// Every version writes an integer; anything else (a damaged file, an edit
+// by hand) is refused with one error, whichever read finds it.
+func parseGeneration(v []byte) (int64, error) {
+	if v == nil {
+		return 0, errors.New("the generation counter in registry.db is missing: the file is damaged or was edited by hand")
+	}
+	g, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the generation counter in registry.db is not an integer (%q): the file is damaged or was edited by hand", v)
+	}
+	return g, nil
+}
+
 func setState(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO state (key, value) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
@@ -393,7 +417,9 @@ func status(ctx context.Context, tx *sql.Tx) (Status, error) {
 	st.Source.Name = string(state["source"])
 	st.Source.Started, _ = time.Parse(time.RFC3339Nano, string(state["source_started"]))
 	st.Source.Server = string(state["source_server"])
-	fmt.Sscan(string(state["generation"]), &st.Generation)
+	if st.Generation, err = parseGeneration(state["generation"]); err != nil {
+		return st, err
+	}
 	if c, ok := state["failed_commit"]; ok {
 		se := &SyncError{Commit: string(c)}
 		_ = json.Unmarshal(state["failed_errors"], &se.Errors)

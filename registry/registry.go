@@ -544,9 +544,7 @@ func rollback(tx *sql.Tx) error {
 // Generation returns the generation counter: it moves by one with every
 // publication that changes anything.
 func (r *Registry) Generation(ctx context.Context) (int64, error) {
-	var g int64
-	err := r.db.QueryRowContext(ctx, `SELECT value FROM state WHERE key = 'generation'`).Scan(&g)
-	return g, err
+	return readGeneration(ctx, r.db)
 }
 
 func unixMilli(t time.Time) int64 { return t.UnixMilli() }
