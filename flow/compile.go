@@ -591,7 +591,7 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			return
 		}
 		if msg := checkEndpoint(t); msg != "" {
-			c.errorf(k.line, "endpoint %q %s", t.src, msg)
+			c.errorf(k.line, "endpoint %q %s", shownEndpoint(t.src), msg)
 			return
 		}
 		h.Endpoint = t
@@ -860,6 +860,31 @@ func checkEndpoint(t *Template) string {
 		return "does not parse: " + err.Error()
 	}
 	return ""
+}
+
+// shownEndpoint is an endpoint as a compile error quotes it: its user
+// information, query and fragment, where a downstream's password and API
+// key live, show as "redacted", as a failed call's error leaves them out
+// (the errors of a refused commit go to the log, GET /status and the
+// registry, which the config repo's readers are not alone to see). Up to
+// the last '@' before any hole is taken for user information: a password
+// may hold an unescaped '/', '?' or '#'.
+func shownEndpoint(src string) string {
+	scheme, rest := "", src
+	if i := strings.Index(rest, "://"); i >= 0 {
+		scheme, rest = rest[:i+3], rest[i+3:]
+	}
+	lit := rest
+	if i := strings.Index(lit, "{{"); i >= 0 {
+		lit = lit[:i]
+	}
+	if i := strings.LastIndexByte(lit, '@'); i >= 0 {
+		rest = "redacted@" + rest[i+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i+1] + "redacted"
+	}
+	return scheme + rest
 }
 
 // isControl reports a character a header value cannot hold: a control

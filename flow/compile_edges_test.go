@@ -485,3 +485,26 @@ func TestLeastIntLiteralIsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedEndpointHidesCredentials: the error of a refused endpoint
+// quotes it without its user information, query or fragment, where a
+// downstream's password and API key live; it once quoted them whole.
+func TestRefusedEndpointHidesCredentials(t *testing.T) {
+	for _, tc := range []struct{ ep, shown string }{
+		{"https://deploy:S3CRET@api.example.com/a b", `"https://redacted@api.example.com/a b" contains a space`},
+		{"https://api.example.com/a b?api_key=S3CRET&x=1", `"https://api.example.com/a b?redacted" contains a space`},
+		{"https://api.example.com/a b#S3CRET", `"https://api.example.com/a b#redacted" contains a space`},
+		// a password holding '/' or '?' unescaped
+		{"https://deploy:S3/CRET@api.example.com/a b", `"https://redacted@api.example.com/a b" contains a space`},
+		{"https://deploy:S3?CRET@api.example.com/a b", `"https://redacted@api.example.com/a b" contains a space`},
+		{"ftp://deploy:S3CRET@api.example.com/a", `"ftp://redacted@api.example.com/a" is not an absolute`},
+		{"api.example.com/a?token=S3CRET", `"api.example.com/a?redacted" is not an absolute`},
+		// a hole is no user information: the '@' before it is
+		{"https://u:S3CRET@api.example.com/{{ $.a }}/a b", `"https://redacted@api.example.com/{{ $.a }}/a b" contains a space`},
+	} {
+		errs := compileErrs(t, rv6Head+"## Step: s\neffects: [http_egress]\nendpoint: "+tc.ep+"\n")
+		if len(errs) != 1 || strings.Contains(errs[0].Error(), "S3") || !strings.Contains(errs[0].Error(), tc.shown) {
+			t.Errorf("endpoint %s: errors %v, want one quoting %s", tc.ep, errs, tc.shown)
+		}
+	}
+}
