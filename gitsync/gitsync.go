@@ -209,6 +209,10 @@ func New(cfg Config) (*Syncer, error) {
 	// sync write wherever it points
 	if info, err := os.Lstat(cfg.Dir); err == nil && info.Mode()&fs.ModeSymlink != 0 {
 		return nil, fmt.Errorf("gitsync: %s is a symbolic link: the state directory must hold no symbolic links", cfg.Dir)
+	} else if err == nil && info.IsDir() && info.Mode().Perm()&0o077 != 0 {
+		// a clone an earlier version made open to everyone (see open);
+		// one this user cannot change is left for open to report
+		_ = os.Chmod(cfg.Dir, info.Mode().Perm()&0o700)
 	}
 	s := &Syncer{
 		cfg:     cfg,
@@ -717,6 +721,14 @@ func (s *Syncer) reclone(ctx context.Context, damage error) (*git.Repository, *o
 func (s *Syncer) open() (*git.Repository, error) {
 	repo, err := openClone(s.cfg.Dir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
+		// the owner's alone, as the state directory around it should be
+		// (go-git would make it 0755, and its files 0644: the flows'
+		// sources, which may carry a downstream's credentials, and
+		// access.yaml, readable by every user of a state directory left
+		// open)
+		if err := os.Mkdir(s.cfg.Dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("making the clone %s: %w", s.cfg.Dir, err)
+		}
 		if repo, err = git.Init(cloneStorage(s.cfg.Dir), nil); err != nil {
 			return nil, fmt.Errorf("making the clone %s: %w", s.cfg.Dir, err)
 		}

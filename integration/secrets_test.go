@@ -61,3 +61,45 @@ func TestARefusedEndpointKeepsItsCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestTheCloneIsTheOwnersAlone: the host's clone of the config repo holds
+// every flow's source (a downstream's credentials among them) and
+// access.yaml. go-git made it 0755, its files 0644, so in a state
+// directory left open to other users (warned of, state_directory_open)
+// they could read what registry.db (0600) keeps from them. A clone an
+// earlier version made is closed at the next start.
+func TestTheCloneIsTheOwnersAlone(t *testing.T) {
+	t.Parallel()
+	state := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(state, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	repo := helloRepo(t)
+	clone := filepath.Join(state, "repo")
+	mode := func() os.FileMode {
+		info, err := os.Stat(clone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Mode().Perm()
+	}
+	h := startHost(t, hostOptions{repo: repo.dir, db: filepath.Join(state, "registry.db")})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	if got := mode(); got&0o077 != 0 {
+		t.Errorf("the clone %s: mode %v, want the owner's alone", clone, got)
+	}
+	if code := h.stop(10 * time.Second); code != 0 {
+		t.Fatalf("nexus serve exited %d", code)
+	}
+	if err := os.Chmod(clone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h = startHost(t, hostOptions{repo: repo.dir, db: filepath.Join(state, "registry.db")})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	if got := mode(); got != 0o700 {
+		t.Errorf("the clone an earlier version left open: mode %v at the next start, want %v", got, os.FileMode(0o700))
+	}
+}
