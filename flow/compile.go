@@ -857,6 +857,11 @@ func checkEndpoint(t *Template) string {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if shown := shownEndpoint(u); shown != u && strings.Contains(shown, "redacted@") && strings.Contains(err.Error(), `"`) {
+			// Go's cause quotes a piece of the URL, which may be of the
+			// password (https://user:pa/ss@host: invalid port ":pa")
+			return "does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"
+		}
 		return "does not parse: " + err.Error()
 	}
 	return ""
