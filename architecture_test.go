@@ -48,13 +48,17 @@ type ourImport struct {
 
 // TestArchitecture checks the code against the package table in
 // docs/architecture.md: every package imports only what its row allows, every
-// package directory has a row, and every row names a directory that exists.
+// package directory has a row, every row names a directory that exists, and
+// every row allows only packages of the rows above it.
 func TestArchitecture(t *testing.T) {
 	modPath := readModulePath(t)
-	table := readTable(t)
+	table, order := readTable(t)
 	pkgs, _ := scanPackages(t, modPath)
 
 	for _, msg := range checkImports(table, pkgs) {
+		t.Error(msg)
+	}
+	for _, msg := range checkOrder(table, order) {
 		t.Error(msg)
 	}
 
@@ -150,6 +154,45 @@ func TestCheckImports(t *testing.T) {
 	}
 }
 
+func TestCheckOrder(t *testing.T) {
+	const head = "| package | owns | may import (of ours) |\n| --- | --- | --- |\n"
+	for _, tt := range []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{
+			name: "Down",
+			doc:  head + "| `naming` | x | — |\n| `flow` | x | `naming` |\n| `cmd/nexus` | x | everything |\n",
+		},
+		{
+			name: "Up",
+			doc:  head + "| `flow` | x | `naming` |\n| `naming` | x | — |\n",
+			want: []string{tableFile + ": the row `flow` may import `naming`, which has no row above it: arrows point down the table (move the row, or correct the name)"},
+		},
+		{
+			name: "Itself",
+			doc:  head + "| `flow` | x | `flow` |\n",
+			want: []string{tableFile + ": the row `flow` may import `flow`, which has no row above it: arrows point down the table (move the row, or correct the name)"},
+		},
+		{
+			name: "NoRow",
+			doc:  head + "| `naming` | x | — |\n| `flow` | x | `naming`, `namng` |\n",
+			want: []string{tableFile + ": the row `flow` may import `namng`, which has no row above it: arrows point down the table (move the row, or correct the name)"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			table, order, err := parseRows(tt.doc)
+			if err != nil {
+				t.Fatalf("parseRows: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, checkOrder(table, order)); diff != "" {
+				t.Errorf("checkOrder() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestCheckParseTable(t *testing.T) {
 	const doc = "# Title\n\n" +
 		"| other | table |\n| --- | --- |\n| `x` | `y` |\n\n" +
@@ -217,6 +260,23 @@ func checkImports(table map[string]rule, pkgs map[string][]ourImport) []string {
 	return msgs
 }
 
+// checkOrder reports every package a row allows that has no row above it
+// (order is the rows' packages, top first): the arrows of the table point
+// down it, so that no package imports, even through others, one that
+// imports it; and a name with no row at all (a misspelt one) allows
+// nothing.
+func checkOrder(table map[string]rule, order []string) []string {
+	var msgs []string
+	for i, pkg := range order {
+		for _, a := range table[pkg].Allowed {
+			if !slices.Contains(order[:i], a) {
+				msgs = append(msgs, fmt.Sprintf("%s: the row `%s` may import `%s`, which has no row above it: arrows point down the table (move the row, or correct the name)", tableFile, pkg, a))
+			}
+		}
+	}
+	return msgs
+}
+
 // rowOf returns the row of the table that dir belongs to: dir itself or its
 // nearest parent directory that has a row.
 func rowOf(table map[string]rule, dir string) (string, bool) {
@@ -233,6 +293,12 @@ var backticked = regexp.MustCompile("`([^`]+)`")
 // parseTable reads the package table (the Markdown table whose header starts
 // with "| package |") from an architecture document.
 func parseTable(doc string) (map[string]rule, error) {
+	table, _, err := parseRows(doc)
+	return table, err
+}
+
+// parseRows is parseTable, with the packages in the order of their rows.
+func parseRows(doc string) (map[string]rule, []string, error) {
 	lines := strings.Split(doc, "\n")
 	start := -1
 	for i, line := range lines {
@@ -242,10 +308,11 @@ func parseTable(doc string) (map[string]rule, error) {
 		}
 	}
 	if start < 0 {
-		return nil, fmt.Errorf("no table whose header starts with %q", "| package |")
+		return nil, nil, fmt.Errorf("no table whose header starts with %q", "| package |")
 	}
 
 	table := make(map[string]rule)
+	var order []string
 	// Skip the header and the --- separator line below it.
 	for i := start + 2; i < len(lines); i++ {
 		line := strings.TrimSpace(lines[i])
@@ -255,16 +322,16 @@ func parseTable(doc string) (map[string]rule, error) {
 		lineNo := i + 1
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) < 3 {
-			return nil, fmt.Errorf("line %d: want at least 3 cells (package | owns | may import), got %d", lineNo, len(cells))
+			return nil, nil, fmt.Errorf("line %d: want at least 3 cells (package | owns | may import), got %d", lineNo, len(cells))
 		}
 		pkgCell := strings.TrimSpace(cells[0])
 		m := backticked.FindStringSubmatch(pkgCell)
 		if m == nil || m[0] != pkgCell {
-			return nil, fmt.Errorf("line %d: the package cell %q must be one name in backticks", lineNo, pkgCell)
+			return nil, nil, fmt.Errorf("line %d: the package cell %q must be one name in backticks", lineNo, pkgCell)
 		}
 		pkg := m[1]
 		if _, dup := table[pkg]; dup {
-			return nil, fmt.Errorf("line %d: second row for `%s`", lineNo, pkg)
+			return nil, nil, fmt.Errorf("line %d: second row for `%s`", lineNo, pkg)
 		}
 
 		var r rule
@@ -279,29 +346,32 @@ func parseTable(doc string) (map[string]rule, error) {
 				rest = strings.Replace(rest, m[0], "", 1)
 			}
 			if len(r.Allowed) == 0 || strings.Trim(rest, ", ") != "" {
-				return nil, fmt.Errorf("line %d: the may-import cell %q must be \"—\", \"everything\" or package names in backticks separated by commas", lineNo, mayCell)
+				return nil, nil, fmt.Errorf("line %d: the may-import cell %q must be \"—\", \"everything\" or package names in backticks separated by commas", lineNo, mayCell)
 			}
 			slices.Sort(r.Allowed)
 		}
 		table[pkg] = r
+		order = append(order, pkg)
 	}
 	if len(table) == 0 {
-		return nil, fmt.Errorf("the package table has no rows")
+		return nil, nil, fmt.Errorf("the package table has no rows")
 	}
-	return table, nil
+	return table, order, nil
 }
 
-func readTable(t *testing.T) map[string]rule {
+// readTable reads the package table of tableFile, and the packages in the
+// order of their rows.
+func readTable(t *testing.T) (map[string]rule, []string) {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.FromSlash(tableFile))
 	if err != nil {
 		t.Fatalf("reading the package table: %v", err)
 	}
-	table, err := parseTable(string(doc))
+	table, order, err := parseRows(string(doc))
 	if err != nil {
 		t.Fatalf("%s: %v", tableFile, err)
 	}
-	return table
+	return table, order
 }
 
 // readModulePath returns the module path declared in go.mod.
