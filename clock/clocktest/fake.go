@@ -37,6 +37,7 @@ type waiter struct {
 	fired bool
 }
 
+// New returns a Fake whose time is start, with nothing pending.
 func New(start time.Time) *Fake {
 	return &Fake{now: start, changed: make(chan struct{})}
 }
