@@ -164,16 +164,6 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 	return nil
 }
 
-// readRecords returns the verified records of a file of the queue.
-func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
-	var recs [][]byte
-	damage, err := q.eachRecord(name, func(rec []byte) error {
-		recs = append(recs, rec)
-		return nil
-	})
-	return recs, damage, err
-}
-
 // eachRecord calls fn with each verified record of a file of the queue, in
 // file order, one in memory at a time, and returns the damage found. A
 // missing file has none.

@@ -176,3 +176,13 @@ func readFile(fsys FS, name string) ([]byte, error) {
 	}
 	return buf[:n], nil
 }
+
+// readRecords returns the verified records of a file of the queue.
+func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
+	var recs [][]byte
+	damage, err := q.eachRecord(name, func(rec []byte) error {
+		recs = append(recs, rec)
+		return nil
+	})
+	return recs, damage, err
+}
