@@ -609,7 +609,7 @@ func (s *Syncer) checkSuperseded(ctx context.Context) error {
 	if src.Name == "" || src.Name == s.source {
 		return nil
 	}
-	if src.Started.After(s.cfg.Started) && !s.serverGone(src.Server) {
+	if s.laterAndRunning(src) {
 		return &SupersededError{Source: src.Name, Started: src.Started, Own: s.source}
 	}
 	// the server that published it has ended, or started before this
@@ -939,7 +939,7 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		Tags:       git.NoTags,
 		Force:      true,
 	}
-	if ep, err := transport.NewEndpoint(s.cfg.Repo); err == nil && ep.Protocol == "ssh" {
+	if UsesSSH(s.cfg.Repo) {
 		opts.ProxyOptions = transport.ProxyOptions{URL: proxyURL}
 	}
 	s.removePartPacks() // a killed process's
