@@ -440,8 +440,8 @@ func cleanFlowsDir(dir string) string {
 type Result struct {
 	// Commit is the branch's head after the fetch ("" when skipped).
 	Commit string
-	// Skipped says why nothing was compiled: "up to date", "already
-	// refused", or "another process is syncing".
+	// Skipped says why nothing was compiled: SkippedUpToDate,
+	// SkippedRefused or SkippedLocked.
 	Skipped string
 	// Changes are the publication's changes, when the commit was applied.
 	Changes []registry.Change
@@ -450,6 +450,16 @@ type Result struct {
 	// are when there are more.
 	Errors []string
 }
+
+// The reasons a Result gives for a round that compiled nothing.
+const (
+	// SkippedUpToDate: the branch's head is the live commit.
+	SkippedUpToDate = "up to date"
+	// SkippedRefused: the branch's head is the commit last refused.
+	SkippedRefused = "already refused"
+	// SkippedLocked: another process held the sync lock and ran the round.
+	SkippedLocked = "another process is syncing"
+)
 
 // Applied reports whether the commit was published.
 func (r Result) Applied() bool { return r.Skipped == "" && len(r.Errors) == 0 && r.Commit != "" }
@@ -469,7 +479,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("taking the sync lock %s: %w", s.lock.Path(), err)
 	}
 	if !locked {
-		return Result{Skipped: "another process is syncing"}, nil
+		return Result{Skipped: SkippedLocked}, nil
 	}
 	defer s.lock.Unlock()
 	// before the clone is touched: servers following different repos
@@ -513,10 +523,10 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 		// the live commit itself, when this process's first round refused
 		// it (settings or a compiler that judge it otherwise): it stays
 		// reported, as any refused head does
-		res.Skipped = "already refused"
+		res.Skipped = SkippedRefused
 		return res, nil
 	case st.Commit == res.Commit:
-		res.Skipped = "up to date"
+		res.Skipped = SkippedUpToDate
 		if err := s.cfg.Registry.ConfirmSync(ctx, res.Commit); err != nil {
 			return res, fmt.Errorf("recording the sync: %w", err)
 		}
@@ -1318,7 +1328,7 @@ func (s *Syncer) loop(ctx context.Context) {
 		wait := s.cfg.Poll
 		var se *SupersededError
 		wasSuperseded := superseded
-		if res.Skipped != "another process is syncing" {
+		if res.Skipped != SkippedLocked {
 			// a round another process ran says nothing of this one
 			superseded = errors.As(err, &se)
 		}

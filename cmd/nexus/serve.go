@@ -682,12 +682,12 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 			Repo: cfg.Repo, Branch: cfg.Branch, FlowsDir: cfg.FlowsDir, Poll: cfg.Poll,
 			Dir: filepath.Join(stateDir, "repo"), SSHKeyFile: cfg.SSHKey, Registry: reg, Logger: logger,
 			Observe: func(res gitsync.Result, err error) {
-				syncHealth.Observe(err != nil || res.Skipped != "another process is syncing", err, time.Now())
+				syncHealth.Observe(err != nil || res.Skipped != gitsync.SkippedLocked, err, time.Now())
 				switch {
 				case err != nil || len(res.Errors) > 0:
 					metrics.SyncFailed()
-				case res.Skipped == "another process is syncing":
-				case res.Skipped == "already refused":
+				case res.Skipped == gitsync.SkippedLocked:
+				case res.Skipped == gitsync.SkippedRefused:
 					// the branch's head is a refused commit, counted once
 					// when it was refused: the live set is not on the head,
 					// so the last success stays where it was (and goes
