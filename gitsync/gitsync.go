@@ -974,8 +974,6 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			err = fmt.Errorf("not done within %v: %w", maxFetchTime, err)
 		}
-	}
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		s.removePartPacks()
 		if s.cloneWriteError(err) {
 			// this host's disk, not the remote: a sync_error, which an
