@@ -612,28 +612,8 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 			return err
 		}
 	}
-	// made first, the owner's alone: the development mode's repo goes in
-	// it, and go-git makes missing folders open to everyone
-	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
-		return fmt.Errorf("the state directory: %w", err)
-	}
-	if err := checkStateDir(stateDir); err != nil {
+	if err := prepareStateDir(stateDir, cfg.Repo != "" || cfg.Dev); err != nil {
 		return err
-	}
-	// the folders nexus keeps in its state directory are its own: a link
-	// planted at one would have every tenant's messages written wherever
-	// it points (the state directory itself may be a link: that is the
-	// operator's choice of where it lives); checked before the registry
-	// is made, so that a refused start leaves nothing behind
-	owned := []string{"queues", "cron"}
-	if cfg.Repo != "" || cfg.Dev {
-		owned = append(owned, "repo") // the clone gitsync keeps
-	}
-	for _, name := range owned {
-		p := filepath.Join(stateDir, name)
-		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
-			return fmt.Errorf("%s is a symbolic link: the folders of the state directory are its own (to keep the state elsewhere, move the whole state directory)", p)
-		}
 	}
 	var devKey string
 	keyShown := false // the banner prints a key it generated, not one given
@@ -832,6 +812,37 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	logger.Info("nexus stopped", "event", "stopped")
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// prepareStateDir makes the state directory, the owner's alone, and
+// checks it (checkStateDir) and the folders nexus keeps in it, the clone's
+// too when withClone: a link planted at one is refused. It is called
+// before the registry is made, so that a refused start leaves nothing
+// behind.
+func prepareStateDir(stateDir string, withClone bool) error {
+	// made first, the owner's alone: the development mode's repo goes in
+	// it, and go-git makes missing folders open to everyone
+	if err := os.MkdirAll(stateDir, queue.DirMode); err != nil {
+		return fmt.Errorf("the state directory: %w", err)
+	}
+	if err := checkStateDir(stateDir); err != nil {
+		return err
+	}
+	// the folders nexus keeps in its state directory are its own: a link
+	// planted at one would have every tenant's messages written wherever
+	// it points (the state directory itself may be a link: that is the
+	// operator's choice of where it lives)
+	owned := []string{"queues", "cron"}
+	if withClone {
+		owned = append(owned, "repo") // the clone gitsync keeps
+	}
+	for _, name := range owned {
+		p := filepath.Join(stateDir, name)
+		if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symbolic link: the folders of the state directory are its own (to keep the state elsewhere, move the whole state directory)", p)
+		}
 	}
 	return nil
 }
