@@ -105,7 +105,63 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command args names. A command's output that cannot be
+// written (stdout a full disk) is said in one line and the exit code is 1:
+// a command that only prints (status, journal) would otherwise exit 0
+// having printed nothing. nexus serve is left out: its stdout holds only
+// the --dev banner, and a banner lost is no reason to fail a host that
+// served.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		return runCommand(args, stdout, stderr)
+	}
+	out := &outputWriter{w: stdout}
+	code := runCommand(args, out, stderr)
+	if out.err != nil && code == exitOK {
+		fmt.Fprintf(stderr, "%s: the output could not be written (%v)\n", commandName(args), out.err)
+		return exitError
+	}
+	return code
+}
+
+// outputWriter is a command's stdout that keeps the first error a write
+// returned; the writes after it are not tried.
+type outputWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err = err
+	}
+	return n, err
+}
+
+// commandName names the command args run, as its own errors name it:
+// "nexus status", "nexus dlq list" ("nexus journal" for nexus help
+// journal), "nexus" for the usage and --version.
+func commandName(args []string) string {
+	if len(args) > 1 && isHelp(args[0]) && !isHelp(args[1]) {
+		args = args[1:]
+	}
+	if len(args) == 0 || isHelp(args[0]) || strings.HasPrefix(args[0], "-") {
+		return "nexus"
+	}
+	name := "nexus " + args[0]
+	switch {
+	case args[0] == "dlq" && len(args) > 1 && (args[1] == "list" || args[1] == "replay" || args[1] == "discard"),
+		args[0] == "key" && len(args) > 1 && args[1] == "generate":
+		name += " " + args[1]
+	}
+	return name
+}
+
+func runCommand(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	if len(args) == 0 {
 		usage(stderr, cmds)
