@@ -12,7 +12,9 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nexushq/nexus/naming"
 )
@@ -115,7 +117,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
 		return runCommand(args, stdout, stderr)
 	}
-	out := &outputWriter{w: stdout}
+	out := &outputWriter{w: terminalSafe{stdout}}
+	stderr = terminalSafe{stderr}
 	code := runCommand(args, out, stderr)
 	if out.err != nil && code == exitOK {
 		fmt.Fprintf(stderr, "%s: the output could not be written (%v)\n", commandName(args), out.err)
@@ -140,6 +143,61 @@ func (o *outputWriter) Write(p []byte) (int, error) {
 		o.err = err
 	}
 	return n, err
+}
+
+// terminalSafe is a command's stdout or stderr: what is written to it
+// shows every character that does not print (but the newline and the tab),
+// and every byte that is not UTF-8, escaped as Go writes it in a string
+// (\x1b, \a, \u202e, \xff), the rest as it is. The commands echo what they
+// were given (an unknown flag, a path, a --db, a file's name); an escape
+// sequence in it must reach a terminal as text, not as a command to it.
+// A Write is taken as whole characters (a character split between two
+// writes shows as its bytes escaped): each of the commands' writes is a
+// line or more.
+type terminalSafe struct{ w io.Writer }
+
+func (t terminalSafe) Write(p []byte) (int, error) {
+	if !needsEscape(p) {
+		return t.w.Write(p)
+	}
+	n := len(p)
+	var b strings.Builder
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, p[0])
+		case unsafeRune(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.Write(p[:size])
+		}
+		p = p[size:]
+	}
+	if _, err := io.WriteString(t.w, b.String()); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// needsEscape reports whether p holds a byte that is not UTF-8 or a
+// character terminalSafe escapes.
+func needsEscape(p []byte) bool {
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		if r == utf8.RuneError && size == 1 || unsafeRune(r) {
+			return true
+		}
+		p = p[size:]
+	}
+	return false
+}
+
+// unsafeRune reports whether r is to be escaped on a terminal: any
+// character that does not print but the newline and the tab.
+func unsafeRune(r rune) bool {
+	return r != '\n' && r != '\t' && !strconv.IsPrint(r)
 }
 
 // commandName names the command args run, as its own errors name it:

@@ -49,3 +49,53 @@ func TestOutputToAFullDiskIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestArgumentsEchoedAreSafeOnATerminal: what a command prints back of its
+// arguments (an unknown flag, a path, a --db) shows control characters and
+// bytes that are not UTF-8 escaped, as Go writes them in a string
+// ("\x1b"), never raw: ESC [ 2 J in a file name or a mistyped flag cleared
+// the operator's terminal, and an OSC sequence could retitle it or worse.
+// The lines are otherwise as before, and so are the exit codes.
+func TestArgumentsEchoedAreSafeOnATerminal(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// a folder holding a flow file whose name holds ESC, with an error
+	flows := filepath.Join(dir, "flows")
+	if err := os.Mkdir(flows, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(minimalFlow("acme", "x"), "tenant: acme", "tenant: Acme!", 1)
+	if err := os.WriteFile(filepath.Join(flows, "\x1b[2Jx.md"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const hostile = "\x1b]0;owned\x07\x1b[2J\x9b31m\xff"
+	const shown = `\x1b]0;owned\a\x1b[2J\x9b31m\xff`
+	for _, c := range []struct {
+		args       []string
+		code       int
+		want       string // in stdout or stderr, escaped
+		wantStdout bool
+	}{
+		{[]string{"status", "--" + hostile}, exitUsage, "nexus status: unknown flag --" + shown + " (nexus status --help lists the flags)\n", false},
+		{[]string{"serve", "--" + hostile}, exitUsage, "nexus serve: unknown flag --" + shown + " (nexus serve --help lists the flags)\n", false},
+		{[]string{"serve", "--db", filepath.Join(dir, hostile) + "/"}, exitUsage, "--db " + filepath.Join(dir, shown) + "/ names a directory", false},
+		{[]string{"journal", "---" + hostile}, exitUsage, "nexus journal: bad flag syntax: ---" + shown + "\n", false},
+		{[]string{"validate", filepath.Join(dir, hostile+".md")}, exitError, filepath.Join(dir, shown+".md") + ": no such file or directory\n", true},
+		{[]string{"validate", flows}, exitError, `"` + filepath.Join(flows, `\x1b[2Jx.md`) + `": a name with a control`, true}, // refused, quoted, as before
+		{[]string{"deploy", "--db", filepath.Join(dir, "r", "registry.db"), filepath.Join(dir, hostile+".md")}, exitError, filepath.Join(dir, shown+".md") + ": no such file or directory\n", true},
+		{[]string{"status", "--db", filepath.Join(dir, hostile, "registry.db")}, exitOK, "registry: " + filepath.Join(dir, shown, "registry.db") + "\n", true},
+		{[]string{"dlq", "list", "--db", filepath.Join(file, hostile, "registry.db")}, exitError, filepath.Join(file, shown, "registry.db") + ": not a directory\n", false},
+	} {
+		code, stdout, stderr := runNexus(t, c.args...)
+		got := stderr
+		if c.wantStdout {
+			got = stdout
+		}
+		if code != c.code || !strings.Contains(got, c.want) || strings.ContainsAny(stdout+stderr, "\x1b\x07") || strings.IndexByte(stdout+stderr, 0x9b) >= 0 || strings.IndexByte(stdout+stderr, 0xff) >= 0 {
+			t.Errorf("nexus %q: exit %d\nstdout %q\nstderr %q\nwant exit %d and %q, no raw control character", c.args, code, stdout, stderr, c.code, c.want)
+		}
+	}
+}

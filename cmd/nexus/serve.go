@@ -207,6 +207,9 @@ func givenOrInEnv(set map[string]bool, flagName string) bool {
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
+	// the command's own lines echo what it was given (a flag, a path):
+	// escaped as every command's are (the log escapes its own)
+	refusal := terminalSafe{stderr}
 	cfgp, fs, problems := serveFlags()
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -216,7 +219,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := problems.unlessGiven(set); err != nil {
-		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		fmt.Fprintf(refusal, "nexus serve: %v\n", err)
 		return exitUsage
 	}
 	cfg := *cfgp // the flags parsed into it
@@ -226,7 +229,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// blanks around the admin key are not part of it, as host.New takes it
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
 	if err != nil {
-		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		fmt.Fprintf(refusal, "nexus serve: %v\n", err)
 		return exitUsage
 	}
 	if !givenOrInEnv(set, "log-format") && isTerminal(stderr) {
@@ -235,7 +238,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	devDefaults(&cfg, set)
 	if cfg.DB, err = expandHome(cfg.DB); err != nil {
-		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		fmt.Fprintf(refusal, "nexus serve: %v\n", err)
 		return exitError
 	}
 
@@ -283,7 +286,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		// as it came (the listener's, event fatal), and one before the
 		// host served is a refused start, said as every refusal is
 		logOut.Close()
-		fmt.Fprintf(stderr, "nexus serve: %v\n", err)
+		fmt.Fprintf(refusal, "nexus serve: %v\n", err)
 		return exitError
 	}
 	return exitOK
