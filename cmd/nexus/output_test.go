@@ -99,3 +99,27 @@ func TestArgumentsEchoedAreSafeOnATerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyCommandsRefuseADanglingLink: a --db that is a symbolic link
+// is refused by every command (the registry and its -wal and -shm files
+// are regular files of the state directory), a dangling one too; nexus
+// status, journal and dlq list read a dangling one as an empty registry
+// (exit 0, "flows: 0", "DLQ is empty") while a link to a registry, and
+// deploy and serve on the dangling one, were refused.
+func TestReadOnlyCommandsRefuseADanglingLink(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "registry.db")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere", "registry.db"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"status"}, {"journal"}, {"dlq", "list"}} {
+		code, stdout, stderr := runNexus(t, append(cmd, "--db", link)...)
+		want := "nexus " + strings.Join(cmd, " ") + ": registry " + link + ": registry.db is a symbolic link: the registry and its -wal and -shm files are regular files of the state directory\n"
+		if code != exitError || stderr != want || stdout != "" {
+			t.Errorf("nexus %s --db (a dangling link): exit %d\nstdout %q\nstderr %q\nwant exit 1 and %q", strings.Join(cmd, " "), code, stdout, stderr, want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the folder holds %d entries, want the link alone", len(entries))
+	}
+}

@@ -50,13 +50,16 @@ func expandHome(path string) (string, error) {
 // nil and no error, and the command reports an empty registry rather than
 // create one. A file that is not an SQLite database is refused before
 // anything is written to it (a mistyped --db naming some other file). It
-// returns the path, expanded.
+// returns the path, expanded. A symbolic link is refused, as every command
+// refuses it.
 func readRegistry(ctx context.Context, path string) (*registry.Registry, string, error) {
 	p, err := expandHome(path)
 	if err != nil {
 		return nil, "", err
 	}
-	info, err := os.Stat(p)
+	// a symbolic link, dangling or not, goes on to registry.Open, which
+	// refuses it: one to nothing read as no registry
+	info, err := os.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, p, nil
