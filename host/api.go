@@ -395,7 +395,7 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
 		return nil, nil, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
-	case errors.Is(err, queue.ErrPoisoned):
+	case errors.Is(err, queue.ErrPoisoned), errors.Is(err, queue.ErrLockBusy):
 		status, err := s.queueUnavailable(w, "dlq_"+action+"_all", tenant, flowName, err)
 		if len(done) > 0 {
 			err = fmt.Errorf("%d dead letters were handled, then %w", len(done), err)
@@ -422,7 +422,8 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 }
 
 // queueUnavailable answers a dead-letter action that found the queue's log
-// failing (a full disk; the queue is being reopened): 503 with
+// failing (a full disk; the queue is being reopened) or its append lock
+// held too long by another process (queue.ErrLockBusy): 503 with
 // Retry-After, as /enqueue answers, rather than an internal error.
 func (s *Server) queueUnavailable(w http.ResponseWriter, action, tenant, flowName string, err error) (int, error) {
 	s.cfg.Logger.Error("a dead-letter action could not be done: the queue's log could not be written", "event", "queue_enqueue_failed",
@@ -464,7 +465,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 	case errors.Is(err, queue.ErrBudget):
 		w.Header().Set("Retry-After", "1")
 		return 0, http.StatusServiceUnavailable, fmt.Errorf("%s/%s: %v", tenant, flowName, err)
-	case errors.Is(err, queue.ErrPoisoned):
+	case errors.Is(err, queue.ErrPoisoned), errors.Is(err, queue.ErrLockBusy):
 		status, err := s.queueUnavailable(w, "dlq_"+action, tenant, flowName, err)
 		return 0, status, err
 	case errors.Is(err, queue.ErrTooLarge):

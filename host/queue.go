@@ -81,8 +81,13 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 
 // appendFailure is what the 503 of a failed append says of its error: the
 // system's error (disk full, I/O error) without the files it names, which
-// the host's log has.
+// the host's log has, or that another process held the append lock too
+// long (queue.ErrLockBusy).
 func appendFailure(err error) string {
+	if errors.Is(err, queue.ErrLockBusy) {
+		// nothing failed to be written: another process holds the lock
+		return queue.ErrLockBusy.Error()
+	}
 	const failed = "its log could not be written"
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

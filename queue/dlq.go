@@ -575,7 +575,7 @@ var ErrNotMarked = errors.New("replayed but not marked, so still listed: discard
 // error writing the mark after the append wraps ErrNotMarked and returns
 // the appended message.
 func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error) {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return Message{}, err
 	}
@@ -640,7 +640,7 @@ type Replayed struct {
 // pending, and is returned among the skipped ones (each call returns those
 // its read came across, so a caller calling it again meets them again).
 func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -767,7 +767,7 @@ func (q *Queue) MarkAll(upTo uint64, action byte, each func(uint64)) (int, error
 // the ids marked; a caller marking thousands calls it until it returns
 // none.
 func (q *Queue) MarkPending(upTo uint64, limit int, action byte) ([]uint64, error) {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return nil, err
 	}
@@ -795,7 +795,7 @@ func (q *Queue) MarkPending(upTo uint64, limit int, action byte) ([]uint64, erro
 }
 
 func (q *Queue) addMark(m mark) error {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,25 @@ type Options struct {
 	// fdatasync took. It runs on the appending goroutine, before any of
 	// the batch's appends return, and must be quick.
 	OnCommit func(messages int, sync time.Duration)
+	// LockWait is the longest an append, Open, and a replay or mark of a
+	// dead letter wait for the append lock, held by another process (or
+	// another goroutine of this one), before they fail with ErrLockBusy
+	// having written nothing; 0 means DefaultLockWait, a negative value
+	// waits for as long as it takes. The worker's own uses of the lock
+	// always wait.
+	LockWait time.Duration
 }
+
+// DefaultLockWait is the default Options.LockWait: far longer than any
+// append holds the lock (a write and an fdatasync), so that only a process
+// paused or stuck while holding it (SIGSTOP, a debugger, a frozen
+// container, a disk that stopped answering) makes a caller give up.
+const DefaultLockWait = 5 * time.Second
+
+// ErrLockBusy is wrapped by the error of an append, Open, replay or mark
+// that waited Options.LockWait for the append lock in vain: nothing was
+// written, and the queue takes the next append as before.
+var ErrLockBusy = errors.New("another process has held the append lock too long (paused or stuck while holding it)")
 
 // DefaultGatherWait is the default Options.GatherWait.
 const DefaultGatherWait = time.Millisecond
@@ -85,7 +103,8 @@ type Queue struct {
 	tails map[string]fileTail
 
 	gatherWait time.Duration
-	gatherTime *time.Timer // the leader's, for the gathering wait
+	lockWait   time.Duration // Options.LockWait resolved
+	gatherTime *time.Timer   // the leader's, for the gathering wait
 	onCommit   func(messages int, sync time.Duration)
 
 	mu        sync.Mutex // guards the fields below
@@ -141,7 +160,10 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 	if opts.GatherWait == 0 {
 		opts.GatherWait = DefaultGatherWait
 	}
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, onCommit: opts.OnCommit,
+	if opts.LockWait == 0 {
+		opts.LockWait = DefaultLockWait
+	}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, lockWait: opts.LockWait, onCommit: opts.OnCommit,
 		seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile)}
 	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
@@ -293,29 +315,86 @@ func (q *Queue) closeFiles() error {
 func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 
 // lockAppend takes the queue's append lock: the mutex between goroutines
-// of this process, then flock(2) between processes. It returns the
-// unlock.
+// of this process, then flock(2) between processes, for as long as it
+// takes (the worker's uses). It returns the unlock.
 func (q *Queue) lockAppend() (func(), error) {
 	q.appendMu.Lock()
 	if err := q.flockAppend(); err != nil {
 		q.appendMu.Unlock()
 		return nil, err
 	}
-	return func() {
-		flockRetry(q.lock, syscall.LOCK_UN)
-		q.appendMu.Unlock()
-	}, nil
+	return q.unlockAppend, nil
 }
+
+func (q *Queue) unlockAppend() {
+	flockRetry(q.lock, syscall.LOCK_UN)
+	q.appendMu.Unlock()
+}
+
+// lockAppendBounded is lockAppend for a caller that answers someone (a
+// door's append, Open, an operator's replay or mark): it waits at most
+// q.lockWait for both locks together, then fails wrapping ErrLockBusy
+// having taken neither. A process paused while it holds the lock keeps it
+// for as long as the pause lasts, and the caller is better told so than
+// kept waiting. Uncontended, it costs what lockAppend does: a TryLock and
+// one flock(2) (non-blocking); the clock is read only on contention.
+func (q *Queue) lockAppendBounded() (func(), error) {
+	if q.lockWait < 0 {
+		return q.lockAppend()
+	}
+	var deadline time.Time
+	if !q.appendMu.TryLock() {
+		// another goroutine of this process (a worker's drain, a replay,
+		// a wait given up that goes on in the background) holds it,
+		// perhaps waiting for another process
+		deadline = time.Now().Add(q.lockWait)
+		for pause := 50 * time.Microsecond; !q.appendMu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
+			if !time.Now().Before(deadline) {
+				return nil, fmt.Errorf("taking the append lock %s: waited %v for this process's own use of it: %w", q.lockPath, q.lockWait, ErrLockBusy)
+			}
+			time.Sleep(pause)
+		}
+	}
+	if err := q.flockAppendBounded(&deadline); err != nil {
+		if !errors.As(err, new(waitLeft)) {
+			q.appendMu.Unlock()
+		}
+		return nil, err
+	}
+	return q.unlockAppend, nil
+}
+
+// waitLeft is flockWithin's error when its wait for flock(2) goes on in
+// the background: appendMu is then that wait's, which lets it go once the
+// lock it gets in the end is let go too.
+type waitLeft struct{ wait time.Duration }
+
+func (e waitLeft) Error() string { return "waited " + e.wait.String() + ": " + ErrLockBusy.Error() }
+func (e waitLeft) Unwrap() error { return ErrLockBusy }
 
 // flockAppend flock(2)s append.lock, the file at its path: when the file
 // this handle opened is no longer there (deleted by hand as a stale lock,
 // replaced, or its folder deleted and made again by another process), the
 // lock on it would exclude no one, so the handle lets it go and locks the
 // file at the path, creating it if need be. The caller holds appendMu.
-func (q *Queue) flockAppend() error {
+func (q *Queue) flockAppend() error { return q.flockAppendAt(false, nil) }
+
+// flockAppendBounded is flockAppend waiting until *deadline (set from
+// q.lockWait when zero and the lock is held) for the lock.
+func (q *Queue) flockAppendBounded(deadline *time.Time) error {
+	return q.flockAppendAt(true, deadline)
+}
+
+func (q *Queue) flockAppendAt(bounded bool, deadline *time.Time) error {
 	path := q.lockPath
 	for {
-		if err := flockRetry(q.lock, syscall.LOCK_EX); err != nil {
+		var err error
+		if bounded {
+			err = q.flockWithin(deadline)
+		} else {
+			err = flockRetry(q.lock, syscall.LOCK_EX)
+		}
+		if err != nil {
 			return fmt.Errorf("taking the append lock %s: %w", path, err)
 		}
 		atPath, err := os.Lstat(path)
@@ -340,6 +419,48 @@ func (q *Queue) flockAppend() error {
 	}
 }
 
+// flockWithin takes flock(2) on q.lock, waiting until *deadline (set from
+// q.lockWait when zero) when another holds it. The wait is a blocking
+// flock(2), so that the kernel wakes it when the lock is let go, as it
+// wakes any waiter; it runs on a duplicate of the descriptor (the same
+// open file, so the same lock) in a goroutine. When the deadline passes
+// first, that goroutine is left to finish: it lets go the lock it gets
+// in the end, closes the duplicate, and only then lets go appendMu, which
+// the caller holds and hands over (the error is a waitLeft, which wraps
+// ErrLockBusy): until then no goroutine of this process uses the lock,
+// and a bounded caller waits for appendMu, as long as LockWait at most.
+func (q *Queue) flockWithin(deadline *time.Time) error {
+	err := flockRetry(q.lock, syscall.LOCK_EX|syscall.LOCK_NB)
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return err
+	}
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(q.lockWait)
+	}
+	fd, err := syscall.Dup(int(q.lock.Fd()))
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- flockFd(fd, syscall.LOCK_EX) }()
+	timer := time.NewTimer(time.Until(*deadline))
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		syscall.Close(fd) // the lock stays: q.lock holds the same open file
+		return err
+	case <-timer.C:
+	}
+	go func() {
+		if <-done == nil {
+			flockFd(fd, syscall.LOCK_UN)
+		}
+		syscall.Close(fd)
+		q.appendMu.Unlock()
+	}()
+	return waitLeft{q.lockWait}
+}
+
 func flockRetry(f *os.File, how int) error { return flockFd(int(f.Fd()), how) }
 
 // Close closes the queue's files.
@@ -355,7 +476,7 @@ func (q *Queue) Close() error {
 // recover scans segment.log under the append lock, truncates a torn tail
 // (and syncs), and brings the id counter up to the highest id in the log.
 func (q *Queue) recover() ([]Damage, error) {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return nil, err
 	}
@@ -700,8 +821,19 @@ func (q *Queue) gather() {
 // writeBatch writes a batch under the append lock: the tail and the id
 // counter are read under it (another process may have appended), the
 // frames written with one write and made durable with one fdatasync, then
-// the counter moved on.
+// the counter moved on. An append lock not had within the queue's
+// LockWait fails the batch (ErrLockBusy) and leaves the queue unpoisoned:
+// nothing was written.
 func (q *Queue) writeBatch(batch []*appendReq) (err error) {
+	unlock, err := q.lockAppendBounded()
+	if err != nil {
+		// nothing was written: the batch fails, the queue is as it was
+		for _, r := range batch {
+			r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
+			r.wake <- false
+		}
+		return nil
+	}
 	defer func() {
 		for _, r := range batch {
 			if err != nil {
@@ -710,10 +842,6 @@ func (q *Queue) writeBatch(batch []*appendReq) (err error) {
 			r.wake <- false
 		}
 	}()
-	unlock, err := q.lockAppend()
-	if err != nil {
-		return err
-	}
 	defer unlock()
 	return q.writeFrames(batch)
 }

@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// holdAppendLock flock(2)s the queue's append.lock on a descriptor of its
+// own, as another process would (one paused while it appends); it returns
+// the release.
+func holdAppendLock(t *testing.T, root string) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(root, testTenant, testFlow, lockFile), os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var released bool
+	release := func() {
+		if !released {
+			released = true
+			f.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// An append, Open, and an operator's replay or discard wait for the append
+// lock held by another process for LockWait at most, then fail with
+// ErrLockBusy having written nothing; the queue is not poisoned, and takes
+// the next append once the lock is let go.
+func TestAppendLockHeldTooLong(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{LockWait: 100 * time.Millisecond})
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.MoveToDLQ(DeadLetter{ID: 1, Attempts: 1, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdAppendLock(t, root)
+	segment := filepath.Join(root, testTenant, testFlow, segmentFile)
+	before, err := os.ReadFile(segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":2}`)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLockBusy) || errors.Is(err, ErrPoisoned) {
+			t.Errorf("Append with the append lock held elsewhere: %v, want ErrLockBusy and not ErrPoisoned", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Append still waits for the append lock held elsewhere after 10 s")
+	}
+	if _, err := q.Replay(1, SourceReplay, "c"); !errors.Is(err, ErrLockBusy) {
+		t.Errorf("Replay with the append lock held elsewhere: %v, want ErrLockBusy", err)
+	}
+	if err := q.Mark(1, MarkDiscarded); !errors.Is(err, ErrLockBusy) {
+		t.Errorf("Mark with the append lock held elsewhere: %v, want ErrLockBusy", err)
+	}
+	if _, _, err := Open(root, testTenant, testFlow, Options{LockWait: 100 * time.Millisecond}); !errors.Is(err, ErrLockBusy) {
+		t.Errorf("Open with the append lock held elsewhere: %v, want ErrLockBusy", err)
+	}
+	if after, err := os.ReadFile(segment); err != nil || string(after) != string(before) {
+		t.Errorf("segment.log changed while the lock was held elsewhere (%v)", err)
+	}
+
+	release()
+	// the waits given up finish in the background, taking the lock and
+	// letting it go; the next append would wait LockWait for them at most
+	for deadline := time.Now().Add(10 * time.Second); !q.appendMu.TryLock(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a wait given up still holds the append mutex 10 s after the lock was let go")
+		}
+	}
+	q.appendMu.Unlock()
+	m, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":3}`)})
+	if err != nil {
+		t.Fatalf("Append after the lock was let go: %v", err)
+	}
+	if m.ID != 2 {
+		t.Errorf("the append after the failed one got id %d, want 2: nothing was written meanwhile", m.ID)
+	}
+	if _, err := q.Replay(1, SourceReplay, "c"); err != nil {
+		t.Errorf("Replay after the lock was let go: %v", err)
+	}
+	if HeldAtPath(t, filepath.Join(root, testTenant, testFlow, lockFile)) {
+		t.Errorf("the append lock is still held after the calls returned")
+	}
+}
+
+// A lock let go within LockWait is taken: the wait is the kernel's, not a
+// give-up at the first refusal.
+func TestAppendLockLetGoWithinTheWait(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{LockWait: time.Minute})
+	release := holdAppendLock(t, root)
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Append returned (%v) while the lock was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Append once the lock was let go: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Append did not take the lock let go")
+	}
+}
