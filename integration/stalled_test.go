@@ -229,3 +229,55 @@ func TestQueuePausedHolderOfTheAppendLock(t *testing.T) {
 		t.Errorf("the second process took the worker from a paused, not dead, holder: %v", evs)
 	}
 }
+
+// A retry scheduled by a holder killed with SIGKILL is the standby's once
+// it takes the queue over: delivered (not lost), at its absolute time (not
+// early, not timed afresh from the takeover).
+func TestQueueTakeoverKeepsTheDeadHoldersRetry(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setAnswer(failFirst)
+	const delay = 6 * time.Second
+	h1, repo := queueHost(t, map[string]string{
+		"flows/acme/taken.md": retryFlowFor("taken", be.URL, "taken", int(delay/time.Millisecond)),
+	}, hostOptions{}, "taken")
+	h2 := startHost(t, hostOptions{repo: repo.dir, db: h1.db})
+	waitGate(t, h2, "acme", "taken", acmeKey)
+
+	mustEnqueue(t, h1, "acme", "taken", acmeKey, `{"id":"r-1","mode":"fail-once"}`)
+	first := be.waitOn(t, "/taken", 1, 10*time.Second)[0]
+	waitEvents(t, h1, "queue_retry_scheduled", 1, nil, 10*time.Second)
+	// the standby's worker starts with a submission of its own and waits
+	mustEnqueue(t, h2, "acme", "taken", acmeKey, `{"id":"standby"}`)
+	be.waitBody(t, "/taken", `{"id":"standby"}`, 10*time.Second)
+	if evs := h2.events("worker_started"); len(evs) != 0 {
+		t.Fatalf("both processes run the worker: %v", evs)
+	}
+	// killed 3 s into the 6 s delay: a retry timed afresh by the survivor
+	// would be due 3 s after this one
+	time.Sleep(time.Until(first.at.Add(3 * time.Second)))
+	h1.kill()
+	killed := time.Now()
+	waitEvents(t, h2, "worker_started", 1, nil, workerPoll+failoverSlack+5*time.Second)
+
+	due := first.at.Add(delay)
+	eventually(t, delay+15*time.Second, "r-1's retry delivered by the survivor", func() bool {
+		return len(be.on("/taken")) >= 3
+	})
+	hits := be.on("/taken")
+	retry := hits[2]
+	if retry.body != `{"id":"r-1","mode":"fail-once"}` || retry.header.Get("X-Attempt") != "2" {
+		t.Fatalf("the third call: %s attempt %s, want r-1's retry", retry.body, retry.header.Get("X-Attempt"))
+	}
+	if retry.at.Before(due.Add(-50 * time.Millisecond)) {
+		t.Errorf("r-1's retry fired %v before it was due", due.Sub(retry.at).Round(time.Millisecond))
+	}
+	if afresh := killed.Add(delay); !retry.at.Before(afresh) {
+		t.Errorf("r-1's retry fired %v after it was due, as if timed afresh from the takeover", retry.at.Sub(due).Round(time.Millisecond))
+	}
+	waitEvents(t, h2, "queue_processed", 1, field("msg_id", float64(1)), 5*time.Second)
+	if evs := h2.events("dlq_moved"); len(evs) != 0 {
+		t.Errorf("dead letters: %v", evs)
+	}
+	t.Logf("the retry fired %v after its due time; the holder was killed %v after the first attempt", retry.at.Sub(due).Round(time.Millisecond), killed.Sub(first.at).Round(time.Millisecond))
+}
