@@ -281,3 +281,62 @@ func TestQueueTakeoverKeepsTheDeadHoldersRetry(t *testing.T) {
 	}
 	t.Logf("the retry fired %v after its due time; the holder was killed %v after the first attempt", retry.at.Sub(due).Round(time.Millisecond), killed.Sub(first.at).Round(time.Millisecond))
 }
+
+// SIGTERM to the holder while a delivery is in flight and a retry is
+// pending: the delivery finishes and is acknowledged (the standby that
+// takes over does not deliver it again), and the retry is the standby's,
+// at its absolute time.
+func TestQueueGracefulStopOfTheHolderHandsOver(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setAnswer(func(x hit) int {
+		if strings.Contains(x.body, "slow") {
+			time.Sleep(2 * time.Second)
+		}
+		return failFirst(x)
+	})
+	const delay = 6 * time.Second
+	h1, repo := queueHost(t, map[string]string{
+		"flows/acme/handed.md": retryFlowFor("handed", be.URL, "handed", int(delay/time.Millisecond)),
+	}, hostOptions{}, "handed")
+	h2 := startHost(t, hostOptions{repo: repo.dir, db: h1.db})
+	waitGate(t, h2, "acme", "handed", acmeKey)
+
+	mustEnqueue(t, h1, "acme", "handed", acmeKey, `{"id":"r-1","mode":"fail-once"}`)
+	first := be.waitOn(t, "/handed", 1, 10*time.Second)[0]
+	waitEvents(t, h1, "queue_retry_scheduled", 1, nil, 10*time.Second)
+	mustEnqueue(t, h2, "acme", "handed", acmeKey, `{"id":"standby"}`)
+	be.waitBody(t, "/handed", `{"id":"standby"}`, 10*time.Second)
+	mustEnqueue(t, h1, "acme", "handed", acmeKey, `{"id":"slow"}`)
+	be.waitBody(t, "/handed", `{"id":"slow"}`, 10*time.Second) // in flight now
+	if code := h1.stop(15 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+	if evs := h1.events("queue_processed"); len(evs) != 2 {
+		t.Errorf("the stopped holder processed %d messages, want 2 (standby, slow): its delivery in flight finishes", len(evs))
+	}
+	waitEvents(t, h2, "worker_started", 1, nil, workerPoll+failoverSlack+5*time.Second)
+	eventually(t, delay+15*time.Second, "r-1's retry delivered by the survivor", func() bool {
+		for _, x := range be.on("/handed") {
+			if x.header.Get("X-Attempt") == "2" {
+				return true
+			}
+		}
+		return false
+	})
+	due := first.at.Add(delay)
+	count := map[string]int{}
+	for _, x := range be.on("/handed") {
+		count[x.body]++
+		if x.header.Get("X-Attempt") == "2" && x.at.Before(due.Add(-50*time.Millisecond)) {
+			t.Errorf("r-1's retry fired %v before it was due", due.Sub(x.at).Round(time.Millisecond))
+		}
+	}
+	mustEnqueue(t, h2, "acme", "handed", acmeKey, `{"id":"after"}`)
+	be.waitBody(t, "/handed", `{"id":"after"}`, 10*time.Second)
+	for _, body := range []string{`{"id":"standby"}`, `{"id":"slow"}`} {
+		if count[body] != 1 {
+			t.Errorf("%s delivered %d times, want once: the graceful stop acknowledged it", body, count[body])
+		}
+	}
+}
