@@ -426,7 +426,11 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 // held too long by another process (queue.ErrLockBusy): 503 with
 // Retry-After, as /enqueue answers, rather than an internal error.
 func (s *Server) queueUnavailable(w http.ResponseWriter, action, tenant, flowName string, err error) (int, error) {
-	s.cfg.Logger.Error("a dead-letter action could not be done: the queue's log could not be written", "event", "queue_enqueue_failed",
+	msg := "a dead-letter action could not be done: the queue's log could not be written"
+	if errors.Is(err, queue.ErrLockBusy) {
+		msg = "a dead-letter action could not be done: another process holds the queue's append lock"
+	}
+	s.cfg.Logger.Error(msg, "event", "queue_enqueue_failed",
 		"action", action, "tenant", tenant, "flow", flowName, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
 	w.Header().Set("Retry-After", "1")
 	return http.StatusServiceUnavailable, fmt.Errorf("queue %s/%s could not take the message: %s", tenant, flowName, appendFailure(err))

@@ -199,6 +199,21 @@ func TestQueuePausedHolderOfTheAppendLock(t *testing.T) {
 	if took > appendLockWaitBound {
 		t.Errorf("nexus dlq replay answered after %v, want within %v", took, appendLockWaitBound)
 	}
+	// the management API's replay on the other process: 503, Retry-After,
+	// and a log line that says the lock is held, not that a write failed
+	start = time.Now()
+	if r := h2.do(http.MethodPost, "/api/queues/acme/shared/dlq/1/replay", h2.adminKey, "", ""); r.status != http.StatusServiceUnavailable ||
+		r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, "append lock") {
+		t.Errorf("the API's replay while the append lock is held by a paused process: %d Retry-After %q %s, want 503, Retry-After 1, naming the append lock",
+			r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if took := time.Since(start); took > appendLockWaitBound {
+		t.Errorf("the API's replay answered after %v, want within %v", took, appendLockWaitBound)
+	}
+	isAPI := func(ev map[string]any) bool { return ev["action"] == "dlq_replay" }
+	if evs := waitEvents(t, h2, "queue_enqueue_failed", 1, isAPI, 5*time.Second); !strings.Contains(fmt.Sprint(evs[0]["msg"]), "another process holds the queue's append lock") {
+		t.Errorf("the API's failed replay is logged as %v, want it to say another process holds the append lock", evs[0])
+	}
 	if d := diffSnapshots(before, snapshot(t, qdir)); len(d) != 0 {
 		t.Errorf("files changed while the first process was paused holding the append lock: %v", d)
 	}
