@@ -826,8 +826,13 @@ type Marked struct {
 // applied, by id, and the damaged frames of dlq.log.acked and dlq.log it
 // left out (which no reader could use: the caller reports them, as they
 // leave the disk); it does nothing when dlq.log.acked holds neither a mark
-// nor damage.
+// nor damage, and then, when the file is missing or empty (as a rewrite
+// leaves it), it takes no lock and opens nothing: its worker calls it at
+// every idle moment.
 func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
+	if !q.mayHoldMarks() {
+		return nil, nil, nil
+	}
 	unlock, err := q.lockAppend()
 	if err != nil {
 		return nil, nil, err
@@ -884,6 +889,20 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	}
 	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
 	return applied, damage, nil
+}
+
+// mayHoldMarks reports whether dlq.log.acked may hold a mark or damage:
+// false when a stat finds no file at its path, or an empty regular file;
+// true otherwise (a stat that fails leaves the answer to CompactDLQ's
+// reading, which reports the error). A mark appended after the stat
+// waits for the next call, as one appended after the lock's release
+// would.
+func (q *Queue) mayHoldMarks() bool {
+	info, err := q.fs.Stat(q.ackedPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	return err != nil || !info.Mode().IsRegular() || info.Size() > 0
 }
 
 // frameWriter writes frames one after another from the start of a file,

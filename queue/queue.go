@@ -93,8 +93,11 @@ type Queue struct {
 	// the append lock
 	seqInfo, lockInfo fs.FileInfo
 	seqPath, lockPath string
-	appendMu          sync.Mutex   // the append lock within this process (flock is per process)
-	durable           atomic.Int64 // the end of segment.log known to be synced
+	// segPath and ackedPath are the paths an idle worker stats to tell
+	// whether Drain and CompactDLQ have anything to do, joined once
+	segPath, ackedPath string
+	appendMu           sync.Mutex   // the append lock within this process (flock is per process)
+	durable            atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader
 
@@ -164,7 +167,8 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		opts.LockWait = DefaultLockWait
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, lockWait: opts.LockWait, onCommit: opts.OnCommit,
-		seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile)}
+		seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile),
+		segPath: filepath.Join(dir, segmentFile), ackedPath: filepath.Join(dir, ackedFile)}
 	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
@@ -175,12 +179,18 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: the append lock: %w", tenant, flow, err)
 	}
-	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode)
+	seg, err := q.fs.OpenFile(q.segPath, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		q.lock.Close()
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
 	}
-	q.segp.Store(&segFile{seg})
+	segInfo, err := seg.Stat()
+	if err != nil {
+		seg.Close()
+		q.lock.Close()
+		return nil, nil, fmt.Errorf("queue %s/%s: checking %s: %w", tenant, flow, segmentFile, err)
+	}
+	q.segp.Store(&segFile{seg, segInfo})
 	if q.seq, err = q.fs.OpenFile(q.seqPath, os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		seg.Close()
 		q.lock.Close()
@@ -214,7 +224,7 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 // another file, the handle opens the file at the path (creating it if need
 // be). The caller holds the append lock.
 func (q *Queue) segmentAtPath() (int64, error) {
-	atPath, err := q.fs.Stat(q.path(segmentFile))
+	atPath, err := q.fs.Stat(q.segPath)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
@@ -225,11 +235,11 @@ func (q *Queue) segmentAtPath() (int64, error) {
 	if err == nil && sameFile(atPath, open) {
 		return open.Size(), nil
 	}
-	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR|os.O_CREATE, FileMode)
+	seg, err := q.fs.OpenFile(q.segPath, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return 0, err
 	}
-	size, err := fileSize(seg)
+	info, err := seg.Stat()
 	if err == nil {
 		err = q.fs.SyncDir(q.dir)
 	}
@@ -237,14 +247,26 @@ func (q *Queue) segmentAtPath() (int64, error) {
 		seg.Close()
 		return 0, err
 	}
-	q.replaceSegment(seg)
+	q.replaceSegment(seg, info)
 	q.durable.Store(0)
-	return size, nil
+	return info.Size(), nil
+}
+
+// emptyAtPath reports, without the append lock, whether segment.log at its
+// path is the file this handle has open (see segmentAtPath), and empty:
+// one stat, against the identity read when the file was opened. False
+// when the stat fails.
+func (q *Queue) emptyAtPath() bool {
+	atPath, err := q.fs.Stat(q.segPath)
+	return err == nil && atPath.Size() == 0 && sameFile(q.segp.Load().info, atPath)
 }
 
 // segFile holds the open segment.log (an interface value cannot be swapped
-// atomically).
-type segFile struct{ f File }
+// atomically), and its identity, read when it was opened.
+type segFile struct {
+	f    File
+	info fs.FileInfo
+}
 
 // seg is the open segment.log. Outside the append lock, hold segMu for
 // reading while using it.
@@ -254,9 +276,9 @@ func (q *Queue) seg() File { return q.segp.Load().f }
 // The file it replaces is closed once no reader uses it: at once when none
 // does, otherwise in a goroutine that waits for them (the caller may be one
 // of them: readableEnd).
-func (q *Queue) replaceSegment(seg File) {
+func (q *Queue) replaceSegment(seg File, info fs.FileInfo) {
 	old := q.seg()
-	q.segp.Store(&segFile{seg})
+	q.segp.Store(&segFile{seg, info})
 	if q.segMu.TryLock() {
 		old.Close()
 		q.segMu.Unlock()
@@ -1201,8 +1223,16 @@ var ErrNotDrained = errors.New("the queue has unprocessed messages")
 // made durable first (ids keep counting), a drain marker replaces the
 // checkpoint, the log is truncated, then the checkpoint goes back to 0, all
 // under the append lock so that no process appends meanwhile (see the
-// package's Side files for why the marker).
+// package's Side files for why the marker). A log that is empty already,
+// the file at its path, is left as it is without taking the lock: its
+// worker drains at every idle moment, and an idle queue's log is empty.
 func (q *Queue) Drain() error {
+	if q.emptyAtPath() {
+		// under the lock, the same answer: nothing to empty, no file to
+		// take at the path; an append that follows the stat is one that
+		// would have followed the unlock
+		return nil
+	}
 	unlock, err := q.lockAppend()
 	if err != nil {
 		return err
