@@ -146,9 +146,9 @@ func TestIdleCleanQueueTakesNoLockAndOpensNothing(t *testing.T) {
 				t.Errorf("dlq.log.acked %s: an idle moment of a clean queue opened a file: %s", acked, op)
 			}
 		}
-		// per idle moment: the open log's size (the reader, twice), the
+		// per idle moment: the open log's size (the reader), the
 		// checkpoint at its path, segment.log and dlq.log.acked at theirs
-		want := slices.Repeat([]string{"Stat segment.log", "Stat segment.log", "Stat segment.log.ckpt", "Stat segment.log", "Stat dlq.log.acked"}, n)
+		want := slices.Repeat([]string{"Stat segment.log", "Stat segment.log.ckpt", "Stat segment.log", "Stat dlq.log.acked"}, n)
 		if !slices.Equal(ops, want) {
 			t.Errorf("dlq.log.acked %s: %d idle moments made %d operations, want %d:\n%s", acked, n, len(ops), len(want), strings.Join(ops, "\n"))
 		}

@@ -1367,17 +1367,20 @@ func (r *logReader) Read(offset int64) (Message, int64, error) {
 	if err != nil {
 		return Message{}, offset, err
 	}
-	if offset < size {
-		if r.buf == nil {
-			r.buf = make([]byte, readAhead)
-		}
-		n := min(size-offset, int64(len(r.buf)))
-		r.data = nil
-		if _, err := r.q.seg().ReadAt(r.buf[:n], offset); err == nil {
-			r.start, r.data = offset, r.buf[:n]
-			if m, next, ok := r.buffered(offset); ok {
-				return m, next, nil
-			}
+	if offset >= size {
+		// the end, as Queue.Read says it: read again, the end cost an
+		// idle worker a second fstat at each poll
+		return Message{}, offset, io.EOF
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, readAhead)
+	}
+	n := min(size-offset, int64(len(r.buf)))
+	r.data = nil
+	if _, err := r.q.seg().ReadAt(r.buf[:n], offset); err == nil {
+		r.start, r.data = offset, r.buf[:n]
+		if m, next, ok := r.buffered(offset); ok {
+			return m, next, nil
 		}
 	}
 	return r.q.read(offset)
