@@ -128,3 +128,45 @@ func TestAppendLockLetGoWithinTheWait(t *testing.T) {
 		t.Fatal("Append did not take the lock let go")
 	}
 }
+
+// Appended, which a standby cron scheduler calls when it takes a flow
+// over, waits for the append lock held by another process (one paused
+// while it appends) for the manager's LockWait at most, then fails with
+// ErrLockBusy; it reads the log as before once the lock is let go.
+func TestAppendedLockHeldTooLong(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	if _, err := q.Append(NewMessage{Source: "cron", CorrelationID: "tick", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(ManagerConfig{Root: root, LockWait: 100 * time.Millisecond})
+	release := holdAppendLock(t, root)
+	type result struct {
+		p   Presence
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := m.Appended(testTenant, testFlow, 1, "tick")
+		done <- result{p, err}
+	}()
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, ErrLockBusy) {
+			t.Errorf("Appended with the append lock held elsewhere: %v, %v; want ErrLockBusy", r.p, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Appended still waits for the append lock held elsewhere after 10 s")
+	}
+	release()
+	if p, err := m.Appended(testTenant, testFlow, 1, "tick"); err != nil || p != Present {
+		t.Errorf("Appended once the lock was let go: %v, %v; want present", p, err)
+	}
+	// the wait given up takes the lock in the background once it is let
+	// go, and lets it go
+	for deadline := time.Now().Add(10 * time.Second); HeldAtPath(t, filepath.Join(root, testTenant, testFlow, lockFile)); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the append lock is still held 10 s after Appended returned")
+		}
+	}
+}

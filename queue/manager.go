@@ -44,6 +44,9 @@ type ManagerConfig struct {
 	SweepEvery time.Duration
 	// OnCommit is passed to every queue's Options.OnCommit.
 	OnCommit func(messages int, sync time.Duration)
+	// LockWait is passed to every queue's Options.LockWait, and bounds
+	// Appended's wait for the append lock too; 0 means DefaultLockWait.
+	LockWait time.Duration
 }
 
 // Manager holds the queues this process has opened and their workers: a
@@ -115,6 +118,9 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.LockWait == 0 {
+		cfg.LockWait = DefaultLockWait
+	}
 	return &Manager{cfg: cfg, queues: map[[2]string]*managed{}, reopening: map[[2]string]int{}, holds: map[[2]string]reopenHold{},
 		counts: map[[2]string]*DeliveryCounts{}, deadLetters: map[[2]string]cachedCount{},
 		cursors: map[[2]string]*countCursor{}, opening: map[[2]string]*opening{}, retired: map[[2]string][]*Worker{}, done: make(chan struct{})}
@@ -173,7 +179,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		close(o.done)
 		m.mu.Unlock()
 	}()
-	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit})
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit, LockWait: m.cfg.LockWait})
 	m.mu.Lock()
 	locked = true
 	if err == nil && m.closed { // Stop closed the queues meanwhile

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // Presence is what a queue's files say of a message that may or may not
@@ -68,7 +69,11 @@ func readNextID(fsys FS, dir string) (uint64, error) {
 // (a NextID read before the append). It reads the files without opening
 // the queue, as NextID does. The id counter, the log's size and its first
 // message are read under a shared lock on the queue's append lock file
-// (when there is one), so that they agree; the log is then scanned
+// (when there is one), so that they agree, waited for as long as the
+// manager's LockWait at most (then the error wraps ErrLockBusy: a process
+// paused while it appends holds the lock as long as the pause lasts, and
+// the caller, a standby cron scheduler taking a flow over, must not wait
+// as long); the log is then scanned
 // without the lock (a backlog takes a while, and appends would wait for
 // it), and read again if its first message changed meanwhile (a drain
 // emptied it in place, and frames appended after it would be read beside
@@ -82,7 +87,7 @@ func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presen
 		return Gone, err
 	}
 	for tries := 1; ; tries++ {
-		p, err := appended(m.fs(), dir, from, cid)
+		p, err := appended(m.fs(), dir, from, cid, m.cfg.LockWait)
 		if !errors.Is(err, errCountMoved) || tries == 5 {
 			return p, err
 		}
@@ -91,8 +96,8 @@ func (m *Manager) Appended(tenant, flow string, from uint64, cid string) (Presen
 
 // appended is one reading of Appended; errCountMoved when a drain emptied
 // the log while it was scanned.
-func appended(fsys FS, dir string, from uint64, cid string) (Presence, error) {
-	next, f, size, first, err := logEnds(fsys, dir)
+func appended(fsys FS, dir string, from uint64, cid string, wait time.Duration) (Presence, error) {
+	next, f, size, first, err := logEnds(fsys, dir, wait)
 	if err != nil {
 		return Gone, err
 	}
@@ -128,14 +133,21 @@ func appended(fsys FS, dir string, from uint64, cid string) (Presence, error) {
 }
 
 // logEnds reads, under a shared lock on dir's append lock file when there
-// is one, the id counter and segment.log's size and first message id, and
+// is one (waited for as long as wait at most, a negative wait without
+// limit), the id counter and segment.log's size and first message id, and
 // returns the log open (nil when there is none).
-func logEnds(fsys FS, dir string) (next uint64, f File, size int64, first uint64, err error) {
+func logEnds(fsys FS, dir string, wait time.Duration) (next uint64, f File, size int64, first uint64, err error) {
 	if lock, err := fsys.OpenFile(filepath.Join(dir, lockFile), os.O_RDONLY, 0); err == nil {
 		defer lock.Close()
 		if lf, ok := lock.(interface{ Fd() uintptr }); ok {
-			if err := flockFd(int(lf.Fd()), syscall.LOCK_SH); err != nil {
-				return 0, nil, 0, 0, fmt.Errorf("taking the append lock: %w", err)
+			var err error
+			if wait < 0 {
+				err = flockFd(int(lf.Fd()), syscall.LOCK_SH)
+			} else {
+				err = flockFdWithin(int(lf.Fd()), syscall.LOCK_SH, wait, new(time.Time), nil)
+			}
+			if err != nil {
+				return 0, nil, 0, 0, fmt.Errorf("taking the append lock %s: %w", filepath.Join(dir, lockFile), err)
 			}
 			defer flockFd(int(lf.Fd()), syscall.LOCK_UN)
 		}

@@ -442,45 +442,57 @@ func (q *Queue) flockAppendAt(bounded bool, deadline *time.Time) error {
 }
 
 // flockWithin takes flock(2) on q.lock, waiting until *deadline (set from
-// q.lockWait when zero) when another holds it. The wait is a blocking
-// flock(2), so that the kernel wakes it when the lock is let go, as it
-// wakes any waiter; it runs on a duplicate of the descriptor (the same
-// open file, so the same lock) in a goroutine. When the deadline passes
-// first, that goroutine is left to finish: it lets go the lock it gets
-// in the end, closes the duplicate, and only then lets go appendMu, which
-// the caller holds and hands over (the error is a waitLeft, which wraps
-// ErrLockBusy): until then no goroutine of this process uses the lock,
-// and a bounded caller waits for appendMu, as long as LockWait at most.
+// q.lockWait when zero) when another holds it (see flockFdWithin). When
+// the deadline passes first, appendMu, which the caller holds, is handed
+// over to the wait going on in the background (the error is a waitLeft,
+// which wraps ErrLockBusy): until it ends no goroutine of this process
+// uses the lock, and a bounded caller waits for appendMu, as long as
+// LockWait at most.
 func (q *Queue) flockWithin(deadline *time.Time) error {
-	err := flockRetry(q.lock, syscall.LOCK_EX|syscall.LOCK_NB)
+	return flockFdWithin(int(q.lock.Fd()), syscall.LOCK_EX, q.lockWait, deadline, q.appendMu.Unlock)
+}
+
+// flockFdWithin takes flock(2) how (LOCK_EX or LOCK_SH) on fd, waiting
+// until *deadline (set from wait when zero) when another holds it.
+// Uncontended it is one non-blocking flock(2), and the clock is not read.
+// The wait is a blocking flock(2), so that the kernel wakes it when the
+// lock is let go, as it wakes any waiter; it runs on a duplicate of the
+// descriptor (the same open file, so the same lock) in a goroutine. When
+// the deadline passes first, that goroutine is left to finish: it lets go
+// the lock it gets in the end, closes the duplicate, calls left, and the
+// error is a waitLeft (ErrLockBusy). The caller may close fd meanwhile.
+func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left func()) error {
+	err := flockFd(fd, how|syscall.LOCK_NB)
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		return err
 	}
 	if deadline.IsZero() {
-		*deadline = time.Now().Add(q.lockWait)
+		*deadline = time.Now().Add(wait)
 	}
-	fd, err := syscall.Dup(int(q.lock.Fd()))
+	dup, err := syscall.Dup(fd)
 	if err != nil {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- flockFd(fd, syscall.LOCK_EX) }()
+	go func() { done <- flockFd(dup, how) }()
 	timer := time.NewTimer(time.Until(*deadline))
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		syscall.Close(fd) // the lock stays: q.lock holds the same open file
+		syscall.Close(dup) // the lock stays: fd holds the same open file
 		return err
 	case <-timer.C:
 	}
 	go func() {
 		if <-done == nil {
-			flockFd(fd, syscall.LOCK_UN)
+			flockFd(dup, syscall.LOCK_UN)
 		}
-		syscall.Close(fd)
-		q.appendMu.Unlock()
+		syscall.Close(dup)
+		if left != nil {
+			left()
+		}
 	}()
-	return waitLeft{q.lockWait}
+	return waitLeft{wait}
 }
 
 func flockRetry(f *os.File, how int) error { return flockFd(int(f.Fd()), how) }
