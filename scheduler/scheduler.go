@@ -149,6 +149,16 @@ type entry struct {
 	// not queued and no later tick is due by then.
 	unqueued    time.Time
 	unqueuedCID string
+	// unchecked is the last tick the process before recorded, zero when
+	// none, that resume could not check against the queue's log because
+	// another process held the queue's append lock past the manager's
+	// LockWait (paused or stuck while appending); checkedCID is its
+	// correlation ID. While this process holds the flow, resume tries
+	// again at every pass, until the log tells, or the next tick is due
+	// or the tick is older than resumeWithin (then it is logged as lost,
+	// once), or this process fires a tick itself (which stands for it).
+	unchecked    time.Time
+	uncheckedCID string
 	// unrecorded is a due tick whose .last record could not be written
 	// (a full disk), zero when none: nothing was appended for it, the
 	// record coming first so that ticks stay at most once. While this
@@ -207,6 +217,11 @@ func (s *Scheduler) run(ctx context.Context) {
 		for _, e := range entries {
 			if e.next.IsZero() {
 				continue // a schedule that never fires (30 February)
+			}
+			if e.held && !e.unchecked.IsZero() {
+				// before the takeover below: a flow taken over in this
+				// pass was asked in it
+				s.resume(e)
 			}
 			if !e.held && !e.fresh && e.next.After(now) {
 				// standing by: try at every pass (every poll at least), not
@@ -446,8 +461,15 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 // A tick the log cannot tell about is not queued again, so that ticks
 // stay at most once: messages issued since it could have been were
 // drained, which is also how a log reads after an append that raised the
-// id counter and failed before its frame was written (queue.Gone).
+// id counter and failed before its frame was written (queue.Gone). When
+// the log cannot be read yet because another process holds the queue's
+// append lock past the manager's LockWait (queue.ErrLockBusy: paused while
+// appending), the check is left for the next pass (e.unchecked), so that
+// a pause does not stall this process's other flows for as long as it
+// lasts, nor drop the tick at once.
 func (s *Scheduler) resume(e *entry) {
+	retrying := !e.unchecked.IsZero()
+	e.unchecked, e.uncheckedCID = time.Time{}, ""
 	rec, err := readLastRecord(s.lastPath(e))
 	if err != nil || rec.cid == "" {
 		return // no record, or one without its tick's id (an older version's)
@@ -462,7 +484,22 @@ func (s *Scheduler) resume(e *entry) {
 		return // made before the clock was set back: fire ticks by the clock
 	}
 	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
+	if next := sc.Next(rec.at); retrying && (next.IsZero() || !next.After(now) || now.Sub(rec.at) > resumeWithin) {
+		log.Error("the queue's append lock stayed held by another process until the last tick the process before recorded was too late to queue, so whether it was queued could not be told; it is not queued again", "event", "cron_failed",
+			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid)
+		return
+	}
 	p, err := s.cfg.Queues.Appended(e.tenant, e.flow, rec.from, rec.cid)
+	if errors.Is(err, queue.ErrLockBusy) {
+		// another process holds the append lock (paused or stuck while
+		// appending): tried again at every pass, logged once
+		if !retrying {
+			log.Warn("whether the last tick the process before recorded was queued cannot be told yet: another process holds the queue's append lock; checked again at every poll", "event", "cron_resume_deferred",
+				"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
+		}
+		e.unchecked, e.uncheckedCID = rec.at, rec.cid
+		return
+	}
 	if err != nil {
 		log.Error("the queue could not be read to tell whether the last tick was queued; it is not queued again", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
@@ -560,6 +597,11 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 		log.Error("a cron tick could not be queued before the next one was due: it is lost", "event", "cron_failed",
 			"scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
 		e.unqueued, e.unqueuedCID = time.Time{}, ""
+	}
+	if !e.unchecked.IsZero() {
+		log.Error("the queue's append lock stayed held by another process until the next tick was due, so whether the last tick the process before recorded was queued could not be told; the next tick stands for it", "event", "cron_failed",
+			"scheduled_for", e.unchecked.UTC().Format(time.RFC3339), "correlation_id", e.uncheckedCID)
+		e.unchecked, e.uncheckedCID = time.Time{}, ""
 	}
 	cid := ""
 	if s.cfg.NewID != nil {
