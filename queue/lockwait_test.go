@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -169,4 +170,54 @@ func TestAppendedLockHeldTooLong(t *testing.T) {
 			t.Fatal("the append lock is still held 10 s after Appended returned")
 		}
 	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd to count descriptors:", err)
+	}
+	return len(fds)
+}
+
+// Opens and Appended calls that give up, one after the other, while
+// another process holds the append lock (a server retries opening the
+// queue at each /enqueue for as long as the pause lasts) leave one wait
+// in the background, not one each: each used to keep a descriptor and a
+// goroutine until the lock was let go.
+func TestLockWaitsGivenUpLeaveOneBehind(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	q.Close()
+	release := holdAppendLock(t, root)
+	m := NewManager(ManagerConfig{Root: root, LockWait: 5 * time.Millisecond})
+	fds, goroutines := openFDs(t), runtime.NumGoroutine()
+	const n = 20
+	for i := range n {
+		if _, _, err := Open(root, testTenant, testFlow, Options{LockWait: 5 * time.Millisecond}); !errors.Is(err, ErrLockBusy) {
+			t.Fatalf("Open %d with the append lock held elsewhere: %v, want ErrLockBusy", i, err)
+		}
+		if _, err := m.Appended(testTenant, testFlow, 1, "tick"); !errors.Is(err, ErrLockBusy) {
+			t.Fatalf("Appended %d with the append lock held elsewhere: %v, want ErrLockBusy", i, err)
+		}
+	}
+	if got := openFDs(t) - fds; got > 1 {
+		t.Errorf("%d waits given up left %d more descriptors open, want 1 at most", 2*n, got)
+	}
+	if got := runtime.NumGoroutine() - goroutines; got > 2 {
+		t.Errorf("%d waits given up left %d more goroutines, want 2 at most (the blocked flock(2) and its waiter)", 2*n, got)
+	}
+	release()
+	for deadline := time.Now().Add(10 * time.Second); openFDs(t) > fds || runtime.NumGoroutine() > goroutines; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the lock was let go, %d more descriptors and %d more goroutines", openFDs(t)-fds, runtime.NumGoroutine()-goroutines)
+		}
+	}
+	q2, _, err := Open(root, testTenant, testFlow, Options{LockWait: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open once the lock was let go: %v", err)
+	}
+	q2.Close()
 }

@@ -461,6 +461,13 @@ func (q *Queue) flockWithin(deadline *time.Time) error {
 // the deadline passes first, that goroutine is left to finish: it lets go
 // the lock it gets in the end, closes the duplicate, calls left, and the
 // error is a waitLeft (ErrLockBusy). The caller may close fd meanwhile.
+// While a wait left behind on the same file goes on, a wait starts no
+// other but waits for that one's end, then tries again, and fails
+// wrapping ErrLockBusy, leaving nothing behind (left is not called), if
+// the deadline passes first: waits given up one after the other (a queue
+// opened again at each request while the holder is paused) would each
+// keep a descriptor and a thread blocked in flock(2) until the lock is
+// let go.
 func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left func()) error {
 	err := flockFd(fd, how|syscall.LOCK_NB)
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
@@ -468,6 +475,28 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left fu
 	}
 	if deadline.IsZero() {
 		*deadline = time.Now().Add(wait)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return err
+	}
+	id := lockFileID{uint64(st.Dev), st.Ino}
+	for {
+		ended, ok := leftWaits.Load(id)
+		if !ok {
+			break
+		}
+		timer := time.NewTimer(time.Until(*deadline))
+		select {
+		case <-ended.(chan struct{}):
+			timer.Stop()
+		case <-timer.C:
+			return fmt.Errorf("waited %v: %w", wait, ErrLockBusy)
+		}
+		err := flockFd(fd, how|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
 	}
 	dup, err := syscall.Dup(fd)
 	if err != nil {
@@ -483,17 +512,28 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left fu
 		return err
 	case <-timer.C:
 	}
+	ended := make(chan struct{})
+	leftWaits.Store(id, ended)
 	go func() {
 		if <-done == nil {
 			flockFd(dup, syscall.LOCK_UN)
 		}
 		syscall.Close(dup)
+		leftWaits.CompareAndDelete(id, ended)
+		close(ended)
 		if left != nil {
 			left()
 		}
 	}()
 	return waitLeft{wait}
 }
+
+// leftWaits holds the waits for flock(2) left behind by flockFdWithin, by
+// the file they wait on: each a channel closed when it ends.
+var leftWaits sync.Map // lockFileID -> chan struct{}
+
+// lockFileID is a file's identity: its device and inode.
+type lockFileID struct{ dev, ino uint64 }
 
 func flockRetry(f *os.File, how int) error { return flockFd(int(f.Fd()), how) }
 
