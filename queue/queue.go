@@ -377,7 +377,7 @@ func (q *Queue) lockAppendBounded() (func(), error) {
 			time.Sleep(pause)
 		}
 	}
-	if err := q.flockAppendBounded(&deadline); err != nil {
+	if err := q.flockAppendWithin(&deadline); err != nil {
 		if !errors.As(err, new(waitLeft)) {
 			q.appendMu.Unlock()
 		}
@@ -399,19 +399,16 @@ func (e waitLeft) Unwrap() error { return ErrLockBusy }
 // replaced, or its folder deleted and made again by another process), the
 // lock on it would exclude no one, so the handle lets it go and locks the
 // file at the path, creating it if need be. The caller holds appendMu.
-func (q *Queue) flockAppend() error { return q.flockAppendAt(false, nil) }
+func (q *Queue) flockAppend() error { return q.flockAppendWithin(nil) }
 
-// flockAppendBounded is flockAppend waiting until *deadline (set from
-// q.lockWait when zero and the lock is held) for the lock.
-func (q *Queue) flockAppendBounded(deadline *time.Time) error {
-	return q.flockAppendAt(true, deadline)
-}
-
-func (q *Queue) flockAppendAt(bounded bool, deadline *time.Time) error {
+// flockAppendWithin is flockAppend waiting until *deadline (set from
+// q.lockWait when zero) for the lock, or without limit when deadline is
+// nil.
+func (q *Queue) flockAppendWithin(deadline *time.Time) error {
 	path := q.lockPath
 	for {
 		var err error
-		if bounded {
+		if deadline != nil {
 			err = q.flockWithin(deadline)
 		} else {
 			err = flockRetry(q.lock, syscall.LOCK_EX)
