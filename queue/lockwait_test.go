@@ -221,3 +221,47 @@ func TestLockWaitsGivenUpLeaveOneBehind(t *testing.T) {
 	}
 	q2.Close()
 }
+
+// An append waiting for the append lock held elsewhere, when the file is
+// replaced at its path meanwhile (deleted by hand as a stale lock, and
+// made again by another process, which holds the new one), takes the file
+// at the path once the old one is let go: it waits for the new one's
+// holder, and appends once that one lets go, within the one wait.
+func TestAppendLockReplacedWhileWaiting(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{LockWait: time.Minute})
+	path := filepath.Join(root, testTenant, testFlow, lockFile)
+	releaseOld := holdAppendLock(t, root)
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Append returned (%v) while the lock was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	releaseNew := holdAppendLock(t, root) // creates the new file and holds it
+	releaseOld()
+	select {
+	case err := <-done:
+		t.Fatalf("Append returned (%v) while the file at the lock's path was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	releaseNew()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Append once the new lock was let go: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Append did not take the new lock let go")
+	}
+	if HeldAtPath(t, path) {
+		t.Errorf("the append lock is still held after the append returned")
+	}
+}
