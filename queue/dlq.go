@@ -45,7 +45,7 @@ func (q *Queue) MoveToDLQ(d DeadLetter) error {
 		return err
 	}
 	d.LastError = cutText(d.LastError, min(MaxLastError, MaxRecord-deadLetterFields-len(d.Payload)))
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return err
 	}
@@ -833,7 +833,7 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if !q.mayHoldMarks() {
 		return nil, nil, nil
 	}
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -264,4 +266,49 @@ func TestAppendLockReplacedWhileWaiting(t *testing.T) {
 	if HeldAtPath(t, path) {
 		t.Errorf("the append lock is still held after the append returned")
 	}
+}
+
+// A worker stops while another process holds the append lock (paused in
+// the middle of an append: its frame is written in part, not synced). It used to wait for the
+// lock to read past the synced end, and its Stop, and with it the host's
+// shutdown, waited as long as the pause.
+func TestWorkerStopsBehindAPausedAppender(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{LockWait: 50 * time.Millisecond})
+	delivered := make(chan uint64, 10)
+	w := NewWorker(q, WorkerConfig{Poll: 20 * time.Millisecond, StopGrace: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Handler: HandlerFunc(func(_ context.Context, d Delivery) Verdict {
+			delivered <- d.Message.ID
+			return Verdict{Kind: VerdictAck}
+		})})
+	w.Start()
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-delivered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first message was not delivered")
+	}
+	release := holdAppendLock(t, root)
+	// the paused process's frame, written in part, not synced
+	frame := []byte("the first bytes of a frame")
+	f, err := os.OpenFile(filepath.Join(root, testTenant, testFlow, segmentFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	time.Sleep(200 * time.Millisecond) // a few polls: the worker reads past the synced end, or would
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Error("the worker did not stop within 10 s while another process held the append lock")
+	}
+	release()
+	<-stopped
 }

@@ -50,8 +50,10 @@ type Options struct {
 	// dead letter wait for the append lock, held by another process (or
 	// another goroutine of this one), before they fail with ErrLockBusy
 	// having written nothing; 0 means DefaultLockWait, a negative value
-	// waits for as long as it takes. The worker's own uses of the lock
-	// always wait.
+	// waits for as long as it takes. The worker's uses of the lock (its
+	// reads past the synced end, dead-lettering, housekeeping, taking the
+	// log over once elected) wait as long too, then look again later, so
+	// that its Stop does not wait as long as another process's pause.
 	LockWait time.Duration
 }
 
@@ -296,7 +298,7 @@ func (q *Queue) replaceSegment(seg File, info fs.FileInfo) {
 // deletes files only when no worker holds the queue, so the file cannot be
 // replaced while it works, but it may have been while it stood by.
 func (q *Queue) useSegmentAtPath() error {
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return err
 	}
@@ -338,7 +340,7 @@ func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 
 // lockAppend takes the queue's append lock: the mutex between goroutines
 // of this process, then flock(2) between processes, for as long as it
-// takes (the worker's uses). It returns the unlock.
+// takes. It returns the unlock.
 func (q *Queue) lockAppend() (func(), error) {
 	q.appendMu.Lock()
 	if err := q.flockAppend(); err != nil {
@@ -1042,10 +1044,24 @@ func (q *Queue) readableEnd() (int64, error) {
 		// past the synced end is not durable yet
 		return q.durable.Load(), nil
 	}
-	defer q.appendMu.Unlock()
-	if err := q.flockAppend(); err != nil {
+	var deadline *time.Time
+	if q.lockWait >= 0 {
+		deadline = new(time.Time)
+	}
+	if err := q.flockAppendWithin(deadline); err != nil {
+		if !errors.As(err, new(waitLeft)) {
+			q.appendMu.Unlock() // else the wait left behind has it
+		}
+		if errors.Is(err, ErrLockBusy) {
+			// another process holds the lock too long (paused while it
+			// appends): what lies past the synced end is not known to
+			// be durable, and the worker looks again at its next poll
+			// rather than wait as long as the pause (its Stop with it)
+			return q.durable.Load(), nil
+		}
 		return 0, err
 	}
+	defer q.appendMu.Unlock()
 	defer flockRetry(q.lock, syscall.LOCK_UN)
 	return q.durableEndAtPath()
 }
@@ -1282,7 +1298,7 @@ func (q *Queue) Drain() error {
 		// would have followed the unlock
 		return nil
 	}
-	unlock, err := q.lockAppend()
+	unlock, err := q.lockAppendBounded()
 	if err != nil {
 		return err
 	}
