@@ -12,10 +12,11 @@ import (
 // opened, and the paths are joined once. Each batch also statted both open
 // files and joined both paths again: 10 allocations and 4 stat syscalls
 // for the lock, the check and the read of the counter, where 6 and 2 do.
+// The lock is taken as a batch takes it, bounded by LockWait.
 func TestAppendPathChecksCost(t *testing.T) {
 	q, _ := openQueue(t, t.TempDir(), Options{})
 	allocs := testing.AllocsPerRun(200, func() {
-		unlock, err := q.lockAppend()
+		unlock, err := q.lockAppendBounded()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -98,7 +98,7 @@ type Queue struct {
 	// segPath and ackedPath are the paths an idle worker stats to tell
 	// whether Drain and CompactDLQ have anything to do, joined once
 	segPath, ackedPath string
-	appendMu           sync.Mutex   // the append lock within this process (flock is per process)
+	appendMu           appendMutex  // the append lock within this process (flock is per process)
 	durable            atomic.Int64 // the end of segment.log known to be synced
 
 	batchBuf []byte // the frames of a batch, reused by the leader
@@ -169,7 +169,7 @@ func Open(root, tenant, flow string, opts Options) (*Queue, []Damage, error) {
 		opts.LockWait = DefaultLockWait
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: opts.FS, now: opts.Now, gatherWait: opts.GatherWait, lockWait: opts.LockWait, onCommit: opts.OnCommit,
-		seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile),
+		appendMu: make(appendMutex, 1), seqPath: filepath.Join(dir, seqFile), lockPath: filepath.Join(dir, lockFile),
 		segPath: filepath.Join(dir, segmentFile), ackedPath: filepath.Join(dir, ackedFile)}
 	if err := MakeDir(q.fs, root, tenant, flow); err != nil {
 		return nil, nil, fmt.Errorf("queue %s/%s: %w", tenant, flow, err)
@@ -372,11 +372,8 @@ func (q *Queue) lockAppendBounded() (func(), error) {
 		// a wait given up that goes on in the background) holds it,
 		// perhaps waiting for another process
 		deadline = time.Now().Add(q.lockWait)
-		for pause := 50 * time.Microsecond; !q.appendMu.TryLock(); pause = min(2*pause, 5*time.Millisecond) {
-			if !time.Now().Before(deadline) {
-				return nil, fmt.Errorf("taking the append lock %s: waited %v for this process's own use of it: %w", q.lockPath, q.lockWait, ErrLockBusy)
-			}
-			time.Sleep(pause)
+		if !q.appendMu.lockBefore(deadline) {
+			return nil, fmt.Errorf("taking the append lock %s: waited %v for this process's own use of it: %w", q.lockPath, q.lockWait, ErrLockBusy)
 		}
 	}
 	if err := q.flockAppendWithin(&deadline); err != nil {
@@ -386,6 +383,54 @@ func (q *Queue) lockAppendBounded() (func(), error) {
 		return nil, err
 	}
 	return q.unlockAppend, nil
+}
+
+// appendMutex is the append lock between the goroutines of a process: a
+// mutex that a bounded wait can give up on (lockBefore), and that wakes
+// such a wait when it is let go, as sync.Mutex wakes a Lock. It is one
+// slot, full while held.
+type appendMutex chan struct{}
+
+// Lock takes the mutex, waiting as long as it takes. A queue that Open did
+// not make (Peek's, for reading) has none, and must not append.
+func (m appendMutex) Lock() {
+	if m == nil {
+		panic("queue: the append lock of a queue that was not opened")
+	}
+	m <- struct{}{}
+}
+
+// TryLock takes the mutex if no one holds it, and reports whether it did.
+func (m appendMutex) TryLock() bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Unlock lets the mutex go; the holder need not be the goroutine that
+// took it (a wait left behind lets go its caller's).
+func (m appendMutex) Unlock() {
+	select {
+	case <-m:
+	default:
+		panic("queue: unlock of an append mutex not held")
+	}
+}
+
+// lockBefore takes the mutex, waiting until deadline at most, and reports
+// whether it did.
+func (m appendMutex) lockBefore(deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case m <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // waitLeft is flockWithin's error when its wait for flock(2) goes on in
@@ -448,7 +493,7 @@ func (q *Queue) flockAppendWithin(deadline *time.Time) error {
 // uses the lock, and a bounded caller waits for appendMu, as long as
 // LockWait at most.
 func (q *Queue) flockWithin(deadline *time.Time) error {
-	return flockFdWithin(int(q.lock.Fd()), syscall.LOCK_EX, q.lockWait, deadline, q.appendMu.Unlock)
+	return flockFdWithin(int(q.lock.Fd()), syscall.LOCK_EX, q.lockWait, deadline, q.appendMu)
 }
 
 // flockFdWithin takes flock(2) how (LOCK_EX or LOCK_SH) on fd, waiting
@@ -458,16 +503,17 @@ func (q *Queue) flockWithin(deadline *time.Time) error {
 // lock is let go, as it wakes any waiter; it runs on a duplicate of the
 // descriptor (the same open file, so the same lock) in a goroutine. When
 // the deadline passes first, that goroutine is left to finish: it lets go
-// the lock it gets in the end, closes the duplicate, calls left, and the
+// the lock it gets in the end, closes the duplicate, unlocks left (when
+// not nil: the mutex the caller holds, handed over), and the
 // error is a waitLeft (ErrLockBusy). The caller may close fd meanwhile.
 // While a wait left behind on the same file goes on, a wait starts no
 // other but waits for that one's end, then tries again, and fails
-// wrapping ErrLockBusy, leaving nothing behind (left is not called), if
+// wrapping ErrLockBusy, leaving nothing behind (left is not unlocked), if
 // the deadline passes first: waits given up one after the other (a queue
 // opened again at each request while the holder is paused) would each
 // keep a descriptor and a thread blocked in flock(2) until the lock is
 // let go.
-func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left func()) error {
+func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sync.Locker) error {
 	err := flockFd(fd, how|syscall.LOCK_NB)
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		return err
@@ -521,7 +567,7 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left fu
 		leftWaits.CompareAndDelete(id, ended)
 		close(ended)
 		if left != nil {
-			left()
+			left.Unlock()
 		}
 	}()
 	return waitLeft{wait}
