@@ -1479,8 +1479,8 @@ func (r *logReader) Read(offset int64) (Message, int64, error) {
 		return Message{}, offset, err
 	}
 	if offset >= size {
-		// the end, as Queue.Read says it: read again, the end cost an
-		// idle worker a second fstat at each poll
+		// the end, as Queue.Read would say it from this same end
+		// (asking it cost an idle worker a second fstat at each poll)
 		return Message{}, offset, io.EOF
 	}
 	if r.buf == nil {
