@@ -872,19 +872,30 @@ func checkEndpoint(t *Template) string {
 // key live, show as "redacted", as a failed call's error leaves them out
 // (the errors of a refused commit go to the log, GET /status and the
 // registry, which the config repo's readers are not alone to see). Up to
-// the last '@' before any hole is taken for user information: a password
-// may hold an unescaped '/', '?' or '#'.
+// the last '@' outside the holes is taken for user information: a
+// password may hold an unescaped '/', '?' or '#', and a hole (whose
+// expression may hold an '@' of its own).
 func shownEndpoint(src string) string {
 	scheme, rest := "", src
 	if i := strings.Index(rest, "://"); i >= 0 {
 		scheme, rest = rest[:i+3], rest[i+3:]
 	}
-	lit := rest
-	if i := strings.Index(lit, "{{"); i >= 0 {
-		lit = lit[:i]
+	at := -1
+	for i := 0; i < len(rest); i++ {
+		switch {
+		case strings.HasPrefix(rest[i:], "{{"):
+			end := holeEnd(rest[i:])
+			if end < 0 {
+				i = len(rest)
+				break
+			}
+			i += end + 1
+		case rest[i] == '@':
+			at = i
+		}
 	}
-	if i := strings.LastIndexByte(lit, '@'); i >= 0 {
-		rest = "redacted@" + rest[i+1:]
+	if at >= 0 {
+		rest = "redacted@" + rest[at+1:]
 	}
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		rest = rest[:i+1] + "redacted"

@@ -503,6 +503,9 @@ func TestRefusedEndpointHidesCredentials(t *testing.T) {
 		{"https://deploy:S3/CRET@api.example.com/a", `"https://redacted@api.example.com/a" does not parse; in a user name or password`},
 		// a hole is no user information: the '@' before it is
 		{"https://u:S3CRET@api.example.com/{{ $.a }}/a b", `"https://redacted@api.example.com/{{ $.a }}/a b" contains a space`},
+		// a hole in the password: the '@' after it ends the user information
+		{"https://u:S3{{ $.a }}CRET@api.example.com/a", `"https://redacted@api.example.com/a" must name its host literally`},
+		{"https://u:{{ $.a }}S3CRET@api.example.com/a", `"https://redacted@api.example.com/a" must name its host literally`},
 	} {
 		errs := compileErrs(t, rv6Head+"## Step: s\neffects: [http_egress]\nendpoint: "+tc.ep+"\n")
 		if len(errs) != 1 || strings.Contains(errs[0].Error(), "S3") || !strings.Contains(errs[0].Error(), tc.shown) {
