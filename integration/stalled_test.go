@@ -91,6 +91,15 @@ func pauseHoldingAppendLock(t *testing.T, h *hostProc, lockPath string, busy fun
 	for n := 1; time.Now().Before(deadline); n++ {
 		h.cmd.Process.Signal(syscall.SIGSTOP)
 		for !stopped(pid) {
+			if !time.Now().Before(deadline) {
+				// the process ended, or never stopped
+				select {
+				case <-h.exited:
+					t.Fatalf("the first process exited while the test paused it: %v", h.exitErr)
+				default:
+				}
+				t.Fatal("the first process did not stop on SIGSTOP within 20 s")
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 		if heldBySomeone(t, lockPath) {
