@@ -861,7 +861,8 @@ func (l *deliveryLoop) housekeep(now time.Time) error {
 	case errors.Is(err, ErrNotDrained):
 	default:
 		failed = append(failed, "the queue could not be emptied: "+err.Error())
-		// stopped somewhere between marking the drain and writing the
+		// not started (the append lock busy: ErrLockBusy), or stopped
+		// somewhere between marking the drain and writing the
 		// checkpoint back to 0: the checkpoint file tells where the
 		// messages appended since begin (at 0 when the log was emptied,
 		// past others' appends or not), which the size alone cannot; it
