@@ -344,7 +344,6 @@ func (q *Queue) path(name string) string { return filepath.Join(q.dir, name) }
 func (q *Queue) lockAppend() (func(), error) {
 	q.appendMu.Lock()
 	if err := q.flockAppend(); err != nil {
-		q.appendMu.Unlock()
 		return nil, err
 	}
 	return q.unlockAppend, nil
@@ -377,9 +376,6 @@ func (q *Queue) lockAppendBounded() (func(), error) {
 		}
 	}
 	if err := q.flockAppendWithin(&deadline); err != nil {
-		if !errors.As(err, new(waitLeft)) {
-			q.appendMu.Unlock()
-		}
 		return nil, err
 	}
 	return q.unlockAppend, nil
@@ -445,13 +441,24 @@ func (e waitLeft) Unwrap() error { return ErrLockBusy }
 // this handle opened is no longer there (deleted by hand as a stale lock,
 // replaced, or its folder deleted and made again by another process), the
 // lock on it would exclude no one, so the handle lets it go and locks the
-// file at the path, creating it if need be. The caller holds appendMu.
+// file at the path, creating it if need be. The caller holds appendMu;
+// when it fails, appendMu is let go (or, when the error is a waitLeft,
+// handed to the wait left behind, which lets it go when it ends).
 func (q *Queue) flockAppend() error { return q.flockAppendWithin(nil) }
 
 // flockAppendWithin is flockAppend waiting until *deadline (set from
 // q.lockWait when zero) for the lock, or without limit when deadline is
 // nil.
 func (q *Queue) flockAppendWithin(deadline *time.Time) error {
+	err := q.flockAppendAtPath(deadline)
+	if err != nil && !errors.As(err, new(waitLeft)) {
+		q.appendMu.Unlock()
+	}
+	return err
+}
+
+// flockAppendAtPath is flockAppendWithin without letting appendMu go.
+func (q *Queue) flockAppendAtPath(deadline *time.Time) error {
 	path := q.lockPath
 	for {
 		var err error
@@ -1095,9 +1102,6 @@ func (q *Queue) readableEnd() (int64, error) {
 		deadline = new(time.Time)
 	}
 	if err := q.flockAppendWithin(deadline); err != nil {
-		if !errors.As(err, new(waitLeft)) {
-			q.appendMu.Unlock() // else the wait left behind has it
-		}
 		if errors.Is(err, ErrLockBusy) {
 			// another process holds the lock too long (paused while it
 			// appends): what lies past the synced end is not known to
