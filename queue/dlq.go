@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -829,6 +830,15 @@ type Marked struct {
 // nor damage, and then, when the file is missing or empty (as a rewrite
 // leaves it), it takes no lock and opens nothing: its worker calls it at
 // every idle moment.
+//
+// The caller is the queue's worker, the one appender of dlq.log (the
+// holder of worker.lock, dead-lettering between its idle moments). The
+// append lock is held to read the marks and to put the new dlq.log in
+// place, not while the file, which an outage can grow to gigabytes, is
+// copied: the doors' appends and the operators' replays and discards go
+// on meanwhile, and a mark made meanwhile stays in dlq.log.acked for the
+// next call. A dlq.log that changed during the copy (a fault: another
+// appender) is left as it is, and the rewrite given up with an error.
 func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if !q.mayHoldMarks() {
 		return nil, nil, nil
@@ -837,8 +847,8 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	defer unlock()
 	marked, markDamage, err := q.marks()
+	unlock()
 	if err != nil || len(marked) == 0 && len(markDamage) == 0 {
 		return nil, nil, err
 	}
@@ -852,15 +862,71 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	if err := q.syncCheckpoint(); err != nil {
 		return nil, nil, err
 	}
-	// the kept frames go to the new file as dlq.log is read, a buffer at
-	// a time: the rewrite holds one record and the buffer in memory, not
-	// the file (a dead-letter queue can hold gigabytes)
-	var damage []Damage
-	if err := writeAtomic(q.fs, q.path(dlqFile), func(f File) error {
+	tmp, read, damage, err := q.writeKeptDeadLetters(marked)
+	if err != nil {
+		return nil, nil, err
+	}
+	if unlock, err = q.lockAppendBounded(); err != nil {
+		q.fs.Remove(tmp)
+		return nil, nil, err
+	}
+	defer unlock()
+	if err := q.checkUnchanged(dlqFile, read); err != nil {
+		q.fs.Remove(tmp)
+		return nil, nil, err
+	}
+	if err := putInPlace(q.fs, tmp, q.path(dlqFile)); err != nil {
+		return nil, nil, err
+	}
+	// the marks go once the entries they mark have: in the other order, a
+	// crash between the two would leave marked entries pending again.
+	// Those made since they were read (for entries the new file keeps)
+	// stay, with what damage the file has grown since, which is reported
+	later, err := q.marksSince(marked, markDamage)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := WriteAtomic(q.fs, q.path(ackedFile), later.frames); err != nil {
+		return nil, nil, err
+	}
+	damage = slices.Concat(markDamage, later.damage, damage)
+	applied := make([]Marked, 0, len(marked))
+	for _, m := range marked {
+		applied = append(applied, Marked{ID: m.id, Action: m.action, At: m.at, ReplayID: m.replayID})
+	}
+	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
+	return applied, damage, nil
+}
+
+// writeKeptDeadLetters writes the new dlq.log to a temporary file (see
+// writeTemp): the entries of dlq.log that marked does not mark, the first
+// of each id, and frames not decoded as dead letters as they are. It
+// returns the temporary file's path, the description of dlq.log it read
+// (to check that it did not change before the new one replaces it; nil
+// when there is none), and the damage it left out. dlq.log is read and the
+// new file written a buffer at a time: the rewrite holds one record and
+// the buffer in memory, not the file (a dead-letter queue can hold
+// gigabytes).
+func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read fs.FileInfo, damage []Damage, err error) {
+	src, err := q.fs.OpenFile(q.path(dlqFile), os.O_RDONLY, 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", nil, nil, err
+	}
+	var size int64
+	if src != nil {
+		defer src.Close()
+		if read, err = src.Stat(); err != nil {
+			return "", nil, nil, err
+		}
+		size = read.Size()
+	}
+	tmp, err = writeTemp(q.fs, q.path(dlqFile), func(f File) error {
+		if src == nil {
+			return nil
+		}
 		w := frameWriter{f: f}
 		seen := map[uint64]struct{}{}
-		var err error
-		damage, err = q.eachRecord(dlqFile, func(rec []byte) error {
+		if _, err := scanEach(src, dlqFile, 0, size, func(rec []byte, _ int64) error {
 			if d, err := decodeDeadLetter(rec); err == nil {
 				if _, done := marked[d.ID]; done {
 					return nil
@@ -871,24 +937,59 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 				seen[d.ID] = struct{}{}
 			}
 			return w.add(rec)
-		})
-		if err != nil {
+		}, func(d Damage) { damage = append(damage, d) }); err != nil {
 			return err
 		}
 		return w.flush()
-	}); err != nil {
-		return nil, nil, err
+	})
+	return tmp, read, damage, err
+}
+
+// checkUnchanged fails when the queue's file name is no longer the file
+// read described, at the size it had (read nil: no file), so that a
+// rewrite from what was read would lose what came since. The caller holds
+// the append lock.
+func (q *Queue) checkUnchanged(name string, read fs.FileInfo) error {
+	now, err := q.fs.Stat(q.path(name))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && read == nil:
+		return nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return err
+	case read == nil || err != nil || !sameFile(read, now) || now.Size() != read.Size():
+		return fmt.Errorf("queue %s/%s: %s changed while it was rewritten (another process appended to it or replaced it): left as it is, rewritten later", q.Tenant, q.Flow, name)
 	}
-	damage = append(markDamage, damage...)
-	if err := WriteAtomic(q.fs, q.path(ackedFile), nil); err != nil {
-		return nil, nil, err
-	}
-	applied := make([]Marked, 0, len(marked))
-	for _, m := range marked {
-		applied = append(applied, Marked{ID: m.id, Action: m.action, At: m.at, ReplayID: m.replayID})
-	}
-	sort.Slice(applied, func(i, j int) bool { return applied[i].ID < applied[j].ID })
-	return applied, damage, nil
+	return nil
+}
+
+// laterMarks is what dlq.log.acked holds beyond the marks a rewrite
+// applied: the frames of the other marks, and the damage found.
+type laterMarks struct {
+	frames []byte
+	damage []Damage
+}
+
+// marksSince reads dlq.log.acked again and returns the marks in it of ids
+// applied does not hold: made after applied and reported were read. The
+// caller holds the append lock. (A mark is only made for a pending dead
+// letter, so an id marked once is not marked again.) Damage found at
+// another offset than reported's is new: a marking process that died
+// midway since.
+func (q *Queue) marksSince(applied map[uint64]mark, reported []Damage) (laterMarks, error) {
+	var later laterMarks
+	err := q.eachRecordDamage(ackedFile, func(rec []byte) error {
+		if m, err := decodeMark(rec); err == nil {
+			if _, done := applied[m.id]; !done {
+				later.frames = appendFrame(later.frames, rec)
+			}
+		}
+		return nil
+	}, func(d Damage) {
+		if !slices.ContainsFunc(reported, func(r Damage) bool { return r.Offset == d.Offset }) {
+			later.damage = append(later.damage, d)
+		}
+	})
+	return later, err
 }
 
 // mayHoldMarks reports whether dlq.log.acked may hold a mark or damage:

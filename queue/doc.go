@@ -105,7 +105,12 @@
 //
 // The worker rewrites dlq.log without the marked dead letters at an idle
 // moment, empties dlq.log.acked, and logs each mark it applied
-// (dlq_replayed, dlq_discarded).
+// (dlq_replayed, dlq_discarded). It reads the marks under the append lock,
+// copies dlq.log to dlq.log.tmp without it (the worker is the one
+// appender of dlq.log; the copy of a large file does not hold up the
+// doors' appends or the operators' marks), then, under the lock again,
+// renames the copy over dlq.log unless dlq.log changed meanwhile, and
+// rewrites dlq.log.acked with the marks made since it read them.
 //
 // # Side files
 //

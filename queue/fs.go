@@ -185,14 +185,26 @@ func WriteAtomic(fsys FS, name string, data []byte) error {
 
 // writeAtomic is WriteAtomic with the new contents written by write, in as
 // many parts as it likes, so that a large file is not held in memory.
-func writeAtomic(fsys FS, name string, write func(File) error) (err error) {
+func writeAtomic(fsys FS, name string, write func(File) error) error {
 	if fsys == nil {
 		fsys = OS{}
 	}
-	tmp := name + ".tmp"
+	tmp, err := writeTemp(fsys, name, write)
+	if err != nil {
+		return err
+	}
+	return putInPlace(fsys, tmp, name)
+}
+
+// writeTemp is writeAtomic's first half: it writes name's new contents to
+// name+".tmp" and syncs them, and returns that path; on failure the file
+// is removed. A caller that must hold a lock to replace name, and not to
+// write its new contents, takes it for putInPlace only.
+func writeTemp(fsys FS, name string, write func(File) error) (tmp string, err error) {
+	tmp = name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, FileMode)
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
+		return "", fmt.Errorf("writing %s: %w", name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -201,19 +213,27 @@ func writeAtomic(fsys FS, name string, write func(File) error) (err error) {
 	}()
 	if err = write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("writing %s: %w", name, err)
+		return "", fmt.Errorf("writing %s: %w", name, err)
 	}
 	if err = f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("syncing %s: %w", name, err)
+		return "", fmt.Errorf("syncing %s: %w", name, err)
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
+		return "", fmt.Errorf("writing %s: %w", name, err)
 	}
-	if err = fsys.Rename(tmp, name); err != nil {
+	return tmp, nil
+}
+
+// putInPlace is writeAtomic's second half: it renames tmp, which
+// writeTemp wrote, over name and makes the folder's entry durable; tmp is
+// removed when the rename fails.
+func putInPlace(fsys FS, tmp, name string) error {
+	if err := fsys.Rename(tmp, name); err != nil {
+		fsys.Remove(tmp)
 		return fmt.Errorf("replacing %s: %w", name, err)
 	}
-	if err = fsys.SyncDir(filepath.Dir(name)); err != nil {
+	if err := fsys.SyncDir(filepath.Dir(name)); err != nil {
 		return fmt.Errorf("syncing the folder of %s: %w", name, err)
 	}
 	return nil
