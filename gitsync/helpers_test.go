@@ -18,7 +18,10 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/gitsync"
@@ -48,6 +51,42 @@ type srcRepo struct {
 	dir  string
 	repo *git.Repository
 	wt   *git.Worktree
+	// objects, when set, is where storeTree and storeBlob store (see
+	// packed); otherwise they store in repo
+	objects storer.EncodedObjectStorer
+}
+
+// objectStore is where storeTree and storeBlob store.
+func (r *srcRepo) objectStore() storer.EncodedObjectStorer {
+	if r.objects != nil {
+		return r.objects
+	}
+	return r.repo.Storer
+}
+
+// packed calls build with the trees and blobs it stores kept in memory,
+// then writes them to the repository as one pack: thousands of objects
+// stored loose, a file each, took most of a test's time.
+func (r *srcRepo) packed(build func()) {
+	r.t.Helper()
+	mem := memory.NewStorage()
+	r.objects = mem
+	build()
+	r.objects = nil
+	var hashes []plumbing.Hash
+	for h := range mem.Objects {
+		hashes = append(hashes, h)
+	}
+	pw, err := r.repo.Storer.(storer.PackfileWriter).PackfileWriter()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := packfile.NewEncoder(pw, mem, false).Encode(hashes, 0); err != nil {
+		r.t.Fatalf("packing %d objects: %v", len(hashes), err)
+	}
+	if err := pw.Close(); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // newSrcRepo creates an empty repository (branch main) in a fresh folder.
@@ -148,11 +187,11 @@ func (r *srcRepo) storeTree(entries []object.TreeEntry) plumbing.Hash {
 	entries = slices.Clone(entries)
 	sort.Sort(object.TreeEntrySorter(entries))
 	tree := &object.Tree{Entries: entries}
-	obj := r.repo.Storer.NewEncodedObject()
+	obj := r.objectStore().NewEncodedObject()
 	if err := tree.Encode(obj); err != nil {
 		r.t.Fatalf("encoding a tree: %v", err)
 	}
-	h, err := r.repo.Storer.SetEncodedObject(obj)
+	h, err := r.objectStore().SetEncodedObject(obj)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -162,7 +201,7 @@ func (r *srcRepo) storeTree(entries []object.TreeEntry) plumbing.Hash {
 // storeBlob writes a blob and returns its hash.
 func (r *srcRepo) storeBlob(data []byte) plumbing.Hash {
 	r.t.Helper()
-	obj := r.repo.Storer.NewEncodedObject()
+	obj := r.objectStore().NewEncodedObject()
 	obj.SetType(plumbing.BlobObject)
 	w, err := obj.Writer()
 	if err != nil {
@@ -174,7 +213,7 @@ func (r *srcRepo) storeBlob(data []byte) plumbing.Hash {
 	if err := w.Close(); err != nil {
 		r.t.Fatal(err)
 	}
-	h, err := r.repo.Storer.SetEncodedObject(obj)
+	h, err := r.objectStore().SetEncodedObject(obj)
 	if err != nil {
 		r.t.Fatal(err)
 	}

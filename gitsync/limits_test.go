@@ -338,10 +338,13 @@ func TestLimitDepth(t *testing.T) {
 
 	// A tree 10,000 levels deep (RELIABILITY E.22), made by hand (each
 	// level points at the one below): the walk stops at the limit.
-	h := e.src.storeTree(withEntry(emptyTree(), treeEntry("y.md", filemode.Regular, e.src.storeBlob(flowtest.Marked("acme", "y", "abyss")))))
-	for range 10000 {
-		h = e.src.storeTree(withEntry(emptyTree(), treeEntry("d", filemode.Dir, h)))
-	}
+	var h plumbing.Hash
+	e.src.packed(func() {
+		h = e.src.storeTree(withEntry(emptyTree(), treeEntry("y.md", filemode.Regular, e.src.storeBlob(flowtest.Marked("acme", "y", "abyss")))))
+		for range 10000 {
+			h = e.src.storeTree(withEntry(emptyTree(), treeEntry("d", filemode.Dir, h)))
+		}
+	})
 	root := e.src.headTree()
 	e.src.commitTree(e.src.storeTree(withEntry(root, treeEntry("flows", filemode.Dir, h))), "10,000 folders deep")
 	e.mustRefuse("flows" + strings.Repeat("/d", 64) + ": folders nested deeper than 64 levels")
