@@ -112,7 +112,7 @@ func main() {
 // a command that only prints (status, journal) would otherwise exit 0
 // having printed nothing. nexus serve is left out: its stdout holds only
 // the --dev banner, and a banner lost is no reason to fail a host that
-// served.
+// served (its --help checks its own output).
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
 		return runCommand(args, stdout, stderr)

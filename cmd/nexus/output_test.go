@@ -39,6 +39,9 @@ func TestOutputToAFullDiskIsAnError(t *testing.T) {
 		{[]string{"--version"}, "nexus"},
 		{[]string{"help"}, "nexus"},
 		{[]string{"status", "--help"}, "nexus status"},
+		{[]string{"serve", "--help"}, "nexus serve"},
+		{[]string{"serve", "--dev", "-h"}, "nexus serve"},
+		{[]string{"help", "serve"}, "nexus serve"},
 		{[]string{"help", "journal"}, "nexus journal"},
 	} {
 		var stderr bytes.Buffer

@@ -213,7 +213,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	cfgp, fs, problems := serveFlags()
 	rest, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stdout, serveUsage, fs)
+		// run leaves serve's stdout as it is (see run): its usage checks
+		// its own writes, as every other command's output is checked
+		out := &outputWriter{w: terminalSafe{stdout}}
+		printUsage(out, serveUsage, fs)
+		if out.err != nil {
+			fmt.Fprintf(refusal, "nexus serve: the output could not be written (%v)\n", out.err)
+			return exitError
+		}
 		return exitOK
 	}
 	set := map[string]bool{}
