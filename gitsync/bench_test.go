@@ -44,3 +44,31 @@ func BenchmarkSync1000Flows(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "flows/s")
 }
+
+// BenchmarkSyncOneOf1000Flows: each iteration commits a change to one of
+// 1,000 flows (outside the timer) and runs one Sync: what an everyday
+// commit to a large installation costs.
+func BenchmarkSyncOneOf1000Flows(b *testing.B) {
+	const n = 1000
+	e := newEnv(b)
+	for i := range n {
+		e.src.write(fmt.Sprintf("flows/tenant-%d/order-intake-%d.md", i%17, i), flowtest.Flow(i, ", round 0"))
+	}
+	e.mustApply(e.src.gitCommit("1,000 flows"))
+	round := 0
+	for b.Loop() {
+		b.StopTimer()
+		round++
+		i := round % n
+		e.src.write(fmt.Sprintf("flows/tenant-%d/order-intake-%d.md", i%17, i), flowtest.Flow(i, fmt.Sprintf(", round %d", round)))
+		c := e.src.gitCommit(fmt.Sprintf("round %d", round))
+		b.StartTimer()
+		res, err := e.s.Sync(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !res.Applied() || res.Commit != c {
+			b.Fatalf("round %d: Sync = %v, errors %q", round, res.Applied(), res.Errors)
+		}
+	}
+}

@@ -141,7 +141,10 @@ type Syncer struct {
 	// repack failed, 0 when none did (under mu): the next is tried once
 	// MaxPacks more have come, not at every round
 	repackFailedAt int
-	life           lifecycle.Loop
+	// compiled holds what the last round compiled (under mu): a commit
+	// that changes one flow of thousands compiles that one
+	compiled flow.CompileCache
+	life     lifecycle.Loop
 }
 
 // SupersededError is the error of a round that did not run because
@@ -1138,7 +1141,7 @@ func (s *Syncer) compile(repo *git.Repository, commit *object.Commit) (flows []*
 		keys, err = access.Parse("access.yaml", accessData)
 		problems = append(problems, AccessProblems(err)...)
 	}
-	flows, errs := flow.CompileSet(w.sources)
+	flows, errs := s.compiled.CompileSet(w.sources)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
 	}
