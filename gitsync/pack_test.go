@@ -158,3 +158,52 @@ func TestCloneRollsUpItsSmallPacks(t *testing.T) {
 	}
 	checkPackedClone(t, e, first, 3*gitsync.MaxPacks)
 }
+
+// openUnder lists the files under dir this process holds open (from
+// /proc/self/fd).
+func openUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("listing this process's descriptors: %v", err)
+	}
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			open = append(open, target)
+		}
+	}
+	return open
+}
+
+// TestRoundsLeaveNoPackOpen: a round reads the clone's packs through
+// descriptors it keeps open while it lasts (it opened a pack for every
+// object it read), and closes them at its end, the packing of the clone
+// and a clone made anew included: rounds after rounds hold no file of the
+// clone, and none of the packs a packing deleted.
+func TestRoundsLeaveNoPackOpen(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/f0.md", flowtest.Marked("acme", "f0", "v0"))
+	e.mustApply(e.src.gitCommit("v0"))
+	for i := 1; i <= gitsync.MaxPacks+2; i++ {
+		e.src.write("flows/acme/f0.md", flowtest.Marked("acme", "f0", fmt.Sprintf("v%d", i)))
+		e.mustApply(e.src.gitCommit(fmt.Sprintf("v%d", i)), fmt.Sprintf("published acme/f0 v%d", i+1))
+		if open := openUnder(t, e.cfg.Dir); len(open) > 0 {
+			t.Fatalf("after round %d the process holds files of the clone open: %v", i, open)
+		}
+	}
+	if got := len(e.logs.Events(t, "sync_repacked")); got == 0 {
+		t.Fatalf("the clone was not packed in %d rounds", gitsync.MaxPacks+2)
+	}
+	// a clone cloned anew in the round, its packs read before
+	tearPacks(t, e.cfg.Dir)
+	e.src.write("flows/acme/f0.md", flowtest.Marked("acme", "f0", "anew"))
+	e.mustApply(e.src.gitCommit("anew"), fmt.Sprintf("published acme/f0 v%d", gitsync.MaxPacks+4))
+	if len(e.logs.Events(t, "sync_repaired")) == 0 {
+		t.Fatal("a clone whose packs were torn was not cloned anew")
+	}
+	if open := openUnder(t, e.cfg.Dir); len(open) > 0 {
+		t.Fatalf("after a round that cloned anew the process holds files of the clone open: %v", open)
+	}
+}
