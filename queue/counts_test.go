@@ -161,25 +161,43 @@ func TestManagerCountsAfterACutBatch(t *testing.T) {
 
 // countedLog is a queue of 2,000 messages of 1 KiB (2 MiB: 32 windows of
 // the scan's read-ahead) on a memory file system, a Manager over it, and
-// the count of reads of its segment.log.
+// the count of reads of its segment.log. The frames are written to
+// segment.log at once, before the queue opens, as 2,000 appends would
+// have left them (ids 1 to 2,000): an append each, each with its
+// fdatasync (a copy of the whole file on a memFS), took most of the
+// tests' time.
 func countedLog(t *testing.T) (q *Queue, m *Manager, mfs *memFS, segPath string, reads *atomic.Int64) {
 	t.Helper()
 	mfs, root := memQueueRoot(t)
 	segPath = filepath.Join(root, testTenant, testFlow, segmentFile)
+	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	var log []byte
+	for id := uint64(1); id <= 2000; id++ {
+		msg := Message{ID: id, EnqueuedAt: epoch, Source: "enqueue", Payload: payload}
+		log = appendFrame(log, appendMessageRecord(nil, &msg))
+	}
+	if err := mfs.MkdirAll(filepath.Dir(segPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := mfs.OpenFile(segPath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(log, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	reads = new(atomic.Int64)
 	mfs.before = func(op, name string) {
 		if op == opRead && name == segPath {
 			reads.Add(1)
 		}
 	}
-	q, _ = openQueue(t, root, Options{FS: mfs})
-	m = NewManager(ManagerConfig{Root: root, FS: mfs})
-	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
-	for range 2000 {
-		if _, err := q.Append(NewMessage{Source: "enqueue", Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
+	q, damage := openQueue(t, root, Options{FS: mfs})
+	if len(damage) > 0 {
+		t.Fatalf("setup: the log written has damage: %v", damage)
 	}
+	m = NewManager(ManagerConfig{Root: root, FS: mfs})
 	return q, m, mfs, segPath, reads
 }
 
