@@ -425,72 +425,91 @@ func TestAppendPoisonedWhileBatching(t *testing.T) {
 // concurrent appends, 2,000 times (RELIABILITY A.2): every acknowledged
 // message is read back after the reboot, nothing else is delivered but
 // whole frames that were sent, and no id is reissued.
+//
+// The seeds are shared among appendCrashWorkers parallel subtests (each
+// seed on a memFS of its own, nothing global), each with one folder on
+// disk for the append locks of its seeds.
 func TestAppendCrash(t *testing.T) {
 	seeds := figure(2000, 400, 100000)
-	for seed := range seeds {
-		m, root := settledMemQueue(t)
-		rng := rand.New(rand.NewPCG(uint64(seed), 99))
-		q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Fail("", "", 1+rng.IntN(600), syscall.EIO, true) // the power cut: nothing after it happens
+	for w := range appendCrashWorkers {
+		t.Run(fmt.Sprintf("seeds %d mod %d", w, appendCrashWorkers), func(t *testing.T) {
+			t.Parallel()
+			_, root := memQueueRoot(t)
+			for seed := w; seed < seeds; seed += appendCrashWorkers {
+				appendCrash(t, root, seed)
+			}
+		})
+	}
+}
 
-		var mu sync.Mutex
-		var acked []Message
-		var wg sync.WaitGroup
-		for g := range 8 {
-			wg.Go(func() {
-				for i := range 20 {
-					idx := g*20 + i
-					msg, err := q.Append(newMessage(idx, 20+(idx*37+seed)%100))
-					if err != nil {
-						return
-					}
-					mu.Lock()
-					acked = append(acked, msg)
-					mu.Unlock()
+// appendCrashWorkers is how many subtests of TestAppendCrash run at once.
+const appendCrashWorkers = 4
+
+// appendCrash is one seed of TestAppendCrash, on a new memFS over root.
+func appendCrash(t *testing.T, root string, seed int) {
+	t.Helper()
+	m := settledMemQueueAt(t, root)
+	rng := rand.New(rand.NewPCG(uint64(seed), 99))
+	q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
+	if err != nil {
+		t.Fatalf("seed %d: Open: %v", seed, err)
+	}
+	m.Fail("", "", 1+rng.IntN(600), syscall.EIO, true) // the power cut: nothing after it happens
+
+	var mu sync.Mutex
+	var acked []Message
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				idx := g*20 + i
+				msg, err := q.Append(newMessage(idx, 20+(idx*37+seed)%100))
+				if err != nil {
+					return
 				}
-			})
-		}
-		wg.Wait()
-		q.Close()
-		m.Crash()
+				mu.Lock()
+				acked = append(acked, msg)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	q.Close()
+	m.Crash()
 
-		q, damage, err := Open(root, testTenant, testFlow, Options{FS: m})
-		if err != nil {
-			t.Fatalf("seed %d: Open after the crash: %v", seed, err)
+	q, damage, err := Open(root, testTenant, testFlow, Options{FS: m})
+	if err != nil {
+		t.Fatalf("seed %d: Open after the crash: %v", seed, err)
+	}
+	for _, d := range damage {
+		if !d.Torn {
+			t.Errorf("seed %d: %v", seed, d)
 		}
-		for _, d := range damage {
-			if !d.Torn {
-				t.Errorf("seed %d: %v", seed, d)
-			}
+	}
+	got := map[uint64]Message{}
+	maxID := uint64(0)
+	for _, msg := range readAll(t, q) {
+		got[msg.ID] = msg
+		maxID = max(maxID, msg.ID)
+		nm := newMessage(sentIndex(t, msg), len(msg.Payload))
+		if msg.Source != nm.Source || string(msg.Payload) != string(nm.Payload) {
+			t.Errorf("seed %d: delivered a message that was not sent: %+v", seed, msg)
 		}
-		got := map[uint64]Message{}
-		maxID := uint64(0)
-		for _, msg := range readAll(t, q) {
-			got[msg.ID] = msg
-			maxID = max(maxID, msg.ID)
-			nm := newMessage(sentIndex(t, msg), len(msg.Payload))
-			if msg.Source != nm.Source || string(msg.Payload) != string(nm.Payload) {
-				t.Errorf("seed %d: delivered a message that was not sent: %+v", seed, msg)
-			}
+	}
+	lost := 0
+	for _, a := range acked {
+		if d := sameMessage(got[a.ID], a); d != "" {
+			lost++
+			t.Errorf("seed %d: acknowledged id %d: %s", seed, a.ID, d)
 		}
-		lost := 0
-		for _, a := range acked {
-			if d := sameMessage(got[a.ID], a); d != "" {
-				lost++
-				t.Errorf("seed %d: acknowledged id %d: %s", seed, a.ID, d)
-			}
-			maxID = max(maxID, a.ID)
-		}
-		if next, err := q.Append(newMessage(999, 30)); err != nil || next.ID <= maxID {
-			t.Errorf("seed %d: the first append after the crash: id %d, %v; want an id after %d", seed, next.ID, err, maxID)
-		}
-		q.Close()
-		if t.Failed() {
-			t.Fatalf("seed %d: %d acknowledged, %d lost", seed, len(acked), lost)
-		}
+		maxID = max(maxID, a.ID)
+	}
+	if next, err := q.Append(newMessage(999, 30)); err != nil || next.ID <= maxID {
+		t.Errorf("seed %d: the first append after the crash: id %d, %v; want an id after %d", seed, next.ID, err, maxID)
+	}
+	q.Close()
+	if t.Failed() {
+		t.Fatalf("seed %d: %d acknowledged, %d lost", seed, len(acked), lost)
 	}
 }
 

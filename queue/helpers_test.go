@@ -51,6 +51,25 @@ func memQueueRoot(t testing.TB) (*memFS, string) {
 func settledMemQueue(t testing.TB) (*memFS, string) {
 	t.Helper()
 	m, root := memQueueRoot(t)
+	settle(t, m, root)
+	return m, root
+}
+
+// settledMemQueueAt is settledMemQueue on a new memFS over root, a folder
+// memQueueRoot made (the queue's folder on disk, for the append lock): a
+// test of many cases, each on a fresh memFS, makes one folder for them
+// all.
+func settledMemQueueAt(t testing.TB, root string) *memFS {
+	t.Helper()
+	m := newMemFS(root)
+	settle(t, m, root)
+	return m
+}
+
+// settle opens the queue on m under root once, creates its dead-letter
+// files and makes everything durable.
+func settle(t testing.TB, m *memFS, root string) {
+	t.Helper()
 	q, _, err := Open(root, testTenant, testFlow, Options{FS: m})
 	if err != nil {
 		t.Fatal(err)
@@ -64,18 +83,24 @@ func settledMemQueue(t testing.TB) (*memFS, string) {
 		f.Close()
 	}
 	m.SyncAll()
-	return m, root
 }
 
 // payload is the JSON payload of the i-th message of a test: distinct for
 // each i, size bytes long (at least 20).
 func payload(i, size int) []byte {
-	p := fmt.Appendf(nil, `{"n":%d,"pad":"`, i)
+	p := fmt.Appendf(make([]byte, 0, max(size, 32)), `{"n":%d,"pad":"`, i)
+	// byte k is 'a'+(i+k)%26: runs of the alphabet, a copy each (a byte
+	// at a time was a tenth of the crash tests' time under -race)
 	for len(p) < size-2 {
-		p = append(p, 'a'+byte((i+len(p))%26))
+		from := (i + len(p)) % 26
+		p = append(p, alphabets[from:from+min(26, size-2-len(p))]...)
 	}
 	return append(p, `"}`...)
 }
+
+// alphabets is the alphabet twice: any 26 letters of it in a row follow
+// one another in the alphabet, from z to a.
+const alphabets = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
 
 // newMessage is the i-th message of a test.
 func newMessage(i, size int) NewMessage {
