@@ -293,20 +293,27 @@ func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
 	return nextFrameBuf(r, off, size, nil)
 }
 
-// nextFrameChunk is how much of a file nextFrame reads at a time.
-const nextFrameChunk = 64 << 10
+// nextFrameChunk is how much of a file nextFrame reads at a time, at most.
+// It reads nextFrameFirst bytes first, then twice as many each time: the
+// next frame is most often near (a damaged frame is one of many small
+// ones), and a scan past thousands of damaged frames read 64 KiB for each.
+const (
+	nextFrameChunk = 64 << 10
+	nextFrameFirst = 4 << 10
+)
 
 // nextFrameBuf is nextFrame reading into buf, when it holds
 // nextFrameChunk+3 bytes, else into a buffer of its own: a scan past
 // many damaged frames reuses one.
 func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
-	const chunk = nextFrameChunk
-	if len(buf) < chunk+3 {
-		buf = make([]byte, chunk+3)
+	if len(buf) < nextFrameChunk+3 {
+		buf = make([]byte, nextFrameChunk+3)
 	}
-	buf = buf[:chunk+3]
-	for pos := off + 1; pos < size; pos += chunk {
-		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
+	chunk := int64(nextFrameFirst)
+	for pos := off + 1; pos < size; pos, chunk = pos+chunk, min(2*chunk, nextFrameChunk) {
+		// 3 bytes more than the chunk: a marker that begins in its last 3
+		// is seen whole
+		n, err := r.ReadAt(buf[:min(chunk+3, size-pos)], pos)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return -1, err
 		}
@@ -356,20 +363,24 @@ func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, o
 			off += n
 			continue
 		}
+		d := Damage{File: file, Offset: off, Reason: reason}
+		// the id where it is readable: the 8 bytes after the kind byte
+		// (read before the search, from the window that holds the frame)
+		var id [8]byte
+		if off+headerSize+9 <= size {
+			if _, err := window.ReadAt(id[:], off+headerSize+1); err == nil {
+				d.ID = binary.BigEndian.Uint64(id[:])
+			}
+		}
 		if searchBuf == nil {
 			searchBuf = make([]byte, nextFrameChunk+3)
 		}
-		next, err := nextFrameBuf(r, off, size, searchBuf)
+		// through the window too: the search's first reads are small, and
+		// the frames after a damaged one are most often in the window
+		// already, read once for the search and the scan
+		next, err := nextFrameBuf(window, off, size, searchBuf)
 		if err != nil {
 			return off, err
-		}
-		d := Damage{File: file, Offset: off, Reason: reason}
-		// the id where it is readable: the 8 bytes after the kind byte
-		var id [8]byte
-		if off+headerSize+9 <= size {
-			if _, err := r.ReadAt(id[:], off+headerSize+1); err == nil {
-				d.ID = binary.BigEndian.Uint64(id[:])
-			}
 		}
 		if next < 0 {
 			d.Length = size - off
