@@ -16,13 +16,17 @@ import (
 // them.
 func writeDamagedDeadLetters(t *testing.T, dir string, n int, oneValid bool) {
 	t.Helper()
-	var b []byte
+	two := appendFrame(nil, appendDeadLetterRecord(nil, new(deadLetter(2))))
+	b := make([]byte, 0, 2*n*(len(two)+8)) // (ids of up to 6 digits)
+	var rec []byte
 	for id := uint64(1); id <= uint64(2*n); id++ {
-		d := deadLetter(id)
 		if oneValid && id%2 == 0 {
-			d = deadLetter(2)
+			b = append(b, two...)
+			continue
 		}
-		b = appendFrame(b, appendDeadLetterRecord(nil, &d))
+		d := deadLetter(id)
+		rec = appendDeadLetterRecord(rec[:0], &d)
+		b = appendFrame(b, rec)
 		if id%2 == 1 {
 			b[len(b)-1] ^= 0xff // the payload's last byte: the checksum fails
 		}
