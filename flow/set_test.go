@@ -10,7 +10,8 @@ import (
 )
 
 // setResult is what a compile of a set says, comparably: each flow's
-// path and artifact, and each error's text.
+// path, names, description and artifact (its source), and each error's
+// text.
 type setResult struct {
 	Flows  []string
 	Errors []string
@@ -19,7 +20,7 @@ type setResult struct {
 func resultOf(flows []*flow.Flow, errs flow.ErrorList) setResult {
 	var r setResult
 	for _, f := range flows {
-		r.Flows = append(r.Flows, f.Path()+"\n"+string(f.Artifact()))
+		r.Flows = append(r.Flows, f.Path()+" "+f.Tenant()+"/"+f.Name()+" "+f.Description()+"\n"+string(f.Artifact()))
 	}
 	for _, e := range errs {
 		r.Errors = append(r.Errors, e.Error())
