@@ -63,7 +63,15 @@ func newConfigRepo(t *testing.T, files map[string]string) *configRepo {
 
 func (r *configRepo) git(args ...string) string {
 	r.t.Helper()
+	return r.gitStdin(nil, args...)
+}
+
+// gitStdin runs git with args in the repository, stdin (when not nil) on
+// its standard input, and returns what it printed.
+func (r *configRepo) gitStdin(stdin io.Reader, args ...string) string {
+	r.t.Helper()
 	cmd := exec.Command("git", args...)
+	cmd.Stdin = stdin
 	cmd.Dir = r.dir
 	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@localhost",
 		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@localhost")
