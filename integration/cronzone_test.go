@@ -15,6 +15,7 @@ import (
 // them: otherwise a flow published on one host is a corrupt artifact, and
 // a cron flow that never ticks, on the next.
 func TestCronZoneIsTheEmbeddedDatabase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	zi := filepath.Join(dir, "zoneinfo", "Mars")
 	if err := os.MkdirAll(zi, 0o755); err != nil {

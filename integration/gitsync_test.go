@@ -24,6 +24,7 @@ import (
 // a page of 200 MB made the host hold 2 GB and answer /status with
 // 210 MB). The error keeps naming the repo and what went wrong.
 func TestUnreachableRepoErrorPageIsNotCopied(t *testing.T) {
+	t.Parallel()
 	const pageBytes = 512 << 10 // under the harness's 1 MiB log line
 	page := "<html><body><h1>Not Found</h1>\n" + strings.Repeat("<p>lorem ipsum dolor sit amet</p>\n", pageBytes/34)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -67,6 +68,7 @@ func TestUnreachableRepoErrorPageIsNotCopied(t *testing.T) {
 // the link was gone, a push later (nexus validate on the same files listed
 // all three).
 func TestARefusedCommitReportsEveryError(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)

@@ -792,6 +792,7 @@ func hubSignature(secret, body string) string {
 }
 
 func TestSecretEndToEnd(t *testing.T) {
+	t.Parallel()
 	const oldSecret, newSecret = "whsec_old_secret_for_tests_01", "whsec_new_secret_for_tests_02"
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir, args: []string{"--secret", oldSecret + "," + newSecret}})
@@ -844,6 +845,7 @@ func TestSecretEndToEnd(t *testing.T) {
 }
 
 func TestGitHookWithLongPoll(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir, args: []string{"--poll", "60s"}})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
@@ -949,6 +951,7 @@ func shellWords(s string) ([]string, error) {
 }
 
 func TestDevMode(t *testing.T) {
+	t.Parallel()
 	cwd := t.TempDir()
 	state := filepath.Join(t.TempDir(), "state")
 	h, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
@@ -1044,6 +1047,7 @@ func TestDevMode(t *testing.T) {
 }
 
 func TestServeConfigFromTheEnvironment(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	commit := repo.git("rev-parse", "HEAD")
 	env := []string{
@@ -1102,6 +1106,7 @@ func TestServeConfigFromTheEnvironment(t *testing.T) {
 // nexus serve sets the collector's target to 200 unless GOGC is set; the
 // runtime's own gauge on /metrics says which is in force.
 func TestServeGCPercent(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	for _, tc := range []struct {
 		name string
@@ -1129,6 +1134,7 @@ func TestServeGCPercent(t *testing.T) {
 // sync publishes (here: until the repo exists); it was ready at once, and
 // every key unknown (401) until then.
 func TestServeReadyAfterTheFirstPublication(t *testing.T) {
+	t.Parallel()
 	later := filepath.Join(t.TempDir(), "config-repo")
 	h, _ := launch(t, t.TempDir(), []string{"serve", "--listen", "127.0.0.1:0", "--repo", later, "--poll", "200ms",
 		"--db", filepath.Join(t.TempDir(), "state", "registry.db")}, []string{"NEXUS_LOG_FORMAT=json"}, "")
@@ -1161,6 +1167,7 @@ func TestServeReadyAfterTheFirstPublication(t *testing.T) {
 // empty) counts as not set, as every empty variable does, and is said at
 // the start: the UI closed, the doors unsigned.
 func TestServeWarnsOfAnEmptyKeyVariable(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	for _, tc := range []struct {
 		env  []string
@@ -1192,6 +1199,7 @@ func TestServeWarnsOfAnEmptyKeyVariable(t *testing.T) {
 // A short admin key is served, with a warning at the start; a long one,
 // such as nexus key generate prints, without.
 func TestServeWarnsOfAShortAdminKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		key  string
 		want int
@@ -1217,6 +1225,7 @@ func TestServeWarnsOfAShortAdminKey(t *testing.T) {
 // its user name (which may be a token: the started line shows it as
 // redacted), nor in /status, whose sync_error says the repo is unreachable.
 func TestServeLogsNoRepoPassword(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, hostOptions{repo: "https://deploy:ghp_SECRETTOKEN123@127.0.0.1:1/config.git"})
 	waitEvents(t, h, "sync_unreachable", 1, nil, 10*time.Second)
 	started := h.events("started")
@@ -1287,6 +1296,7 @@ func TestSyncMetricsOnARefusedHead(t *testing.T) {
 }
 
 func TestServeBadValues(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "state", "registry.db")
 	base := []string{"serve", "--listen", "127.0.0.1:0", "--db", db}
 	for _, tc := range []struct {
@@ -1351,6 +1361,7 @@ func TestServeBadValues(t *testing.T) {
 // before any handler (400, 431, 501) too: those were its plain text
 // ("431 Request Header Fields Too Large") without a correlation ID.
 func TestHTTPFramingEndToEnd(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
@@ -1433,6 +1444,7 @@ func TestRestartServesTheStoredFlowsWhileTheRepoIsUnreachable(t *testing.T) {
 // the failed commit and its errors" through the log event sync_failed too:
 // its line lists every error, as /status does (it once held the first).
 func TestSyncFailedLogsEveryError(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
@@ -1461,6 +1473,7 @@ func TestSyncFailedLogsEveryError(t *testing.T) {
 // correlation ID; OPTIONS * reaches the router too, instead of net/http's
 // silent 200.
 func TestOptionsStarEchoesCorrelationID(t *testing.T) {
+	t.Parallel()
 	h := startHost(t, hostOptions{})
 	a := rawExchange(t, h.url, "OPTIONS * HTTP/1.1\r\nHost: nexus\r\nX-Correlation-ID: trace-options\r\nConnection: close\r\n\r\n")
 	if got := a.resp.Header.Get("X-Correlation-Id"); got != "trace-options" {
@@ -1477,6 +1490,7 @@ func TestOptionsStarEchoesCorrelationID(t *testing.T) {
 // (docs/decisions.md), the development mode's repo in it too: its folders
 // 0700 and its files 0600 (they were 0755 and 0644).
 func TestDevRepoIsTheOwnersAlone(t *testing.T) {
+	t.Parallel()
 	cwd := t.TempDir()
 	state := filepath.Join(t.TempDir(), "state")
 	_, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",
@@ -1577,6 +1591,7 @@ func firstLineOnATerminal(t *testing.T, format string) string {
 // production key exported in the shell) is a secret it does not print,
 // as the usage does not. The banner printed it on stdout.
 func TestDevBannerKeepsAGivenAdminKey(t *testing.T) {
+	t.Parallel()
 	const secret = "given-admin-key-5c1e0f7a9b2d4e6f8a0c"
 	cwd := t.TempDir()
 	state := filepath.Join(t.TempDir(), "state")
@@ -1602,6 +1617,7 @@ func TestDevBannerKeepsAGivenAdminKey(t *testing.T) {
 // (localhost, 127.0.0.1, [::1]), as the dev servers of webpack, Vite and
 // Jupyter do. It served it; now it answers 421.
 func TestDevModeRefusesForeignHosts(t *testing.T) {
+	t.Parallel()
 	cwd := t.TempDir()
 	state := filepath.Join(t.TempDir(), "state")
 	h, stdout := launch(t, cwd, []string{"serve", "--dev", "--listen", "127.0.0.1:0",

@@ -18,6 +18,7 @@ import (
 )
 
 func TestDeployStatusAndRepublish(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "state", "registry.db")
 	writeFiles(t, dir, map[string]string{
@@ -83,6 +84,7 @@ func TestDeployStatusAndRepublish(t *testing.T) {
 }
 
 func TestDeployUsesNexusDB(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "env.db")
 	writeFiles(t, dir, map[string]string{"hello.md": helloFlow})
@@ -97,6 +99,7 @@ func TestDeployUsesNexusDB(t *testing.T) {
 }
 
 func TestKeyGenerate(t *testing.T) {
+	t.Parallel()
 	r := nexus(t, "", "key", "generate", "--tenant", "acme", "--flows", "hello,order-intake", "--rate", "5")
 	m := regexp.MustCompile(`^key: (nxk_[0-9a-f]{64})\n\n(?s:.*)\n\n  - id: acme-[0-9a-f]{8}\n    tenant: acme\n    sha256: ([0-9a-f]{64})\n    flows: \[hello, order-intake\]\n    rate: 5\n    burst: 5\n$`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || m == nil {
@@ -131,6 +134,7 @@ func TestKeyGenerate(t *testing.T) {
 // a registry that does not exist as an empty one, and create nothing (a
 // mistyped --db leaves no state directory behind).
 func TestReadingCommandsWithoutARegistry(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "state")
 	db := filepath.Join(state, "registry.db")
 	r := nexus(t, "", "journal", "--db", db)

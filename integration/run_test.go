@@ -10,6 +10,7 @@ import (
 const acmeKey = "test-key-acme"
 
 func TestRunThroughGitSync(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)

@@ -16,6 +16,7 @@ import (
 // the key reached the log (sync_failed), GET /status, nexus status and
 // nexus validate, which CI prints.
 func TestARefusedEndpointKeepsItsCredentials(t *testing.T) {
+	t.Parallel()
 	repo := helloRepo(t)
 	h := startHost(t, hostOptions{repo: repo.dir})
 	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)

@@ -25,6 +25,7 @@ tenant: acme
 // TestValidateExampleRepo: the example repo compiles, and the README prints
 // what nexus validate says of it.
 func TestValidateExampleRepo(t *testing.T) {
+	t.Parallel()
 	r := nexus(t, "", "validate", "flows-example/flows")
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -42,6 +43,7 @@ func TestValidateExampleRepo(t *testing.T) {
 }
 
 func TestValidateSummaryAndSkipping(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"flows/acme/hello.md": helloFlow,
@@ -61,6 +63,7 @@ func TestValidateSummaryAndSkipping(t *testing.T) {
 }
 
 func TestValidateReportsEveryError(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"flows/good.md": helloFlow,
@@ -99,6 +102,7 @@ response_status: 700
 }
 
 func TestValidateDuplicateFlow(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a/hello.md": helloFlow, "b/hello.md": helloFlow})
 	r := nexus(t, dir, "validate", ".")
@@ -108,6 +112,7 @@ func TestValidateDuplicateFlow(t *testing.T) {
 }
 
 func TestValidateUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args     []string
 		code     int
