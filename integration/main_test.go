@@ -3,11 +3,13 @@ package integration
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +82,21 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building nexus: %v\n%s", err, out)
 		return 1
 	}
+	setParallel(4)
 	return m.Run()
+}
+
+// setParallel sets -test.parallel to n unless the command line gave it.
+// The package's parallel tests mostly wait (on the processes they run, on
+// a retry schedule, on a cleanup a minute away), and the default of one
+// at a time per core left the second core idle behind a test that slept.
+func setParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // result is what one run of the binary printed and how it exited.
