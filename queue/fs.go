@@ -200,8 +200,8 @@ func writeAtomic(fsys FS, name string, write func(File) error) error {
 // name+".tmp" and syncs them, and returns that path; on failure the file
 // is removed. A caller that must hold a lock to replace name, and not to
 // write its new contents, takes it for putInPlace only.
-func writeTemp(fsys FS, name string, write func(File) error) (tmp string, err error) {
-	tmp = name + ".tmp"
+func writeTemp(fsys FS, name string, write func(File) error) (_ string, err error) {
+	tmp := name + ".tmp" // not the result, which a failure sets to ""
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, FileMode)
 	if err != nil {
 		return "", fmt.Errorf("writing %s: %w", name, err)
