@@ -189,19 +189,29 @@ func (q *Queue) eachRecordDamage(name string, fn func(rec []byte) error, damaged
 // openToRead opens a file of the queue for reading, with its size; a
 // missing file is a nil File and no error.
 func (q *Queue) openToRead(name string) (File, int64, error) {
+	f, info, err := q.openToReadInfo(name)
+	if f == nil || err != nil {
+		return nil, 0, err
+	}
+	return f, info.Size(), nil
+}
+
+// openToReadInfo is openToRead with the open file's description (its
+// size, and its identity for sameFile).
+func (q *Queue) openToReadInfo(name string) (File, fs.FileInfo, error) {
 	f, err := q.fs.OpenFile(q.path(name), os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	size, err := fileSize(f)
+	info, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, err
+		return nil, nil, err
 	}
-	return f, size, nil
+	return f, info, nil
 }
 
 // marks returns the ids marked in dlq.log.acked, and the damage found in
@@ -882,14 +892,14 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 	// crash between the two would leave marked entries pending again.
 	// Those made since they were read (for entries the new file keeps)
 	// stay, with what damage the file has grown since, which is reported
-	later, err := q.marksSince(marked, markDamage)
+	later, laterDamage, err := q.marksSince(marked, markDamage)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := WriteAtomic(q.fs, q.path(ackedFile), later.frames); err != nil {
+	if err := WriteAtomic(q.fs, q.path(ackedFile), later); err != nil {
 		return nil, nil, err
 	}
-	damage = slices.Concat(markDamage, later.damage, damage)
+	damage = slices.Concat(markDamage, laterDamage, damage)
 	applied := make([]Marked, 0, len(marked))
 	for _, m := range marked {
 		applied = append(applied, Marked{ID: m.id, Action: m.action, At: m.at, ReplayID: m.replayID})
@@ -908,17 +918,12 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 // the buffer in memory, not the file (a dead-letter queue can hold
 // gigabytes).
 func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read fs.FileInfo, damage []Damage, err error) {
-	src, err := q.fs.OpenFile(q.path(dlqFile), os.O_RDONLY, 0)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	src, read, err := q.openToReadInfo(dlqFile)
+	if err != nil {
 		return "", nil, nil, err
 	}
-	var size int64
 	if src != nil {
 		defer src.Close()
-		if read, err = src.Stat(); err != nil {
-			return "", nil, nil, err
-		}
-		size = read.Size()
 	}
 	tmp, err = writeTemp(q.fs, q.path(dlqFile), func(f File) error {
 		if src == nil {
@@ -926,7 +931,7 @@ func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read f
 		}
 		w := frameWriter{f: f}
 		seen := map[uint64]struct{}{}
-		if _, err := scanEach(src, dlqFile, 0, size, func(rec []byte, _ int64) error {
+		if _, err := scanEach(src, dlqFile, 0, read.Size(), func(rec []byte, _ int64) error {
 			if d, err := decodeDeadLetter(rec); err == nil {
 				if _, done := marked[d.ID]; done {
 					return nil
@@ -951,45 +956,39 @@ func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read f
 // the append lock.
 func (q *Queue) checkUnchanged(name string, read fs.FileInfo) error {
 	now, err := q.fs.Stat(q.path(name))
-	switch {
-	case errors.Is(err, os.ErrNotExist) && read == nil:
-		return nil
-	case err != nil && !errors.Is(err, os.ErrNotExist):
+	if errors.Is(err, os.ErrNotExist) {
+		now, err = nil, nil
+	}
+	if err != nil {
 		return err
-	case read == nil || err != nil || !sameFile(read, now) || now.Size() != read.Size():
+	}
+	if (read == nil) != (now == nil) || read != nil && (!sameFile(read, now) || now.Size() != read.Size()) {
 		return fmt.Errorf("queue %s/%s: %s changed while it was rewritten (another process appended to it or replaced it): left as it is, rewritten later", q.Tenant, q.Flow, name)
 	}
 	return nil
 }
 
-// laterMarks is what dlq.log.acked holds beyond the marks a rewrite
-// applied: the frames of the other marks, and the damage found.
-type laterMarks struct {
-	frames []byte
-	damage []Damage
-}
-
-// marksSince reads dlq.log.acked again and returns the marks in it of ids
-// applied does not hold: made after applied and reported were read. The
+// marksSince reads dlq.log.acked again and returns the frames of its
+// marks of ids applied does not hold: made after applied and reported
+// were read. The
 // caller holds the append lock. (A mark is only made for a pending dead
 // letter, so an id marked once is not marked again.) Damage found at
 // another offset than reported's is new: a marking process that died
 // midway since.
-func (q *Queue) marksSince(applied map[uint64]mark, reported []Damage) (laterMarks, error) {
-	var later laterMarks
-	err := q.eachRecordDamage(ackedFile, func(rec []byte) error {
+func (q *Queue) marksSince(applied map[uint64]mark, reported []Damage) (frames []byte, damage []Damage, err error) {
+	err = q.eachRecordDamage(ackedFile, func(rec []byte) error {
 		if m, err := decodeMark(rec); err == nil {
 			if _, done := applied[m.id]; !done {
-				later.frames = appendFrame(later.frames, rec)
+				frames = appendFrame(frames, rec)
 			}
 		}
 		return nil
 	}, func(d Damage) {
 		if !slices.ContainsFunc(reported, func(r Damage) bool { return r.Offset == d.Offset }) {
-			later.damage = append(later.damage, d)
+			damage = append(damage, d)
 		}
 	})
-	return later, err
+	return frames, damage, err
 }
 
 // mayHoldMarks reports whether dlq.log.acked may hold a mark or damage:
