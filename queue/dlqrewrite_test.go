@@ -70,6 +70,62 @@ func deadLetterIDs(t *testing.T, q *Queue) []uint64 {
 	return ids
 }
 
+// deadLettered moves a dead letter of each id to q's dlq.log.
+func deadLettered(t *testing.T, q *Queue, ids ...uint64) {
+	t.Helper()
+	for _, id := range ids {
+		if err := q.MoveToDLQ(DeadLetter{ID: id, Attempts: 3, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// compaction is what a CompactDLQ returned.
+type compaction struct {
+	applied []Marked
+	err     error
+}
+
+// startHeldCompaction starts q.CompactDLQ and returns once its copy of
+// dlq.log is held by h; its result comes on the channel once h lets it go.
+func startHeldCompaction(t *testing.T, h *heldRewriteFS, q *Queue) <-chan compaction {
+	t.Helper()
+	done := make(chan compaction, 1)
+	go func() {
+		applied, _, err := q.CompactDLQ()
+		done <- compaction{applied, err}
+	}()
+	select {
+	case <-h.started:
+	case r := <-done:
+		t.Fatalf("CompactDLQ ended (%v) without rewriting dlq.log", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("CompactDLQ did not begin its rewrite within 10 s")
+	}
+	return done
+}
+
+// checkCompaction compares what a CompactDLQ applied and the dead letters
+// pending after it with the ids wanted.
+func checkCompaction(t *testing.T, q *Queue, what string, r compaction, applied, pending []uint64) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	if diff := cmp.Diff(applied, markedIDs(r.applied)); diff != "" {
+		t.Errorf("%s applied (-want +got):\n%s", what, diff)
+	}
+	if diff := cmp.Diff(pending, deadLetterIDs(t, q)); diff != "" {
+		t.Errorf("pending after %s (-want +got):\n%s", what, diff)
+	}
+}
+
+// compactNow runs q.CompactDLQ and returns what it returned.
+func compactNow(q *Queue) compaction {
+	applied, _, err := q.CompactDLQ()
+	return compaction{applied, err}
+}
+
 // The rewrite of dlq.log (CompactDLQ, at the worker's idle moment) reads
 // and writes the whole file, which an outage can grow to gigabytes. The
 // doors' appends and the operators' marks do not wait for it: it holds the
@@ -79,31 +135,11 @@ func TestCompactDLQLetsAppendsAndMarksThrough(t *testing.T) {
 	root := t.TempDir()
 	h := newHeldRewriteFS(t)
 	q, _ := openQueue(t, root, Options{FS: h, LockWait: time.Minute})
-	for id := uint64(1); id <= 3; id++ {
-		if err := q.MoveToDLQ(DeadLetter{ID: id, Attempts: 3, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deadLettered(t, q, 1, 2, 3)
 	if err := q.Mark(1, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
-
-	type result struct {
-		applied []Marked
-		err     error
-	}
-	compacted := make(chan result, 1)
-	go func() {
-		applied, _, err := q.CompactDLQ()
-		compacted <- result{applied, err}
-	}()
-	select {
-	case <-h.started:
-	case r := <-compacted:
-		t.Fatalf("CompactDLQ ended (%v) without rewriting dlq.log", r.err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("CompactDLQ did not begin its rewrite within 10 s")
-	}
+	compacted := startHeldCompaction(t, h, q)
 
 	during := make(chan error, 1)
 	go func() {
@@ -123,26 +159,9 @@ func TestCompactDLQLetsAppendsAndMarksThrough(t *testing.T) {
 	}
 
 	h.let()
-	r := <-compacted
-	if r.err != nil {
-		t.Fatalf("CompactDLQ: %v", r.err)
-	}
-	if diff := cmp.Diff([]uint64{1}, markedIDs(r.applied)); diff != "" {
-		t.Errorf("CompactDLQ applied (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]uint64{3}, deadLetterIDs(t, q)); diff != "" {
-		t.Errorf("pending after the rewrite, the mark made during it kept (-want +got):\n%s", diff)
-	}
-	applied, _, err := q.CompactDLQ()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]uint64{2}, markedIDs(applied)); diff != "" {
-		t.Errorf("the next CompactDLQ applied (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]uint64{3}, deadLetterIDs(t, q)); diff != "" {
-		t.Errorf("pending after the next rewrite (-want +got):\n%s", diff)
-	}
+	// the mark made during the rewrite is kept: 2 stays hidden
+	checkCompaction(t, q, "the held CompactDLQ", <-compacted, []uint64{1}, []uint64{3})
+	checkCompaction(t, q, "the next CompactDLQ", compactNow(q), []uint64{2}, []uint64{3})
 	if b := fileBytes(t, OS{}, root, ackedFile); len(b) != 0 {
 		t.Errorf("dlq.log.acked holds %d bytes after both rewrites, want none", len(b))
 	}
@@ -155,44 +174,20 @@ func TestCompactDLQGivesUpWhenDLQLogGrows(t *testing.T) {
 	root := t.TempDir()
 	h := newHeldRewriteFS(t)
 	q, _ := openQueue(t, root, Options{FS: h, LockWait: 2 * time.Second})
-	for id := uint64(1); id <= 2; id++ {
-		if err := q.MoveToDLQ(DeadLetter{ID: id, Attempts: 3, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deadLettered(t, q, 1, 2)
 	if err := q.Mark(1, MarkReplayed); err != nil {
 		t.Fatal(err)
 	}
-	compacted := make(chan error, 1)
-	go func() {
-		_, _, err := q.CompactDLQ()
-		compacted <- err
-	}()
-	select {
-	case <-h.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("CompactDLQ did not begin its rewrite within 10 s")
-	}
-	if err := q.MoveToDLQ(DeadLetter{ID: 3, Attempts: 3, LastError: "boom", Payload: []byte(`{"n":3}`)}); err != nil {
-		t.Fatal(err)
-	}
+	compacted := startHeldCompaction(t, h, q)
+	deadLettered(t, q, 3)
 	h.let()
-	if err := <-compacted; err == nil || !strings.Contains(err.Error(), "dlq.log changed") {
-		t.Errorf("CompactDLQ with dlq.log grown meanwhile: %v, want it given up", err)
+	if r := <-compacted; r.err == nil || !strings.Contains(r.err.Error(), "dlq.log changed") {
+		t.Errorf("CompactDLQ with dlq.log grown meanwhile: %v, want it given up", r.err)
 	}
 	if diff := cmp.Diff([]uint64{2, 3}, deadLetterIDs(t, q)); diff != "" {
 		t.Errorf("pending after the rewrite given up (-want +got):\n%s", diff)
 	}
-	applied, _, err := q.CompactDLQ()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]uint64{1}, markedIDs(applied)); diff != "" {
-		t.Errorf("the next CompactDLQ applied (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]uint64{2, 3}, deadLetterIDs(t, q)); diff != "" {
-		t.Errorf("pending after the next rewrite (-want +got):\n%s", diff)
-	}
+	checkCompaction(t, q, "the next CompactDLQ", compactNow(q), []uint64{1}, []uint64{2, 3})
 }
 
 func markedIDs(ms []Marked) []uint64 {
