@@ -470,6 +470,19 @@ func TestHelpOfAnUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestHelpOfMoreThanOneCommand: nexus help takes one command name at most;
+// nexus help status extra printed the help of status and ignored extra.
+func TestHelpOfMoreThanOneCommand(t *testing.T) {
+	for _, args := range [][]string{{"help", "status", "extra"}, {"help", "help", "dlq"}, {"--help", "dlq", "list"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		want := fmt.Sprintf("nexus: help takes one command at most, not %q; run 'nexus help' for the list\n", strings.Join(args[1:], " "))
+		if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
+			t.Errorf("nexus %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", strings.Join(args, " "), code, stdout.String(), stderr.String(), want)
+		}
+	}
+}
+
 // TestHelpOfEveryCommand: nexus help NAME prints NAME's help on stdout and
 // exits 0 for every command, help itself included (and its spellings
 // -h, -help and --help), which prints the general usage; nexus help help

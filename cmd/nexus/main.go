@@ -229,6 +229,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	case args[0] == "--version" || args[0] == "-version":
 		return runVersion(args[1:], stdout, stderr) // as nexus version: no argument
 	case isHelp(args[0]):
+		if len(args) > 2 {
+			fmt.Fprintf(stderr, "nexus: help takes one command at most, not %q; run 'nexus help' for the list\n", strings.Join(args[1:], " "))
+			return exitUsage
+		}
 		if len(args) > 1 && !isHelp(args[1]) {
 			c, ok := cmds[args[1]]
 			if !ok {
