@@ -626,6 +626,14 @@ func newBrowser(t *testing.T, base string, deadline time.Duration) (*browser, co
 		missingTool(t, "the browser test", noChromium)
 	}
 	b := &browser{t: t, base: base}
+	// Chromium puts its singleton socket in a folder of its own under
+	// TMPDIR, and leaves it there: a short folder of the test's, so that
+	// the socket's path stays within the 108 bytes a socket name can have.
+	tmp, err := os.MkdirTemp("", "nexus-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.Headless,
@@ -637,6 +645,7 @@ func newBrowser(t *testing.T, base string, deadline time.Duration) (*browser, co
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.CombinedOutput(b),
 	)
 	ctx, cancelTimeout := context.WithTimeout(context.Background(), deadline)
