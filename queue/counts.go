@@ -161,12 +161,12 @@ func logHead(r io.ReaderAt, size int64) (head [headerSize]byte, headed bool, err
 // (made from the record the scan verified, not read again: a batch cut
 // and replaced meanwhile would pass for the one counted).
 func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, tail [headerSize]byte, err error) {
-	var rec0 []byte
+	var rec0 []byte // the last record verified, copied (scan reuses its buffer)
 	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, at int64) error {
 		if len(rec) > 0 && rec[0] == kindMessage {
 			*n++
 		}
-		last, rec0 = at, rec
+		last, rec0 = at, append(rec0[:0], rec...)
 		return nil
 	})
 	if rec0 != nil {

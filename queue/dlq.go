@@ -166,8 +166,8 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 }
 
 // eachRecord calls fn with each verified record of a file of the queue, in
-// file order, one in memory at a time, and returns the damage found. A
-// missing file has none.
+// file order, one in memory at a time (rec is fn's until it returns, as
+// scan's), and returns the damage found. A missing file has none.
 func (q *Queue) eachRecord(name string, fn func(rec []byte) error) ([]Damage, error) {
 	var damage []Damage
 	err := q.eachRecordDamage(name, fn, func(d Damage) { damage = append(damage, d) })
@@ -243,8 +243,9 @@ var errStop = errors.New("stop")
 
 // eachPending calls fn with each verified dead-letter record of dlq.log
 // whose entry is pending (not marked), the first of each id, in file
-// order: one record is in memory at a time, so a large dlq.log costs
-// reading (and 8 bytes or so per id), not payloads' memory. fn may return
+// order: one record is in memory at a time (rec is fn's until it returns,
+// as scan's), so a large dlq.log costs reading (and 8 bytes or so per id),
+// not payloads' memory. fn may return
 // errStop to end the scan. The damage returned is that of dlq.log.acked,
 // then dlq.log's.
 //
@@ -319,6 +320,14 @@ func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
 func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	var out []DeadLetter
 	damage, err := q.eachPending(func(rec []byte) error {
+		if !withPayload {
+			// the record up to its payload: the payload is not copied
+			head, err := deadLetterPayload(rec)
+			if err != nil {
+				return nil
+			}
+			rec = rec[:head]
+		}
 		if d, err := decodeDeadLetter(rec); err == nil {
 			if !withPayload {
 				d.Payload = nil

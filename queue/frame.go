@@ -261,6 +261,12 @@ func (d Damage) DeadLetterText() string {
 // the record and the frame's total length, or why the frame does not
 // verify. It never allocates more than the file holds.
 func frameAt(r io.ReaderAt, off, size int64) (rec []byte, n int64, reason string, err error) {
+	return frameAtBuf(r, off, size, nil)
+}
+
+// frameAtBuf is frameAt reading the record into buf when it has the
+// capacity, into a new slice otherwise.
+func frameAtBuf(r io.ReaderAt, off, size int64, buf []byte) (rec []byte, n int64, reason string, err error) {
 	if size-off < headerSize {
 		return nil, 0, "an incomplete frame header", nil
 	}
@@ -278,7 +284,11 @@ func frameAt(r io.ReaderAt, off, size int64) (rec []byte, n int64, reason string
 	if length > size-off-headerSize {
 		return nil, 0, fmt.Sprintf("a length of %d bytes, past the end of the file", length), nil
 	}
-	rec = make([]byte, length)
+	if int64(cap(buf)) >= length {
+		rec = buf[:length]
+	} else {
+		rec = make([]byte, length)
+	}
 	if _, err := r.ReadAt(rec, off+headerSize); err != nil {
 		return nil, 0, "", err
 	}
@@ -339,7 +349,10 @@ func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
 // ends the scan at its start; a damaged frame followed by a valid one is
 // skipped. It returns the end of the last verified frame. The frames are
 // read readAhead bytes at a time (two reads a frame took a system call
-// each: 0.3 s for a log of 200,000 messages).
+// each: 0.3 s for a log of 200,000 messages), and each record into one
+// buffer, the largest so far: rec is fn's until fn returns, and a caller
+// that keeps it copies it (a new record for each frame allocated as much
+// as the file held: 1.2 GB for a dlq.log of 1,200 dead letters of 1 MiB).
 func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error) (end int64, damage []Damage, err error) {
 	end, err = scanEach(r, file, off, size, fn, func(d Damage) { damage = append(damage, d) })
 	return end, damage, err
@@ -351,10 +364,14 @@ func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off i
 func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error, damaged func(Damage)) (end int64, err error) {
 	window := &windowReader{r: r, size: size}
 	var searchBuf []byte // nextFrame's, made at the first damage
+	var recBuf []byte    // the records', the largest so far
 	for off < size {
-		rec, n, reason, err := frameAt(window, off, size)
+		rec, n, reason, err := frameAtBuf(window, off, size, recBuf)
 		if err != nil {
 			return off, err
+		}
+		if cap(rec) > cap(recBuf) {
+			recBuf = rec[:0]
 		}
 		if n > 0 {
 			if err := fn(rec, off); err != nil {

@@ -206,7 +206,7 @@ func readFile(fsys FS, name string) ([]byte, error) {
 func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
 	var recs [][]byte
 	damage, err := q.eachRecord(name, func(rec []byte) error {
-		recs = append(recs, rec)
+		recs = append(recs, bytes.Clone(rec))
 		return nil
 	})
 	return recs, damage, err
