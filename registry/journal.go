@@ -688,9 +688,12 @@ func journalQuery(q JournalQuery) (string, []any) {
 		where, args = append(where, "correlation_id = ?"), append(args, q.CorrelationID)
 	}
 	if b := q.Before; b != nil {
-		// the order of the listing: at, then id, both descending
+		// the order of the listing: at, then id, both descending. at <= ?
+		// stands alone so that SQLite enters the index at the cursor:
+		// written at < ? OR at = ? AND id < ?, it walked the index from
+		// the newest entry, so a page cost every entry newer than it
 		at := b.At.UnixMicro()
-		where, args = append(where, "(at < ? OR at = ? AND id < ?)"), append(args, at, at, b.Row)
+		where, args = append(where, "at <= ? AND (at < ? OR id < ?)"), append(args, at, at, b.Row)
 	}
 	query := `SELECT id, at, door, tenant, flow, version, correlation_id, msg_id, attempt, outcome, status, duration_us, error FROM journal`
 	if len(where) > 0 {

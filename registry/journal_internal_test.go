@@ -86,24 +86,67 @@ func TestJournalQueriesReadAPage(t *testing.T) {
 		if q.Tenant != "" && q.Flow == "" {
 			query, args = tenantScanQuery(q) // a tenant of many flows
 		}
-		rows, err := r.db.Query("EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		if strings.Contains(strings.Join(plan, "; "), "TEMP B-TREE") {
+		if plan := queryPlan(t, r, query, args); strings.Contains(plan, "TEMP B-TREE") {
 			t.Errorf("the page %+v sorts what it filters: %q", q, plan)
 		}
 	}
+}
+
+// TestJournalPagesStartAtTheirCursor: a page after a cursor (Before: the
+// next page's link of /api/journal, the Journal page and nexus journal)
+// enters the index at the cursor's time. Its condition was written as
+// at < ? OR at = ? AND id < ?, which SQLite does not take for a range of
+// the index: it walked the index from the newest entry, testing each,
+// until the page was full, so a page cost all the entries newer than it
+// (0.5 s for a page of 1,000 near the end of a journal of 3 million rows,
+// 0.7–1.2 s through /api/journal, against 2 ms).
+func TestJournalPagesStartAtTheirCursor(t *testing.T) {
+	r, err := Open(context.Background(), filepath.Join(t.TempDir(), "registry.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := &Entry{At: time.Unix(1_800_000_000, 0), Row: 7}
+	for _, q := range []JournalQuery{
+		{Before: before},
+		{Tenant: "acme", Flow: "a", Before: before},
+		{Flow: "a", Before: before},
+		{CorrelationID: "c", Before: before},
+		{Tenant: "acme", Flow: "a", CorrelationID: "c", Before: before},
+		{Tenant: "acme", Before: before},
+	} {
+		query, args := journalQuery(q)
+		if q.Tenant != "" && q.Flow == "" {
+			query, args = tenantScanQuery(q) // a tenant of many flows
+		}
+		plan := queryPlan(t, r, query, args)
+		if !strings.Contains(plan, "at<?") {
+			t.Errorf("the page %+v does not enter its index at the cursor (at<?): %q", q, plan)
+		}
+	}
+}
+
+// queryPlan is SQLite's plan of query, its steps joined by "; ".
+func queryPlan(t *testing.T, r *Registry, query string, args []any) string {
+	t.Helper()
+	rows, err := r.db.Query("EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
 }
 
 // TestJournalWritesWithEveryConnectionTaken: the writer prepares its
