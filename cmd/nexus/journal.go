@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/nexushq/nexus/registry"
 )
@@ -57,28 +58,49 @@ func runJournal(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nexus journal: %v\n", err)
 		return exitError
 	}
-	var entries []registry.Entry // none without a registry
-	if reg != nil {
-		defer reg.Close()
-		if entries, err = reg.Journal(ctx, registry.JournalQuery{Tenant: *tenant, Flow: *flowName, CorrelationID: *cid, Limit: *limit}); err != nil {
-			fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", path, err)
-			return exitError
-		}
-	}
-	if len(entries) == 0 {
+	if reg == nil { // none without a registry
 		fmt.Fprintln(stdout, "the journal is empty")
 		return exitOK
 	}
-	for _, e := range entries {
-		fmt.Fprintf(stdout, "%s %-7s %s/%s v%d %s %d %dms attempt=%d correlation_id=%s",
-			formatTime(e.At), e.Door, e.Tenant, e.Flow, e.Version, e.Outcome, e.Status, e.Duration.Milliseconds(), e.Attempt, e.CorrelationID)
-		if e.MsgID != 0 {
-			fmt.Fprintf(stdout, " msg_id=%d", e.MsgID)
+	defer reg.Close()
+	q := registry.JournalQuery{Tenant: *tenant, Flow: *flowName, CorrelationID: *cid}
+	printed := 0
+	var b strings.Builder
+	for printed < *limit {
+		q.Limit = min(journalPage, *limit-printed)
+		entries, err := reg.Journal(ctx, q)
+		if err != nil {
+			fmt.Fprintf(stderr, "nexus journal: reading %s: %v\n", path, err)
+			return exitError
 		}
-		if e.Error != "" {
-			fmt.Fprintf(stdout, " error=%q", e.Error)
+		b.Reset()
+		for _, e := range entries {
+			fmt.Fprintf(&b, "%s %-7s %s/%s v%d %s %d %dms attempt=%d correlation_id=%s",
+				formatTime(e.At), e.Door, e.Tenant, e.Flow, e.Version, e.Outcome, e.Status, e.Duration.Milliseconds(), e.Attempt, e.CorrelationID)
+			if e.MsgID != 0 {
+				fmt.Fprintf(&b, " msg_id=%d", e.MsgID)
+			}
+			if e.Error != "" {
+				fmt.Fprintf(&b, " error=%q", e.Error)
+			}
+			b.WriteByte('\n')
 		}
-		fmt.Fprintln(stdout)
+		// whole lines: stdout escapes what does not print, a write at a time
+		if _, err := io.WriteString(stdout, b.String()); err != nil {
+			return exitOK // run says the output could not be written
+		}
+		printed += len(entries)
+		if len(entries) < q.Limit {
+			break
+		}
+		q.Before = &entries[len(entries)-1]
+	}
+	if printed == 0 {
+		fmt.Fprintln(stdout, "the journal is empty")
 	}
 	return exitOK
 }
+
+// journalPage is how many entries nexus journal reads and prints at a
+// time: it holds a page in memory, not every entry --limit asks for.
+const journalPage = 1000
