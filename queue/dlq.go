@@ -267,6 +267,14 @@ func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
 // (dlq.log.acked's, then dlq.log's) instead of returning them: a reader
 // that keeps some of them holds no more, however many the files hold.
 func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage)) error {
+	_, err := q.eachPendingAt(func(rec []byte, _ int64) error { return fn(rec) }, damaged)
+	return err
+}
+
+// eachPendingAt is eachPendingDamage, calling fn with each record's offset
+// in dlq.log too, and returning the description of the dlq.log it read
+// (nil when there is none).
+func (q *Queue) eachPendingAt(fn func(rec []byte, off int64) error, damaged func(Damage)) (fs.FileInfo, error) {
 	// the marks first: a rewrite between the two reads then leaves marks
 	// of entries gone, not entries unmarked. Their damage is reported only
 	// beside a dlq.log (a marks file without one marks no dead letter
@@ -275,20 +283,20 @@ func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage
 	markDamage := 0
 	marked, err := q.marksDamage(func(Damage) { markDamage++ })
 	if err != nil {
-		return err
+		return nil, err
 	}
-	f, size, err := q.openToRead(dlqFile)
+	f, info, err := q.openToReadInfo(dlqFile)
 	if f == nil || err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	if markDamage > 0 {
 		if err := q.eachRecordDamage(ackedFile, func([]byte) error { return nil }, damaged); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	seen := map[uint64]struct{}{}
-	_, err = scanEach(f, dlqFile, 0, size, func(rec []byte, _ int64) error {
+	_, err = scanEach(f, dlqFile, 0, info.Size(), func(rec []byte, off int64) error {
 		if len(rec) < 33 || rec[0] != kindDeadLetter {
 			return nil
 		}
@@ -300,12 +308,12 @@ func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage
 			return nil // dead-lettered again after a crash: see above
 		}
 		seen[id] = struct{}{}
-		return fn(rec)
+		return fn(rec, off)
 	}, damaged)
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	return err
+	return info, err
 }
 
 // DeadLetters returns the pending dead letters (not marked), by id, with

@@ -177,16 +177,20 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 				filepath.Join(root, folder))
 		}
 	}
-	type entry struct {
+	// each queue's listing holds ids and offsets (16 bytes a dead letter);
+	// the dead letters are read again as they are printed, a queue at a
+	// time, in whole lines of a thousand at most
+	type listing struct {
 		tenant, flow string
-		d            queue.DeadLetter
+		l            *queue.DeadLetterList
 	}
-	var entries []entry
+	var lists []listing
+	total := 0
 	for _, n := range names {
 		if tenant != "" && n[0] != tenant || flowName != "" && n[1] != flowName {
 			continue
 		}
-		dl, damage, err := queue.ReadDeadLetters(root, n[0], n[1], nil)
+		l, damage, err := queue.ListDeadLetters(root, n[0], n[1], nil)
 		if err != nil {
 			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %v\n", n[0], n[1], err)
 			return exitError
@@ -196,26 +200,53 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 			// at the queue's next rewrite of dlq.log, logged there
 			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s\n", n[0], n[1], d.DeadLetterText())
 		}
-		for _, d := range dl {
-			entries = append(entries, entry{n[0], n[1], d})
+		if l.Len() > 0 {
+			lists = append(lists, listing{n[0], n[1], l})
+			total += l.Len()
 		}
 	}
-	if len(entries) == 0 {
+	if total == 0 {
 		fmt.Fprintln(stdout, "DLQ is empty")
 		return exitOK
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "DLQ: %d pending message(s)\n", len(entries))
-	for _, e := range entries {
-		fmt.Fprintf(&b, "\n  id=%d tenant=%s flow=%s\n", e.d.ID, e.tenant, e.flow)
-		fmt.Fprintf(&b, "    enqueued_at: %s\n", formatTime(e.d.EnqueuedAt))
-		fmt.Fprintf(&b, "    failed_at:   %s\n", formatTime(e.d.FailedAt))
-		fmt.Fprintf(&b, "    attempts:    %d\n", e.d.Attempts)
-		fmt.Fprintf(&b, "    last_error:  %s\n", oneLine(e.d.LastError))
+	fmt.Fprintf(&b, "DLQ: %d pending message(s)\n", total)
+	var writeErr error // the output's: run says it, once
+	flush := func() {
+		if writeErr == nil {
+			_, writeErr = io.WriteString(stdout, b.String())
+		}
+		b.Reset()
 	}
-	io.WriteString(stdout, b.String())
+	lines := 0
+	for _, e := range lists {
+		err := e.l.Each(func(d queue.DeadLetter) error {
+			fmt.Fprintf(&b, "\n  id=%d tenant=%s flow=%s\n", d.ID, e.tenant, e.flow)
+			fmt.Fprintf(&b, "    enqueued_at: %s\n", formatTime(d.EnqueuedAt))
+			fmt.Fprintf(&b, "    failed_at:   %s\n", formatTime(d.FailedAt))
+			fmt.Fprintf(&b, "    attempts:    %d\n", d.Attempts)
+			fmt.Fprintf(&b, "    last_error:  %s\n", oneLine(d.LastError))
+			if lines++; lines%dlqListLines == 0 {
+				flush()
+			}
+			return writeErr
+		})
+		if writeErr != nil {
+			return exitOK
+		}
+		if err != nil {
+			flush()
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %v\n", e.tenant, e.flow, err)
+			return exitError
+		}
+	}
+	flush()
 	return exitOK
 }
+
+// dlqListLines is how many dead letters nexus dlq list prints in one
+// write.
+const dlqListLines = 1000
 
 // oneLine returns s as it is when every character of it prints, else as
 // the body of the Go string that holds it (strconv.Quote without the

@@ -1,0 +1,170 @@
+package queue
+
+import (
+	"encoding/binary"
+	"io/fs"
+	"slices"
+)
+
+// DeadLetterList is the pending dead letters of a queue, by id, as one
+// read of its files found them: their ids and where dlq.log holds them,
+// 16 bytes a dead letter, not the dead letters. Each reads them again,
+// one at a time, so that nexus dlq list of a queue of an outage (a
+// million dead letters) holds a few megabytes, not a gigabyte.
+type DeadLetterList struct {
+	q     *Queue
+	read  fs.FileInfo // the dlq.log read; nil when there was none
+	items []listItem  // by id
+}
+
+// listItem is a dead letter of a DeadLetterList: its id and the offset of
+// its frame in the dlq.log read.
+type listItem struct {
+	id  uint64
+	off int64
+}
+
+// ListDeadLetters is ReadDeadLetters as a DeadLetterList: the pending dead
+// letters of tenant/flow under root, without opening the queue (see
+// Peek), and the damaged frames of dlq.log that valid frames follow (a
+// torn tail left out).
+func ListDeadLetters(root, tenant, flow string, fsys FS) (*DeadLetterList, []Damage, error) {
+	q, err := Peek(root, tenant, flow, fsys)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &DeadLetterList{q: q}
+	var damage []Damage
+	l.read, err = q.eachPendingAt(func(rec []byte, off int64) error {
+		if _, err := deadLetterPayload(rec); err == nil { // one that decodes, as ReadDeadLetters lists
+			l.items = append(l.items, listItem{binary.BigEndian.Uint64(rec[1:9]), off})
+		}
+		return nil
+	}, func(d Damage) {
+		if !d.Torn {
+			damage = append(damage, d)
+		}
+	})
+	if err != nil {
+		return nil, damage, err
+	}
+	slices.SortFunc(l.items, func(a, b listItem) int { return compareIDs(a.id, b.id) })
+	return l, damage, nil
+}
+
+func compareIDs(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Len is how many dead letters the list holds.
+func (l *DeadLetterList) Len() int { return len(l.items) }
+
+// Each calls fn with each dead letter of the list, by id, without its
+// payload (as ReadDeadLetters returns it), read from dlq.log one at a time:
+// from the file the list was read from, whose frames stay where they are
+// while it grows; when the worker has rewritten it since (without the
+// entries marked meanwhile), from the new file, where a dead letter no
+// longer in it is passed over.
+func (l *DeadLetterList) Each(fn func(DeadLetter) error) error {
+	if len(l.items) == 0 {
+		return nil
+	}
+	f, info, err := l.q.openToReadInfo(dlqFile)
+	if err != nil {
+		return err
+	}
+	if f == nil {
+		return nil // removed since: none of them is pending any more
+	}
+	defer f.Close()
+	items := l.items
+	if !sameFile(l.read, info) {
+		if items, err = l.relocate(f, info.Size()); err != nil {
+			return err
+		}
+	}
+	// through a window: the frames are read about in file order (ids are
+	// dead-lettered about in order), and a dead letter's head is small
+	r := &windowReader{r: f, size: info.Size()}
+	var buf []byte
+	for _, it := range items {
+		if it.off < 0 {
+			continue
+		}
+		head, err := readDeadLetterHead(r, it.off, info.Size(), buf)
+		if err != nil {
+			return err
+		}
+		if head == nil {
+			continue
+		}
+		buf = head[:0]
+		d, err := decodeDeadLetter(head)
+		if err != nil {
+			continue
+		}
+		d.Payload = nil
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relocate returns the list's items with their offsets in f, a dlq.log
+// rewritten since the list was read (size bytes long): -1 for those no
+// longer in it.
+func (l *DeadLetterList) relocate(f File, size int64) ([]listItem, error) {
+	items := slices.Clone(l.items)
+	for i := range items {
+		items[i].off = -1
+	}
+	_, err := scanEach(f, dlqFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) < 33 || rec[0] != kindDeadLetter {
+			return nil
+		}
+		id := binary.BigEndian.Uint64(rec[1:9])
+		if i, ok := slices.BinarySearchFunc(items, id, func(it listItem, id uint64) int { return compareIDs(it.id, id) }); ok && items[i].off < 0 {
+			items[i].off = off // the first of an id, as eachPending takes
+		}
+		return nil
+	}, func(Damage) {})
+	return items, err
+}
+
+// readDeadLetterHead reads, into buf when it has room, the dead-letter
+// record of the frame at off up to its payload, which a scan of the same
+// file verified: its header, then the record's fixed fields, then its
+// last error. It is nil when the frame is not a dead letter's whole.
+func readDeadLetterHead(r *windowReader, off, size int64, buf []byte) ([]byte, error) {
+	var h [headerSize]byte
+	if off+headerSize > size {
+		return nil, nil
+	}
+	if _, err := r.ReadAt(h[:], off); err != nil {
+		return nil, err
+	}
+	length := int64(binary.BigEndian.Uint32(h[4:8]))
+	if length < 33 || off+headerSize+length > size {
+		return nil, nil
+	}
+	buf = slices.Grow(buf[:0], 33)[:33]
+	if _, err := r.ReadAt(buf, off+headerSize); err != nil {
+		return nil, err
+	}
+	n := 33 + int64(binary.BigEndian.Uint32(buf[29:33]))
+	if buf[0] != kindDeadLetter || n > length {
+		return nil, nil
+	}
+	buf = slices.Grow(buf, int(n)-len(buf))[:n]
+	if _, err := r.ReadAt(buf[33:], off+headerSize+33); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
