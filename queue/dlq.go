@@ -1070,8 +1070,9 @@ func Peek(root, tenant, flow string, fsys FS) (*Queue, error) {
 
 // ReadDeadLetters returns the pending dead letters of tenant/flow under
 // root, by id and without their payloads, without opening the queue (see
-// Peek): what nexus dlq list shows, also while servers run; a large
-// dlq.log costs reading, not memory. A queue that does not exist has none.
+// Peek), also while servers run; a large dlq.log costs reading, and the
+// dead letters' memory (ListDeadLetters holds 16 bytes a dead letter, as
+// nexus dlq list reads them). A queue that does not exist has none.
 //
 // It also returns the damaged frames of dlq.log that valid frames follow:
 // dead letters that cannot be read, so are not listed. A torn tail is left

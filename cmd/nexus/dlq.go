@@ -264,14 +264,19 @@ func oneLine(s string) string {
 // dlqMark replays or discards (sub) the dead letter id of tenant/flowName,
 // or with id 0 (--all) every one pending, oldest first.
 func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stderr io.Writer) int {
-	pending, _, err := queue.ReadDeadLetters(root, tenant, flowName, nil)
+	// the pending ids, sorted (8 bytes a dead letter, none decoded)
+	peek, err := queue.Peek(root, tenant, flowName, nil)
+	var pending []uint64
+	if err == nil {
+		pending, err = peek.PendingIDs()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
 	// nothing is opened, created or written for nothing to do
 	switch {
-	case id != 0 && !slices.ContainsFunc(pending, func(d queue.DeadLetter) bool { return d.ID == id }):
+	case id != 0 && !slices.Contains(pending, id):
 		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
 	case id == 0 && len(pending) == 0:
@@ -294,7 +299,7 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 	}
 	defer q.Close()
 	if id == 0 {
-		return dlqMarkAll(sub, q, pending[len(pending)-1].ID, tenant, flowName, stdout, stderr)
+		return dlqMarkAll(sub, q, pending[len(pending)-1], tenant, flowName, stdout, stderr)
 	}
 	if sub == "replay" {
 		_, err = q.Replay(id, queue.SourceReplay, flow.NewUUID())

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -78,5 +79,40 @@ func TestDLQListHoldsIDsNotDeadLetters(t *testing.T) {
 		if id, _ := strconv.Atoi(m[1]); id != i+1 {
 			t.Fatalf("dead letter %d listed is id=%d, want id=%d (by id, each once)", i+1, id, i+1)
 		}
+	}
+}
+
+// TestDLQDiscardOneReadsIDs: nexus dlq discard (or replay) of one dead
+// letter checks it is pending from the queue's pending ids (8 bytes a
+// dead letter), not from every dead letter decoded: 127 MB to discard one
+// of 241,000.
+func TestDLQDiscardOneReadsIDs(t *testing.T) {
+	state := t.TempDir()
+	dir := filepath.Join(state, "queues", "acme", "orders")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100000
+	var file []byte
+	for i := range n {
+		file = append(file, deadLetterFrame(testDeadLetter(uint64(i+1)))...)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dlq.log"), file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file = nil
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dlq", "discard", "--tenant", "acme", "--flow", "orders", "--id", "50000", "--db", filepath.Join(state, "registry.db")}, &stdout, &stderr)
+	runtime.ReadMemStats(&after)
+	if code != exitOK || !bytes.HasPrefix(stdout.Bytes(), []byte("discarded id=50000 tenant=acme flow=orders\n")) {
+		t.Fatalf("nexus dlq discard: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("discarding one of %d dead letters allocated %d MiB", n, allocated>>20)
+	if allocated > 32<<20 {
+		t.Errorf("discarding one of %d dead letters allocated %d MiB, want at most 32 (their ids, not the dead letters)", n, allocated>>20)
 	}
 }
