@@ -70,23 +70,25 @@ func (l *DeadLetterList) Len() int { return len(l.items) }
 // from the file the list was read from, whose frames stay where they are
 // while it grows; when the worker has rewritten it since (without the
 // entries marked meanwhile), from the new file, where a dead letter no
-// longer in it is passed over.
-func (l *DeadLetterList) Each(fn func(DeadLetter) error) error {
+// longer in it is passed over. It returns how many were passed over: Len
+// counted them, and a listing that printed Len first says why fewer
+// follow.
+func (l *DeadLetterList) Each(fn func(DeadLetter) error) (gone int, err error) {
 	if len(l.items) == 0 {
-		return nil
+		return 0, nil
 	}
 	f, info, err := l.q.openToReadInfo(dlqFile)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if f == nil {
-		return nil // removed since: none of them is pending any more
+		return len(l.items), nil // removed since: none of them is pending any more
 	}
 	defer f.Close()
 	items := l.items
 	if !sameFile(l.read, info) {
 		if items, err = l.relocate(f, info.Size()); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	// through a window: the frames are read about in file order (ids are
@@ -95,26 +97,29 @@ func (l *DeadLetterList) Each(fn func(DeadLetter) error) error {
 	var buf []byte
 	for _, it := range items {
 		if it.off < 0 {
+			gone++
 			continue
 		}
 		head, err := readDeadLetterHead(r, it.off, info.Size(), buf)
 		if err != nil {
-			return err
+			return gone, err
 		}
 		if head == nil {
+			gone++
 			continue
 		}
 		buf = head[:0]
 		d, err := decodeDeadLetter(head)
 		if err != nil {
+			gone++
 			continue
 		}
 		d.Payload = nil
 		if err := fn(d); err != nil {
-			return err
+			return gone, err
 		}
 	}
-	return nil
+	return gone, nil
 }
 
 // relocate returns the list's items with their offsets in f, a dlq.log

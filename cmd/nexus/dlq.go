@@ -220,7 +220,7 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 	}
 	lines := 0
 	for _, e := range lists {
-		err := e.l.Each(func(d queue.DeadLetter) error {
+		gone, err := e.l.Each(func(d queue.DeadLetter) error {
 			fmt.Fprintf(&b, "\n  id=%d tenant=%s flow=%s\n", d.ID, e.tenant, e.flow)
 			fmt.Fprintf(&b, "    enqueued_at: %s\n", formatTime(d.EnqueuedAt))
 			fmt.Fprintf(&b, "    failed_at:   %s\n", formatTime(d.FailedAt))
@@ -238,6 +238,15 @@ func dlqList(root, tenant, flowName string, stdout, stderr io.Writer) int {
 			flush()
 			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %v\n", e.tenant, e.flow, err)
 			return exitError
+		}
+		if gone > 0 {
+			// the total printed first counted them: say where they went
+			flush()
+			what := "1 dead letter counted above was replayed or discarded, and rewritten out of dlq.log, before it was printed"
+			if gone > 1 {
+				what = fmt.Sprintf("%d dead letters counted above were replayed or discarded, and rewritten out of dlq.log, before they were printed", gone)
+			}
+			fmt.Fprintf(stderr, "nexus dlq list: %s/%s: %s\n", e.tenant, e.flow, what)
 		}
 	}
 	flush()

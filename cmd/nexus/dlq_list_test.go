@@ -116,3 +116,64 @@ func TestDLQDiscardOneReadsIDs(t *testing.T) {
 		t.Errorf("discarding one of %d dead letters allocated %d MiB, want at most 32 (their ids, not the dead letters)", n, allocated>>20)
 	}
 }
+
+// onFirstWrite is a stdout that runs its hook once, at its first write.
+type onFirstWrite struct {
+	bytes.Buffer
+	hook func()
+}
+
+func (w *onFirstWrite) Write(p []byte) (int, error) {
+	if w.hook != nil {
+		w.hook()
+		w.hook = nil
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestDLQListSaysWhatWentWhilePrinting: a dead letter that nexus dlq list
+// counted, and that is discarded and rewritten out of dlq.log before it
+// is printed, is not printed, and stderr says so, naming the queue;
+// the total of the first line was left unexplained.
+func TestDLQListSaysWhatWentWhilePrinting(t *testing.T) {
+	state := t.TempDir()
+	root := filepath.Join(state, "queues")
+	// acme/a: a first write's worth of dead letters, printed first
+	a, _, err := queue.Open(root, "acme", "a", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= dlqListLines; id++ {
+		if err := a.MoveToDLQ(testDeadLetter(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close()
+	b, _ := deadLetterQueue(t, state, 3) // acme/orders, after acme/a
+	defer b.Close()
+	stdout := &onFirstWrite{hook: func() {
+		// while acme/a is printed: acme/orders' id 2 discarded and rewritten away
+		if err := b.Mark(2, queue.MarkDiscarded); err != nil {
+			t.Error(err)
+		}
+		if _, _, err := b.CompactDLQ(); err != nil {
+			t.Error(err)
+		}
+	}}
+	var stderr bytes.Buffer
+	if code := run([]string{"dlq", "list", "--db", filepath.Join(state, "registry.db")}, stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus dlq list: exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if header := fmt.Sprintf("DLQ: %d pending message(s)\n", dlqListLines+3); !bytes.HasPrefix([]byte(out), []byte(header)) {
+		t.Fatalf("output begins %.60q, want %q", out, header)
+	}
+	got := regexp.MustCompile(`(?m)^  id=(\d+) tenant=acme flow=orders$`).FindAllStringSubmatch(out, -1)
+	if len(got) != 2 || got[0][1] != "1" || got[1][1] != "3" {
+		t.Errorf("acme/orders listed %v, want ids 1 and 3", got)
+	}
+	want := "nexus dlq list: acme/orders: 1 dead letter counted above was replayed or discarded, and rewritten out of dlq.log, before it was printed\n"
+	if stderr.String() != want {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+}
