@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-billy/v5"
@@ -213,7 +214,7 @@ func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []p
 	if err != nil {
 		return err
 	}
-	nh, err := writePack(pfw, repo, slices.Collect(maps.Keys(objs)), cfg.Pack.Window)
+	nh, err := writePack(pfw, repo.Storer, slices.Collect(maps.Keys(objs)), cfg.Pack.Window)
 	if err != nil {
 		return err
 	}
@@ -238,9 +239,9 @@ func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []p
 	return nil
 }
 
-// writePack encodes objs into a new pack of the clone and returns its
-// hash.
-func writePack(pfw storer.PackfileWriter, repo *git.Repository, objs []plumbing.Hash, window uint) (h plumbing.Hash, err error) {
+// writePack encodes objs, read from the clone's storage from, into a new
+// pack of the clone and returns its hash.
+func writePack(pfw storer.PackfileWriter, from storer.EncodedObjectStorer, objs []plumbing.Hash, window uint) (h plumbing.Hash, err error) {
 	wc, err := pfw.PackfileWriter()
 	if err != nil {
 		return h, err
@@ -250,7 +251,78 @@ func writePack(pfw storer.PackfileWriter, repo *git.Repository, objs []plumbing.
 			err = cerr
 		}
 	}()
-	return packfile.NewEncoder(wc, repo.Storer, false).Encode(objs, window)
+	return packfile.NewEncoder(wc, &oneReadAtATime{from: from}, false).Encode(objs, window)
+}
+
+// oneReadAtATime is the clone's storage for go-git's pack encoder, which
+// looks for deltas among the trees and among the blobs in two goroutines
+// at once, both reading objects from the storage. The clone's storage
+// keeps its packs open (openPacks) and reads each through one reader and
+// one map of open packs, neither safe for two goroutines: a packing read
+// one pack from both and the process died of a panic in go-git's pack
+// reader. It lets one read at a time through; the deltas are still
+// computed in both goroutines.
+type oneReadAtATime struct {
+	mu   sync.Mutex
+	from storer.EncodedObjectStorer
+}
+
+// NewEncodedObject is from's.
+func (o *oneReadAtATime) NewEncodedObject() plumbing.EncodedObject {
+	return o.from.NewEncodedObject()
+}
+
+// SetEncodedObject is from's, one call at a time.
+func (o *oneReadAtATime) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.SetEncodedObject(obj)
+}
+
+// EncodedObject is from's, one call at a time.
+func (o *oneReadAtATime) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.EncodedObject(t, h)
+}
+
+// DeltaObject is from's, one call at a time; a storage that keeps no
+// deltas answers its EncodedObject.
+func (o *oneReadAtATime) DeltaObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if d, ok := o.from.(storer.DeltaObjectStorer); ok {
+		return d.DeltaObject(t, h)
+	}
+	return o.from.EncodedObject(t, h)
+}
+
+// IterEncodedObjects is from's, one call at a time.
+func (o *oneReadAtATime) IterEncodedObjects(t plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.IterEncodedObjects(t)
+}
+
+// HasEncodedObject is from's, one call at a time.
+func (o *oneReadAtATime) HasEncodedObject(h plumbing.Hash) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.HasEncodedObject(h)
+}
+
+// EncodedObjectSize is from's, one call at a time.
+func (o *oneReadAtATime) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.EncodedObjectSize(h)
+}
+
+// AddAlternate is from's, one call at a time.
+func (o *oneReadAtATime) AddAlternate(remote string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.from.AddAlternate(remote)
 }
 
 // reachWalker collects the objects a clone's references reach.
