@@ -31,6 +31,26 @@ func deadLetterFrame(d queue.DeadLetter) []byte {
 	return append(binary.BigEndian.AppendUint32(frame, sum), rec...)
 }
 
+// writeDeadLetters writes the dlq.log of acme/orders in a new state
+// directory, in one go: n dead letters, the ith of them testDeadLetter(id(i)).
+// It returns the state directory.
+func writeDeadLetters(t *testing.T, n int, id func(i int) uint64) string {
+	t.Helper()
+	state := t.TempDir()
+	dir := filepath.Join(state, "queues", "acme", "orders")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var file []byte
+	for i := range n {
+		file = append(file, deadLetterFrame(testDeadLetter(id(i)))...)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dlq.log"), file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
 // TestDLQListHoldsIDsNotDeadLetters: nexus dlq list of a queue of an
 // outage holds each dead letter's id and offset (16 bytes) while it
 // prints them, a thousand at a time, by id, each once; it held every
@@ -40,21 +60,9 @@ func TestDLQListHoldsIDsNotDeadLetters(t *testing.T) {
 	if want := deadLetterBytes(t, 2); !bytes.Equal(append(deadLetterFrame(testDeadLetter(1)), deadLetterFrame(testDeadLetter(2))...), want) {
 		t.Fatal("deadLetterFrame does not write what MoveToDLQ writes")
 	}
-	state := t.TempDir()
-	dir := filepath.Join(state, "queues", "acme", "orders")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	const n = 100000
-	var file []byte
-	for i := range n {
-		// not in id order: the listing sorts them
-		file = append(file, deadLetterFrame(testDeadLetter(uint64(i*7919%n+1)))...)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "dlq.log"), file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	file = nil
+	// not in id order: the listing sorts them
+	state := writeDeadLetters(t, n, func(i int) uint64 { return uint64(i*7919%n + 1) })
 
 	before := liveHeap()
 	var stdout firstWriteHeap
@@ -87,20 +95,8 @@ func TestDLQListHoldsIDsNotDeadLetters(t *testing.T) {
 // dead letter), not from every dead letter decoded: 127 MB to discard one
 // of 241,000.
 func TestDLQDiscardOneReadsIDs(t *testing.T) {
-	state := t.TempDir()
-	dir := filepath.Join(state, "queues", "acme", "orders")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	const n = 100000
-	var file []byte
-	for i := range n {
-		file = append(file, deadLetterFrame(testDeadLetter(uint64(i+1)))...)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "dlq.log"), file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	file = nil
+	state := writeDeadLetters(t, n, func(i int) uint64 { return uint64(i + 1) })
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
