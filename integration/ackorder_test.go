@@ -113,6 +113,14 @@ func TestAckOrder(t *testing.T) {
 		}
 		return len(done) >= ackOrderMessages
 	})
+	// and the worker's idle moment after them, which compacts the retry
+	// schedule (the rename checked below) and then drains the log: the
+	// last delivery can come just before the stop on a slow machine
+	segment := filepath.Join(state, "queues", "acme", flowName, "segment.log")
+	eventually(t, 20*time.Second, "the queue's idle moment (its retry schedule compacted, then its log drained to 0 bytes)", func() bool {
+		st, err := os.Stat(segment)
+		return err == nil && st.Size() == 0
+	})
 	// and two cron ticks, so that the scheduler's record was rewritten
 	be.waitOn(t, "/tick", 2, 10*time.Second)
 	if code := h.terminate(20 * time.Second); code != 0 {
