@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"encoding/binary"
 	"io/fs"
 	"slices"
@@ -48,18 +49,8 @@ func ListDeadLetters(root, tenant, flow string, fsys FS) (*DeadLetterList, []Dam
 	if err != nil {
 		return nil, damage, err
 	}
-	slices.SortFunc(l.items, func(a, b listItem) int { return compareIDs(a.id, b.id) })
+	slices.SortFunc(l.items, func(a, b listItem) int { return cmp.Compare(a.id, b.id) })
 	return l, damage, nil
-}
-
-func compareIDs(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Len is how many dead letters the list holds.
@@ -135,7 +126,7 @@ func (l *DeadLetterList) relocate(f File, size int64) ([]listItem, error) {
 			return nil
 		}
 		id := binary.BigEndian.Uint64(rec[1:9])
-		if i, ok := slices.BinarySearchFunc(items, id, func(it listItem, id uint64) int { return compareIDs(it.id, id) }); ok && items[i].off < 0 {
+		if i, ok := slices.BinarySearchFunc(items, id, func(it listItem, id uint64) int { return cmp.Compare(it.id, id) }); ok && items[i].off < 0 {
 			items[i].off = off // the first of an id, as eachPending takes
 		}
 		return nil

@@ -234,8 +234,14 @@ func TestServeRefusesGitSettingsWithoutARepo(t *testing.T) {
 // and its folder. The caller closes the queue.
 func deadLetterQueue(t *testing.T, state string, n uint64) (*queue.Queue, string) {
 	t.Helper()
+	return deadLetterQueueOf(t, state, "orders", n)
+}
+
+// deadLetterQueueOf is deadLetterQueue of the queue acme/flow.
+func deadLetterQueueOf(t *testing.T, state, flow string, n uint64) (*queue.Queue, string) {
+	t.Helper()
 	root := filepath.Join(state, "queues")
-	q, _, err := queue.Open(root, "acme", "orders", queue.Options{})
+	q, _, err := queue.Open(root, "acme", flow, queue.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +250,7 @@ func deadLetterQueue(t *testing.T, state string, n uint64) (*queue.Queue, string
 			t.Fatal(err)
 		}
 	}
-	return q, filepath.Join(root, "acme", "orders")
+	return q, filepath.Join(root, "acme", flow)
 }
 
 // testDeadLetter is deadLetterQueue's dead letter id.

@@ -133,17 +133,8 @@ func (w *onFirstWrite) Write(p []byte) (int, error) {
 // the total of the first line was left unexplained.
 func TestDLQListSaysWhatWentWhilePrinting(t *testing.T) {
 	state := t.TempDir()
-	root := filepath.Join(state, "queues")
 	// acme/a: a first write's worth of dead letters, printed first
-	a, _, err := queue.Open(root, "acme", "a", queue.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id := uint64(1); id <= dlqListLines; id++ {
-		if err := a.MoveToDLQ(testDeadLetter(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _ := deadLetterQueueOf(t, state, "a", dlqListLines)
 	a.Close()
 	b, _ := deadLetterQueue(t, state, 3) // acme/orders, after acme/a
 	defer b.Close()
