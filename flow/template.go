@@ -120,6 +120,30 @@ func (t *Template) Render(env *Env) (string, error) {
 	return t.render(env, nil)
 }
 
+// RenderKey renders a key (dedup_key): the text, as Render's, and whether a
+// hole produced any of it that is not blank. A key whose holes all rendered
+// blank (null, missing, spaces) is the template's literal text alone, the
+// same for every such message: filled is false then.
+func (t *Template) RenderKey(env *Env) (key string, filled bool, err error) {
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.expr == nil {
+			b.WriteString(p.lit)
+			continue
+		}
+		v, err := p.expr.Eval(env)
+		if err != nil {
+			return "", false, err
+		}
+		s := Text(v)
+		if !filled && strings.TrimSpace(s) != "" {
+			filled = true
+		}
+		b.WriteString(s)
+	}
+	return b.String(), filled, nil
+}
+
 // literalHas reports whether the template's literal text (its parts
 // outside the holes) holds a rune f accepts.
 func (t *Template) literalHas(f func(rune) bool) bool {
