@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nexushq/nexus/flow"
@@ -72,11 +71,14 @@ func decodeRecord(answer []byte) (record, error) {
 // no duplicate: it claims the key as a retry does, and runs.
 func (e *Engine) runDeduplicated(ctx context.Context, req Request, d *flow.Dedup) Result {
 	f := req.Flow
-	key, err := d.Key.Render(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
+	key, filled, err := d.Key.RenderKey(&flow.Env{Doc: req.Doc, Ctx: newVars(req), Now: e.now})
 	if err != nil {
 		return e.errorResult(req, &Error{Kind: KindDefect, Msg: "dedup_key: " + err.Error()}, nil)
 	}
-	if strings.TrimSpace(key) == "" {
+	if !filled {
+		// every hole blank: what is left is the literal text around them
+		// ("order-" of "order-{{ $.id }}"), which every message without
+		// an id would share
 		return e.errorResult(req, &Error{Kind: KindDedupKey, Msg: "dedup_key produced nothing from this message"}, nil)
 	}
 	unavailable := func(what string, err error) Result {
