@@ -218,25 +218,43 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		raw, err = io.ReadAll(io.LimitReader(decoded(resp), x.e.maxBody+1))
 	}
+	failed := resp.StatusCode < 200 || resp.StatusCode > 299
 	if err != nil {
 		if errDeadline(ctx, err) {
 			return nil, x.deadline(s.Name())
 		}
-		if errors.Is(context.Cause(callCtx), errReadTimeout) {
-			return nil, fail("the answer from %s did not arrive within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
+		var e *Error
+		switch {
+		case errors.Is(context.Cause(callCtx), errReadTimeout):
+			e = fail("the answer from %s did not arrive within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
+		case platformCause(err):
+			e = fail("reading the answer: %v", err)
+		default:
+			// Go's text may quote what the downstream sent (a malformed
+			// chunk's trailer line): only the log has it then
+			e = fail("reading the answer: the body from %s could not be read (the log has why)", req.URL.Host)
+			e.Detail = "reading the answer: " + err.Error()
 		}
-		// Go's text may quote what the downstream sent (a malformed
-		// chunk's trailer line): only the log has it then
-		if platformCause(err) {
-			return nil, fail("reading the answer: %v", err)
+		if !failed {
+			return nil, e
 		}
-		e := fail("reading the answer: the body from %s could not be read (the log has why)", req.URL.Host)
-		e.Detail = "reading the answer: " + err.Error()
+		// A non-2xx answer whose body could not be read (cut short,
+		// reset) is still that answer: the status is the failure and
+		// the variables describe it, as for any non-2xx answer, but
+		// the body read in part is not kept (HTTP_RESPONSE_BODY stays
+		// unset). Why the read failed is for the log.
+		x.setVar("HTTP_SC", resp.StatusCode)
+		x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))
+		detail := e.Detail
+		if detail == "" {
+			detail = strings.TrimPrefix(e.Msg, "effect handler failed: ")
+		}
+		e = fail("HTTP %s", statusLine(resp.StatusCode))
+		e.Detail = detail
 		return nil, e
 	}
 	x.setVar("HTTP_SC", resp.StatusCode)
 	x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))
-	failed := resp.StatusCode < 200 || resp.StatusCode > 299
 	if int64(len(raw)) > x.e.maxBody && !failed {
 		return nil, fail("the answer's body exceeds %d bytes", x.e.maxBody)
 	}
