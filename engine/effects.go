@@ -146,6 +146,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	callCtx, cancel := context.WithCancelCause(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout))
 	defer cancel(nil)
 	var connectTimer, readTimer atomic.Pointer[time.Timer]
+	var connected atomic.Bool // a connection was had
 	defer func() {
 		for _, p := range []*atomic.Pointer[time.Timer]{&connectTimer, &readTimer} {
 			if t := p.Load(); t != nil {
@@ -161,6 +162,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			}
 		},
 		GotConn: func(httptrace.GotConnInfo) {
+			connected.Store(true)
 			if t := connectTimer.Load(); t != nil {
 				t.Stop()
 			}
@@ -192,6 +194,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	}
 	req.Header.Set(HeaderCorrelationID, x.req.CorrelationID)
 
+	start := time.Now()
 	resp, err := x.e.client.Do(req)
 	if err != nil {
 		if errDeadline(ctx, err) {
@@ -200,7 +203,11 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		switch cause := context.Cause(callCtx); {
 		case errors.Is(cause, errReadTimeout):
 			return nil, fail("no answer from %s within read_timeout_ms (%d ms)", req.URL.Host, h.ReadTimeout.Milliseconds())
-		case errors.Is(cause, errConnectTimeout):
+		case errors.Is(cause, errConnectTimeout),
+			// the dialer's and the handshake's own bounds are the same
+			// connect timeout, and fire at the same moment as the
+			// step's: whichever came first, one text
+			!connected.Load() && isTimeout(err) && time.Since(start) >= h.ConnectTimeout:
 			return nil, fail("no connection to %s within connect_timeout_ms (%d ms)", req.URL.Host, h.ConnectTimeout.Milliseconds())
 		}
 		msg, detail := transportError(err)
@@ -438,6 +445,13 @@ func transportError(err error) (msg, detail string) {
 		return where + ": " + ue.Err.Error(), ""
 	}
 	return where + ": the downstream's answer could not be read (the log has why)", where + ": " + ue.Err.Error()
+}
+
+// isTimeout reports whether err is a timeout: a deadline that ran out (a
+// dialer's, a handshake's context), not a refusal or a reset.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // platformCause reports whether err's text is the platform's own, with
