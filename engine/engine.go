@@ -434,7 +434,7 @@ func (x *execution) faultSequence(ctx context.Context, steps []*flow.Step, doc a
 // sequence runs steps in order on doc and returns the last document, or
 // what stopped it.
 func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (any, *stepError) {
-	last := "" // the last step run
+	last := "" // the last step run (or whose when: was evaluated)
 	for _, s := range steps {
 		if ctx.Err() != nil {
 			return doc, &stepError{err: x.deadline(s.Name())}
@@ -442,19 +442,20 @@ func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (
 		if w := s.When(); w != nil {
 			run, err := w.EvalBool(x.env(doc))
 			if err != nil {
-				return doc, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "when: " + err.Error()}}
+				return doc, x.pastCeiling(ctx, s, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "when: " + err.Error()}})
 			}
 			if !run {
+				last = s.Name() // its when: ran, and may have run past the ceiling
 				continue
 			}
 		}
 		out, serr := x.step(ctx, s, doc)
 		if serr != nil {
-			return doc, serr
+			return doc, x.pastCeiling(ctx, s, serr)
 		}
 		last = s.Name()
 		if err := x.collect(s, out); err != nil {
-			return doc, &stepError{err: err}
+			return doc, x.pastCeiling(ctx, s, &stepError{err: err})
 		}
 		if name := s.SaveBody(); name != "" {
 			x.setVar(name, out)
@@ -468,6 +469,17 @@ func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (
 		return doc, &stepError{err: x.deadline(last)}
 	}
 	return doc, nil
+}
+
+// pastCeiling is how step s stops with serr (a failure, a filter): as the
+// ceiling, naming s, when s ran past it. The ceiling came first, so the
+// answer is the ceiling's, as it is for a step that runs past it and
+// succeeds; a failure after timeout_ms was answered as the step's own.
+func (x *execution) pastCeiling(ctx context.Context, s *flow.Step, serr *stepError) *stepError {
+	if serr.err != nil && serr.err.Kind == KindDeadline || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return serr
+	}
+	return &stepError{err: x.deadline(s.Name())}
 }
 
 // env is what the expressions of one step see. It is the same Env each
