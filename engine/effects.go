@@ -114,8 +114,10 @@ func connectTimeout(ctx context.Context) time.Duration {
 const maxResponseHeaderBytes = 64 << 10
 
 // httpEgress makes the step's call with the current document as the body.
-// A 2xx answer's body becomes the output; any answer sets ctx.HTTP_SC,
-// ctx.HTTP_RESPONSE_BODY and ctx.HTTP_RESPONSE_HEADERS.
+// A 2xx answer's body becomes the output; any answer sets ctx.HTTP_SC and
+// ctx.HTTP_RESPONSE_HEADERS, and ctx.HTTP_RESPONSE_BODY when its body was
+// read whole (within the ceiling, not cut short). A non-2xx answer fails
+// the step with its status, its body read or not.
 func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any, *Error) {
 	h := s.HTTP()
 	// the variables describe this call's answer: a call without one

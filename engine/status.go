@@ -14,7 +14,8 @@ const (
 	// KindSemantic is a validate rule of kind semantic (the default), or a
 	// rule whose expression failed.
 	KindSemantic
-	// KindDedupKey is a dedup_key that rendered empty for this message.
+	// KindDedupKey is a dedup_key that produced nothing from this message:
+	// it rendered empty, or every hole in it rendered blank.
 	KindDedupKey
 	// KindCorrelationOpen is a correlation already open for the same key.
 	// Correlations are not built yet; the row is kept so the table stays whole.
