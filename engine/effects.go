@@ -321,7 +321,8 @@ func (g *gunzip) Read(p []byte) (int, error) {
 }
 
 // responseDocument reads a response body by its content type: JSON parsed,
-// XML kept as an XML document, anything else a string. A body that does not
+// XML kept as an XML document, anything else a string; a byte order mark
+// before JSON is dropped, as one before XML is. A body that does not
 // parse as its type says is kept as a string, UTF-8 as every string is (see
 // utf8Text).
 func responseDocument(contentType string, raw []byte) any {
@@ -330,7 +331,9 @@ func responseDocument(contentType string, raw []byte) any {
 	case len(bytes.TrimSpace(raw)) == 0:
 		return ""
 	case mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "":
-		if v, err := flow.ParseJSON(raw, 512); err == nil {
+		// a byte order mark before JSON is dropped (RFC 8259 lets a
+		// parser ignore it), as the doors drop it from a request's body
+		if v, err := flow.ParseJSON(bytes.TrimPrefix(raw, utf8BOM), 512); err == nil {
 			return v
 		}
 	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
@@ -340,6 +343,9 @@ func responseDocument(contentType string, raw []byte) any {
 	}
 	return utf8Text(raw)
 }
+
+// utf8BOM is the UTF-8 byte order mark.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // utf8Text is b as a string of UTF-8: each byte that is not part of a UTF-8
 // character (a Latin-1 body's é) becomes U+FFFD, as JSON writes it. The
