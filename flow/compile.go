@@ -530,6 +530,11 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			name := headerFromKey(suffix)
+			if suffix != "" && slices.Contains(strings.Split(suffix, "_"), "") {
+				// response_header__x made "-X": no header's name
+				c.errorf(k.line, "%s: the header name %q has an empty segment: a key's underscores stand one each between the name's words", key, name)
+				continue
+			}
 			if err := CheckHeaderName(name); err != nil {
 				c.errorf(k.line, "%s: %s", key, err)
 				continue
