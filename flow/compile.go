@@ -134,6 +134,11 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			v = v.Alias // *d reads as the value &d names
 		}
 		key := k.Value
+		if k.Kind != yaml.ScalarNode {
+			// a complex key (? [a, b]) names no key
+			c.errorf(at(k), "a front matter key is a name, not %s", lineerr.Describe(k))
+			continue
+		}
 		if first, dup := seen[key]; dup {
 			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", key, first)
 			continue
@@ -222,7 +227,9 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				dedup.TTL = time.Duration(n) * time.Millisecond
 			}
 		default:
-			c.errorf(line, "unknown front matter key %s%s", key, naming.Suggest(key, frontMatterKeys))
+			// quoted: a key with a blank, a tab or a line break reads
+			// as what it is
+			c.errorf(line, "unknown front matter key %s%s", quoteCut(key, 64), naming.Suggest(key, frontMatterKeys))
 		}
 	}
 
