@@ -863,7 +863,8 @@ func checkEndpoint(t *Template) string {
 	if seg, ok := dotSegment(u); ok {
 		return "has the path segment " + strconv.Quote(seg) + ", which names another resource: write the path it means"
 	}
-	if _, err := url.Parse(u); err != nil {
+	pu, err := url.Parse(u)
+	if err != nil {
 		// what every call would fail on at run time
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -875,6 +876,12 @@ func checkEndpoint(t *Template) string {
 			return "does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"
 		}
 		return "does not parse: " + err.Error()
+	}
+	if p := pu.Port(); p != "" {
+		// url.Parse takes any digits: every call would fail to dial
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "has the port " + p + ": a port is 1 to 65535"
+		}
 	}
 	return ""
 }
