@@ -658,7 +658,7 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 		case err == nil && n >= 1 && !plainDecimal(scalar(k.value)):
 			// 0500 or +500: front matter refuses these (YAML reads 0500
 			// as octal); a step key says the number as it is read
-			c.errorf(k.line, "%s must be written as a plain whole number of milliseconds (%d), not %q", k.key, n, k.value)
+			c.errorf(k.line, "%s", notPlain(k.key, n, k.value))
 			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
 			c.errorf(k.line, "%s must be a whole number of milliseconds, not %q", k.key, k.value)
@@ -1042,6 +1042,12 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		c.errorf(line, "%s %s is too large: at most %d", key, v.Value, int64(maxMillis))
 		return 0, false
 	}
+	if !plainDecimal(v.Value) && (n >= min || !strings.HasPrefix(v.Value, "-")) {
+		// +500, 0x3, 1_000, 0o17: YAML reads them as integers, a step
+		// key refuses them, and a reader may not see the number YAML does
+		c.errorf(line, "%s", notPlain(key, n, v.Value))
+		return 0, false
+	}
 	if n < min {
 		c.errorf(line, "%s must be at least %d, not %d", key, min, n)
 		return 0, false
@@ -1252,6 +1258,17 @@ func nesting(v any) int {
 		return 0
 	}
 	return deepest + 1
+}
+
+// notPlain is the error of a whole-number key whose value reads as the
+// number n but is not written as digits alone (+500, 0500, 0x3, 1_000),
+// in the front matter and in a step alike.
+func notPlain(key string, n int64, written string) string {
+	unit := ""
+	if strings.HasSuffix(key, "_ms") {
+		unit = " of milliseconds"
+	}
+	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %q", key, unit, n, written)
 }
 
 // plainDecimal reports whether s is a whole number written as digits alone,
