@@ -502,6 +502,10 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				c.errorf(k.line, "when: expression does not parse: %s", err)
 				continue
 			}
+			if err := e.neverBoolean("when:"); err != nil {
+				c.errorf(k.line, "%s", err)
+				continue
+			}
 			s.when = e
 		case key == "response_status" || key == "fault_status":
 			if key == "fault_status" && !s.fault {
@@ -737,6 +741,10 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			c.errorf(at, "step %q: condition does not parse: %s", s.name, err)
 			return
 		}
+		if err := e.neverBoolean("condition"); err != nil {
+			c.errorf(at, "step %q: %s", s.name, err)
+			return
+		}
 		s.block, s.condition = BlockCondition, e
 	case "validate":
 		for i, l := range strings.Split(b.body, "\n") {
@@ -808,6 +816,9 @@ func parseRule(line string) (Rule, error) {
 	e, err := CompileExpr(exprSrc)
 	if err != nil {
 		return Rule{}, fmt.Errorf("validate expression does not parse: %s", err)
+	}
+	if err := e.neverBoolean("validate expression"); err != nil {
+		return Rule{}, err
 	}
 	r.Expr = e
 	return r, nil

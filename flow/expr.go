@@ -61,6 +61,7 @@ type Expr struct {
 	program *vm.Program
 	regexps map[string]*regexp.Regexp // literal patterns of matches(), compiled once
 	usesCtx bool                      // the expression names ctx
+	kind    valueKind                 // what the parser knows of its value
 }
 
 // String returns the expression as written.
@@ -190,7 +191,7 @@ func CompileExpr(src string) (*Expr, error) {
 	translated := n.emit()
 	// _ctx appears in the translation exactly when the expression names ctx
 	// (or, harmlessly, inside a string literal)
-	e := &Expr{src: src, regexps: p.regexps, usesCtx: strings.Contains(translated, "_ctx")}
+	e := &Expr{src: src, regexps: p.regexps, usesCtx: strings.Contains(translated, "_ctx"), kind: kindOf(n)}
 	opts := append(baseOptions(), expr.Function("_matches", e.matches))
 	program, err := expr.Compile(translated, opts...)
 	if err != nil {
@@ -533,6 +534,19 @@ func checkDynamicPattern(pattern string, n int) error {
 		return evalErrorf("matches: the pattern from the message is too costly to run on this value (%d instructions on %d bytes)", insts, n)
 	}
 	return nil
+}
+
+// neverBoolean is the error of an expression written where true or false
+// is wanted (when:, a condition, a validate rule) whose value can never be
+// true: a number, a string, an array, lower() or upper() of anything. what
+// names the place ("when:", "condition"); nil when the value may be a
+// boolean.
+func (e *Expr) neverBoolean(what string) error {
+	switch e.kind {
+	case kindAny, kindBool, kindNull:
+		return nil
+	}
+	return fmt.Errorf("%s %s is %s, never true or false: write a comparison (==, <, in …)", what, quoteCut(e.src, 64), e.kind)
 }
 
 // quoteCut quotes s, cut to n bytes at most (at a character's start).
