@@ -447,10 +447,10 @@ endpoint: BACKEND/ingest
 			name: "defect: ntd hole cannot be evaluated", doc: `{"a":"text"}`,
 			body: "\n## Step: shape\n~~~ntd\n{\"big\": {{ $.a > 1 }}}\n~~~\n",
 			without: view{Status: 500, Header: jsonHdr("c-1"), Body: flowFailed, Outcome: engine.Failed,
-				Err: "step 'shape': ntd: cannot compare string with number using >", ErrKind: engine.KindDefect},
+				Err: "step 'shape': ntd: cannot compare string with number using >: string \"text\" is not a number", ErrKind: engine.KindDefect},
 			with: view{Status: 500, Header: jsonHdr("c-1", "X-Handled", "yes"),
-				Body:    `{"handled":"ntd: cannot compare string with number using >","step":"shape","cid":"c-1"}`,
-				Outcome: engine.FaultHandled, Err: "step 'shape': ntd: cannot compare string with number using >", ErrKind: engine.KindDefect},
+				Body:    `{"handled":"ntd: cannot compare string with number using >: string \"text\" is not a number","step":"shape","cid":"c-1"}`,
+				Outcome: engine.FaultHandled, Err: "step 'shape': ntd: cannot compare string with number using >: string \"text\" is not a number", ErrKind: engine.KindDefect},
 		},
 		{
 			name: "defect: response_status renders no status", doc: `{"code":"abc"}`,
@@ -690,7 +690,7 @@ func TestFaultHandlerFails(t *testing.T) {
 		{
 			name:  "ntd defect in the handler",
 			fault: "\n## Fault: report\n~~~ntd\n{\"x\": {{ $.fault_step > 1 }}}\n~~~\n",
-			want:  view{HandlerErr: "step 'report': ntd: cannot compare string with number using >", HandlerErrKind: engine.KindDefect},
+			want:  view{HandlerErr: "step 'report': ntd: cannot compare string with number using >: string \"check\" is not a number", HandlerErrKind: engine.KindDefect},
 		},
 		{
 			name:  "failed call in the handler",

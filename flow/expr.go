@@ -297,7 +297,27 @@ func compare(x, y any, op string) (int, error) {
 			return strings.Compare(xs, ys), nil
 		}
 	}
-	return 0, evalErrorf("cannot compare %s with %s using %s", TypeName(x), TypeName(y), op)
+	msg := fmt.Sprintf("cannot compare %s with %s using %s", TypeName(x), TypeName(y), op)
+	if hint := stringNotNumber(x, y); hint != "" {
+		msg += ": " + hint
+	} else if hint := stringNotNumber(y, x); hint != "" {
+		msg += ": " + hint
+	}
+	return 0, &EvalError{Msg: msg}
+}
+
+// stringNotNumber explains why the string s is not ordered against the
+// number n (a JSON string that holds digits, "5", is the usual mistake),
+// or is "" when s is not a string or n not a number.
+func stringNotNumber(s, n any) string {
+	str, ok := s.(string)
+	if !ok || TypeName(n) != "number" {
+		return ""
+	}
+	if v, err := ParseJSON([]byte(str), 1); err == nil && TypeName(v) == "number" {
+		return describe(str) + " is text, not a number (a JSON number is written without quotes)"
+	}
+	return describe(str) + " is not a number"
 }
 
 func fnAdd(a ...any) (any, error) {

@@ -74,7 +74,7 @@ func TestExactNumberErrors(t *testing.T) {
 	}{
 		{`$.id + "x"`, `cannot use + on number and string`},
 		{`$.id && true`, `expected true or false, got number 12345678901234567890`},
-		{`$.id < "x"`, `cannot compare number with string using <`},
+		{`$.id < "x"`, `cannot compare number with string using <: string "x" is not a number`},
 	}
 	env := &Env{Doc: exactDoc(t), Ctx: exprCtx()}
 	for _, tt := range tests {
