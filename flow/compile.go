@@ -205,7 +205,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				case err != nil:
 					c.errorf(line, "dedup_key: %s", err)
 				case len(t.parts) == 0 || t.parts[0].expr == nil && len(t.parts) == 1:
-					c.errorf(line, "dedup_key %q has no {{ }} hole, so every message would share one key: write e.g. \"{{ $.orderId }}\"", s)
+					c.errorf(line, "dedup_key %s has no {{ }} hole, so every message would share one key: write e.g. \"{{ $.orderId }}\"", quoteCut(s, 64))
 				default:
 					dedup.Key = t
 				}
@@ -218,7 +218,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				case "absorb":
 					dedup.Absorb = true
 				default:
-					c.errorf(line, "dedup_on_failure must be rerun or absorb, not %q", s)
+					c.errorf(line, "dedup_on_failure must be rerun or absorb, not %s", quoteCut(s, 64))
 				}
 			}
 		case "dedup_ttl_ms":
@@ -311,20 +311,20 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	}
 	s := &Schedule{spec: spec, location: time.UTC, input: NewObject(nil, nil)}
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
-		c.errorf(line, "schedule %q carries a time zone: set it with schedule_timezone instead", spec)
+		c.errorf(line, "schedule %s carries a time zone: set it with schedule_timezone instead", quoteCut(spec, 64))
 		ok = false
 	} else if every, isEvery := strings.CutPrefix(spec, "@every "); isEvery && everyBelowSecond(every) {
-		c.errorf(line, "schedule %q ticks more often than once a second: the shortest period is @every 1s", spec)
+		c.errorf(line, "schedule %s ticks more often than once a second: the shortest period is @every 1s", quoteCut(spec, 64))
 		ok = false
 	} else if isEvery && !everyWholeSeconds(every) {
 		// the cron library rounds the period down to a whole second
-		c.errorf(line, "schedule %q is not a whole number of seconds: the period of @every counts whole seconds", spec)
+		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoteCut(spec, 64))
 		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
-		c.errorf(line, "schedule %q is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", spec, err)
+		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoteCut(spec, 64), err)
 		ok = false
 	} else if sched.Next(scheduleProbe).IsZero() {
-		c.errorf(line, "schedule %q never fires (no such date)", spec)
+		c.errorf(line, "schedule %s never fires (no such date)", quoteCut(spec, 64))
 		ok = false
 	} else {
 		s.sched = sched
@@ -333,7 +333,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {
 			loc, err := loadZone(name)
 			if err != nil {
-				c.errorf(at(tzNode), "schedule_timezone %q is not an IANA time zone (e.g. Europe/Berlin)", name)
+				c.errorf(at(tzNode), "schedule_timezone %s is not an IANA time zone (e.g. Europe/Berlin)", quoteCut(name, 64))
 				ok = false
 			} else {
 				s.location = loc
@@ -402,7 +402,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 	case sec.name == "":
 		c.errorf(sec.line, "%s has no name: write `%s NAME`", kind, kind)
 	case len([]rune(sec.name)) > 64:
-		c.errorf(sec.line, "step name %q is longer than 64 characters", sec.name)
+		c.errorf(sec.line, "step name %s is longer than 64 characters", quoteCut(sec.name, 64))
 	}
 
 	keys := map[string]rawKey{}
@@ -435,7 +435,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			switch {
 			case e != EffectHTTPEgress && e != EffectQueuePublish:
 				effectsUnreadable = true
-				c.errorf(k.line, "unknown effect %q in step %q: effects are http_egress and queue_publish", list[0], s.name)
+				c.errorf(k.line, "unknown effect %s in step %q: effects are http_egress and queue_publish", quoteCut(list[0], 64), s.name)
 			case declared != nil && !declared[e]:
 				intended = e
 				c.errorf(k.line, "step %q uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", s.name, e)
@@ -490,7 +490,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			name := scalar(k.value)
 			switch {
 			case !ctxName.MatchString(name):
-				c.errorf(k.line, "save_body %q is not a name: use letters, digits and _ (it becomes ctx.%s)", name, name)
+				c.errorf(k.line, "save_body %s is not a name: use letters, digits and _ (it becomes ctx.%s)", quoteCut(name, 64), cutText(name, 64))
 			case reservedCtx[name]:
 				c.errorf(k.line, "save_body %q would replace the platform's ctx.%s: choose another name", name, name)
 			default:
@@ -607,14 +607,14 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			return
 		}
 		if msg := checkEndpoint(t); msg != "" {
-			c.errorf(k.line, "endpoint %q %s", shownEndpoint(t.src), msg)
+			c.errorf(k.line, "endpoint %s %s", quoteCut(shownEndpoint(t.src), 64), msg)
 			return
 		}
 		h.Endpoint = t
 	case "method":
 		m := strings.ToUpper(scalar(k.value))
 		if !slices.Contains(methods, m) {
-			c.errorf(k.line, "method %q is not one of %s", scalar(k.value), strings.Join(methods, ", "))
+			c.errorf(k.line, "method %s is not one of %s", quoteCut(scalar(k.value), 64), strings.Join(methods, ", "))
 			return
 		}
 		h.Method = m
@@ -665,7 +665,7 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			c.errorf(k.line, "%s", notPlain(k.key, n, k.value))
 			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
-			c.errorf(k.line, "%s must be a whole number of milliseconds, not %q", k.key, k.value)
+			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoteCut(k.value, 64))
 			return
 		case n < 1:
 			c.errorf(k.line, "%s must be at least 1, not %s", k.key, k.value)
@@ -696,7 +696,7 @@ func (c *compiler) status(s *Step, k rawKey) {
 	n, ok := ParseStatus(v)
 	switch {
 	case !plainDecimal(v):
-		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %q", k.key, v)
+		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %s", k.key, quoteCut(v, 64))
 		return
 	case !ok:
 		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, v)
@@ -799,7 +799,7 @@ func parseRule(line string) (Rule, error) {
 		case "syntactic":
 			r.Kind = Syntactic
 		default:
-			return Rule{}, fmt.Errorf("validate rule kind %q is not syntactic or semantic", kind)
+			return Rule{}, fmt.Errorf("validate rule kind %s is not syntactic or semantic", quoteCut(kind, 64))
 		}
 	}
 	msg, err := ParseJSON([]byte(msgSrc), 1)
@@ -872,7 +872,7 @@ func checkEndpoint(t *Template) string {
 		return "contains a space: percent-encode it"
 	}
 	if seg, ok := dotSegment(u); ok {
-		return "has the path segment " + strconv.Quote(seg) + ", which names another resource: write the path it means"
+		return "has the path segment " + quoteCut(seg, 64) + ", which names another resource: write the path it means"
 	}
 	pu, err := url.Parse(u)
 	if err != nil {
@@ -1008,7 +1008,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 		case eff == EffectHTTPEgress || eff == EffectQueuePublish:
 			out = append(out, eff)
 		default:
-			c.errorf(line, "unknown effect %q: effects are http_egress and queue_publish", e.Value)
+			c.errorf(line, "unknown effect %s: effects are http_egress and queue_publish", quoteCut(e.Value, 64))
 		}
 	}
 	return out
@@ -1138,7 +1138,7 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if obj.find(n.Content[i].Value) >= 0 {
-				return nil, fmt.Errorf("duplicate key %q", n.Content[i].Value)
+				return nil, fmt.Errorf("duplicate key %s", quoteCut(n.Content[i].Value, 64))
 			}
 			if err := budget.spend(len(n.Content[i].Value) + 3); err != nil {
 				return nil, err
@@ -1279,7 +1279,7 @@ func notPlain(key string, n int64, written string) string {
 	if strings.HasSuffix(key, "_ms") {
 		unit = " of milliseconds"
 	}
-	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %q", key, unit, n, written)
+	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, quoteCut(written, 64))
 }
 
 // plainDecimal reports whether s is a whole number written as digits alone,

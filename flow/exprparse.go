@@ -47,11 +47,11 @@ type token struct {
 func (t token) describe() string {
 	switch t.kind {
 	case tokNumber:
-		return "number " + t.text
+		return "number " + cutText(t.text, 64)
 	case tokString:
-		return "string " + strconv.Quote(t.text)
+		return "string " + quoteCut(t.text, 64)
 	case tokIdent:
-		return "name " + strconv.Quote(t.text)
+		return "name " + quoteCut(t.text, 64)
 	}
 	return strconv.Quote(t.text)
 }

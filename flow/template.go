@@ -75,7 +75,7 @@ func compileHole(s, whole string, at int) (*Expr, int, error) {
 	}
 	e, err := CompileExpr(inner)
 	if err != nil {
-		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %q does not parse: %v", inner, err)}
+		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %s does not parse: %v", quoteCut(inner, 64), err)}
 	}
 	return e, end + 2, nil
 }
@@ -166,7 +166,7 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 		// endpoint names: /customers/{{ $.id }}/orders with the id ".."
 		// is /orders to the backend, %2E%2E too once it normalizes
 		if seg, ok := dotSegment(u); ok {
-			return "", fmt.Errorf("the URL's path holds the segment %q, which would name another resource: refused", seg)
+			return "", fmt.Errorf("the URL's path holds the segment %s, which would name another resource: refused", quoteCut(seg, 64))
 		}
 	}
 	return u, err
@@ -307,7 +307,7 @@ func (n ntdObject) render(env *Env) (any, error) {
 			return nil, err
 		}
 		if obj.find(k.(string)) >= 0 {
-			return nil, fmt.Errorf("the rendered JSON has the key %q twice", k)
+			return nil, fmt.Errorf("the rendered JSON has the key %s twice", quoteCut(k.(string), 64))
 		}
 		v, err := n.vals[i].render(env)
 		if err != nil {
@@ -568,7 +568,7 @@ func (p *ntdParser) object() (ntdNode, error) {
 			key := s.v.(string)
 			if seen[key] {
 				p.pos = keyAt
-				return nil, p.errorf("duplicate key %q", key)
+				return nil, p.errorf("duplicate key %s", quoteCut(key, 64))
 			}
 			seen[key] = true
 		} else {
