@@ -266,6 +266,9 @@ func fnPath(a ...any) (any, error) {
 	return v, nil
 }
 
+// index is the integer a number holds: an int, or a whole float64 below
+// 2^53 (3.0, which a JSON body may hold for 3), which is exact as an int.
+// It indexes an array, and makes arithmetic exact.
 func index(k any) (int, bool) {
 	switch n := k.(type) {
 	case int:
@@ -337,14 +340,16 @@ func fnAdd(a ...any) (any, error) {
 // large field to itself over and over would otherwise build gigabytes.
 const maxStringBytes = 16 << 20
 
-// arith is an arithmetic operator: on two integers, exact (fi) while the
-// result fits 64 bits; otherwise in float64 (f). A result too large for a
+// arith is an arithmetic operator: on two integers (a whole float64 below
+// 2^53, 3.0, counts as one), exact (fi) while the result fits 64 bits; otherwise in float64 (f). A result too large for a
 // number (an infinity) is an evaluation error: JSON has no such number.
 func arith(op string, f func(a, b float64) float64, fi func(a, b int) (int, bool)) func(a ...any) (any, error) {
 	return func(a ...any) (any, error) {
 		if fi != nil {
-			if xi, ok := a[0].(int); ok {
-				if yi, ok := a[1].(int); ok {
+			// a whole float64 below 2^53 (3.0 in a body) is the integer
+			// it holds: 3.0 × 1000000000000000001 keeps its last digit
+			if xi, ok := index(a[0]); ok {
+				if yi, ok := index(a[1]); ok {
 					if r, ok := fi(xi, yi); ok {
 						return r, nil
 					}

@@ -304,3 +304,30 @@ func TestScheduleInputKeepsEveryDigit(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeFloatActsAsInteger: a whole number written with a point or an
+// exponent below 2^53 (3.0, 3e0, as a JSON body may hold it) is an integer
+// wherever integers are exact: arithmetic with a large integer keeps every
+// digit, as 3 does, and it indexes an array.
+func TestWholeFloatActsAsInteger(t *testing.T) {
+	t.Parallel()
+	doc, err := ParseJSON([]byte(`{"three":3.0,"exp":3e0,"neg":-2.0,"half":1.5,"big":1000000000000000001,"items":["a","b","c","d"]}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvals(t, &Env{Doc: doc, Ctx: exprCtx()}, []evalCase{
+		{`$.three * $.big`, 3000000000000000003},
+		{`$.big * $.three`, 3000000000000000003},
+		{`$.exp * $.big`, 3000000000000000003},
+		{`$.big + $.three`, 1000000000000000004},
+		{`$.big - $.neg`, 1000000000000000003},
+		{`$.neg * $.big`, -2000000000000000002},
+		{`$.big * 3.0`, 3000000000000000003},
+		{`($.big * $.three) / $.three`, 1000000000000000001},
+		{`$.items[$.three]`, "d"},
+		{`$.items[$.three - 1.0]`, "c"},
+		{`$.three + 1`, 4},
+		{`$.half * 2`, 3},
+		{`$.three / 2`, 1.5},
+	})
+}
