@@ -1503,6 +1503,42 @@ func TestHTTPEgressEndpointHoleIsNoDotSegment(t *testing.T) {
 	}
 }
 
+// TestHTTPEgressEndpointHoleStaysOneSegment: the request a backend
+// receives has the path the endpoint names. Literal characters a path
+// cannot carry as they are (| ^ é) are percent-encoded, and a hole's
+// value stays inside its segment whatever it holds: a / is %2F, and a
+// ../ is %2E%2E%2F, so that a backend that decodes before it normalizes
+// still sees one segment. A literal | in the endpoint made Go's client
+// write the path again from its decoded form, so a hole's %2F went out
+// as a /.
+func TestHTTPEgressEndpointHoleStaysOneSegment(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{}`))
+	e := engine.New(engine.Config{})
+	tests := []struct {
+		name, endpoint, doc, want string
+	}{
+		{"slash", "/orders/{{ $.id }}/lines", `{"id":"a/b"}`, "/orders/a%2Fb/lines"},
+		{"dot-dot-slash", "/orders/{{ $.id }}/lines", `{"id":"../admin"}`, "/orders/%2E%2E%2Fadmin/lines"},
+		{"dot-dot-slash after a literal bar", "/a|b/{{ $.id }}", `{"id":"../../admin"}`, "/a%7Cb/%2E%2E%2F%2E%2E%2Fadmin"},
+		{"slash after literal caret and e-acute", "/caf\u00e9^x/{{ $.id }}", `{"id":"x/y"}`, "/caf%C3%A9%5Ex/x%2Fy"},
+		{"backslash dot-dot", "/files/{{ $.id }}", `{"id":"..\\etc"}`, "/files/%2E%2E%5Cetc"},
+		{"dots beside a slash in a name", "/files/{{ $.id }}", `{"id":"v1.2/x.json"}`, "/files/v1.2%2Fx.json"},
+		{"literals in the query", "/q?a={{ $.id }}&b=x|y", `{"id":"1/2"}`, "/q?a=1%2F2&b=x%7Cy"},
+	}
+	for i, tt := range tests {
+		src := flowSource(fmt.Sprintf("seg%d", i), "", "## Step: call\neffects: [http_egress]\nendpoint: BACKEND"+tt.endpoint+"\nmethod: GET\n")
+		res := run(t, e, compile(t, src, "BACKEND", b.URL), tt.doc)
+		if res.Status != http.StatusOK {
+			t.Errorf("%s: status %d, %v", tt.name, res.Status, res.Err)
+			continue
+		}
+		reqs := b.requests()
+		if got := reqs[len(reqs)-1].URI; got != tt.want {
+			t.Errorf("%s: the backend got %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestHTTPEgressAnswers(t *testing.T) {
 	const forward = `
 ## Step: forward

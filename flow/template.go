@@ -156,11 +156,37 @@ func (t *Template) literalHas(f func(rune) bool) bool {
 }
 
 // RenderURL renders an endpoint: each hole's text is percent-encoded, every
-// byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape.
-// A hole whose whole text is "." or ".." has its dots encoded too.
+// byte but A-Z a-z 0-9 - . _ ~, so a value cannot change the URL's shape:
+// a / is %2F, and a "." or ".." beside a / or a \ has its dots encoded too
+// ("../admin" is %2E%2E%2Fadmin), so that a backend that decodes the path
+// before it normalizes it still sees one segment. The literal text past
+// the host is percent-encoded where a URL cannot carry a character as it
+// is (| ^ é, a space): left to Go's client, one such character made it
+// write the whole path again from its decoded form, a hole's %2F as a /.
+// A path with a segment "." or ".." (a hole that renders one, or makes one
+// with a dot beside it) is refused.
 func (t *Template) RenderURL(env *Env) (string, error) {
-	u, err := t.render(env, escapeURLComponent)
-	if err == nil && len(t.parts) > 1 {
+	var b strings.Builder
+	for i, p := range t.parts {
+		if p.expr == nil {
+			lit := p.lit
+			if i == 0 {
+				// the scheme and the host, which are literal, as written
+				n := authorityEnd(lit)
+				b.WriteString(lit[:n])
+				lit = lit[n:]
+			}
+			appendURLLiteral(&b, lit)
+			continue
+		}
+		v, err := p.expr.Eval(env)
+		if err != nil {
+			return "", err
+		}
+		appendURLHole(&b, Text(v))
+	}
+	u := b.String()
+	if len(t.parts) > 1 {
 		// a hole that renders "." or ".." (or one that makes one with a
 		// dot beside it) would address another resource than the one the
 		// endpoint names: /customers/{{ $.id }}/orders with the id ".."
@@ -169,7 +195,74 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 			return "", fmt.Errorf("the URL's path holds the segment %s, which would name another resource: refused", quoteCut(seg, 64))
 		}
 	}
-	return u, err
+	return u, nil
+}
+
+// authorityEnd is the length of the scheme and the authority at the start
+// of an endpoint's text (up to the first / ? or # past "://"), 0 when it
+// has none.
+func authorityEnd(s string) int {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return 0
+	}
+	j := strings.IndexAny(s[i+3:], "/?#")
+	if j < 0 {
+		return len(s)
+	}
+	return i + 3 + j
+}
+
+// appendURLLiteral writes the literal text of an endpoint's path, query or
+// fragment with every byte RFC 3986 does not allow there as it is
+// percent-encoded: allowed are the unreserved characters, the
+// sub-delimiters, : @ / ? # and % (an escape already written).
+func appendURLLiteral(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if unreservedURL(c) || strings.IndexByte("!$&'()*+,;=:@/?#%", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		appendEscaped(b, c)
+	}
+}
+
+// appendURLHole writes a hole's text percent-encoded, every byte but the
+// unreserved characters; a "." or ".." between separators (/ or \) has its
+// dots encoded as well.
+func appendURLHole(b *strings.Builder, s string) {
+	if !strings.ContainsAny(s, "/\\") {
+		b.WriteString(escapeURLComponent(s))
+		return
+	}
+	for {
+		i := strings.IndexAny(s, "/\\")
+		piece := s
+		if i >= 0 {
+			piece = s[:i]
+		}
+		if piece == "." || piece == ".." {
+			b.WriteString(strings.Repeat("%2E", len(piece)))
+		} else {
+			b.WriteString(escapeURLComponent(piece))
+		}
+		if i < 0 {
+			return
+		}
+		appendEscaped(b, s[i])
+		s = s[i+1:]
+	}
+}
+
+func unreservedURL(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func appendEscaped(b *strings.Builder, c byte) {
+	b.WriteByte('%')
+	b.WriteByte("0123456789ABCDEF"[c>>4])
+	b.WriteByte("0123456789ABCDEF"[c&0xf])
 }
 
 // dotSegment returns the first segment of u's path that is "." or "..",
@@ -229,14 +322,11 @@ func (t *Template) render(env *Env, escape func(string) string) (string, error) 
 func escapeURLComponent(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+		if c := s[i]; unreservedURL(c) {
 			b.WriteByte(c)
-			continue
+		} else {
+			appendEscaped(&b, c)
 		}
-		b.WriteByte('%')
-		b.WriteByte("0123456789ABCDEF"[c>>4])
-		b.WriteByte("0123456789ABCDEF"[c&0xf])
 	}
 	return b.String()
 }

@@ -109,14 +109,17 @@ func TestTemplateRenderURL(t *testing.T) {
 		want string
 	}{
 		{"reserved characters escaped", `https://example.com/orders/{{ $.path }}`, `https://example.com/orders/a%20b%2Fc%3Fd%26e`},
-		{"literal parts untouched", `https://example.com/a b?x=1&y={{ $.k1 }}#f`, `https://example.com/a b?x=1&y=x#f`},
+		{"literal parts kept where a URL carries them", `https://example.com/a;b=c:d@e!$'()*+,?x=1&y={{ $.k1 }}#f`, `https://example.com/a;b=c:d@e!$'()*+,?x=1&y=x#f`},
+		{"literal parts encoded where a URL cannot carry them", `https://example.com/a b|c^é[]/{{ $.k1 }}?q=<x>`, `https://example.com/a%20b%7Cc%5E%C3%A9%5B%5D/x?q=%3Cx%3E`},
+		{"the host and its port as written", `https://user:pw@example.com:8443/{{ $.k1 }}`, `https://user:pw@example.com:8443/x`},
+		{"a dot-dot beside a slash stays in the segment", `https://example.com/a/{{ "../b" }}/{{ "x/." }}/{{ "..\\c" }}`, `https://example.com/a/%2E%2E%2Fb/x%2F%2E/%2E%2E%5Cc`},
 		{"non-ASCII escaped byte by byte", `https://example.com/{{ $.unicode }}`, `https://example.com/%C3%A9%2F%F0%9F%98%80`},
 		{"unreserved characters kept", `https://example.com/{{ "AZaz09-._~" }}`, `https://example.com/AZaz09-._~`},
 		{"quote and newline", `https://example.com/{{ $.orderId }}`, `https://example.com/a%22b%0Ac`},
 		{"number", `https://example.com/{{ $.id }}/{{ $.total }}`, `https://example.com/7/12.5`},
 		{"null", `https://example.com/x{{ $.nul }}y`, `https://example.com/xy`},
 		{"object", `https://example.com/?q={{ $.cust }}`, `https://example.com/?q=%7B%22z%22%3A1%2C%22a%22%3A2%7D`},
-		{"literal template", `https://example.com/a b`, `https://example.com/a b`},
+		{"literal template", `https://example.com/a b`, `https://example.com/a%20b`},
 		// a path segment "." or ".." names another resource: refused
 		{"a hole of two dots", `https://example.com/customers/{{ ".." }}/orders`, "error"},
 		{"a hole of one dot", `https://example.com/customers/{{ "." }}/orders`, "error"},
