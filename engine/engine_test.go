@@ -1539,6 +1539,48 @@ func TestHTTPEgressEndpointHoleStaysOneSegment(t *testing.T) {
 	}
 }
 
+// TestHTTPEgressEndpointEmptySegment: a hole that is a whole path segment
+// and renders empty (a missing id) fails the step, 500, before any call:
+// /orders/{{ $.id }} without an id would call /orders/, another resource.
+// A hole beside literal text, or in the query, may render empty.
+func TestHTTPEgressEndpointEmptySegment(t *testing.T) {
+	b := newBackend(t, answer(200, "application/json", `{}`))
+	e := engine.New(engine.Config{})
+	tests := []struct {
+		name, endpoint, doc, want string
+	}{
+		{"last segment, missing", "/orders/{{ $.id }}", `{}`, `step 'call': endpoint: the hole {{ $.id }} renders an empty path segment, so the URL would name another resource: refused`},
+		{"last segment, empty string", "/orders/{{ $.id }}", `{"id":""}`, `step 'call': endpoint: the hole {{ $.id }} renders an empty path segment, so the URL would name another resource: refused`},
+		{"middle segment", "/orders/{{ $.id }}/lines", `{"id":null}`, `step 'call': endpoint: the hole {{ $.id }} renders an empty path segment, so the URL would name another resource: refused`},
+		{"two holes, both empty", "/orders/{{ $.a }}{{ $.b }}?x=1", `{}`, `step 'call': endpoint: the hole {{ $.a }} renders an empty path segment, so the URL would name another resource: refused`},
+		{"two holes, one empty", "/orders/{{ $.a }}{{ $.b }}", `{"b":"7"}`, "/orders/7"},
+		{"beside literal text", "/orders/o-{{ $.id }}", `{}`, "/orders/o-"},
+		{"in the query", "/orders?id={{ $.id }}", `{}`, "/orders?id="},
+	}
+	for i, tt := range tests {
+		src := flowSource(fmt.Sprintf("empty%d", i), "", "## Step: call\neffects: [http_egress]\nendpoint: BACKEND"+tt.endpoint+"\nmethod: GET\n")
+		before := len(b.requests())
+		res := run(t, e, compile(t, src, "BACKEND", b.URL), tt.doc)
+		reqs := b.requests()
+		if !strings.HasPrefix(tt.want, "/") {
+			if res.Status != http.StatusInternalServerError || res.Err == nil || res.Err.Error() != tt.want || res.Err.Kind != engine.KindDefect {
+				t.Errorf("%s: status %d, %v; want 500 and %s", tt.name, res.Status, res.Err, tt.want)
+			}
+			if len(reqs) != before {
+				t.Errorf("%s: the backend got %s", tt.name, reqs[len(reqs)-1].URI)
+			}
+			continue
+		}
+		if res.Status != http.StatusOK || len(reqs) != before+1 {
+			t.Errorf("%s: status %d, %v, %d requests", tt.name, res.Status, res.Err, len(reqs)-before)
+			continue
+		}
+		if got := reqs[len(reqs)-1].URI; got != tt.want {
+			t.Errorf("%s: the backend got %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestHTTPEgressAnswers(t *testing.T) {
 	const forward = `
 ## Step: forward

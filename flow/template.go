@@ -167,6 +167,16 @@ func (t *Template) literalHas(f func(rune) bool) bool {
 // with a dot beside it) is refused.
 func (t *Template) RenderURL(env *Env) (string, error) {
 	var b strings.Builder
+	// the path's current segment: where it starts in b, and its first
+	// hole; a segment that holes alone make must not render empty
+	inPath, segStart := false, 0
+	var segHole *Expr
+	endSegment := func() error {
+		if segHole != nil && b.Len() == segStart {
+			return fmt.Errorf("the hole {{ %s }} renders an empty path segment, so the URL would name another resource: refused", cutText(segHole.src, 64))
+		}
+		return nil
+	}
 	for i, p := range t.parts {
 		if p.expr == nil {
 			lit := p.lit
@@ -175,6 +185,27 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 				n := authorityEnd(lit)
 				b.WriteString(lit[:n])
 				lit = lit[n:]
+				inPath = strings.HasPrefix(lit, "/")
+			}
+			for inPath && lit != "" {
+				j := strings.IndexAny(lit, "/?#")
+				if j != 0 {
+					// text of the segment: it is not empty
+					segHole = nil
+				}
+				if j < 0 {
+					appendURLLiteral(&b, lit)
+					lit = ""
+					break
+				}
+				appendURLLiteral(&b, lit[:j])
+				if err := endSegment(); err != nil {
+					return "", err
+				}
+				inPath = lit[j] == '/'
+				b.WriteByte(lit[j])
+				segStart, segHole = b.Len(), nil
+				lit = lit[j+1:]
 			}
 			appendURLLiteral(&b, lit)
 			continue
@@ -183,7 +214,15 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if inPath && segHole == nil && b.Len() == segStart {
+			segHole = p.expr
+		}
 		appendURLHole(&b, Text(v))
+	}
+	if inPath {
+		if err := endSegment(); err != nil {
+			return "", err
+		}
 	}
 	u := b.String()
 	if len(t.parts) > 1 {
