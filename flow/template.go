@@ -117,7 +117,7 @@ func (t *Template) Literal() (string, bool) {
 
 // Render evaluates the holes and returns the text.
 func (t *Template) Render(env *Env) (string, error) {
-	return t.render(env, nil)
+	return t.render(env)
 }
 
 // RenderKey renders a key (dedup_key): the text, as Render's, and whether a
@@ -330,7 +330,7 @@ func dotSegment(u string) (string, bool) {
 	return "", false
 }
 
-func (t *Template) render(env *Env, escape func(string) string) (string, error) {
+func (t *Template) render(env *Env) (string, error) {
 	if s, ok := t.Literal(); ok {
 		return s, nil
 	}
@@ -349,11 +349,7 @@ func (t *Template) render(env *Env, escape func(string) string) (string, error) 
 		if err != nil {
 			return "", err
 		}
-		s := Text(v)
-		if escape != nil {
-			s = escape(s)
-		}
-		b.WriteString(s)
+		b.WriteString(Text(v))
 	}
 	return b.String(), nil
 }
