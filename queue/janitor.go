@@ -55,7 +55,8 @@ func (m *Manager) fs() FS {
 }
 
 // deleteIdleQueue deletes an idle queue's files, holding its worker lock
-// (no worker anywhere) and its append lock (no append meanwhile). A handle
+// (no worker anywhere) and its append lock (no append meanwhile). Either
+// lock held elsewhere, it deletes nothing and returns false at once. A handle
 // that was open elsewhere finds segment.log gone under the append lock and
 // recreates it, or opens the one created since (see segmentAtPath).
 func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
@@ -74,7 +75,13 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 		return false, err
 	}
 	defer lf.Close()
-	if err := flockRetry(lf, syscall.LOCK_EX); err != nil {
+	// tried, not waited for: the holder (nexus dlq in another process, an
+	// appender paused) may keep it for long, and a shutdown waits for the
+	// sweep; the queue is looked at again at the next pass
+	switch err := flockRetry(lf, syscall.LOCK_EX|syscall.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return false, nil
+	case err != nil:
 		return false, err
 	}
 	defer flockRetry(lf, syscall.LOCK_UN)

@@ -381,3 +381,51 @@ func TestAppendAfterTheJanitorSurvivesAPowerCut(t *testing.T) {
 	q, _ = openQueue(t, root, Options{FS: m})
 	checkMessages(t, readAll(t, q), []Message{acked})
 }
+
+// TestSweepPassesOverAHeldAppendLock: another process (nexus dlq, an
+// appender paused) holds an idle queue's append lock. The sweep passes
+// over that queue at once, deleting nothing, rather than waiting for the
+// lock (a shutdown waits for the sweep), and deletes its files at the
+// next pass once the lock is let go.
+func TestSweepPassesOverAHeldAppendLock(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	size, err := q.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SaveCheckpoint(size); err != nil { // processed: the queue is idle
+		t.Fatal(err)
+	}
+	q.Close()
+	segment := filepath.Join(root, testTenant, testFlow, segmentFile)
+	release := holdAppendLock(t, root)
+
+	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour,
+		Logger: slog.New(slog.DiscardHandler)})
+	defer m.Stop()
+	done := make(chan struct{})
+	go func() {
+		m.sweepIdle()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		release() // lets the sweep end, so that Stop does
+		<-done
+		t.Fatal("the sweep still waited for the append lock held elsewhere after 10 s")
+	}
+	if _, err := os.Stat(segment); err != nil {
+		t.Errorf("the queue was deleted while another process held its append lock: %v", err)
+	}
+
+	release()
+	m.sweepIdle()
+	if _, err := os.Stat(segment); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the next sweep, the lock let go, left the idle queue's log: %v", err)
+	}
+}
