@@ -159,7 +159,13 @@
 //     worker runs (it takes worker.lock, and reads the file again under
 //     it), never over a running worker's. The worker, as it starts, writes
 //     back whatever the file holds that is not a plain checkpoint, so that
-//     a value past the end never lives on into a log grown past it.
+//     a value past the end never lives on into a log grown past it. A
+//     file that holds neither a checkpoint nor a drain marker is read as
+//     0 and reported where it is written back (Open's findings, logged
+//     queue_damage by the manager; the worker's log as it starts): fewer
+//     than 16 bytes, or 16 zeros, as a torn write, anything else as
+//     damage. Open in a process that cannot take worker.lock reports
+//     nothing (what it read may be the worker's write half done).
 //
 // # Recovery
 //

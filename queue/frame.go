@@ -230,7 +230,12 @@ type Damage struct {
 
 func (d Damage) String() string {
 	what := "quarantined a damaged frame"
-	if d.Torn {
+	switch {
+	case d.File == ckptFile && d.Torn:
+		what = "read a torn checkpoint as 0"
+	case d.File == ckptFile:
+		what = "read a damaged checkpoint as 0"
+	case d.Torn:
 		what = "truncated a torn tail"
 	}
 	id := ""

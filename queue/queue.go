@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -627,8 +628,11 @@ func (q *Queue) recover() ([]Damage, error) {
 	}
 	q.durable.Store(end)
 	// a drain stopped midway, or a checkpoint past the recovered end,
-	// resolves to a plain checkpoint (see resolveCheckpoint)
-	if _, err := q.resolveCheckpointFile(end, false); err != nil {
+	// resolves to a plain checkpoint (see resolveCheckpoint); one that
+	// does not verify is reported, and read as 0
+	_, ckptDamage, err := q.resolveCheckpointFile(end, false)
+	damage = append(damage, ckptDamage...)
+	if err != nil {
 		return damage, err
 	}
 	next, verified, err := q.readSeqVerified()
@@ -1189,13 +1193,13 @@ func (q *Queue) Checkpoint() (int64, error) {
 
 // ownCheckpoint is Checkpoint for the queue's worker as it starts: what
 // the file holds is written back as a plain checkpoint when it is not one
-// (see resolveCheckpointFile).
-func (q *Queue) ownCheckpoint() (int64, error) {
+// (see resolveCheckpointFile), and a file that did not verify is reported.
+func (q *Queue) ownCheckpoint() (int64, []Damage, error) {
 	q.segMu.RLock()
 	defer q.segMu.RUnlock()
 	size, err := fileSize(q.seg())
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	return q.resolveCheckpointFile(size, true)
 }
@@ -1223,9 +1227,16 @@ func (q *Queue) SaveCheckpoint(offset int64) error {
 // at its start whatever the file holds, so that a value past the end left
 // by an older version, which a later append would turn into a valid
 // checkpoint past undelivered messages, never outlives the first worker.
-func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
+//
+// A file that holds neither a checkpoint nor a drain marker (cut short,
+// zeros, a checksum that fails: see checkpointDamage) resolves to 0, so
+// that the messages of the log are delivered again rather than lost, and
+// is returned as damage when it is written back: by the owner, or under
+// worker.lock, where no worker's write can be half done.
+func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, []Damage, error) {
 	// read reads the file and resolves it; plain is true when it holds
 	// the resolved value as a checkpoint already (or nothing)
+	var damage []Damage
 	read := func() (ckpt int64, plain bool, err error) {
 		b, err := readValueFile(q.fs, q.path(ckptFile))
 		if err != nil {
@@ -1234,24 +1245,62 @@ func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, error) {
 		if ckpt, err = resolveCheckpoint(b, q.seg(), end); err != nil {
 			return 0, false, err
 		}
+		damage = nil
+		if d, ok := checkpointDamage(b); ok {
+			damage = []Damage{d}
+		}
 		v, ok := decodeValue(ckptMagic, b)
 		return ckpt, len(b) == 0 || ok && int64(v) == ckpt, nil
 	}
 	ckpt, plain, err := read()
 	if err != nil || plain {
-		return ckpt, err
+		return ckpt, nil, err
 	}
 	if !owner {
 		wl := NewFileLock(filepath.Join(q.dir, workerLockFile))
 		if held, err := wl.TryLock(); err != nil || !held {
-			return ckpt, nil
+			// a worker runs: what was read may be its write half done,
+			// and the worker rewrites the file at its next checkpoint
+			return ckpt, nil, nil
 		}
 		defer wl.Unlock()
 		if ckpt, plain, err = read(); err != nil || plain {
-			return ckpt, err
+			return ckpt, nil, err
 		}
 	}
-	return ckpt, q.SaveCheckpoint(ckpt)
+	return ckpt, damage, q.SaveCheckpoint(ckpt)
+}
+
+// checkpointDamage says what is wrong with b, the bytes read from
+// segment.log.ckpt, when they hold neither a checkpoint nor a drain marker
+// (and are not empty: no checkpoint yet). Fewer than the 16 bytes of a
+// value, or 16 zeros, are a write cut short by a crash (Torn); anything
+// else is damage. Either reads as 0 (resolveCheckpoint).
+func checkpointDamage(b []byte) (Damage, bool) {
+	if len(b) == 0 {
+		return Damage{}, false
+	}
+	if _, ok := decodeValue(ckptMagic, b); ok {
+		return Damage{}, false
+	}
+	if _, ok := decodeValue(drainMagic, b); ok {
+		return Damage{}, false
+	}
+	d := Damage{File: ckptFile, Length: int64(len(b))}
+	const again = "the messages in " + segmentFile + " are delivered again"
+	switch {
+	case len(b) < valueSize:
+		d.Torn = true
+		d.Reason = fmt.Sprintf("a write cut short (a value is %d bytes); %s", valueSize, again)
+	case !slices.ContainsFunc(b, func(c byte) bool { return c != 0 }):
+		d.Torn = true
+		d.Reason = "zeros, a write that never reached the disk; " + again
+	case [4]byte(b[:4]) != ckptMagic && [4]byte(b[:4]) != drainMagic:
+		d.Reason = fmt.Sprintf("no checkpoint magic (%q); %s", b[:4], again)
+	default:
+		d.Reason = "its checksum does not verify; " + again
+	}
+	return d, true
 }
 
 // syncCheckpoint makes segment.log.ckpt durable as it is (what the worker

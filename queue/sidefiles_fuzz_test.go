@@ -75,7 +75,7 @@ func FuzzCounterAndCheckpoint(f *testing.F) {
 		if err != nil || c < 0 || c > ends[3] {
 			t.Fatalf("Checkpoint = %d, %v; the log is %d bytes", c, err, ends[3])
 		}
-		if own, err := q.ownCheckpoint(); err != nil || own != c {
+		if own, _, err := q.ownCheckpoint(); err != nil || own != c {
 			t.Fatalf("the worker's checkpoint is %d (%v), Checkpoint %d", own, err, c)
 		}
 		if again, err := q.Checkpoint(); err != nil || again != c {

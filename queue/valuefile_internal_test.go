@@ -44,7 +44,7 @@ func TestValueFilesWithBytesPastTheValue(t *testing.T) {
 	if c, err := q.Checkpoint(); err != nil || c != end {
 		t.Errorf("Checkpoint = %d, %v; want %d", c, err, end)
 	}
-	if c, err := q.ownCheckpoint(); err != nil || c != end {
+	if c, _, err := q.ownCheckpoint(); err != nil || c != end {
 		t.Errorf("the worker's checkpoint = %d, %v; want %d", c, err, end)
 	}
 	if err := q.SaveCheckpoint(end / 2); err != nil {

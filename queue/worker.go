@@ -518,7 +518,12 @@ func (w *Worker) deliver(ctx context.Context) error {
 	if err := q.useSegmentAtPath(); err != nil {
 		return err
 	}
-	cursor, err := q.ownCheckpoint()
+	cursor, ckptDamage, err := q.ownCheckpoint()
+	for _, d := range ckptDamage {
+		// read as 0: the messages of the log are delivered again
+		w.logger.Error("the checkpoint did not verify; it was read as 0", "event", "queue_damage", // tenant and flow: the logger's
+			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+	}
 	if err != nil {
 		return err
 	}
