@@ -145,3 +145,53 @@ func checkpointAfterTwo(t *testing.T, root string) string {
 	q.Close()
 	return filepath.Join(root, testTenant, testFlow, ckptFile)
 }
+
+// TestManagerDiscardLogsRecoveryFindings: a discard through the manager
+// (the UI's button, the API) of a queue this process has not opened opens
+// a handle of its own, whose recovery's findings are logged queue_damage
+// as those of a queue the manager opens are. They were dropped.
+func TestManagerDiscardLogsRecoveryFindings(t *testing.T) {
+	root := t.TempDir()
+	ckpt := checkpointAfterTwo(t, root)
+	q, _ := openQueue(t, root, Options{})
+	if err := q.MoveToDLQ(DeadLetter{ID: 1, Attempts: 3, LastError: "x", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.MoveToDLQ(DeadLetter{ID: 2, Attempts: 3, LastError: "x", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	defer m.Stop()
+	for _, discard := range []func() error{
+		func() error { return m.Discard(testTenant, testFlow, 1) },
+		func() error { _, err := m.DiscardAll(testTenant, testFlow); return err },
+	} {
+		if err := os.WriteFile(ckpt, []byte("not a checkpoint"), FileMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := discard(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var found []map[string]any
+	for line := range bytes.Lines(logs.Bytes()) {
+		var e map[string]any
+		if json.Unmarshal(line, &e) == nil && e["event"] == "queue_damage" {
+			found = append(found, e)
+		}
+	}
+	if len(found) != 2 {
+		t.Fatalf("queue_damage events %v, want one for each discard", found)
+	}
+	for _, e := range found {
+		if e["file"] != ckptFile || e["tenant"] != testTenant || e["flow"] != testFlow || e["torn"] != false {
+			t.Errorf("queue_damage %v, want %s of %s/%s, not torn", e, ckptFile, testTenant, testFlow)
+		}
+	}
+}

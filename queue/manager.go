@@ -190,10 +190,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		o.err = err
 		return nil, nil, err
 	}
-	for _, d := range damage {
-		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
-			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
-	}
+	m.logDamage(tenant, flow, damage)
 	counts := m.counts[k]
 	if counts == nil {
 		counts = &DeliveryCounts{}
@@ -207,6 +204,15 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		w.Start()
 	}
 	return q, w, nil
+}
+
+// logDamage logs what the recovery of tenant/flow's queue found, one
+// queue_damage event each.
+func (m *Manager) logDamage(tenant, flow string, damage []Damage) {
+	for _, d := range damage {
+		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
+			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+	}
 }
 
 // mayOpen refuses to open queue k for a bad name, while its reopening is
@@ -336,7 +342,7 @@ func (m *Manager) Discard(tenant, flow string, id uint64) error {
 
 // marking runs mark on tenant/flow's queue: the one this process has
 // open, or else a handle of its own, closed after, so that a discard
-// starts no worker.
+// starts no worker (its recovery's findings logged as Queue logs them).
 func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 	m.mu.Lock()
 	e, open := m.queues[[2]string{tenant, flow}]
@@ -344,10 +350,11 @@ func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 	if open {
 		return mark(e.q)
 	}
-	q, _, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
 	if err != nil {
 		return err
 	}
+	m.logDamage(tenant, flow, damage)
 	err = mark(q)
 	if cerr := q.Close(); err == nil {
 		err = cerr

@@ -301,12 +301,17 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 			return exitError
 		}
 	}
-	q, _, err := queue.Open(root, tenant, flowName, queue.Options{})
+	q, damage, err := queue.Open(root, tenant, flowName, queue.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
 	defer q.Close()
+	for _, d := range damage {
+		// what the queue's recovery found (and left as a server's does):
+		// said, one line each; the replay or discard goes on
+		fmt.Fprintf(stderr, "nexus dlq %s: %s/%s: %s\n", sub, tenant, flowName, d)
+	}
 	if id == 0 {
 		return dlqMarkAll(sub, q, pending[len(pending)-1], tenant, flowName, stdout, stderr)
 	}
