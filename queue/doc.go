@@ -16,7 +16,8 @@
 //	segment.log.seq      the next message id (never reissued)
 //	dlq.log              dead-lettered messages, one frame each
 //	dlq.log.acked        marks of dead letters replayed or discarded, one frame each
-//	append.lock          flock(2) held while appending or draining (all processes)
+//	append.lock          flock(2) held while appending or draining (all processes);
+//	                     holds a copy of the id counter as the last drain left it
 //	worker.lock          flock(2) held by the one process whose worker delivers the queue
 //	*.tmp                a replacement being written (see below)
 //
@@ -132,12 +133,15 @@
 //
 //   - the id counter under the append lock after each batch, without fsync
 //     (recovery takes the larger of it and the highest id in the log), and
-//     fsynced before the log is emptied; a counter missing or that does
-//     not verify is raised past the ids of the dead letters and of their
-//     marks' replays as well (after a drain the log holds none of the ids
-//     issued). Ids a compaction of dlq.log removed with their dead letters
-//     are held nowhere else: a counter lost after that may issue them
-//     again. Open writes a counter that does not verify. Each batch
+//     fsynced before the log is emptied, when a drain and the janitor
+//     also leave a copy of it in append.lock (16 bytes at offset 0, its
+//     format, fsynced, never lowered); a counter missing or that does
+//     not verify is raised past the ids of the dead letters, of their
+//     marks' replays and of that copy as well (after a drain the log
+//     holds none of the ids issued, and a compaction of dlq.log may have
+//     removed the dead letters). Open writes a counter that does not
+//     verify, and reports one that held bytes (queue_damage: fewer than
+//     16, or 16 zeros, as torn). Each batch
 //     reads the counter at the path (a file deleted or replaced by hand
 //     while the queue is open is opened again), never below what the
 //     handle last read or wrote, and raises one that does not verify

@@ -235,6 +235,10 @@ func (d Damage) String() string {
 		what = "read a torn checkpoint as 0"
 	case d.File == ckptFile:
 		what = "read a damaged checkpoint as 0"
+	case d.File == seqFile && d.Torn:
+		what = "rebuilt a torn id counter"
+	case d.File == seqFile:
+		what = "rebuilt a damaged id counter"
 	case d.Torn:
 		what = "truncated a torn tail"
 	}

@@ -86,7 +86,7 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 	}
 	defer flockRetry(lf, syscall.LOCK_UN)
 
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys, lock: lf}
 	var size int64
 	if info, err := fsys.Stat(q.path(segmentFile)); err == nil {
 		size = info.Size()
@@ -159,10 +159,10 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 }
 
 // keepCounter makes the id counter durable, and past the highest id in
-// segment.log (size bytes), before the janitor deletes the log: appends
-// rewrite the counter without fsync because recovery can raise it from the
-// log, which is about to go. It returns the counter. The caller holds the
-// append lock.
+// segment.log (size bytes), before the janitor deletes the log, and
+// leaves its copy in append.lock (q.lock): appends rewrite the counter
+// without fsync because recovery can raise it from the log, which is
+// about to go. It returns the counter. The caller holds the append lock.
 func (q *Queue) keepCounter(size int64) (uint64, error) {
 	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0)
 	if err != nil {
@@ -177,12 +177,25 @@ func (q *Queue) keepCounter(size int64) (uint64, error) {
 		return 0, err
 	}
 	defer q.seq.Close()
-	next, err := q.readSeq()
+	next, verified, err := q.readSeqVerified()
 	if err != nil {
 		return 0, err
 	}
+	if !verified {
+		// lost: raised past the dead letters' ids too, as recovery does
+		kept, err := q.highestKeptID()
+		if err != nil {
+			return 0, err
+		}
+		maxID = max(maxID, kept)
+	}
 	next = max(next, maxID+1)
-	return next, q.writeSeq(next, true)
+	if err := q.writeSeq(next, true); err != nil {
+		return 0, err
+	}
+	// the log, the evidence of its ids, is about to go: the counter's
+	// copy in append.lock takes its place
+	return next, writeCounterCopy(q.lock, next)
 }
 
 // Start begins the housekeeping of idle queues (every SweepEvery) and

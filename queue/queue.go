@@ -635,14 +635,16 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return damage, err
 	}
-	next, verified, err := q.readSeqVerified()
+	raw, err := q.seqBytes()
 	if err != nil {
 		return damage, err
 	}
+	next, verified := seqValue(raw), verifiesAsSeq(raw)
 	if !verified {
 		// a counter missing or damaged reads as 1: after a drain the log
-		// holds none of the ids issued, but the dead letters keep theirs
-		// and the marks their replays', which must not be issued again
+		// holds none of the ids issued, but the dead letters keep theirs,
+		// the marks their replays', and append.lock the counter as the
+		// last drain left it, none of which may be issued again
 		kept, err := q.highestKeptID()
 		if err != nil {
 			return damage, err
@@ -653,11 +655,68 @@ func (q *Queue) recover() ([]Damage, error) {
 	// the ids found: an append then reads a counter that verifies, and
 	// scans for the ids (nextID) only when it was damaged since
 	if next <= maxID || !verified {
-		if err := q.writeSeq(max(next, maxID+1), true); err != nil {
+		rebuilt := max(next, maxID+1)
+		if err := q.writeSeq(rebuilt, true); err != nil {
 			return damage, err
+		}
+		if !verified && len(raw) > 0 {
+			// a new queue's counter is empty until now; one that holds
+			// bytes that do not verify was damaged
+			d := valueDamage(seqFile, "id counter", raw, seqMagic)
+			d.Reason += fmt.Sprintf("; rebuilt as %d, past the ids of the log, the dead letters and the last drain", rebuilt)
+			damage = append(damage, d)
 		}
 	}
 	return damage, nil
+}
+
+// seqBytes reads the id counter's value: its first 16 bytes, fewer when
+// the file holds fewer.
+func (q *Queue) seqBytes() ([]byte, error) {
+	b := make([]byte, valueSize)
+	n, err := q.seq.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+// verifiesAsSeq reports whether b holds an id counter.
+func verifiesAsSeq(b []byte) bool {
+	_, ok := decodeValue(seqMagic, b)
+	return ok
+}
+
+// counterCopy is the next id of the copy of the id counter that f
+// (append.lock) holds (see writeCounterCopy), 0 when it holds none that
+// verifies.
+func counterCopy(f io.ReaderAt) (uint64, error) {
+	b := make([]byte, valueSize)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("reading the copy of the id counter in %s: %w", lockFile, err)
+	}
+	v, _ := decodeValue(seqMagic, b[:n])
+	return v, nil
+}
+
+// writeCounterCopy writes next, durably, into f (append.lock) in the id
+// counter's format, unless f holds a larger one: a drain and the janitor
+// leave there the counter as it was when they emptied the log, which then
+// holds none of the ids issued, so that a counter lost after them is
+// rebuilt past those ids (recover, nextID). The caller holds the append
+// lock.
+func writeCounterCopy(f *os.File, next uint64) error {
+	if held, err := counterCopy(f); err != nil || held >= next {
+		return err
+	}
+	if _, err := f.WriteAt(encodeValue(seqMagic, next), 0); err != nil {
+		return fmt.Errorf("writing the copy of the id counter in %s: %w", lockFile, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing the copy of the id counter in %s: %w", lockFile, err)
+	}
+	return nil
 }
 
 func fileSize(f File) (int64, error) {
@@ -705,9 +764,17 @@ func scanIDs(seg File, size int64) (maxID uint64, end int64, damage []Damage, er
 }
 
 // highestKeptID is the highest message id the dead letters and their
-// marks (a replay's new message) hold, for a counter that was lost.
+// marks (a replay's new message) hold, or the copy of the counter in
+// append.lock had issued, for a counter that was lost.
 func (q *Queue) highestKeptID() (uint64, error) {
 	var top uint64
+	if q.lock != nil {
+		next, err := counterCopy(q.lock)
+		if err != nil {
+			return 0, err
+		}
+		top = max(next, 1) - 1
+	}
 	for _, name := range []string{dlqFile, ackedFile} {
 		if _, err := q.eachRecord(name, func(rec []byte) error {
 			switch {
@@ -1273,9 +1340,8 @@ func (q *Queue) resolveCheckpointFile(end int64, owner bool) (int64, []Damage, e
 
 // checkpointDamage says what is wrong with b, the bytes read from
 // segment.log.ckpt, when they hold neither a checkpoint nor a drain marker
-// (and are not empty: no checkpoint yet). Fewer than the 16 bytes of a
-// value, or 16 zeros, are a write cut short by a crash (Torn); anything
-// else is damage. Either reads as 0 (resolveCheckpoint).
+// (and are not empty: no checkpoint yet). Either reads as 0
+// (resolveCheckpoint).
 func checkpointDamage(b []byte) (Damage, bool) {
 	if len(b) == 0 {
 		return Damage{}, false
@@ -1286,21 +1352,30 @@ func checkpointDamage(b []byte) (Damage, bool) {
 	if _, ok := decodeValue(drainMagic, b); ok {
 		return Damage{}, false
 	}
-	d := Damage{File: ckptFile, Length: int64(len(b))}
-	const again = "the messages in " + segmentFile + " are delivered again"
+	d := valueDamage(ckptFile, "checkpoint", b, ckptMagic, drainMagic)
+	d.Reason += "; the messages in " + segmentFile + " are delivered again"
+	return d, true
+}
+
+// valueDamage describes b, the bytes of a value file (file, holding a
+// what) that do not verify: fewer than the 16 bytes of a value, or 16
+// zeros, are a write cut short by a crash (Torn); anything else (a magic
+// that is none of magics, a checksum that fails) is damage.
+func valueDamage(file, what string, b []byte, magics ...[4]byte) Damage {
+	d := Damage{File: file, Length: int64(len(b))}
 	switch {
 	case len(b) < valueSize:
 		d.Torn = true
-		d.Reason = fmt.Sprintf("a write cut short (a value is %d bytes); %s", valueSize, again)
+		d.Reason = fmt.Sprintf("a write cut short (a value is %d bytes)", valueSize)
 	case !slices.ContainsFunc(b, func(c byte) bool { return c != 0 }):
 		d.Torn = true
-		d.Reason = "zeros, a write that never reached the disk; " + again
-	case [4]byte(b[:4]) != ckptMagic && [4]byte(b[:4]) != drainMagic:
-		d.Reason = fmt.Sprintf("no checkpoint magic (%q); %s", b[:4], again)
+		d.Reason = "zeros, a write that never reached the disk"
+	case !slices.Contains(magics, [4]byte(b[:4])):
+		d.Reason = fmt.Sprintf("no %s magic (%q)", what, b[:4])
 	default:
-		d.Reason = "its checksum does not verify; " + again
+		d.Reason = "its checksum does not verify"
 	}
-	return d, true
+	return d
 }
 
 // syncCheckpoint makes segment.log.ckpt durable as it is (what the worker
@@ -1432,6 +1507,9 @@ func (q *Queue) Drain() error {
 	// skipped (a checkpoint left past the end of the emptied log once made
 	// a process taking the queue over skip what others appended to it)
 	if err := q.writeSeq(next, true); err != nil {
+		return err
+	}
+	if err := writeCounterCopy(q.lock, next); err != nil {
 		return err
 	}
 	if err := q.markDrain(next); err != nil {

@@ -14,7 +14,7 @@ import (
 // pending dead letter kept its id (the new message's dead letter would be
 // hidden behind it, a replay or discard of that id ambiguous) and a
 // replayed one's mark the id of the message its replay appended. Recovery
-// now raises a lost counter past those too.
+// now raises a lost counter past those too, and reports it.
 func TestDamagedCounterAfterADrainIssuesNoIDAgain(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -53,7 +53,14 @@ func TestDamagedCounterAfterADrainIssuesNoIDAgain(t *testing.T) {
 			if err := os.WriteFile(queueFile(root, "segment.log.seq"), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			q = openQ(t, root, clk, nil)
+			q, damage, err := queue.Open(root, wTenant, wFlow, queue.Options{Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if len(damage) != 1 || damage[0].File != "segment.log.seq" || damage[0].Torn {
+				t.Errorf("Open found %v, want the damaged counter", damage)
+			}
 			for _, p := range []string{"d", "e"} {
 				if m := put(t, q, p); m.ID <= c.issued {
 					t.Errorf("new message %s got id %d; ids up to %d were issued before the drain", p, m.ID, c.issued)
