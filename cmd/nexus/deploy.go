@@ -179,8 +179,14 @@ func printUsage(w io.Writer, text string, fs *flag.FlagSet) {
 	// (on stderr, the host's log, at every usage error) shows it is set,
 	// not what it is
 	fs.VisitAll(func(f *flag.Flag) {
-		if o, ok := f.Value.(*onceValue); ok {
-			f.Value = o.Value // the usage shows a flag's own type and default
+		for { // the usage shows a flag's own type and default
+			if o, ok := f.Value.(*onceValue); ok {
+				f.Value = o.Value
+			} else if d, ok := f.Value.(*decimalValue); ok {
+				f.Value = d.Value
+			} else {
+				break
+			}
 		}
 		switch {
 		case f.DefValue == "":

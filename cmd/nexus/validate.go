@@ -378,6 +378,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 }
 
 func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	decimalNumbers(fs)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
