@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -531,17 +532,49 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 	return nil
 }
 
-// checkListen refuses an address net.Listen would: one without a port, or
-// with one out of range or unknown.
+// checkListen refuses an address nexus serve should not listen on: one
+// without a port, or with an empty one (net.Listen takes any free port
+// then, unsaid), a port that is not a number from 0 to 65535 (a service
+// name such as http included), or a host that is neither an IP address
+// nor a host name (" ", a blank left by a template, was a resolver's
+// error after the state directory was made).
 func checkListen(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return errors.New("not an address: give host:port, such as :9090 or 127.0.0.1:9090")
 	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
+	if port == "" {
+		return errors.New("the port is missing: give host:port, such as :9090 or 127.0.0.1:9090")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("the port %q is not a port number (0 to 65535)", port)
 	}
+	if host != "" && !isHostName(host) {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("the host %q is not an IP address or a host name", host)
+		}
+	}
 	return nil
+}
+
+// isHostName reports whether s is written as a host name: labels of
+// letters, digits, '-' and '_' joined by dots (a trailing one allowed), at
+// most 253 characters.
+func isHostName(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -216,6 +216,17 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--dev=maybe"}, "", exitUsage, `nexus serve: --dev "maybe" is not true or false`},
 		{[]string{"--listen", "bogus"}, "", exitUsage, `nexus serve: --listen "bogus": not an address: give host:port, such as :9090 or 127.0.0.1:9090`},
 		{[]string{"--listen", "127.0.0.1:99999"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:99999": the port "99999" is not a port number (0 to 65535)`},
+		// an empty port bound one at random, unsaid (the bad --flows-dir,
+		// checked after, stops a host that would serve)
+		{[]string{"--listen", "127.0.0.1:", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "127.0.0.1:": the port is missing: give host:port, such as :9090 or 127.0.0.1:9090`},
+		{[]string{"--listen", ":", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen ":": the port is missing: give host:port, such as :9090 or 127.0.0.1:9090`},
+		{[]string{"--listen", "127.0.0.1: 9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "127.0.0.1: 9099": the port " 9099" is not a port number (0 to 65535)`},
+		{[]string{"--listen", ":http", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen ":http": the port "http" is not a port number (0 to 65535)`},
+		// a host no resolver takes was a lookup error, exit 1, after
+		// the state directory was made
+		{[]string{"--listen", " :9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen " :9099": the host " " is not an IP address or a host name`},
+		{[]string{"--listen", "local host:9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "local host:9099": the host "local host" is not an IP address or a host name`},
+		{[]string{"--listen", "127.0.0.1\n:9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "127.0.0.1\n:9099": the host "127.0.0.1\n" is not an IP address or a host name`},
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},
 		{[]string{"--repo", repo}, "NEXUS_BRANCH=a..b", exitUsage, `nexus serve: NEXUS_BRANCH: "a..b" is not a branch name`},
 		// no branch is called HEAD (git check-ref-format --branch): it was
