@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,5 +62,29 @@ func TestNumberFlagsAreDecimal(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"key", "generate", "--help"}, &stdout, &stderr); code != exitOK || strings.Contains(stdout.String(), "(default 0)") {
 		t.Errorf("nexus key generate --help: exit %d, usage %q; want exit 0 and no (default 0)", code, stdout.String())
+	}
+}
+
+// TestDBWithAControlCharacterIsBadUsage: a --db (or NEXUS_DB) holding a
+// control character, most often a line break left by a variable, is bad
+// usage in every command that has one; the writers made a registry whose
+// name ended in a line break, and the readers read it as an empty one.
+func TestDBWithAControlCharacterIsBadUsage(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "registry.db") + "\n"
+	for _, args := range [][]string{
+		{"status", "--db", db},
+		{"journal", "--db", db},
+		{"dlq", "list", "--db", db},
+		{"deploy", "--db", db, filepath.Join("..", "..", "flows-example")},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		want := fmt.Sprintf("%s: --db %q holds a control character: give the registry file (such as ~/.nexus/registry.db)\n", commandName(args), db)
+		if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
+			t.Errorf("nexus %q: exit %d, stderr %q, stdout %q; want exit 2 and %q", args, code, stderr.String(), stdout.String(), want)
+		}
+	}
+	if _, err := os.Stat(db); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused command made %q (%v)", db, err)
 	}
 }

@@ -58,7 +58,8 @@ func TestOutputToAFullDiskIsAnError(t *testing.T) {
 // bytes that are not UTF-8 escaped, as Go writes them in a string
 // ("\x1b"), never raw: ESC [ 2 J in a file name or a mistyped flag cleared
 // the operator's terminal, and an OSC sequence could retitle it or worse.
-// The lines are otherwise as before, and so are the exit codes.
+// The lines are otherwise as before, and so are the exit codes, but for a
+// --db holding one, now refused as bad usage, its value quoted.
 func TestArgumentsEchoedAreSafeOnATerminal(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a-file")
@@ -84,13 +85,13 @@ func TestArgumentsEchoedAreSafeOnATerminal(t *testing.T) {
 	}{
 		{[]string{"status", "--" + hostile}, exitUsage, "nexus status: unknown flag --" + shown + " (nexus status --help lists the flags)\n", false},
 		{[]string{"serve", "--" + hostile}, exitUsage, "nexus serve: unknown flag --" + shown + " (nexus serve --help lists the flags)\n", false},
-		{[]string{"serve", "--db", filepath.Join(dir, hostile) + "/"}, exitUsage, "--db " + filepath.Join(dir, shown) + "/ names a directory", false},
+		{[]string{"serve", "--db", filepath.Join(dir, hostile) + "/"}, exitUsage, `--db "` + filepath.Join(dir, shown) + `/" holds a control character`, false},
 		{[]string{"journal", "---" + hostile}, exitUsage, "nexus journal: bad flag syntax: ---" + shown + "\n", false},
 		{[]string{"validate", filepath.Join(dir, hostile+".md")}, exitError, filepath.Join(dir, shown+".md") + ": no such file or directory\n", true},
 		{[]string{"validate", flows}, exitError, `"` + filepath.Join(flows, `\x1b[2Jx.md`) + `": a name with a control`, true}, // refused, quoted, as before
 		{[]string{"deploy", "--db", filepath.Join(dir, "r", "registry.db"), filepath.Join(dir, hostile+".md")}, exitError, filepath.Join(dir, shown+".md") + ": no such file or directory\n", true},
-		{[]string{"status", "--db", filepath.Join(dir, hostile, "registry.db")}, exitOK, "registry: " + filepath.Join(dir, shown, "registry.db") + "\n", true},
-		{[]string{"dlq", "list", "--db", filepath.Join(file, hostile, "registry.db")}, exitError, filepath.Join(file, shown, "registry.db") + ": not a directory\n", false},
+		{[]string{"status", "--db", filepath.Join(dir, hostile, "registry.db")}, exitUsage, `nexus status: --db "` + filepath.Join(dir, shown, "registry.db") + `" holds a control character`, false},
+		{[]string{"dlq", "list", "--db", filepath.Join(file, hostile, "registry.db")}, exitUsage, `nexus dlq list: --db "` + filepath.Join(file, shown, "registry.db") + `" holds a control character`, false},
 	} {
 		code, stdout, stderr := runNexus(t, c.args...)
 		got := stderr

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
@@ -452,6 +453,22 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return errors.New("--repo is empty: give the config repo's git URL or path, or leave it out to serve what nexus deploy publishes")
 	case cfg.Repo != "" && strings.TrimSpace(cfg.Repo) == "":
 		return fmt.Errorf("%s is blank: give the config repo's git URL or path", name("repo"))
+	case strings.ContainsFunc(cfg.Repo, unicode.IsControl):
+		// taken, a line break or a tab failed at every poll; a URL's
+		// password is not shown, nor then the character
+		shown, note := cfg.Repo, ""
+		stripped := strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) {
+				return -1
+			}
+			return r
+		}, cfg.Repo)
+		if r := gitsync.Redact(stripped); r != stripped {
+			shown, note = r, " (not shown)"
+		}
+		return fmt.Errorf("%s %q holds a control character%s: give the config repo's git URL or path", name("repo"), shown, note)
+	case strings.ContainsFunc(cfg.FlowsDir, unicode.IsControl):
+		return fmt.Errorf("%s %q holds a control character: give a folder of the repo, such as flows", name("flows-dir"), cfg.FlowsDir)
 	case !utf8.ValidString(cfg.Repo):
 		// taken, it failed at every poll ("illegal UTF-8"); shown
 		// without its credentials, as everywhere else

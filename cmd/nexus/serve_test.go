@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -227,6 +228,18 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--listen", " :9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen " :9099": the host " " is not an IP address or a host name`},
 		{[]string{"--listen", "local host:9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "local host:9099": the host "local host" is not an IP address or a host name`},
 		{[]string{"--listen", "127.0.0.1\n:9099", "--repo", repo, "--flows-dir", "/srv/flows"}, "", exitUsage, `nexus serve: --listen "127.0.0.1\n:9099": the host "127.0.0.1\n" is not an IP address or a host name`},
+		// a control character was taken into the repo's path or URL,
+		// or the flows folder's name, and failed at every poll (the bad
+		// --branch, checked after, stops a host that would serve)
+		{[]string{"--repo", repo + "\n", "--branch", "a..b"}, "", exitUsage, fmt.Sprintf("nexus serve: --repo %q holds a control character: give the config repo's git URL or path", repo+"\n")},
+		{[]string{"--repo", "https://git.example.com/x\t.git", "--branch", "a..b"}, "", exitUsage, `nexus serve: --repo "https://git.example.com/x\t.git" holds a control character: give the config repo's git URL or path`},
+		// a password is not shown
+		{[]string{"--repo", "https://ops:s3cret@git.example.com/x.git\r", "--branch", "a..b"}, "", exitUsage, `nexus serve: --repo "https://redacted@git.example.com/x.git" holds a control character (not shown): give the config repo's git URL or path`},
+		{[]string{"--branch", "a..b"}, "NEXUS_REPO=x\x1b[31m", exitUsage, `nexus serve: NEXUS_REPO "x\x1b[31m" holds a control character: give the config repo's git URL or path`},
+		{[]string{"--repo", repo, "--flows-dir", "flows\n", "--branch", "a..b"}, "", exitUsage, `nexus serve: --flows-dir "flows\n" holds a control character: give a folder of the repo, such as flows`},
+		{[]string{"--repo", repo, "--flows-dir", "fl\x7fows", "--branch", "a..b"}, "", exitUsage, `nexus serve: --flows-dir "fl\x7fows" holds a control character: give a folder of the repo, such as flows`},
+		// a file named registry.db and a line break was made
+		{[]string{"--db", filepath.Join(repo, "registry.db") + "\n", "--log-format", "bogus"}, "", exitUsage, fmt.Sprintf("nexus serve: --db %q holds a control character: give the registry file (such as ~/.nexus/registry.db)", filepath.Join(repo, "registry.db")+"\n")},
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},
 		{[]string{"--repo", repo}, "NEXUS_BRANCH=a..b", exitUsage, `nexus serve: NEXUS_BRANCH: "a..b" is not a branch name`},
 		// no branch is called HEAD (git check-ref-format --branch): it was

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -264,6 +265,11 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			// NEXUS_DB=" ": serve and deploy made a registry of that name
 			// in the working folder, the readers read it as an empty one
 			return nil, fmt.Errorf("%s is blank: give the registry file (such as %s)", setting, DefaultDB)
+		}
+		if strings.ContainsFunc(f.Value.String(), unicode.IsControl) {
+			// a trailing line break ($(cat file) keeps none, a
+			// variable may) made a registry of that name
+			return nil, fmt.Errorf("%s %q holds a control character: give the registry file (such as %s)", setting, f.Value.String(), DefaultDB)
 		}
 		// a folder (the state directory) would be read as a registry
 		// with no queue beside it: "DLQ is empty"
