@@ -3,15 +3,18 @@ package main
 import (
 	"errors"
 	"flag"
+	"regexp"
 	"strconv"
 )
 
-// decimalNumbers makes each whole-number flag of fs take decimal digits
-// alone (a sign and leading zeros allowed, read in base 10), as its
-// variable does: the flag package reads Go's literals, so --max-workers
-// 0x10 was 16 and 010 eight, where NEXUS_MAX_WORKERS=010 is ten. Any other
-// form is refused as no number. Flags already made so are left as they
-// are.
+// decimalNumbers makes each number flag of fs take decimal numbers alone,
+// as its variable does: a whole number its digits (a sign and leading
+// zeros allowed, read in base 10), any other a decimal fraction with an
+// exponent or not (5, 0.5, .5, 1e3), or Inf or NaN, which the flag's own
+// check refuses in its words. The flag package reads Go's literals, so
+// --max-workers 0x10 was 16 and 010 eight, where NEXUS_MAX_WORKERS=010 is
+// ten, and --rate 0x1p4 16. Any other form is refused as no number. Flags
+// already made so are left as they are.
 func decimalNumbers(fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, done := f.Value.(*decimalValue); done {
@@ -22,7 +25,7 @@ func decimalNumbers(fs *flag.FlagSet) {
 			return
 		}
 		switch g.Get().(type) {
-		case int, int64, uint, uint64:
+		case int, int64, uint, uint64, float64:
 			f.Value = &decimalValue{Value: f.Value}
 		}
 	})
@@ -33,6 +36,13 @@ func decimalNumbers(fs *flag.FlagSet) {
 type decimalValue struct {
 	flag.Value
 }
+
+// decimalFloat is a decimal number, with a fraction or an exponent or
+// not; nonFinite the words strconv.ParseFloat reads as infinity or NaN.
+var (
+	decimalFloat = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+	nonFinite    = regexp.MustCompile(`(?i)^[+-]?(inf|infinity|nan)$`)
+)
 
 // The flag package's words for a value its own number flags refuse, which
 // flagError reads.
@@ -45,6 +55,11 @@ func (v *decimalValue) Set(s string) error {
 	var canonical string
 	var err error
 	switch v.Get().(type) {
+	case float64:
+		if !decimalFloat.MatchString(s) && !nonFinite.MatchString(s) {
+			return errFlagParse
+		}
+		return v.Value.Set(s)
 	case uint, uint64:
 		var n uint64
 		n, err = strconv.ParseUint(s, 10, 64)

@@ -29,6 +29,11 @@ func TestNumberFlagsAreDecimal(t *testing.T) {
 		{[]string{"serve", "--journal-max-entries", "0o7"}, `nexus serve: --journal-max-entries "0o7" is not a whole number`},
 		{[]string{"journal", "--db", db, "--limit", "0x10"}, `nexus journal: --limit "0x10" is not a whole number`},
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "5", "--burst", "0X5"}, `nexus key generate: --burst "0X5" is not a whole number`},
+		// a number with a fraction is decimal too: ParseFloat read hex
+		// floats and digits apart with '_'
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "0x1p4"}, `nexus key generate: --rate "0x1p4" is not a number`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "-0X1P-2"}, `nexus key generate: --rate "-0X1P-2" is not a number`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "1_000.5"}, `nexus key generate: --rate "1_000.5" is not a number`},
 	} {
 		args := c.args
 		if args[0] == "serve" {
