@@ -403,15 +403,18 @@ func CheckSource(repo, branch, flowsDir string) error {
 		// and the clone was blamed (cloned anew at every round)
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is in a .git folder, which no commit holds: give a folder of the repo, such as flows", flowsDir)}
 	}
-	if slices.Contains(strings.Split(filepath.ToSlash(flowsDir), "/"), "..") {
-		// cleaned, ../etc would be read as etc/, a folder the operator
-		// did not name
+	slashed := filepath.ToSlash(flowsDir)
+	if c := path.Clean(slashed); c == ".." || strings.HasPrefix(c, "../") {
+		// cleaned as New cleans it, ../etc would be read as etc/, a
+		// folder the operator did not name; a ".." that stays inside
+		// the repo (flows/acme/..) names the folder it leads to, as
+		// ./flows and flows/ name flows
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q leaves the repo: give a folder inside it, such as flows", flowsDir)}
 	}
 	if cleanFlowsDir(flowsDir) == "" {
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is the repo's root: flows live in a folder of the repo, such as flows", flowsDir)}
 	}
-	if path.IsAbs(filepath.ToSlash(flowsDir)) {
+	if path.IsAbs(slashed) {
 		// cleaned, /srv/flows would be read as srv/flows of the repo
 		return &SourceError{"FlowsDir", fmt.Errorf("the flows folder %q is an absolute path: give a folder of the repo, such as flows", flowsDir)}
 	}

@@ -324,6 +324,26 @@ func TestSyncFlowsDir(t *testing.T) {
 	}
 }
 
+// A FlowsDir that goes back up with ".." and stays inside the repo names
+// the folder it leads to, as "./flows" and "flows/" name flows: it was
+// refused as leaving the repo.
+func TestSyncFlowsDirGoingBackUp(t *testing.T) {
+	for _, dir := range []string{"config/acme/../flows", "config/flows/acme/..", "./config/../config/flows/"} {
+		t.Run(dir, func(t *testing.T) {
+			if err := gitsync.CheckSource("https://git.example.com/x.git", "main", dir); err != nil {
+				t.Errorf("CheckSource: %v", err)
+			}
+			e := newEnv(t, func(c *gitsync.Config) { c.FlowsDir = dir })
+			e.src.write("flows/acme/ignored.md", flowtest.Marked("acme", "ignored", "one"))
+			e.src.write("config/flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			e.mustApply(e.src.commit("flows in config/flows"), "published acme/x v1")
+			if lf, _ := e.reg.Live().Lookup("acme", "x"); lf == nil || lf.SourcePath != "config/flows/acme/x.md" {
+				t.Errorf("Lookup(acme, x) = %+v", lf)
+			}
+		})
+	}
+}
+
 // New needs Repo, Dir and Registry, and touches no network.
 func TestNewChecksTheConfig(t *testing.T) {
 	reg := openRegistry(t, filepath.Join(t.TempDir(), "registry.db"))

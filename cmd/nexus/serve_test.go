@@ -253,6 +253,9 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", repo, "--flows-dir", "/"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "/" is the repo's root: flows live in a folder of the repo, such as flows`},
 		// it was read as etc/, and the commits were blamed for lacking it
 		{[]string{"--repo", repo, "--flows-dir", "../etc"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "../etc" leaves the repo: give a folder inside it, such as flows`},
+		{[]string{"--repo", repo, "--flows-dir", "flows/../../etc"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "flows/../../etc" leaves the repo: give a folder inside it, such as flows`},
+		{[]string{"--repo", repo, "--flows-dir", "flows/.."}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "flows/.." is the repo's root: flows live in a folder of the repo, such as flows`},
+		{[]string{"--repo", repo, "--flows-dir", "/srv/../flows"}, "", exitUsage, `nexus serve: --flows-dir: the flows folder "/srv/../flows" is an absolute path: give a folder of the repo, such as flows`},
 		{[]string{"--repo", "https://ops:p%zz@git.example.com/x.git"}, "", exitUsage, "nexus serve: --repo: the repo URL does not parse; in a user name or password, write '#', '%', '/', '?' and '@' percent-encoded (%23, %25, %2F, %3F, %40)"},
 		{[]string{"--repo", "htp://git.example.com/x.git"}, "", exitUsage, `nexus serve: --repo: the repo URL's scheme "htp" is not one git speaks here: give an https://, http://, ssh:// or file:// URL, or a local path`},
 		// go-git dials git:// unwatched: a silent server held the sync lock for 30 minutes
