@@ -1070,9 +1070,11 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 	return n, true
 }
 
-// number reads a number key of at least min. One written plainly past
-// float64's range (1e400) is too large, or below min when negative: YAML
-// reads it as a string, and the error said "not the string".
+// number reads a number key of at least min, written plainly (2, 1.5,
+// 2e0; not +2, 0x3, 1_000 or 2., which YAML reads as numbers too). One
+// written plainly past float64's range (1e400) is too large, or below min
+// when negative: YAML reads it as a string, and the error said "not the
+// string".
 func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
 	var x float64
 	if lineerr.PastFloat(v) {
@@ -1083,9 +1085,25 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		}
 		return 0, false
 	}
-	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&x) != nil {
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
 		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 		return 0, false
+	}
+	if v.Tag == "!!int" {
+		// 010: YAML reads it as octal 8, as for a whole-number key
+		if msg := lineerr.LeadingZero(key, v); msg != "" {
+			c.errorf(line, "%s", msg)
+			return 0, false
+		}
+	}
+	if err := v.Decode(&x); err != nil {
+		// !!float 0x1p3: YAML does not read a hex float, Go does
+		y, perr := strconv.ParseFloat(v.Value, 64)
+		if perr != nil || plainNumber(v.Value) {
+			c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
+			return 0, false
+		}
+		x = y
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		// YAML's .inf and .nan are numbers to it
@@ -1094,6 +1112,12 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	}
 	if x < min {
 		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), v.Value)
+		return 0, false
+	}
+	if !plainNumber(v.Value) {
+		// +2, 0x3, 1_000, 2.: YAML reads them as numbers, a reader may
+		// not see the number YAML does
+		c.errorf(line, "%s", notPlainNumber(key, x, v.Value))
 		return 0, false
 	}
 	return x, true
@@ -1281,6 +1305,21 @@ func notPlain(key string, n int64, written string) string {
 	}
 	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, quoteCut(written, 64))
 }
+
+// notPlainNumber is notPlain's error for a number key that need not be
+// whole (queue_backoff_factor) whose value reads as x but is not written
+// plainly (+2, 0x3, 1_000, 2.).
+func notPlainNumber(key string, x float64, written string) string {
+	return fmt.Sprintf("%s must be written as a plain number (%s), not %s", key, strconv.FormatFloat(x, 'g', -1, 64), quoteCut(written, 64))
+}
+
+// plainNumberText is a number written plainly, as JSON writes it without
+// its sign: digits without a leading zero, a point followed by digits, an
+// exponent.
+var plainNumberText = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+
+// plainNumber reports whether s is a number written plainly (2, 1.5, 2e0).
+func plainNumber(s string) bool { return plainNumberText.MatchString(s) }
 
 // plainDecimal reports whether s is a whole number written as digits alone,
 // without a sign or a leading zero (0 itself aside), as a status code and
