@@ -658,6 +658,13 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 		}
 	case "read_timeout_ms", "connect_timeout_ms":
 		n, err := strconv.ParseInt(scalar(k.value), 10, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			// 0x3, 0o17, 0b101, 1_000: the forms YAML reads as integers
+			// in the front matter, refused below as they are there
+			if m, err0 := strconv.ParseInt(scalar(k.value), 0, 64); err0 == nil || errors.Is(err0, strconv.ErrRange) {
+				n, err = m, err0
+			}
+		}
 		switch {
 		case err == nil && n >= 1 && !plainDecimal(scalar(k.value)):
 			// 0500 or +500: front matter refuses these (YAML reads 0500
