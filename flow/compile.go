@@ -82,7 +82,7 @@ func (c *compiler) compile(src string) *Flow {
 	for _, sec := range raw.sections {
 		s := c.step(f, sec, declared)
 		if first, dup := names[sec.name]; dup && sec.name != "" {
-			c.errorf(sec.line, "duplicate step name %q (first used at line %d): step names are unique across ## Step: and ## Fault: sections", sec.name, first)
+			c.errorf(sec.line, "duplicate step name %s (first used at line %d): step names are unique across ## Step: and ## Fault: sections", quoteCut(sec.name, 64), first)
 		} else {
 			names[sec.name] = sec.line
 		}
@@ -411,7 +411,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			continue // response headers are operations in order: set, remove, set again
 		}
 		if first, dup := keys[k.key]; dup {
-			c.errorf(k.line, "step %q sets %s twice (first at line %d)", s.name, k.key, first.line)
+			c.errorf(k.line, "step %s sets %s twice (first at line %d)", quoteCut(s.name, 64), k.key, first.line)
 			continue
 		}
 		keys[k.key] = k
@@ -429,16 +429,16 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 		case len(list) == 0:
 		case len(list) > 1:
 			effectsUnreadable = true
-			c.errorf(k.line, "step %q lists %d effects: a step has at most one effect", s.name, len(list))
+			c.errorf(k.line, "step %s lists %d effects: a step has at most one effect", quoteCut(s.name, 64), len(list))
 		default:
 			e := Effect(list[0])
 			switch {
 			case e != EffectHTTPEgress && e != EffectQueuePublish:
 				effectsUnreadable = true
-				c.errorf(k.line, "unknown effect %s in step %q: effects are http_egress and queue_publish", quoteCut(list[0], 64), s.name)
+				c.errorf(k.line, "unknown effect %s in step %s: effects are http_egress and queue_publish", quoteCut(list[0], 64), quoteCut(s.name, 64))
 			case declared != nil && !declared[e]:
 				intended = e
-				c.errorf(k.line, "step %q uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", s.name, e)
+				c.errorf(k.line, "step %s uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", quoteCut(s.name, 64), e)
 			default:
 				intended, s.effect = e, e
 			}
@@ -447,12 +447,12 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 	if intended == EffectHTTPEgress {
 		s.http = &HTTPRequest{Method: DefaultMethod, ReadTimeout: DefaultReadTimeout, ConnectTimeout: DefaultConnectTimeout}
 		if _, ok := keys["endpoint"]; !ok {
-			c.errorf(sec.line, "step %q has effects: [http_egress] but no endpoint:", s.name)
+			c.errorf(sec.line, "step %s has effects: [http_egress] but no endpoint:", quoteCut(s.name, 64))
 		}
 	}
 	if intended == EffectQueuePublish {
 		if _, ok := keys["queue"]; !ok {
-			c.errorf(sec.line, "step %q has effects: [queue_publish] but no queue: naming the target flow", s.name)
+			c.errorf(sec.line, "step %s has effects: [queue_publish] but no queue: naming the target flow", quoteCut(s.name, 64))
 		}
 	}
 
@@ -468,7 +468,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if intended != EffectHTTPEgress {
-				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %q", key, s.name)
+				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %s", key, quoteCut(s.name, 64))
 				continue
 			}
 			c.httpKey(s, k)
@@ -477,7 +477,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if intended != EffectQueuePublish {
-				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %q", s.name)
+				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %s", quoteCut(s.name, 64))
 				continue
 			}
 			q := scalar(k.value)
@@ -513,7 +513,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if statusKey != "" {
-				c.errorf(k.line, "step %q sets both %s and %s: they are one key with two spellings", s.name, statusKey, key)
+				c.errorf(k.line, "step %s sets both %s and %s: they are one key with two spellings", quoteCut(s.name, 64), statusKey, key)
 				continue
 			}
 			statusKey = key
@@ -559,7 +559,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 			s.headers = append(s.headers, HeaderOp{Name: name, Value: value})
 		default:
-			c.errorf(k.line, "unknown step key %s in step %q%s", key, s.name, naming.Suggest(key, stepKeys))
+			c.errorf(k.line, "unknown step key %s in step %s%s", key, quoteCut(s.name, 64), naming.Suggest(key, stepKeys))
 		}
 	}
 
@@ -717,13 +717,13 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 	switch b.info {
 	case "ntd":
 		if strings.TrimSpace(b.body) == "" {
-			c.errorf(b.line, "step %q: the ntd block is empty: write the JSON document to produce", s.name)
+			c.errorf(b.line, "step %s: the ntd block is empty: write the JSON document to produce", quoteCut(s.name, 64))
 			return
 		}
 		t, err := CompileNTD(b.body)
 		if err != nil {
 			for _, te := range templateErrors(err) {
-				c.errorf(first+te.Line, "step %q: %s", s.name, te.Msg)
+				c.errorf(first+te.Line, "step %s: %s", quoteCut(s.name, 64), te.Msg)
 			}
 			return
 		}
@@ -740,16 +740,16 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			}
 		}
 		if len(parts) == 0 {
-			c.errorf(b.line, "step %q: the condition block is empty: write one expression", s.name)
+			c.errorf(b.line, "step %s: the condition block is empty: write one expression", quoteCut(s.name, 64))
 			return
 		}
 		e, err := CompileExpr(strings.Join(parts, " "))
 		if err != nil {
-			c.errorf(at, "step %q: condition does not parse: %s", s.name, err)
+			c.errorf(at, "step %s: condition does not parse: %s", quoteCut(s.name, 64), err)
 			return
 		}
 		if err := e.neverBoolean("condition"); err != nil {
-			c.errorf(at, "step %q: %s", s.name, err)
+			c.errorf(at, "step %s: %s", quoteCut(s.name, 64), err)
 			return
 		}
 		s.block, s.condition = BlockCondition, e
@@ -761,14 +761,14 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			}
 			r, err := parseRule(t)
 			if err != nil {
-				c.errorf(first+i, "step %q: %s", s.name, err)
+				c.errorf(first+i, "step %s: %s", quoteCut(s.name, 64), err)
 				continue
 			}
 			r.Line = first + i
 			s.rules = append(s.rules, r)
 		}
 		if len(s.rules) == 0 && !c.hasErrorAfter(b.line) {
-			c.errorf(b.line, "step %q: the validate block has no rules: write EXPRESSION | \"MESSAGE\" | KIND lines", s.name)
+			c.errorf(b.line, "step %s: the validate block has no rules: write EXPRESSION | \"MESSAGE\" | KIND lines", quoteCut(s.name, 64))
 			return
 		}
 		s.block = BlockValidate
@@ -981,13 +981,13 @@ func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
 	var n yaml.Node
 	err := yaml.Unmarshal([]byte(k.value), &n)
 	if err != nil || len(n.Content) == 0 || n.Content[0].Kind != yaml.SequenceNode {
-		c.errorf(k.line, "%s of step %q must be a list, e.g. [%s]", k.key, s.name, exampleFor(k.key))
+		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s]", k.key, quoteCut(s.name, 64), exampleFor(k.key))
 		return nil, false
 	}
 	var out []string
 	for _, e := range n.Content[0].Content {
 		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
-			c.errorf(k.line, "%s of step %q must be a list of names", k.key, s.name)
+			c.errorf(k.line, "%s of step %s must be a list of names", k.key, quoteCut(s.name, 64))
 			return nil, false
 		}
 		out = append(out, e.Value)

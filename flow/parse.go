@@ -198,15 +198,15 @@ func (c *compiler) split(src string) *rawFile {
 				case "ntd", "validate", "condition":
 					cur.blocks++
 					if cur.blocks == 2 {
-						c.errorf(n, "step %q has a second fenced block: a step has at most one (ntd, validate or condition)", cur.name)
+						c.errorf(n, "step %s has a second fenced block: a step has at most one (ntd, validate or condition)", quoteCut(cur.name, 64))
 					} else if cur.block == nil {
 						indent := len(line) - len(strings.TrimLeft(line, " "))
 						cur.block = &rawBlock{info: info, line: n, body: blockBody(lines[i+1:j], indent)}
 					}
 				case "":
-					c.errorf(n, "fenced block without a kind in step %q: write ```ntd, ```validate or ```condition", cur.name)
+					c.errorf(n, "fenced block without a kind in step %s: write ```ntd, ```validate or ```condition", quoteCut(cur.name, 64))
 				default:
-					c.errorf(n, "unknown fenced block %q in step %q: a step's block is ntd, validate or condition (documentation goes under its own heading)", info, cur.name)
+					c.errorf(n, "unknown fenced block %q in step %s: a step's block is ntd, validate or condition (documentation goes under its own heading)", info, quoteCut(cur.name, 64))
 				}
 			}
 			i = j
@@ -238,7 +238,7 @@ func (c *compiler) split(src string) *rawFile {
 			if cur.fault {
 				seenFault = true
 			} else if seenFault {
-				c.errorf(n, "## Step: %q comes after a ## Fault: section: steps come first, the fault sequence last", cur.name)
+				c.errorf(n, "## Step: %s comes after a ## Fault: section: steps come first, the fault sequence last", quoteCut(cur.name, 64))
 			}
 			f.sections = append(f.sections, cur)
 			keysOpen = true
@@ -276,7 +276,7 @@ func (c *compiler) split(src string) *rawFile {
 			keysOpen = false
 		case m != nil && isStepKey(m[1]):
 			keysOpen = false
-			c.errorf(n, "key %s is not directly under the heading of step %q: write the keys right after the heading, with no blank line, before the block", m[1], cur.name)
+			c.errorf(n, "key %s is not directly under the heading of step %s: write the keys right after the heading, with no blank line, before the block", m[1], quoteCut(cur.name, 64))
 		default:
 			keysOpen = false
 		}
