@@ -532,6 +532,11 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 					c.errorf(k.line, "%s: %s", key, err)
 					continue
 				}
+				if hasEmptySegment(headerFromKey(name)) {
+					// x__y removed "X--Y", a header no answer has
+					c.errorf(k.line, "%s: the header name %s has an empty segment: each underscore or hyphen of an entry stands between two of the name's words", key, quoteCut(headerFromKey(name), 64))
+					continue
+				}
 				s.headers = append(s.headers, HeaderOp{Name: headerFromKey(name), Remove: true})
 			}
 		case strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_"):
@@ -541,9 +546,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			name := headerFromKey(suffix)
-			if suffix != "" && slices.Contains(strings.Split(suffix, "_"), "") {
+			if suffix != "" && hasEmptySegment(name) {
 				// response_header__x made "-X": no header's name
-				c.errorf(k.line, "%s: the header name %q has an empty segment: a key's underscores stand one each between the name's words", key, name)
+				c.errorf(k.line, "%s: the header name %s has an empty segment: a key's underscores stand one each between the name's words", key, quoteCut(name, 64))
 				continue
 			}
 			if err := CheckHeaderName(name); err != nil {

@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"net/textproto"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -61,6 +62,14 @@ func displayName(name string) string {
 // (x_correlation_id → X-Correlation-Id).
 func headerFromKey(suffix string) string {
 	return textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(suffix, "_", "-"))
+}
+
+// hasEmptySegment reports whether a header name written from a key or a
+// response_header_remove entry (underscores made hyphens) has an empty
+// segment: a leading, trailing or doubled hyphen (-X, X-, X--Y), which no
+// header's name has and a typing slip makes.
+func hasEmptySegment(name string) bool {
+	return slices.Contains(strings.Split(name, "-"), "")
 }
 
 func isTokenChar(c byte) bool {
