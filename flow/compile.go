@@ -140,7 +140,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			continue
 		}
 		if first, dup := seen[key]; dup {
-			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", key, first)
+			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", cutText(key, 64), first)
 			continue
 		}
 		seen[key] = at(k)
@@ -149,7 +149,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		switch key {
 		case "flowmarkdown_version":
 			if v.Kind != yaml.ScalarNode || v.Value != Version {
-				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", strconv.Quote(v.Value))
+				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", quoteCut(v.Value, 64))
 			}
 		case "flow":
 			flowNode = v
@@ -411,7 +411,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			continue // response headers are operations in order: set, remove, set again
 		}
 		if first, dup := keys[k.key]; dup {
-			c.errorf(k.line, "step %s sets %s twice (first at line %d)", quoteCut(s.name, 64), k.key, first.line)
+			c.errorf(k.line, "step %s sets %s twice (first at line %d)", quoteCut(s.name, 64), cutText(k.key, 64), first.line)
 			continue
 		}
 		keys[k.key] = k
@@ -564,7 +564,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 			s.headers = append(s.headers, HeaderOp{Name: name, Value: value})
 		default:
-			c.errorf(k.line, "unknown step key %s in step %s%s", key, quoteCut(s.name, 64), naming.Suggest(key, stepKeys))
+			c.errorf(k.line, "unknown step key %s in step %s%s", cutText(key, 64), quoteCut(s.name, 64), naming.Suggest(key, stepKeys))
 		}
 	}
 
@@ -641,22 +641,22 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			// (X_Api_Key is not X-Api-Key), so the name checked is the name sent
 			canon := textproto.CanonicalMIMEHeaderKey(name)
 			if seen[canon] {
-				c.errorf(k.line, "headers sets %s twice", canon)
+				c.errorf(k.line, "headers sets %s twice", cutText(canon, 64))
 				continue
 			}
 			seen[canon] = true
 			if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
-				c.errorf(k.line, "headers: the value of %s must be a string", name)
+				c.errorf(k.line, "headers: the value of %s must be a string", cutText(name, 64))
 				continue
 			}
 			t, err := CompileTemplate(val.Value)
 			if err != nil {
-				c.errorf(k.line, "headers: %s: %s", name, err)
+				c.errorf(k.line, "headers: %s: %s", cutText(name, 64), err)
 				continue
 			}
 			if t.literalHas(isControl) {
 				// net/http would refuse it on every call
-				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", name)
+				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", cutText(name, 64))
 				continue
 			}
 			h.Headers = append(h.Headers, HeaderTemplate{Name: canon, Value: t})
@@ -680,10 +680,10 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoteCut(k.value, 64))
 			return
 		case n < 1:
-			c.errorf(k.line, "%s must be at least 1, not %s", k.key, k.value)
+			c.errorf(k.line, "%s must be at least 1, not %s", k.key, cutText(k.value, 64))
 			return
 		case err != nil || n > maxMillis:
-			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, k.value, int64(maxMillis))
+			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, cutText(k.value, 64), int64(maxMillis))
 			return
 		}
 		if k.key == "read_timeout_ms" {
@@ -711,7 +711,7 @@ func (c *compiler) status(s *Step, k rawKey) {
 		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %s", k.key, quoteCut(v, 64))
 		return
 	case !ok:
-		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, v)
+		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, cutText(v, 64))
 		return
 	}
 	s.status = &Status{Code: n}
@@ -1047,9 +1047,9 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 	var n int64
 	if (lineerr.PastInt(v) || lineerr.PastFloat(v)) && lineerr.LeadingZero(key, v) == "" {
 		if strings.HasPrefix(v.Value, "-") {
-			c.errorf(line, "%s must be at least %d, not %s", key, min, v.Value)
+			c.errorf(line, "%s must be at least %d, not %s", key, min, cutText(v.Value, 64))
 		} else {
-			c.errorf(line, "%s %s is too large: at most %d", key, v.Value, int64(maxMillis))
+			c.errorf(line, "%s %s is too large: at most %d", key, cutText(v.Value, 64), int64(maxMillis))
 		}
 		return 0, false
 	}
@@ -1062,7 +1062,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		return 0, false
 	}
 	if err := v.Decode(&n); err != nil {
-		c.errorf(line, "%s %s is too large: at most %d", key, v.Value, int64(maxMillis))
+		c.errorf(line, "%s %s is too large: at most %d", key, cutText(v.Value, 64), int64(maxMillis))
 		return 0, false
 	}
 	if !plainDecimal(v.Value) && (n >= min || !strings.HasPrefix(v.Value, "-")) {
@@ -1091,9 +1091,9 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	var x float64
 	if lineerr.PastFloat(v) {
 		if strings.HasPrefix(v.Value, "-") {
-			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), v.Value)
+			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), cutText(v.Value, 64))
 		} else {
-			c.errorf(line, "%s %s is too large: at most %g", key, v.Value, math.MaxFloat64)
+			c.errorf(line, "%s %s is too large: at most %g", key, cutText(v.Value, 64), math.MaxFloat64)
 		}
 		return 0, false
 	}
@@ -1119,11 +1119,11 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		// YAML's .inf and .nan are numbers to it
-		c.errorf(line, "%s must be a finite number, not %s", key, v.Value)
+		c.errorf(line, "%s must be a finite number, not %s", key, cutText(v.Value, 64))
 		return 0, false
 	}
 	if x < min {
-		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), v.Value)
+		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), cutText(v.Value, 64))
 		return 0, false
 	}
 	if !plainNumber(v.Value) {

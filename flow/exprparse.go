@@ -103,7 +103,7 @@ func (p *exprParser) lex() error {
 			}
 			v, err := ParseJSON([]byte(s[i:j]), 1)
 			if err != nil {
-				return fmt.Errorf("invalid number %s at column %d", s[i:j], col)
+				return fmt.Errorf("invalid number %s at column %d", cutText(s[i:j], 64), col)
 			}
 			p.toks = append(p.toks, token{kind: tokNumber, text: s[i:j], col: col, end: j, val: v})
 			i = j
@@ -618,9 +618,9 @@ func (p *exprParser) parsePrimary() (node, error) {
 			}
 			if name, ok := p.hyphenated(); ok {
 				// ctx.HTTP_RESPONSE_HEADERS.Retry-After: a minus
-				return nil, fmt.Errorf("unknown name %q at column %d: the - before it is a minus; a name holding a - is read with quotes: [%q]", t.text, t.col, name)
+				return nil, fmt.Errorf("unknown name %s at column %d: the - before it is a minus; a name holding a - is read with quotes: [%s]", quoteCut(t.text, 64), t.col, quoteCut(name, 64))
 			}
-			return nil, fmt.Errorf("unknown name %q at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", t.text, t.col)
+			return nil, fmt.Errorf("unknown name %s at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", quoteCut(t.text, 64), t.col)
 		}
 		var args []node
 		if !p.accept(tokPunct, ")") {
@@ -649,7 +649,7 @@ func (p *exprParser) parsePrimary() (node, error) {
 				pattern, _ := strconv.Unquote(lit.src)
 				re, err := regexp.Compile(pattern)
 				if err != nil {
-					return nil, fmt.Errorf("invalid regular expression %q in matches (column %d): %s", pattern, t.col, regexpReason(err))
+					return nil, fmt.Errorf("invalid regular expression %s in matches (column %d): %s", quoteCut(pattern, 64), t.col, regexpReason(err))
 				}
 				if p.regexps == nil {
 					p.regexps = map[string]*regexp.Regexp{}

@@ -29,7 +29,7 @@ func CheckHeaderName(name string) error {
 	}
 	for _, r := range name {
 		if r >= utf8.RuneSelf || !isTokenChar(byte(r)) {
-			return fmt.Errorf("header name %q has the character %q, which a header name cannot hold", name, r)
+			return fmt.Errorf("header name %s has the character %q, which a header name cannot hold", quoteCut(name, 64), r)
 		}
 	}
 	// an underscore is checked as a hyphen: the step keys turn one into

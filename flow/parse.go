@@ -206,7 +206,7 @@ func (c *compiler) split(src string) *rawFile {
 				case "":
 					c.errorf(n, "fenced block without a kind in step %s: write ```ntd, ```validate or ```condition", quoteCut(cur.name, 64))
 				default:
-					c.errorf(n, "unknown fenced block %q in step %s: a step's block is ntd, validate or condition (documentation goes under its own heading)", info, quoteCut(cur.name, 64))
+					c.errorf(n, "unknown fenced block %s in step %s: a step's block is ntd, validate or condition (documentation goes under its own heading)", quoteCut(info, 64), quoteCut(cur.name, 64))
 				}
 			}
 			i = j
@@ -272,7 +272,7 @@ func (c *compiler) split(src string) *rawFile {
 			// would be silently missing from the answer
 			c.errorf(n, "%s", badHeader)
 		case keysOpen && looseKey.MatchString(line):
-			c.errorf(n, "step key line %q: write `key: value` at the start of the line, with a space after the colon", strings.TrimSpace(line))
+			c.errorf(n, "step key line %s: write `key: value` at the start of the line, with a space after the colon", quoteCut(strings.TrimSpace(line), 64))
 			keysOpen = false
 		case m != nil && isStepKey(m[1]):
 			keysOpen = false
@@ -333,9 +333,9 @@ func badHeaderKeyError(line string) string {
 		return ""
 	}
 	if err := CheckHeaderName(headerFromKey(suffix)); err != nil {
-		return fmt.Sprintf("step key %s: %s", key, err)
+		return fmt.Sprintf("step key %s: %s", cutText(key, 64), err)
 	}
-	return fmt.Sprintf("step key %s: a key's name holds only letters, digits, _ and -", key)
+	return fmt.Sprintf("step key %s: a key's name holds only letters, digits, _ and -", cutText(key, 64))
 }
 
 // looseKey is a line that looks like a step key but is not written as one
