@@ -136,7 +136,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		key := k.Value
 		if k.Kind != yaml.ScalarNode {
 			// a complex key (? [a, b]) names no key
-			c.errorf(at(k), "a front matter key is a name, not %s", lineerr.Describe(k))
+			c.errorf(at(k), "a front matter key is a name, not %s", describeNode(k))
 			continue
 		}
 		if first, dup := seen[key]; dup {
@@ -298,7 +298,7 @@ var frontMatterKeys = []string{
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
 	if n.Kind != yaml.ScalarNode {
-		c.errorf(line, "%s must be a name, not %s", field, lineerr.Describe(n))
+		c.errorf(line, "%s must be a name, not %s", field, describeNode(n))
 		return
 	}
 	c.errorf(line, "%s", err)
@@ -321,7 +321,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoteCut(spec, 64))
 		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
-		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoteCut(spec, 64), err)
+		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoteCut(spec, 64), cutText(err.Error(), 64))
 		ok = false
 	} else if sched.Next(scheduleProbe).IsZero() {
 		c.errorf(line, "schedule %s never fires (no such date)", quoteCut(spec, 64))
@@ -542,24 +542,24 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 		case strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_"):
 			prefix, suffix, _ := strings.Cut(key, "_header_")
 			if prefix == "fault" && !s.fault {
-				c.errorf(k.line, "%s is only allowed in a ## Fault: section: use response_header_%s", key, suffix)
+				c.errorf(k.line, "%s is only allowed in a ## Fault: section: use response_header_%s", cutText(key, 64), cutText(suffix, 64))
 				continue
 			}
 			name := headerFromKey(suffix)
 			if suffix != "" && hasEmptySegment(name) {
 				// response_header__x made "-X": no header's name
-				c.errorf(k.line, "%s: the header name %s has an empty segment: a key's underscores stand one each between the name's words", key, quoteCut(name, 64))
+				c.errorf(k.line, "%s: the header name %s has an empty segment: a key's underscores stand one each between the name's words", cutText(key, 64), quoteCut(name, 64))
 				continue
 			}
 			if err := CheckHeaderName(name); err != nil {
-				c.errorf(k.line, "%s: %s", key, err)
+				c.errorf(k.line, "%s: %s", cutText(key, 64), err)
 				continue
 			}
 			value := scalar(k.value)
 			if strings.ContainsFunc(value, isControl) {
 				// net/http would write a NUL as it is, and a line break
 				// as a space
-				c.errorf(k.line, "%s holds a control character (a line break?): header values are one line", key)
+				c.errorf(k.line, "%s holds a control character (a line break?): header values are one line", cutText(key, 64))
 				continue
 			}
 			s.headers = append(s.headers, HeaderOp{Name: name, Value: value})
@@ -816,7 +816,7 @@ func parseRule(line string) (Rule, error) {
 	}
 	msg, err := ParseJSON([]byte(msgSrc), 1)
 	if s, ok := msg.(string); err != nil || !ok {
-		return Rule{}, fmt.Errorf("the message of a validate rule is a double-quoted string, not %s", msgSrc)
+		return Rule{}, fmt.Errorf("the message of a validate rule is a double-quoted string, not %s", cutText(msgSrc, 64))
 	} else if s == "" {
 		return Rule{}, fmt.Errorf("the message of a validate rule is empty: say what is wrong")
 	} else {
@@ -1009,7 +1009,7 @@ func exampleFor(key string) string {
 
 func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	if v.Kind != yaml.SequenceNode {
-		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", lineerr.Describe(v))
+		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", describeNode(v))
 		return nil
 	}
 	var out []Effect
@@ -1028,7 +1028,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 
 func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		c.errorf(line, "%s must be a string, not %s", key, lineerr.Describe(v))
+		c.errorf(line, "%s must be a string, not %s", key, describeNode(v))
 		return "", false
 	}
 	return v.Value, true
@@ -1054,7 +1054,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		return 0, false
 	}
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-		c.errorf(line, "%s must be a whole number, not %s", key, lineerr.Describe(v))
+		c.errorf(line, "%s must be a whole number, not %s", key, describeNode(v))
 		return 0, false
 	}
 	if msg := lineerr.LeadingZero(key, v); msg != "" {
@@ -1098,7 +1098,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
-		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
+		c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
 		return 0, false
 	}
 	if v.Tag == "!!int" {
@@ -1112,7 +1112,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		// !!float 0x1p3: YAML does not read a hex float, Go does
 		y, perr := strconv.ParseFloat(v.Value, 64)
 		if perr != nil || plainNumber(v.Value) {
-			c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
+			c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
 			return 0, false
 		}
 		x = y
@@ -1133,6 +1133,24 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	return x, true
+}
+
+// describeNode is lineerr.Describe with the value cut to 64 bytes, as every
+// value of the file a compile error quotes is: the string "fast", the
+// number 0.5, a list, an empty value.
+func describeNode(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Tag {
+		case "!!str":
+			return "the string " + quoteCut(n.Value, 64)
+		case "!!int", "!!float":
+			return "the number " + cutText(n.Value, 64)
+		case "!!null", "!!bool":
+		default:
+			return quoteCut(n.Value, 64)
+		}
+	}
+	return lineerr.Describe(n)
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }

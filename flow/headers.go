@@ -37,10 +37,10 @@ func CheckHeaderName(name string) error {
 	// Keep_Alive and X_Nexus_Replay are refused as their hyphened names are
 	lower := strings.ReplaceAll(strings.ToLower(name), "_", "-")
 	if deniedHeaders[lower] {
-		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", displayName(name))
+		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", cutText(displayName(name), 64))
 	}
 	if strings.HasPrefix(lower, ReservedHeaderPrefix) {
-		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix): a flow cannot set or remove it", displayName(name))
+		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix): a flow cannot set or remove it", cutText(displayName(name), 64))
 	}
 	return nil
 }

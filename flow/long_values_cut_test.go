@@ -9,7 +9,8 @@ import (
 // with an ellipsis (decisions.md, "Error messages"): a fenced block's
 // kind, a loose key line, a header name, a key, a name or a regular
 // expression inside an expression, a number too large or too small, a
-// status code, flowmarkdown_version. Each was quoted whole, however long.
+// status code, flowmarkdown_version, a schedule's error, a YAML value of
+// the wrong kind, a validate rule's message. Each was quoted whole, however long.
 func TestErrorsCutLongValues(t *testing.T) {
 	n := strings.Repeat("n", 1000)
 	nines := strings.Repeat("9", 1000)
@@ -43,6 +44,17 @@ func TestErrorsCutLongValues(t *testing.T) {
 		{"queue_max_attempts too large", nines, fm("queue_max_attempts: " + nines)},
 		{"backoff too large", nines, fm("queue_backoff_factor: " + nines)},
 		{"backoff too small", nines, fm("queue_backoff_factor: 0.1" + nines)},
+		{"schedule", n, fm("schedule: \"" + n + "\"")},
+		{"whole number a string", n, fm("timeout_ms: \"" + n + "\"")},
+		{"number a string", n, fm("queue_backoff_factor: \"" + n + "\"")},
+		{"whole number a float", nines, fm("timeout_ms: !!float " + nines[:500])},
+		{"front matter key a binary", n, fm("timeout_ms: !!binary " + n)},
+		{"header key control character", n, step("response_header_" + n + ": a\x01b")},
+		{"fault header key in a step", n, step("fault_header_" + n + ": v")},
+		{"header key denied", n, step("response_header_x_nexus_" + n + ": v")},
+		{"validate message", n, rv6Head + "## Step: s\n```validate\n$.a != null | " + n + "\n```\n"},
+		{"leading zero", nines, fm("timeout_ms: 0" + nines[:100])},
+		{"backoff leading zero", nines, fm("queue_backoff_factor: 0" + nines[:100])},
 		{"flowmarkdown_version", n, strings.Replace(fm(""), `"0.1"`, n, 1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
