@@ -117,7 +117,8 @@ func (t *Template) Literal() (string, bool) {
 
 // Render evaluates the holes and returns the text.
 func (t *Template) Render(env *Env) (string, error) {
-	return t.render(env)
+	s, _, err := t.render(env)
+	return s, err
 }
 
 // RenderKey renders a key (dedup_key): the text, as Render's, and whether a
@@ -125,23 +126,7 @@ func (t *Template) Render(env *Env) (string, error) {
 // blank (null, missing, spaces) is the template's literal text alone, the
 // same for every such message: filled is false then.
 func (t *Template) RenderKey(env *Env) (key string, filled bool, err error) {
-	var b strings.Builder
-	for _, p := range t.parts {
-		if p.expr == nil {
-			b.WriteString(p.lit)
-			continue
-		}
-		v, err := p.expr.Eval(env)
-		if err != nil {
-			return "", false, err
-		}
-		s := Text(v)
-		if !filled && strings.TrimSpace(s) != "" {
-			filled = true
-		}
-		b.WriteString(s)
-	}
-	return b.String(), filled, nil
+	return t.render(env)
 }
 
 // literalHas reports whether the template's literal text (its parts
@@ -330,9 +315,11 @@ func dotSegment(u string) (string, bool) {
 	return "", false
 }
 
-func (t *Template) render(env *Env) (string, error) {
+// render is Render's and RenderKey's: the text, and whether a hole
+// produced any of it that is not blank.
+func (t *Template) render(env *Env) (text string, filled bool, err error) {
 	if s, ok := t.Literal(); ok {
-		return s, nil
+		return s, false, nil
 	}
 	var b strings.Builder
 	size := 0
@@ -347,11 +334,15 @@ func (t *Template) render(env *Env) (string, error) {
 		}
 		v, err := p.expr.Eval(env)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
-		b.WriteString(Text(v))
+		s := Text(v)
+		if !filled && strings.TrimSpace(s) != "" {
+			filled = true
+		}
+		b.WriteString(s)
 	}
-	return b.String(), nil
+	return b.String(), filled, nil
 }
 
 func escapeURLComponent(s string) string {
