@@ -1,9 +1,7 @@
 package engine_test
 
 import (
-	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,38 +9,6 @@ import (
 
 	"github.com/nexushq/nexus/engine"
 )
-
-// resetBackend answers every connection with reply, then resets it (an
-// RST, not a FIN): the body's read ends with "connection reset by peer".
-func resetBackend(t *testing.T, reply string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				r := bufio.NewReader(c)
-				for { // the request's head
-					line, err := r.ReadString('\n')
-					if err != nil || line == "\r\n" {
-						break
-					}
-				}
-				c.Write([]byte(reply))
-				c.(*net.TCPConn).SetLinger(0)
-				c.Close()
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
-}
 
 // A non-2xx answer whose body cannot be read (cut short, reset, a
 // malformed chunk) fails the step with its status, as any non-2xx answer

@@ -15,6 +15,18 @@ const unread = "(unread)"
 // rawBackend answers every connection with reply, whatever it is asked,
 // then closes it.
 func rawBackend(t *testing.T, reply string) string {
+	return scriptedBackend(t, reply, false)
+}
+
+// resetBackend answers every connection with reply, then resets it (an
+// RST, not a FIN): the body's read ends with "connection reset by peer".
+func resetBackend(t *testing.T, reply string) string {
+	return scriptedBackend(t, reply, true)
+}
+
+// scriptedBackend answers every connection with reply once it has read the
+// request's head, then closes it, with an RST when reset.
+func scriptedBackend(t *testing.T, reply string, reset bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,6 +49,9 @@ func rawBackend(t *testing.T, reply string) string {
 					}
 				}
 				c.Write([]byte(reply))
+				if reset {
+					c.(*net.TCPConn).SetLinger(0)
+				}
 			}()
 		}
 	}()
