@@ -1,14 +1,10 @@
 package queue
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,11 +85,10 @@ func TestDamagedCheckpointIsReported(t *testing.T) {
 		if err := os.WriteFile(ckpt, []byte("NXC1"), FileMode); err != nil {
 			t.Fatal(err)
 		}
-		var logs bytes.Buffer
-		var mu sync.Mutex
+		var logs jsonLog
 		got := make(chan uint64, 10)
 		w := NewWorker(q, WorkerConfig{Poll: 10 * time.Millisecond,
-			Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil)),
+			Logger: logs.Logger(),
 			Handler: HandlerFunc(func(ctx context.Context, d Delivery) Verdict {
 				got <- d.ID
 				return Verdict{Kind: VerdictAck, Outcome: "succeeded"}
@@ -109,15 +104,7 @@ func TestDamagedCheckpointIsReported(t *testing.T) {
 			}
 		}
 		w.Stop()
-		mu.Lock()
-		defer mu.Unlock()
-		var found []map[string]any
-		for line := range bytes.Lines(logs.Bytes()) {
-			var e map[string]any
-			if json.Unmarshal(line, &e) == nil && e["event"] == "queue_damage" {
-				found = append(found, e)
-			}
-		}
+		found := logs.Events("queue_damage")
 		if len(found) != 1 || found[0]["file"] != ckptFile || found[0]["torn"] != true || found[0]["length"] != float64(4) {
 			t.Errorf("queue_damage events %v, want one for %s, torn, 4 bytes", found, ckptFile)
 		}
@@ -161,10 +148,8 @@ func TestManagerDiscardLogsRecoveryFindings(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour,
-		Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	var logs jsonLog
+	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour, Logger: logs.Logger()})
 	defer m.Stop()
 	for _, discard := range []func() error{
 		func() error { return m.Discard(testTenant, testFlow, 1) },
@@ -177,15 +162,7 @@ func TestManagerDiscardLogsRecoveryFindings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	var found []map[string]any
-	for line := range bytes.Lines(logs.Bytes()) {
-		var e map[string]any
-		if json.Unmarshal(line, &e) == nil && e["event"] == "queue_damage" {
-			found = append(found, e)
-		}
-	}
+	found := logs.Events("queue_damage")
 	if len(found) != 2 {
 		t.Fatalf("queue_damage events %v, want one for each discard", found)
 	}

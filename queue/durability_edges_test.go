@@ -2,8 +2,8 @@ package queue
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -201,30 +201,51 @@ func TestJanitorKeepsADamagedDeadLetter(t *testing.T) {
 	if _, damage, err := ReadDeadLetters(root, testTenant, testFlow, nil); err != nil || len(damage) != 1 || damage[0].Torn {
 		t.Fatalf("setup: damage %v, %v; want one damaged (not torn) frame", damage, err)
 	}
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour,
-		Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	var logs jsonLog
+	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour, Logger: logs.Logger()})
 	defer m.Stop()
 	m.sweepIdle()
 	_, statErr := os.Stat(dlq)
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if errors.Is(statErr, fs.ErrNotExist) && !strings.Contains(out, `"queue_damage"`) {
 		t.Errorf("the janitor deleted dlq.log holding a damaged dead letter without reporting it; log:\n%s", out)
 	}
 }
 
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
+// jsonLog is a JSON log the code under test writes while the test reads it.
+type jsonLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
+func (l *jsonLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return l.b.Write(p)
+}
+
+// Logger is a logger writing to l.
+func (l *jsonLog) Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
+
+// String is what was logged so far.
+func (l *jsonLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Events are the lines logged so far whose event is event.
+func (l *jsonLog) Events(event string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var found []map[string]any
+	for line := range bytes.Lines(l.b.Bytes()) {
+		var e map[string]any
+		if json.Unmarshal(line, &e) == nil && e["event"] == event {
+			found = append(found, e)
+		}
+	}
+	return found
 }
 
 // TestDeadLetterFileOfADeadProcessMadeDurable: a process that died in the
@@ -279,16 +300,12 @@ func TestJanitorLeavesMarksToTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour,
-		Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	var logs jsonLog
+	m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour, Logger: logs.Logger()})
 	defer m.Stop()
 	m.sweepIdle()
 	_, statErr := os.Stat(filepath.Join(root, testTenant, testFlow, dlqFile))
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if errors.Is(statErr, fs.ErrNotExist) && !strings.Contains(out, `"dlq_discarded"`) {
 		t.Errorf("the janitor deleted a discarded dead letter without its dlq_discarded line; log:\n%s", out)
 	}
