@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -284,15 +283,8 @@ func TestRestartSIGTERMLetsTheDeliveryFinish(t *testing.T) {
 func TestRestartDamagedFrameNotDelivered(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
-	release := make(chan struct{})
-	var held atomic.Bool
-	be.setAnswer(func(x hit) int {
-		if strings.Contains(x.body, "m-1") && held.CompareAndSwap(false, true) {
-			<-release // the first delivery only
-		}
-		return http.StatusOK
-	})
-	defer close(release)
+	release := be.holdFirst("m-1") // its first delivery
+	defer release()
 	h, repo := queueHost(t, map[string]string{
 		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
 	}, hostOptions{}, "forward-order")

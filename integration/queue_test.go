@@ -112,6 +112,22 @@ func (l *loopback) setAnswer(f func(h hit) int) {
 	l.mu.Unlock()
 }
 
+// holdFirst makes the backend hold the first request whose body holds
+// marker, unanswered, until release is called (once); every other request
+// is answered 200.
+func (l *loopback) holdFirst(marker string) (release func()) {
+	done := make(chan struct{})
+	var held atomic.Bool
+	l.setAnswer(func(x hit) int {
+		if strings.Contains(x.body, marker) && held.CompareAndSwap(false, true) {
+			<-done
+		}
+		return http.StatusOK
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
 // on returns the requests so far whose path starts with prefix.
 func (l *loopback) on(prefix string) []hit {
 	l.mu.Lock()

@@ -2,11 +2,9 @@ package integration
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,15 +73,8 @@ func TestQueueSweepPassesOverAHeldAppendLock(t *testing.T) {
 func TestRestartDamagedCheckpointReported(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
-	release := make(chan struct{})
-	var held atomic.Bool
-	be.setAnswer(func(x hit) int {
-		if strings.Contains(x.body, "m-3") && held.CompareAndSwap(false, true) {
-			<-release // the first delivery of m-3 only
-		}
-		return http.StatusOK
-	})
-	defer close(release)
+	release := be.holdFirst("m-3") // its first delivery
+	defer release()
 	h, repo := queueHost(t, map[string]string{
 		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
 	}, hostOptions{}, "forward-order")
