@@ -341,8 +341,9 @@ func fnAdd(a ...any) (any, error) {
 const maxStringBytes = 16 << 20
 
 // arith is an arithmetic operator: on two integers (a whole float64 below
-// 2^53, 3.0, counts as one), exact (fi) while the result fits 64 bits; otherwise in float64 (f). A result too large for a
-// number (an infinity) is an evaluation error: JSON has no such number.
+// 2^53, 3.0, counts as one), exact (fi) while the result fits 64 bits;
+// otherwise in float64 (f). A result too large for a number (an infinity)
+// is an evaluation error: JSON has no such number.
 func arith(op string, f func(a, b float64) float64, fi func(a, b int) (int, bool)) func(a ...any) (any, error) {
 	return func(a ...any) (any, error) {
 		if fi != nil {
