@@ -95,6 +95,7 @@ type fixture struct {
 	clock   *clocktest.Fake
 	metrics *host.Metrics
 	syncer  *fakeSyncer
+	server  *host.Server
 	handler http.Handler
 }
 
@@ -129,7 +130,8 @@ func newUnloadedFixture(t testing.TB, edit func(*host.Config)) *fixture {
 	if edit != nil {
 		edit(&cfg)
 	}
-	fx.handler = host.New(cfg).Handler()
+	fx.server = host.New(cfg)
+	fx.handler = fx.server.Handler()
 	return fx
 }
 

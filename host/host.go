@@ -117,7 +117,13 @@ type Server struct {
 	interruptRuns context.CancelFunc
 	// running counts the /run executions in progress, against MaxRuns
 	running atomic.Int64
+	// draining is set by Drain: the shutdown has begun
+	draining atomic.Bool
 }
+
+// Drain tells the server that the shutdown has begun: /readyz answers 503
+// (the drain server, DrainHandler, answers the new connections).
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // InterruptRuns stops the /run executions still running, when the
 // shutdown's grace has ended: each ends at once, answers its caller 503

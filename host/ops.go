@@ -25,9 +25,14 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 }
 
 // readyz answers 200 once a live set is loaded (on a host that follows a
-// repo, one holding a publication: starting).
+// repo, one holding a publication: starting), and 503 again once the
+// shutdown has begun (Drain).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
+	if s.draining.Load() {
+		writeError(w, http.StatusServiceUnavailable, shuttingDown)
+		return
+	}
 	if why := s.starting(s.cfg.Live.Live()); why != "" {
 		writeError(w, http.StatusServiceUnavailable, why)
 		return

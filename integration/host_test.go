@@ -675,6 +675,7 @@ method: POST
 	type outcome struct {
 		status int
 		body   string
+		retry  string // Retry-After
 		err    error
 		at     time.Time
 	}
@@ -704,14 +705,17 @@ method: POST
 				if err == nil {
 					b, rerr := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					o.status, o.body, o.err = resp.StatusCode, string(b), rerr
+					o.status, o.body, o.retry, o.err = resp.StatusCode, string(b), resp.Header.Get("Retry-After"), rerr
 				}
 				o.at = time.Now()
 				mu.Lock()
 				outcomes = append(outcomes, o)
 				mu.Unlock()
 				if errors.Is(o.err, syscall.ECONNREFUSED) {
-					return // the listener is closed: the shutdown is under way
+					return // the listener is closed: the shutdown has ended
+				}
+				if o.status == http.StatusServiceUnavailable {
+					time.Sleep(10 * time.Millisecond) // the drain: not a busy loop
 				}
 			}
 		}()
@@ -734,7 +738,7 @@ method: POST
 	if code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
-	ok, afterSignal := 0, 0
+	ok, afterSignal, refused := 0, 0, 0
 	var bad []string
 	errKinds := map[string]int{}
 	for _, o := range outcomes {
@@ -746,12 +750,16 @@ method: POST
 			if o.at.After(sigterm) {
 				afterSignal++
 			}
+		case o.status == 503 && o.body == `{"ok":false,"error":"the host is shutting down"}` && o.retry == "1" && o.at.After(sigterm):
+			// a new request during the drain: the listener is open (its
+			// /healthz answers), the doors refuse
+			refused++
 		default:
 			bad = append(bad, fmt.Sprintf("%d %s", o.status, o.body))
 		}
 	}
 	if len(bad) > 0 {
-		t.Errorf("%d answers were not 200 {\"ok\":true}: %q", len(bad), bad)
+		t.Errorf("%d answers were neither 200 {\"ok\":true} nor, after SIGTERM, 503 shutting down: %q", len(bad), bad)
 	}
 	// every request that reached the flow got its answer: none was cut off
 	if n := len(be.received()) - baseline; n != ok {
@@ -765,7 +773,125 @@ method: POST
 			t.Errorf("%d requests failed with %s", n, kind)
 		}
 	}
-	t.Logf("exit %d after %v; %d answered 200 (%d after SIGTERM); errors %v", code, exited, ok, afterSignal, errKinds)
+	t.Logf("exit %d after %v; %d answered 200 (%d after SIGTERM), %d 503 shutting down; errors %v", code, exited, ok, afterSignal, refused, errKinds)
+}
+
+// TestHealthzAnswersDuringTheDrain: from SIGTERM until the requests in
+// flight are answered, the host still takes connections: /healthz answers
+// 200 (the process runs, and a liveness probe that failed mid-drain could
+// have it killed), /readyz 503 (so that the load balancers take it out),
+// and every other request 503 with Retry-After, its correlation ID and
+// Connection: close. The request in flight is answered as before, and the
+// listener closes when the process exits. The listener was closed at the
+// signal: every probe was refused for the whole drain.
+func TestHealthzAnswersDuringTheDrain(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.delay.Store(int64(4 * time.Second)) // the drain lasts as long as the /run below
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
+	}, hostOptions{}, "forward-order")
+	type answer struct {
+		status int
+		body   string
+		retry  string // Retry-After
+		id     string // X-Correlation-Id
+		close  bool   // Connection: close
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 15 * time.Second}
+	ask := func(method, path, key, id string) (answer, error) {
+		req, err := http.NewRequest(method, h.url+path, strings.NewReader(`{"orderId":"A-1"}`))
+		if err != nil {
+			return answer{}, err
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Correlation-ID", id)
+		resp, err := client.Do(req)
+		if err != nil {
+			return answer{}, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, string(b), resp.Header.Get("Retry-After"), resp.Header.Get("X-Correlation-Id"), resp.Close}, err
+	}
+	type result struct {
+		answer
+		err error
+	}
+	inFlight := make(chan result, 1)
+	go func() {
+		a, err := ask(http.MethodPost, "/flows/acme/forward-order/run", acmeKey, "trace-in-flight")
+		inFlight <- result{a, err}
+	}()
+	be.waitOn(t, "/ingest", 1, 5*time.Second)
+
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// the signal is taken in moments: /readyz turns 503
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		a, err := ask(http.MethodGet, "/readyz", "", "probe")
+		if err != nil {
+			t.Fatalf("GET /readyz after SIGTERM, with a request in flight: %v", err)
+		}
+		if a.status == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz 2 s after SIGTERM, with a request in flight: %d %s, want 503", a.status, a.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const stopping = `{"ok":false,"error":"the host is shutting down"}`
+	for _, tc := range []struct {
+		method, path, key string
+		want              answer
+	}{
+		{http.MethodGet, "/healthz", "", answer{status: 200, body: `{"ok":true}`}},
+		{http.MethodGet, "/readyz", "", answer{status: 503, body: stopping}},
+		{http.MethodPost, "/flows/acme/forward-order/run", acmeKey, answer{status: 503, body: stopping, retry: "1", close: true}},
+		{http.MethodPost, "/flows/acme/forward-order/enqueue", acmeKey, answer{status: 503, body: stopping, retry: "1", close: true}},
+		{http.MethodGet, "/status", h.adminKey, answer{status: 503, body: stopping, retry: "1", close: true}},
+		{http.MethodGet, "/api/queues/acme/forward-order/dlq", h.adminKey, answer{status: 503, body: stopping, retry: "1", close: true}},
+		{http.MethodGet, "/ui/", "", answer{status: 503, body: stopping, retry: "1", close: true}},
+		{http.MethodGet, "/metrics", "", answer{status: 503, body: stopping, retry: "1", close: true}},
+	} {
+		id := "trace-" + strings.ReplaceAll(strings.Trim(tc.path, "/"), "/", "-")
+		got, err := ask(tc.method, tc.path, tc.key, id)
+		if err != nil {
+			t.Errorf("%s %s during the drain: %v", tc.method, tc.path, err)
+			continue
+		}
+		tc.want.id = id
+		if tc.want.status == 200 || tc.path == "/readyz" {
+			got.close, got.retry = false, "" // not asked of these
+		}
+		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(answer{})); diff != "" {
+			t.Errorf("%s %s during the drain (-want +got):\n%s", tc.method, tc.path, diff)
+		}
+	}
+
+	if r := <-inFlight; r.err != nil || r.status != http.StatusOK || r.body != `{"ok":true}` || r.id != "trace-in-flight" {
+		t.Errorf("the /run in flight at SIGTERM: %+v, want 200 {\"ok\":true} with its correlation ID", r)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("nexus serve did not exit once the request in flight was answered")
+	}
+	if code := h.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	if _, err := ask(http.MethodGet, "/healthz", "", "after"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("GET /healthz after the exit: %v, want the connection refused", err)
+	}
+	if evs := h.events("run_completed"); len(evs) != 1 || evs[0]["correlation_id"] != "trace-in-flight" || evs[0]["status"] != float64(200) {
+		t.Errorf("run_completed lines %v, want the one of the request in flight, 200", evs)
+	}
 }
 
 // errorKind classifies a client error of the shutdown test.

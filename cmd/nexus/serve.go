@@ -783,21 +783,32 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	})
 	hostCfg.NextTick = cron.NextTick
 	doors = host.New(hostCfg)
-	handler := doors.Handler()
+	handler, drainHandler := doors.Handler(), doors.DrainHandler()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); cfg.Dev && ok && tcp.IP.IsLoopback() {
-		handler = host.LoopbackNamesOnly(handler)
+		handler, drainHandler = host.LoopbackNamesOnly(handler), host.LoopbackNamesOnly(drainHandler)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		// OPTIONS * reaches the router too (405 with a correlation ID,
-		// like every answer), not net/http's silent 200
-		DisableGeneralOptionsHandler: true,
+	newServer := func(handler http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			// OPTIONS * reaches the router too (405 with a correlation ID,
+			// like every answer), not net/http's silent 200
+			DisableGeneralOptionsHandler: true,
+		}
 	}
+	srv := newServer(handler)
+	// during the shutdown's drain the listener stays open: a drain server
+	// answers /healthz 200, /readyz 503 and every other request 503
+	// (Retry-After: 1), so that a liveness probe is not refused while the
+	// requests in flight finish
+	drainSrv := newServer(drainHandler)
+	drainSrv.SetKeepAlivesEnabled(false)
+	sln := host.NewShutdownListener(ln, drainSrv)
+	defer sln.Stop()
 
 	journal.Start()
 	watcher.Start()
@@ -810,7 +821,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	served := make(chan error, 1)
 	// net/http's own refusals (431, 400, 501) in the platform's JSON, with
 	// a correlation ID, as every other answer
-	go func() { served <- srv.Serve(host.PlatformAnswers(ln)) }()
+	go func() { served <- srv.Serve(host.PlatformAnswers(sln.Main())) }()
 	logger.Info("nexus is serving", "event", "started", "version", buildVersion(), "listen", ln.Addr().String(), "db", cfg.DB, "repo", gitsync.Redact(cfg.Repo), "flows", len(reg.Live().Flows()))
 	bannerCtx, stopBanner := context.WithCancel(ctx)
 	bannerDone := make(chan struct{})
@@ -835,6 +846,10 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		logger.Error("the listener failed", "event", "fatal", "error", err.Error())
 	}
 	logger.Info("shutting down: finishing the requests and deliveries in flight (a second SIGINT or SIGTERM stops at once)", "event", "stopping")
+	// new connections go to the drain server from now on, and /readyz
+	// answers 503 on both servers
+	sln.Drain()
+	doors.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	// while the requests in flight are answered, no tick is made and no
@@ -861,6 +876,8 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		}
 		cancelLast()
 	}
+	// the requests in flight are answered: the listener closes
+	sln.Stop()
 	<-workersStopped
 	queues.Stop() // the workers have written their checkpoints: the queues close
 	if syncer != nil {
