@@ -1,9 +1,11 @@
 package host
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // ShutdownListener owns the host's listener through a graceful shutdown.
@@ -52,6 +54,10 @@ func NewShutdownListener(ln net.Listener, drain *http.Server) *ShutdownListener 
 	return l
 }
 
+// drainAnswerWait bounds how long Stop lets the drain server's
+// connections take their answers.
+const drainAnswerWait = time.Second
+
 // Main is the main server's listener. Its Close (made by srv.Shutdown)
 // only stops handing connections to it: its Accept then returns
 // net.ErrClosed, and the connections that follow go to the drain server.
@@ -76,7 +82,14 @@ func (l *ShutdownListener) Stop() {
 		close(l.stop)
 		l.ln.Close()
 		l.main.Close()
-		l.drainSrv.Close() // closes l.drain too
+		// the drain server's answers are written at once: its
+		// connections are given a moment to take theirs (closed, a
+		// caller whose request it read would see a reset), then closed
+		ctx, cancel := context.WithTimeout(context.Background(), drainAnswerWait)
+		defer cancel()
+		if l.drainSrv.Shutdown(ctx) != nil { // closes l.drain too
+			l.drainSrv.Close()
+		}
 		l.drain.Close()
 		l.done.Wait()
 	})

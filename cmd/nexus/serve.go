@@ -876,9 +876,10 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		}
 		cancelLast()
 	}
-	// the requests in flight are answered: the listener closes
-	sln.Stop()
 	<-workersStopped
+	// the requests and the deliveries in flight are done: the listener
+	// closes (until now /healthz was answered)
+	sln.Stop()
 	queues.Stop() // the workers have written their checkpoints: the queues close
 	if syncer != nil {
 		syncer.Stop()
