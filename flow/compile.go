@@ -82,7 +82,7 @@ func (c *compiler) compile(src string) *Flow {
 	for _, sec := range raw.sections {
 		s := c.step(f, sec, declared)
 		if first, dup := names[sec.name]; dup && sec.name != "" {
-			c.errorf(sec.line, "duplicate step name %s (first used at line %d): step names are unique across ## Step: and ## Fault: sections", quoteCut(sec.name, 64), first)
+			c.errorf(sec.line, "duplicate step name %s (first used at line %d): step names are unique across ## Step: and ## Fault: sections", quoted(sec.name), first)
 		} else {
 			names[sec.name] = sec.line
 		}
@@ -140,7 +140,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			continue
 		}
 		if first, dup := seen[key]; dup {
-			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", cutText(key, 64), first)
+			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", clipped(key), first)
 			continue
 		}
 		seen[key] = at(k)
@@ -149,7 +149,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		switch key {
 		case "flowmarkdown_version":
 			if v.Kind != yaml.ScalarNode || v.Value != Version {
-				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", quoteCut(v.Value, 64))
+				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", quoted(v.Value))
 			}
 		case "flow":
 			flowNode = v
@@ -205,7 +205,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				case err != nil:
 					c.errorf(line, "dedup_key: %s", err)
 				case len(t.parts) == 0 || t.parts[0].expr == nil && len(t.parts) == 1:
-					c.errorf(line, "dedup_key %s has no {{ }} hole, so every message would share one key: write e.g. \"{{ $.orderId }}\"", quoteCut(s, 64))
+					c.errorf(line, "dedup_key %s has no {{ }} hole, so every message would share one key: write e.g. \"{{ $.orderId }}\"", quoted(s))
 				default:
 					dedup.Key = t
 				}
@@ -218,7 +218,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				case "absorb":
 					dedup.Absorb = true
 				default:
-					c.errorf(line, "dedup_on_failure must be rerun or absorb, not %s", quoteCut(s, 64))
+					c.errorf(line, "dedup_on_failure must be rerun or absorb, not %s", quoted(s))
 				}
 			}
 		case "dedup_ttl_ms":
@@ -229,7 +229,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		default:
 			// quoted: a key with a blank, a tab or a line break reads
 			// as what it is
-			c.errorf(line, "unknown front matter key %s%s", quoteCut(key, 64), naming.Suggest(key, frontMatterKeys))
+			c.errorf(line, "unknown front matter key %s%s", quoted(key), naming.Suggest(key, frontMatterKeys))
 		}
 	}
 
@@ -311,20 +311,20 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	}
 	s := &Schedule{spec: spec, location: time.UTC, input: NewObject(nil, nil)}
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
-		c.errorf(line, "schedule %s carries a time zone: set it with schedule_timezone instead", quoteCut(spec, 64))
+		c.errorf(line, "schedule %s carries a time zone: set it with schedule_timezone instead", quoted(spec))
 		ok = false
 	} else if every, isEvery := strings.CutPrefix(spec, "@every "); isEvery && everyBelowSecond(every) {
-		c.errorf(line, "schedule %s ticks more often than once a second: the shortest period is @every 1s", quoteCut(spec, 64))
+		c.errorf(line, "schedule %s ticks more often than once a second: the shortest period is @every 1s", quoted(spec))
 		ok = false
 	} else if isEvery && !everyWholeSeconds(every) {
 		// the cron library rounds the period down to a whole second
-		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoteCut(spec, 64))
+		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoted(spec))
 		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
-		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoteCut(spec, 64), cutText(err.Error(), 64))
+		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), clipped(err.Error()))
 		ok = false
 	} else if sched.Next(scheduleProbe).IsZero() {
-		c.errorf(line, "schedule %s never fires (no such date)", quoteCut(spec, 64))
+		c.errorf(line, "schedule %s never fires (no such date)", quoted(spec))
 		ok = false
 	} else {
 		s.sched = sched
@@ -333,7 +333,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {
 			loc, err := loadZone(name)
 			if err != nil {
-				c.errorf(at(tzNode), "schedule_timezone %s is not an IANA time zone (e.g. Europe/Berlin)", quoteCut(name, 64))
+				c.errorf(at(tzNode), "schedule_timezone %s is not an IANA time zone (e.g. Europe/Berlin)", quoted(name))
 				ok = false
 			} else {
 				s.location = loc
@@ -402,7 +402,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 	case sec.name == "":
 		c.errorf(sec.line, "%s has no name: write `%s NAME`", kind, kind)
 	case len([]rune(sec.name)) > 64:
-		c.errorf(sec.line, "step name %s is longer than 64 characters", quoteCut(sec.name, 64))
+		c.errorf(sec.line, "step name %s is longer than 64 characters", quoted(sec.name))
 	}
 
 	keys := map[string]rawKey{}
@@ -411,7 +411,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			continue // response headers are operations in order: set, remove, set again
 		}
 		if first, dup := keys[k.key]; dup {
-			c.errorf(k.line, "step %s sets %s twice (first at line %d)", quoteCut(s.name, 64), cutText(k.key, 64), first.line)
+			c.errorf(k.line, "step %s sets %s twice (first at line %d)", quoted(s.name), clipped(k.key), first.line)
 			continue
 		}
 		keys[k.key] = k
@@ -429,16 +429,16 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 		case len(list) == 0:
 		case len(list) > 1:
 			effectsUnreadable = true
-			c.errorf(k.line, "step %s lists %d effects: a step has at most one effect", quoteCut(s.name, 64), len(list))
+			c.errorf(k.line, "step %s lists %d effects: a step has at most one effect", quoted(s.name), len(list))
 		default:
 			e := Effect(list[0])
 			switch {
 			case e != EffectHTTPEgress && e != EffectQueuePublish:
 				effectsUnreadable = true
-				c.errorf(k.line, "unknown effect %s in step %s: effects are http_egress and queue_publish", quoteCut(list[0], 64), quoteCut(s.name, 64))
+				c.errorf(k.line, "unknown effect %s in step %s: effects are http_egress and queue_publish", quoted(list[0]), quoted(s.name))
 			case declared != nil && !declared[e]:
 				intended = e
-				c.errorf(k.line, "step %s uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", quoteCut(s.name, 64), e)
+				c.errorf(k.line, "step %s uses the effect %s, which the front matter does not declare: add it to effects: at the top of the file", quoted(s.name), e)
 			default:
 				intended, s.effect = e, e
 			}
@@ -447,12 +447,12 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 	if intended == EffectHTTPEgress {
 		s.http = &HTTPRequest{Method: DefaultMethod, ReadTimeout: DefaultReadTimeout, ConnectTimeout: DefaultConnectTimeout}
 		if _, ok := keys["endpoint"]; !ok {
-			c.errorf(sec.line, "step %s has effects: [http_egress] but no endpoint:", quoteCut(s.name, 64))
+			c.errorf(sec.line, "step %s has effects: [http_egress] but no endpoint:", quoted(s.name))
 		}
 	}
 	if intended == EffectQueuePublish {
 		if _, ok := keys["queue"]; !ok {
-			c.errorf(sec.line, "step %s has effects: [queue_publish] but no queue: naming the target flow", quoteCut(s.name, 64))
+			c.errorf(sec.line, "step %s has effects: [queue_publish] but no queue: naming the target flow", quoted(s.name))
 		}
 	}
 
@@ -468,7 +468,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if intended != EffectHTTPEgress {
-				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %s", key, quoteCut(s.name, 64))
+				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %s", key, quoted(s.name))
 				continue
 			}
 			c.httpKey(s, k)
@@ -477,7 +477,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if intended != EffectQueuePublish {
-				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %s", quoteCut(s.name, 64))
+				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %s", quoted(s.name))
 				continue
 			}
 			q := scalar(k.value)
@@ -490,7 +490,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			name := scalar(k.value)
 			switch {
 			case !ctxName.MatchString(name):
-				c.errorf(k.line, "save_body %s is not a name: use letters, digits and _ (it becomes ctx.%s)", quoteCut(name, 64), cutText(name, 64))
+				c.errorf(k.line, "save_body %s is not a name: use letters, digits and _ (it becomes ctx.%s)", quoted(name), clipped(name))
 			case reservedCtx[name]:
 				c.errorf(k.line, "save_body %q would replace the platform's ctx.%s: choose another name", name, name)
 			default:
@@ -513,7 +513,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			if statusKey != "" {
-				c.errorf(k.line, "step %s sets both %s and %s: they are one key with two spellings", quoteCut(s.name, 64), statusKey, key)
+				c.errorf(k.line, "step %s sets both %s and %s: they are one key with two spellings", quoted(s.name), statusKey, key)
 				continue
 			}
 			statusKey = key
@@ -534,7 +534,7 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				}
 				if hasEmptySegment(headerFromKey(name)) {
 					// x__y removed "X--Y", a header no answer has
-					c.errorf(k.line, "%s: the header name %s has an empty segment: each underscore or hyphen of an entry stands between two of the name's words", key, quoteCut(headerFromKey(name), 64))
+					c.errorf(k.line, "%s: the header name %s has an empty segment: each underscore or hyphen of an entry stands between two of the name's words", key, quoted(headerFromKey(name)))
 					continue
 				}
 				s.headers = append(s.headers, HeaderOp{Name: headerFromKey(name), Remove: true})
@@ -542,29 +542,29 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 		case strings.HasPrefix(key, "response_header_") || strings.HasPrefix(key, "fault_header_"):
 			prefix, suffix, _ := strings.Cut(key, "_header_")
 			if prefix == "fault" && !s.fault {
-				c.errorf(k.line, "%s is only allowed in a ## Fault: section: use response_header_%s", cutText(key, 64), cutText(suffix, 64))
+				c.errorf(k.line, "%s is only allowed in a ## Fault: section: use response_header_%s", clipped(key), clipped(suffix))
 				continue
 			}
 			name := headerFromKey(suffix)
 			if suffix != "" && hasEmptySegment(name) {
 				// response_header__x made "-X": no header's name
-				c.errorf(k.line, "%s: the header name %s has an empty segment: a key's underscores stand one each between the name's words", cutText(key, 64), quoteCut(name, 64))
+				c.errorf(k.line, "%s: the header name %s has an empty segment: a key's underscores stand one each between the name's words", clipped(key), quoted(name))
 				continue
 			}
 			if err := CheckHeaderName(name); err != nil {
-				c.errorf(k.line, "%s: %s", cutText(key, 64), err)
+				c.errorf(k.line, "%s: %s", clipped(key), err)
 				continue
 			}
 			value := scalar(k.value)
 			if strings.ContainsFunc(value, isControl) {
 				// net/http would write a NUL as it is, and a line break
 				// as a space
-				c.errorf(k.line, "%s holds a control character (a line break?): header values are one line", cutText(key, 64))
+				c.errorf(k.line, "%s holds a control character (a line break?): header values are one line", clipped(key))
 				continue
 			}
 			s.headers = append(s.headers, HeaderOp{Name: name, Value: value})
 		default:
-			c.errorf(k.line, "unknown step key %s in step %s%s", cutText(key, 64), quoteCut(s.name, 64), naming.Suggest(key, stepKeys))
+			c.errorf(k.line, "unknown step key %s in step %s%s", clipped(key), quoted(s.name), naming.Suggest(key, stepKeys))
 		}
 	}
 
@@ -612,14 +612,14 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			return
 		}
 		if msg := checkEndpoint(t); msg != "" {
-			c.errorf(k.line, "endpoint %s %s", quoteCut(shownEndpoint(t.src), 64), msg)
+			c.errorf(k.line, "endpoint %s %s", quoted(shownEndpoint(t.src)), msg)
 			return
 		}
 		h.Endpoint = t
 	case "method":
 		m := strings.ToUpper(scalar(k.value))
 		if !slices.Contains(methods, m) {
-			c.errorf(k.line, "method %s is not one of %s", quoteCut(scalar(k.value), 64), strings.Join(methods, ", "))
+			c.errorf(k.line, "method %s is not one of %s", quoted(scalar(k.value)), strings.Join(methods, ", "))
 			return
 		}
 		h.Method = m
@@ -641,22 +641,22 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			// (X_Api_Key is not X-Api-Key), so the name checked is the name sent
 			canon := textproto.CanonicalMIMEHeaderKey(name)
 			if seen[canon] {
-				c.errorf(k.line, "headers sets %s twice", cutText(canon, 64))
+				c.errorf(k.line, "headers sets %s twice", clipped(canon))
 				continue
 			}
 			seen[canon] = true
 			if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
-				c.errorf(k.line, "headers: the value of %s must be a string", cutText(name, 64))
+				c.errorf(k.line, "headers: the value of %s must be a string", clipped(name))
 				continue
 			}
 			t, err := CompileTemplate(val.Value)
 			if err != nil {
-				c.errorf(k.line, "headers: %s: %s", cutText(name, 64), err)
+				c.errorf(k.line, "headers: %s: %s", clipped(name), err)
 				continue
 			}
 			if t.literalHas(isControl) {
 				// net/http would refuse it on every call
-				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", cutText(name, 64))
+				c.errorf(k.line, "headers: the value of %s holds a control character (a line break?): header values are one line", clipped(name))
 				continue
 			}
 			h.Headers = append(h.Headers, HeaderTemplate{Name: canon, Value: t})
@@ -677,13 +677,13 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			c.errorf(k.line, "%s", notPlain(k.key, n, k.value))
 			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
-			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoteCut(k.value, 64))
+			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoted(k.value))
 			return
 		case n < 1:
-			c.errorf(k.line, "%s must be at least 1, not %s", k.key, cutText(k.value, 64))
+			c.errorf(k.line, "%s must be at least 1, not %s", k.key, clipped(k.value))
 			return
 		case err != nil || n > maxMillis:
-			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, cutText(k.value, 64), int64(maxMillis))
+			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, clipped(k.value), int64(maxMillis))
 			return
 		}
 		if k.key == "read_timeout_ms" {
@@ -708,10 +708,10 @@ func (c *compiler) status(s *Step, k rawKey) {
 	n, ok := ParseStatus(v)
 	switch {
 	case !plainDecimal(v):
-		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %s", k.key, quoteCut(v, 64))
+		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %s", k.key, quoted(v))
 		return
 	case !ok:
-		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, cutText(v, 64))
+		c.errorf(k.line, "%s %s is not a status code: use 100 to 599", k.key, clipped(v))
 		return
 	}
 	s.status = &Status{Code: n}
@@ -722,13 +722,13 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 	switch b.info {
 	case "ntd":
 		if strings.TrimSpace(b.body) == "" {
-			c.errorf(b.line, "step %s: the ntd block is empty: write the JSON document to produce", quoteCut(s.name, 64))
+			c.errorf(b.line, "step %s: the ntd block is empty: write the JSON document to produce", quoted(s.name))
 			return
 		}
 		t, err := CompileNTD(b.body)
 		if err != nil {
 			for _, te := range templateErrors(err) {
-				c.errorf(first+te.Line, "step %s: %s", quoteCut(s.name, 64), te.Msg)
+				c.errorf(first+te.Line, "step %s: %s", quoted(s.name), te.Msg)
 			}
 			return
 		}
@@ -745,16 +745,16 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			}
 		}
 		if len(parts) == 0 {
-			c.errorf(b.line, "step %s: the condition block is empty: write one expression", quoteCut(s.name, 64))
+			c.errorf(b.line, "step %s: the condition block is empty: write one expression", quoted(s.name))
 			return
 		}
 		e, err := CompileExpr(strings.Join(parts, " "))
 		if err != nil {
-			c.errorf(at, "step %s: condition does not parse: %s", quoteCut(s.name, 64), err)
+			c.errorf(at, "step %s: condition does not parse: %s", quoted(s.name), err)
 			return
 		}
 		if err := e.neverBoolean("condition"); err != nil {
-			c.errorf(at, "step %s: %s", quoteCut(s.name, 64), err)
+			c.errorf(at, "step %s: %s", quoted(s.name), err)
 			return
 		}
 		s.block, s.condition = BlockCondition, e
@@ -766,14 +766,14 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			}
 			r, err := parseRule(t)
 			if err != nil {
-				c.errorf(first+i, "step %s: %s", quoteCut(s.name, 64), err)
+				c.errorf(first+i, "step %s: %s", quoted(s.name), err)
 				continue
 			}
 			r.Line = first + i
 			s.rules = append(s.rules, r)
 		}
 		if len(s.rules) == 0 && !c.hasErrorAfter(b.line) {
-			c.errorf(b.line, "step %s: the validate block has no rules: write EXPRESSION | \"MESSAGE\" | KIND lines", quoteCut(s.name, 64))
+			c.errorf(b.line, "step %s: the validate block has no rules: write EXPRESSION | \"MESSAGE\" | KIND lines", quoted(s.name))
 			return
 		}
 		s.block = BlockValidate
@@ -811,12 +811,12 @@ func parseRule(line string) (Rule, error) {
 		case "syntactic":
 			r.Kind = Syntactic
 		default:
-			return Rule{}, fmt.Errorf("validate rule kind %s is not syntactic or semantic", quoteCut(kind, 64))
+			return Rule{}, fmt.Errorf("validate rule kind %s is not syntactic or semantic", quoted(kind))
 		}
 	}
 	msg, err := ParseJSON([]byte(msgSrc), 1)
 	if s, ok := msg.(string); err != nil || !ok {
-		return Rule{}, fmt.Errorf("the message of a validate rule is a double-quoted string, not %s", cutText(msgSrc, 64))
+		return Rule{}, fmt.Errorf("the message of a validate rule is a double-quoted string, not %s", clipped(msgSrc))
 	} else if s == "" {
 		return Rule{}, fmt.Errorf("the message of a validate rule is empty: say what is wrong")
 	} else {
@@ -884,7 +884,7 @@ func checkEndpoint(t *Template) string {
 		return "contains a space: percent-encode it"
 	}
 	if seg, ok := dotSegment(u); ok {
-		return "has the path segment " + quoteCut(seg, 64) + ", which names another resource: write the path it means"
+		return "has the path segment " + quoted(seg) + ", which names another resource: write the path it means"
 	}
 	pu, err := url.Parse(u)
 	if err != nil {
@@ -986,13 +986,13 @@ func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
 	var n yaml.Node
 	err := yaml.Unmarshal([]byte(k.value), &n)
 	if err != nil || len(n.Content) == 0 || n.Content[0].Kind != yaml.SequenceNode {
-		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s]", k.key, quoteCut(s.name, 64), exampleFor(k.key))
+		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s]", k.key, quoted(s.name), exampleFor(k.key))
 		return nil, false
 	}
 	var out []string
 	for _, e := range n.Content[0].Content {
 		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
-			c.errorf(k.line, "%s of step %s must be a list of names", k.key, quoteCut(s.name, 64))
+			c.errorf(k.line, "%s of step %s must be a list of names", k.key, quoted(s.name))
 			return nil, false
 		}
 		out = append(out, e.Value)
@@ -1020,7 +1020,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 		case eff == EffectHTTPEgress || eff == EffectQueuePublish:
 			out = append(out, eff)
 		default:
-			c.errorf(line, "unknown effect %s: effects are http_egress and queue_publish", quoteCut(e.Value, 64))
+			c.errorf(line, "unknown effect %s: effects are http_egress and queue_publish", quoted(e.Value))
 		}
 	}
 	return out
@@ -1047,9 +1047,9 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 	var n int64
 	if (lineerr.PastInt(v) || lineerr.PastFloat(v)) && lineerr.LeadingZero(key, v) == "" {
 		if strings.HasPrefix(v.Value, "-") {
-			c.errorf(line, "%s must be at least %d, not %s", key, min, cutText(v.Value, 64))
+			c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
 		} else {
-			c.errorf(line, "%s %s is too large: at most %d", key, cutText(v.Value, 64), int64(maxMillis))
+			c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
 		}
 		return 0, false
 	}
@@ -1062,7 +1062,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		return 0, false
 	}
 	if err := v.Decode(&n); err != nil {
-		c.errorf(line, "%s %s is too large: at most %d", key, cutText(v.Value, 64), int64(maxMillis))
+		c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
 		return 0, false
 	}
 	if !plainDecimal(v.Value) && (n >= min || !strings.HasPrefix(v.Value, "-")) {
@@ -1091,9 +1091,9 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	var x float64
 	if lineerr.PastFloat(v) {
 		if strings.HasPrefix(v.Value, "-") {
-			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), cutText(v.Value, 64))
+			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
 		} else {
-			c.errorf(line, "%s %s is too large: at most %g", key, cutText(v.Value, 64), math.MaxFloat64)
+			c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
 		}
 		return 0, false
 	}
@@ -1119,11 +1119,11 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		// YAML's .inf and .nan are numbers to it
-		c.errorf(line, "%s must be a finite number, not %s", key, cutText(v.Value, 64))
+		c.errorf(line, "%s must be a finite number, not %s", key, clipped(v.Value))
 		return 0, false
 	}
 	if x < min {
-		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), cutText(v.Value, 64))
+		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
 		return 0, false
 	}
 	if !plainNumber(v.Value) {
@@ -1142,12 +1142,12 @@ func describeNode(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode {
 		switch n.Tag {
 		case "!!str":
-			return "the string " + quoteCut(n.Value, 64)
+			return "the string " + quoted(n.Value)
 		case "!!int", "!!float":
-			return "the number " + cutText(n.Value, 64)
+			return "the number " + clipped(n.Value)
 		case "!!null", "!!bool":
 		default:
-			return quoteCut(n.Value, 64)
+			return quoted(n.Value)
 		}
 	}
 	return lineerr.Describe(n)
@@ -1192,7 +1192,7 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if obj.find(n.Content[i].Value) >= 0 {
-				return nil, fmt.Errorf("duplicate key %s", quoteCut(n.Content[i].Value, 64))
+				return nil, fmt.Errorf("duplicate key %s", quoted(n.Content[i].Value))
 			}
 			if err := budget.spend(len(n.Content[i].Value) + 3); err != nil {
 				return nil, err
@@ -1333,14 +1333,14 @@ func notPlain(key string, n int64, written string) string {
 	if strings.HasSuffix(key, "_ms") {
 		unit = " of milliseconds"
 	}
-	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, quoteCut(written, 64))
+	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, quoted(written))
 }
 
 // notPlainNumber is notPlain's error for a number key that need not be
 // whole (queue_backoff_factor) whose value reads as x but is not written
 // plainly (+2, 0x3, 1_000, 2.).
 func notPlainNumber(key string, x float64, written string) string {
-	return fmt.Sprintf("%s must be written as a plain number (%s), not %s", key, strconv.FormatFloat(x, 'g', -1, 64), quoteCut(written, 64))
+	return fmt.Sprintf("%s must be written as a plain number (%s), not %s", key, strconv.FormatFloat(x, 'g', -1, 64), quoted(written))
 }
 
 // plainNumberText is a number written plainly, as JSON writes it without

@@ -523,7 +523,7 @@ func (e *Expr) matches(a ...any) (any, error) {
 		}
 		var err error
 		if re, err = regexp.Compile(pattern); err != nil {
-			return nil, evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
+			return nil, evalErrorf("invalid regular expression %s: %s", quoted(pattern), regexpReason(err))
 		}
 	}
 	return re.MatchString(s), nil
@@ -550,11 +550,11 @@ func checkDynamicPattern(pattern string, n int) error {
 	}
 	re, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
-		return evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
+		return evalErrorf("invalid regular expression %s: %s", quoted(pattern), regexpReason(err))
 	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {
-		return evalErrorf("invalid regular expression %s: %s", quoteCut(pattern, 64), regexpReason(err))
+		return evalErrorf("invalid regular expression %s: %s", quoted(pattern), regexpReason(err))
 	}
 	if insts := len(prog.Inst); insts > maxDynamicPatternInsts || insts*max(n, 1) > maxDynamicPatternWork {
 		return evalErrorf("matches: the pattern from the message is too costly to run on this value (%d instructions on %d bytes)", insts, n)
@@ -572,7 +572,7 @@ func (e *Expr) neverBoolean(what string) error {
 	case kindAny, kindBool, kindNull:
 		return nil
 	}
-	return fmt.Errorf("%s %s is %s, never true or false: write a comparison (==, <, in …)", what, quoteCut(e.src, 64), e.kind)
+	return fmt.Errorf("%s %s is %s, never true or false: write a comparison (==, <, in …)", what, quoted(e.src), e.kind)
 }
 
 // quoteCut quotes s, cut to n bytes at most (at a character's start).

@@ -47,11 +47,11 @@ type token struct {
 func (t token) describe() string {
 	switch t.kind {
 	case tokNumber:
-		return "number " + cutText(t.text, 64)
+		return "number " + clipped(t.text)
 	case tokString:
-		return "string " + quoteCut(t.text, 64)
+		return "string " + quoted(t.text)
 	case tokIdent:
-		return "name " + quoteCut(t.text, 64)
+		return "name " + quoted(t.text)
 	}
 	return strconv.Quote(t.text)
 }
@@ -103,7 +103,7 @@ func (p *exprParser) lex() error {
 			}
 			v, err := ParseJSON([]byte(s[i:j]), 1)
 			if err != nil {
-				return fmt.Errorf("invalid number %s at column %d", cutText(s[i:j], 64), col)
+				return fmt.Errorf("invalid number %s at column %d", clipped(s[i:j]), col)
 			}
 			p.toks = append(p.toks, token{kind: tokNumber, text: s[i:j], col: col, end: j, val: v})
 			i = j
@@ -490,7 +490,7 @@ func numberKey(k valueKind) bool {
 // and the member ends at the token just read.
 func (p *exprParser) noMembers(start, recvEnd int, kind valueKind) error {
 	from := p.toks[start].col - 1
-	whole := cutText(p.src[from:p.toks[p.pos-1].end], 64)
+	whole := clipped(p.src[from:p.toks[p.pos-1].end])
 	recv := cutText(p.src[from:p.toks[recvEnd].end], 48)
 	var why string
 	switch kind {
@@ -539,6 +539,18 @@ func (p *exprParser) exponentHint(start, recvEnd int) string {
 	}
 	return fmt.Sprintf("a point in a number is followed by a digit: %s%s or %s.0%s", num.text, exp, num.text, exp)
 }
+
+// shownBytes is how much of a value of the file an error quotes: a
+// longer value is cut, with an ellipsis.
+const shownBytes = 64
+
+// quoted is s quoted as an error shows a value of the file: cut to
+// shownBytes.
+func quoted(s string) string { return quoteCut(s, shownBytes) }
+
+// clipped is s as an error shows a value of the file, unquoted: cut to
+// shownBytes.
+func clipped(s string) string { return cutText(s, shownBytes) }
 
 // cutText is s, cut to n bytes at most (at a character's start) with an
 // ellipsis.
@@ -618,9 +630,9 @@ func (p *exprParser) parsePrimary() (node, error) {
 			}
 			if name, ok := p.hyphenated(); ok {
 				// ctx.HTTP_RESPONSE_HEADERS.Retry-After: a minus
-				return nil, fmt.Errorf("unknown name %s at column %d: the - before it is a minus; a name holding a - is read with quotes: [%s]", quoteCut(t.text, 64), t.col, quoteCut(name, 64))
+				return nil, fmt.Errorf("unknown name %s at column %d: the - before it is a minus; a name holding a - is read with quotes: [%s]", quoted(t.text), t.col, quoted(name))
 			}
-			return nil, fmt.Errorf("unknown name %s at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", quoteCut(t.text, 64), t.col)
+			return nil, fmt.Errorf("unknown name %s at column %d: paths start with $ or ctx, functions are len, lower, upper, matches, now and uuid", quoted(t.text), t.col)
 		}
 		var args []node
 		if !p.accept(tokPunct, ")") {
@@ -649,7 +661,7 @@ func (p *exprParser) parsePrimary() (node, error) {
 				pattern, _ := strconv.Unquote(lit.src)
 				re, err := regexp.Compile(pattern)
 				if err != nil {
-					return nil, fmt.Errorf("invalid regular expression %s in matches (column %d): %s", quoteCut(pattern, 64), t.col, regexpReason(err))
+					return nil, fmt.Errorf("invalid regular expression %s in matches (column %d): %s", quoted(pattern), t.col, regexpReason(err))
 				}
 				if p.regexps == nil {
 					p.regexps = map[string]*regexp.Regexp{}

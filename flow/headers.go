@@ -29,7 +29,7 @@ func CheckHeaderName(name string) error {
 	}
 	for _, r := range name {
 		if r >= utf8.RuneSelf || !isTokenChar(byte(r)) {
-			return fmt.Errorf("header name %s has the character %q, which a header name cannot hold", quoteCut(name, 64), r)
+			return fmt.Errorf("header name %s has the character %q, which a header name cannot hold", quoted(name), r)
 		}
 	}
 	// an underscore is checked as a hyphen: the step keys turn one into
@@ -37,10 +37,10 @@ func CheckHeaderName(name string) error {
 	// Keep_Alive and X_Nexus_Replay are refused as their hyphened names are
 	lower := strings.ReplaceAll(strings.ToLower(name), "_", "-")
 	if deniedHeaders[lower] {
-		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", cutText(displayName(name), 64))
+		return fmt.Errorf("header %s is managed by the HTTP layer: a flow cannot set or remove it", clipped(displayName(name)))
 	}
 	if strings.HasPrefix(lower, ReservedHeaderPrefix) {
-		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix): a flow cannot set or remove it", cutText(displayName(name), 64))
+		return fmt.Errorf("header %s is reserved for the platform (the x-nexus- prefix): a flow cannot set or remove it", clipped(displayName(name)))
 	}
 	return nil
 }

@@ -198,15 +198,15 @@ func (c *compiler) split(src string) *rawFile {
 				case "ntd", "validate", "condition":
 					cur.blocks++
 					if cur.blocks == 2 {
-						c.errorf(n, "step %s has a second fenced block: a step has at most one (ntd, validate or condition)", quoteCut(cur.name, 64))
+						c.errorf(n, "step %s has a second fenced block: a step has at most one (ntd, validate or condition)", quoted(cur.name))
 					} else if cur.block == nil {
 						indent := len(line) - len(strings.TrimLeft(line, " "))
 						cur.block = &rawBlock{info: info, line: n, body: blockBody(lines[i+1:j], indent)}
 					}
 				case "":
-					c.errorf(n, "fenced block without a kind in step %s: write ```ntd, ```validate or ```condition", quoteCut(cur.name, 64))
+					c.errorf(n, "fenced block without a kind in step %s: write ```ntd, ```validate or ```condition", quoted(cur.name))
 				default:
-					c.errorf(n, "unknown fenced block %s in step %s: a step's block is ntd, validate or condition (documentation goes under its own heading)", quoteCut(info, 64), quoteCut(cur.name, 64))
+					c.errorf(n, "unknown fenced block %s in step %s: a step's block is ntd, validate or condition (documentation goes under its own heading)", quoted(info), quoted(cur.name))
 				}
 			}
 			i = j
@@ -238,7 +238,7 @@ func (c *compiler) split(src string) *rawFile {
 			if cur.fault {
 				seenFault = true
 			} else if seenFault {
-				c.errorf(n, "## Step: %s comes after a ## Fault: section: steps come first, the fault sequence last", quoteCut(cur.name, 64))
+				c.errorf(n, "## Step: %s comes after a ## Fault: section: steps come first, the fault sequence last", quoted(cur.name))
 			}
 			f.sections = append(f.sections, cur)
 			keysOpen = true
@@ -272,11 +272,11 @@ func (c *compiler) split(src string) *rawFile {
 			// would be silently missing from the answer
 			c.errorf(n, "%s", badHeader)
 		case keysOpen && looseKey.MatchString(line):
-			c.errorf(n, "step key line %s: write `key: value` at the start of the line, with a space after the colon", quoteCut(strings.TrimSpace(line), 64))
+			c.errorf(n, "step key line %s: write `key: value` at the start of the line, with a space after the colon", quoted(strings.TrimSpace(line)))
 			keysOpen = false
 		case m != nil && isStepKey(m[1]):
 			keysOpen = false
-			c.errorf(n, "key %s is not directly under the heading of step %s: write the keys right after the heading, with no blank line, before the block", m[1], quoteCut(cur.name, 64))
+			c.errorf(n, "key %s is not directly under the heading of step %s: write the keys right after the heading, with no blank line, before the block", m[1], quoted(cur.name))
 		default:
 			keysOpen = false
 		}
@@ -333,9 +333,9 @@ func badHeaderKeyError(line string) string {
 		return ""
 	}
 	if err := CheckHeaderName(headerFromKey(suffix)); err != nil {
-		return fmt.Sprintf("step key %s: %s", cutText(key, 64), err)
+		return fmt.Sprintf("step key %s: %s", clipped(key), err)
 	}
-	return fmt.Sprintf("step key %s: a key's name holds only letters, digits, _ and -", cutText(key, 64))
+	return fmt.Sprintf("step key %s: a key's name holds only letters, digits, _ and -", clipped(key))
 }
 
 // looseKey is a line that looks like a step key but is not written as one

@@ -75,7 +75,7 @@ func compileHole(s, whole string, at int) (*Expr, int, error) {
 	}
 	e, err := CompileExpr(inner)
 	if err != nil {
-		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %s does not parse: %v", quoteCut(inner, 64), err)}
+		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %s does not parse: %v", quoted(inner), err)}
 	}
 	return e, end + 2, nil
 }
@@ -158,7 +158,7 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 	var segHole *Expr
 	endSegment := func() error {
 		if segHole != nil && b.Len() == segStart {
-			return fmt.Errorf("the hole {{ %s }} renders an empty path segment, so the URL would name another resource: refused", cutText(segHole.src, 64))
+			return fmt.Errorf("the hole {{ %s }} renders an empty path segment, so the URL would name another resource: refused", clipped(segHole.src))
 		}
 		return nil
 	}
@@ -216,7 +216,7 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 		// endpoint names: /customers/{{ $.id }}/orders with the id ".."
 		// is /orders to the backend, %2E%2E too once it normalizes
 		if seg, ok := dotSegment(u); ok {
-			return "", fmt.Errorf("the URL's path holds the segment %s, which would name another resource: refused", quoteCut(seg, 64))
+			return "", fmt.Errorf("the URL's path holds the segment %s, which would name another resource: refused", quoted(seg))
 		}
 	}
 	return u, nil
@@ -423,7 +423,7 @@ func (n ntdObject) render(env *Env) (any, error) {
 			return nil, err
 		}
 		if obj.find(k.(string)) >= 0 {
-			return nil, fmt.Errorf("the rendered JSON has the key %s twice", quoteCut(k.(string), 64))
+			return nil, fmt.Errorf("the rendered JSON has the key %s twice", quoted(k.(string)))
 		}
 		v, err := n.vals[i].render(env)
 		if err != nil {
@@ -684,7 +684,7 @@ func (p *ntdParser) object() (ntdNode, error) {
 			key := s.v.(string)
 			if seen[key] {
 				p.pos = keyAt
-				return nil, p.errorf("duplicate key %s", quoteCut(key, 64))
+				return nil, p.errorf("duplicate key %s", quoted(key))
 			}
 			seen[key] = true
 		} else {
