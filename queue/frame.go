@@ -228,6 +228,11 @@ type Damage struct {
 	Reason string
 }
 
+// logAttrs are the attributes of a queue_damage line that say what d is.
+func (d Damage) logAttrs() []any {
+	return []any{"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason}
+}
+
 func (d Damage) String() string {
 	what := "quarantined a damaged frame"
 	switch {

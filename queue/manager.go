@@ -210,8 +210,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 // queue_damage event each.
 func (m *Manager) logDamage(tenant, flow string, damage []Damage) {
 	for _, d := range damage {
-		m.cfg.Logger.Error("queue recovery found damage", "event", "queue_damage", "tenant", tenant, "flow", flow,
-			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+		m.cfg.Logger.Error("queue recovery found damage", append([]any{"event", "queue_damage", "tenant", tenant, "flow", flow}, d.logAttrs()...)...)
 	}
 }
 

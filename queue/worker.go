@@ -521,8 +521,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	cursor, ckptDamage, err := q.ownCheckpoint()
 	for _, d := range ckptDamage {
 		// read as 0: the messages of the log are delivered again
-		w.logger.Error("the checkpoint did not verify; it was read as 0", "event", "queue_damage", // tenant and flow: the logger's
-			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+		w.logger.Error("the checkpoint did not verify; it was read as 0", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
 	}
 	if err != nil {
 		return err
@@ -533,8 +532,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 	}
 	for _, d := range damage {
 		// a torn tail: a change a crash cut short, which nothing acted upon
-		w.logger.Warn("the retry schedule ended in a torn write, cut", "event", "queue_damage", // tenant and flow: the logger's
-			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+		w.logger.Warn("the retry schedule ended in a torn write, cut", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
 	}
 	retries := sched.list()
 	// Every message before the furthest one in the retry schedule was
@@ -897,8 +895,7 @@ func (l *deliveryLoop) housekeep(now time.Time) error {
 		l.housekeepFailures, l.housekeepAfter = 0, time.Time{}
 	}
 	for _, d := range damage {
-		w.logger.Error("a dead-letter file held damage, left out when it was rewritten", "event", "queue_damage", // tenant and flow: the logger's
-			"file", d.File, "offset", d.Offset, "length", d.Length, "msg_id", d.ID, "torn", d.Torn, "reason", d.Reason)
+		w.logger.Error("a dead-letter file held damage, left out when it was rewritten", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
 	}
 	for _, m := range applied {
 		w.logMarked(m)
