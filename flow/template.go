@@ -151,6 +151,9 @@ func (t *Template) literalHas(f func(rune) bool) bool {
 // A path with a segment "." or ".." (a hole that renders one, or makes one
 // with a dot beside it) is refused.
 func (t *Template) RenderURL(env *Env) (string, error) {
+	if s, ok := t.Literal(); ok && !strings.ContainsFunc(s[authorityEnd(s):], needsURLEscape) {
+		return s, nil // as written: most endpoints, on every call
+	}
 	var b strings.Builder
 	// the path's current segment: where it starts in b, and its first
 	// hole; a segment that holes alone make must not render empty
@@ -243,14 +246,23 @@ func authorityEnd(s string) int {
 // sub-delimiters, : @ / ? # and % (an escape already written).
 func appendURLLiteral(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if unreservedURL(c) || strings.IndexByte("!$&'()*+,;=:@/?#%", c) >= 0 {
+		if c := s[i]; urlLiteralByte(c) {
 			b.WriteByte(c)
-			continue
+		} else {
+			appendEscaped(b, c)
 		}
-		appendEscaped(b, c)
 	}
 }
+
+// urlLiteralByte reports whether c may stand as it is in the literal text
+// of an endpoint past its host (appendURLLiteral).
+func urlLiteralByte(c byte) bool {
+	return unreservedURL(c) || strings.IndexByte("!$&'()*+,;=:@/?#%", c) >= 0
+}
+
+// needsURLEscape reports whether r is written percent-encoded in the
+// literal text of an endpoint past its host.
+func needsURLEscape(r rune) bool { return r >= utf8.RuneSelf || !urlLiteralByte(byte(r)) }
 
 // appendURLHole writes a hole's text percent-encoded, every byte but the
 // unreserved characters; a "." or ".." between separators (/ or \) has its
