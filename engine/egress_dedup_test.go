@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -20,31 +19,7 @@ import (
 // step after connect_timeout_ms (it once ran to the transport's fixed 10 s
 // handshake timeout or the flow's ceiling).
 func TestHTTPEgressConnectTimeoutBoundsTheTLSHandshake(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	conns := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns <- c // hold it open, say nothing
-		}
-	}()
-	t.Cleanup(func() {
-		for {
-			select {
-			case c := <-conns:
-				c.Close()
-			default:
-				return
-			}
-		}
-	})
+	addr := stallingTLS(t)
 	src := flowSource("tls-stall", "timeout_ms: 4000\n", `
 ## Step: forward
 effects: [http_egress]
@@ -55,7 +30,7 @@ read_timeout_ms: 300
 	// Unbounded, the handshake would run into the flow's 4 s ceiling and
 	// answer its 500 (KindDeadline): the 502 effect failure is the
 	// evidence that connect_timeout_ms cut it short, no timing needed.
-	res := run(t, engine.New(engine.Config{}), compile(t, src, "ADDR", l.Addr().String()), `{}`)
+	res := run(t, engine.New(engine.Config{}), compile(t, src, "ADDR", addr), `{}`)
 	if v := viewOf(res); v.Status != 502 || v.ErrKind != engine.KindEffect {
 		t.Errorf("with connect_timeout_ms 200 and read_timeout_ms 300 a stalled TLS handshake answered %d %s (err %v, kind %v); want a 502 effect failure",
 			v.Status, v.Body, v.Err, v.ErrKind)
