@@ -158,8 +158,17 @@ func TestRestartQueuesATickNeverQueued(t *testing.T) {
 				Poll: 10 * time.Second, NewID: func() string { n++; return fmt.Sprint("new-", n) }})
 			s.Start()
 			t.Cleanup(s.Stop)
-			clk.WaitCalls(t, 1)
-			clk.StepUntil(t, start.Add(30*time.Second), 10) // polls, before the next tick
+			// the scheduler's polls, every 10 s, before the next tick: each
+			// step waits for the scheduler's own wait, so that the worker
+			// the resumed tick starts, a second waiter on the clock, never
+			// moves it on (stepping to the earliest deadline, the clock
+			// once went to the worker's and past the tick, queued too)
+			end := start.Add(30 * time.Second)
+			for at := start.Add(10 * time.Second); !at.After(end); at = at.Add(10 * time.Second) {
+				clk.WaitDeadline(t, at)
+				clk.AdvanceTo(at)
+			}
+			clk.WaitDeadline(t, end.Add(10*time.Second)) // the last poll's pass is over
 			// the worker the resumed tick starts is a second waiter on the
 			// clock, which can count for the scheduler's own in a step: the
 			// scheduler may still be appending when the steps are over
