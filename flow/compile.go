@@ -136,7 +136,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		key := k.Value
 		if k.Kind != yaml.ScalarNode {
 			// a complex key (? [a, b]) names no key
-			c.errorf(at(k), "a front matter key is a name, not %s", describeNode(k))
+			c.errorf(at(k), "a front matter key is a name, not %s", lineerr.Describe(k))
 			continue
 		}
 		if first, dup := seen[key]; dup {
@@ -298,7 +298,7 @@ var frontMatterKeys = []string{
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
 	if n.Kind != yaml.ScalarNode {
-		c.errorf(line, "%s must be a name, not %s", field, describeNode(n))
+		c.errorf(line, "%s must be a name, not %s", field, lineerr.Describe(n))
 		return
 	}
 	c.errorf(line, "%s", err)
@@ -1009,7 +1009,7 @@ func exampleFor(key string) string {
 
 func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	if v.Kind != yaml.SequenceNode {
-		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", describeNode(v))
+		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", lineerr.Describe(v))
 		return nil
 	}
 	var out []Effect
@@ -1028,7 +1028,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 
 func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		c.errorf(line, "%s must be a string, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a string, not %s", key, lineerr.Describe(v))
 		return "", false
 	}
 	return v.Value, true
@@ -1054,7 +1054,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		return 0, false
 	}
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-		c.errorf(line, "%s must be a whole number, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a whole number, not %s", key, lineerr.Describe(v))
 		return 0, false
 	}
 	if msg := lineerr.LeadingZero(key, v); msg != "" {
@@ -1098,7 +1098,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
-		c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
+		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 		return 0, false
 	}
 	if v.Tag == "!!int" {
@@ -1112,7 +1112,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		// !!float 0x1p3: YAML does not read a hex float, Go does
 		y, perr := strconv.ParseFloat(v.Value, 64)
 		if perr != nil || plainNumber(v.Value) {
-			c.errorf(line, "%s must be a number, not %s", key, describeNode(v))
+			c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 			return 0, false
 		}
 		x = y
@@ -1133,24 +1133,6 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	return x, true
-}
-
-// describeNode is lineerr.Describe with the value cut to 64 bytes, as every
-// value of the file a compile error quotes is: the string "fast", the
-// number 0.5, a list, an empty value.
-func describeNode(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode {
-		switch n.Tag {
-		case "!!str":
-			return "the string " + quoted(n.Value)
-		case "!!int", "!!float":
-			return "the number " + clipped(n.Value)
-		case "!!null", "!!bool":
-		default:
-			return quoted(n.Value)
-		}
-	}
-	return lineerr.Describe(n)
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }

@@ -575,17 +575,6 @@ func (e *Expr) neverBoolean(what string) error {
 	return fmt.Errorf("%s %s is %s, never true or false: write a comparison (==, <, in …)", what, quoted(e.src), e.kind)
 }
 
-// quoteCut quotes s, cut to n bytes at most (at a character's start).
-func quoteCut(s string, n int) string {
-	if len(s) <= n {
-		return strconv.Quote(s)
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return strconv.Quote(s[:n]) + "…"
-}
-
 func regexpReason(err error) string {
 	var re *syntax.Error
 	if errors.As(err, &re) {

@@ -5,7 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/nexushq/nexus/lineerr"
 )
 
 // The expression language, lowest precedence first:
@@ -491,7 +492,7 @@ func numberKey(k valueKind) bool {
 func (p *exprParser) noMembers(start, recvEnd int, kind valueKind) error {
 	from := p.toks[start].col - 1
 	whole := clipped(p.src[from:p.toks[p.pos-1].end])
-	recv := cutText(p.src[from:p.toks[recvEnd].end], 48)
+	recv := lineerr.Cut(p.src[from:p.toks[recvEnd].end], 48)
 	var why string
 	switch kind {
 	case kindNull:
@@ -540,29 +541,13 @@ func (p *exprParser) exponentHint(start, recvEnd int) string {
 	return fmt.Sprintf("a point in a number is followed by a digit: %s%s or %s.0%s", num.text, exp, num.text, exp)
 }
 
-// shownBytes is how much of a value of the file an error quotes: a
-// longer value is cut, with an ellipsis.
-const shownBytes = 64
+// quoted is s quoted as an error shows a value of the file (cut,
+// lineerr.Quote).
+func quoted(s string) string { return lineerr.Quote(s) }
 
-// quoted is s quoted as an error shows a value of the file: cut to
-// shownBytes.
-func quoted(s string) string { return quoteCut(s, shownBytes) }
-
-// clipped is s as an error shows a value of the file, unquoted: cut to
-// shownBytes.
-func clipped(s string) string { return cutText(s, shownBytes) }
-
-// cutText is s, cut to n bytes at most (at a character's start) with an
-// ellipsis.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// clipped is s as an error shows a value of the file, unquoted (cut,
+// lineerr.Clip).
+func clipped(s string) string { return lineerr.Clip(s) }
 
 // functions maps the language's functions to their arity and translation.
 var functions = map[string]struct {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -49,13 +50,50 @@ func Describe(n *yaml.Node) string {
 	case "!!null":
 		return "an empty value"
 	case "!!str":
-		return "the string " + strconv.Quote(n.Value)
+		return "the string " + Quote(n.Value)
 	case "!!int", "!!float":
-		return "the number " + n.Value
+		return "the number " + Clip(n.Value)
 	case "!!bool":
 		return n.Value
 	}
-	return strconv.Quote(n.Value)
+	return Quote(n.Value)
+}
+
+// ShownBytes is how much of a value of the file an error quotes: a longer
+// value is cut, with an ellipsis, so that one line says what is wrong.
+const ShownBytes = 64
+
+// Quote is s quoted as an error shows a value of the file: cut to
+// ShownBytes.
+func Quote(s string) string { return QuoteCut(s, ShownBytes) }
+
+// Clip is s as an error shows a value of the file, unquoted: cut to
+// ShownBytes.
+func Clip(s string) string { return Cut(s, ShownBytes) }
+
+// QuoteCut quotes s, cut to n bytes at most (at a character's start).
+func QuoteCut(s string, n int) string {
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:runeStart(s, n)]) + "…"
+}
+
+// Cut is s, cut to n bytes at most (at a character's start) with an
+// ellipsis.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:runeStart(s, n)] + "…"
+}
+
+// runeStart is the largest i <= n at which a character of s starts.
+func runeStart(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
 }
 
 // LeadingZero is the complaint about a number key written with a leading

@@ -1,6 +1,7 @@
 package lineerr_test
 
 import (
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -24,6 +25,9 @@ func TestDescribe(t *testing.T) {
 		{`v:`, `an empty value`},
 		{`v: [1]`, `a list`},
 		{`v: {a: 1}`, `a mapping`},
+		// a value past ShownBytes is cut, at a character's start
+		{"v: " + strings.Repeat("a", 63) + "éb", `the string "` + strings.Repeat("a", 63) + `"…`},
+		{"v: " + strings.Repeat("9", 70), `the number ` + strings.Repeat("9", 64) + `…`},
 	} {
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(tt.yaml), &doc); err != nil {
@@ -88,6 +92,28 @@ func TestPastFloatAndPastInt(t *testing.T) {
 		}
 		if got := lineerr.PastInt(v); got != tt.pastInt {
 			t.Errorf("PastInt(%s) = %v, want %v", tt.value, got, tt.pastInt)
+		}
+	}
+}
+
+// TestCut: a value is cut to n bytes at most, never inside a character,
+// with an ellipsis; a short one is left whole.
+func TestCut(t *testing.T) {
+	for _, tt := range []struct {
+		s          string
+		n          int
+		cut, quote string
+	}{
+		{"short", 64, "short", `"short"`},
+		{"abcdef", 3, "abc…", `"abc"…`},
+		{"abé", 3, "ab…", `"ab"…`},
+		{"é", 1, "…", `""…`},
+	} {
+		if got := lineerr.Cut(tt.s, tt.n); got != tt.cut {
+			t.Errorf("Cut(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.cut)
+		}
+		if got := lineerr.QuoteCut(tt.s, tt.n); got != tt.quote {
+			t.Errorf("QuoteCut(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.quote)
 		}
 	}
 }
