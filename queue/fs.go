@@ -257,6 +257,12 @@ func readValueFile(fsys FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readValue(f)
+}
+
+// readValue reads the value at the start of f: its 16 bytes, fewer when f
+// holds fewer.
+func readValue(f io.ReaderAt) ([]byte, error) {
 	b := make([]byte, valueSize)
 	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {

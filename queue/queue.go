@@ -635,7 +635,7 @@ func (q *Queue) recover() ([]Damage, error) {
 	if err != nil {
 		return damage, err
 	}
-	raw, err := q.seqBytes()
+	raw, err := readValue(q.seq)
 	if err != nil {
 		return damage, err
 	}
@@ -670,17 +670,6 @@ func (q *Queue) recover() ([]Damage, error) {
 	return damage, nil
 }
 
-// seqBytes reads the id counter's value: its first 16 bytes, fewer when
-// the file holds fewer.
-func (q *Queue) seqBytes() ([]byte, error) {
-	b := make([]byte, valueSize)
-	n, err := q.seq.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return b[:n], nil
-}
-
 // verifiesAsSeq reports whether b holds an id counter.
 func verifiesAsSeq(b []byte) bool {
 	_, ok := decodeValue(seqMagic, b)
@@ -691,12 +680,11 @@ func verifiesAsSeq(b []byte) bool {
 // (append.lock) holds (see writeCounterCopy), 0 when it holds none that
 // verifies.
 func counterCopy(f io.ReaderAt) (uint64, error) {
-	b := make([]byte, valueSize)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
+	b, err := readValue(f)
+	if err != nil {
 		return 0, fmt.Errorf("reading the copy of the id counter in %s: %w", lockFile, err)
 	}
-	v, _ := decodeValue(seqMagic, b[:n])
+	v, _ := decodeValue(seqMagic, b)
 	return v, nil
 }
 
@@ -802,13 +790,11 @@ func (q *Queue) readSeq() (uint64, error) {
 
 // readSeqVerified is readSeq, and whether the counter verified.
 func (q *Queue) readSeqVerified() (next uint64, verified bool, err error) {
-	var b [16]byte
-	n, err := q.seq.ReadAt(b[:], 0)
-	if err != nil && !errors.Is(err, io.EOF) {
+	b, err := readValue(q.seq)
+	if err != nil {
 		return 0, false, err
 	}
-	_, verified = decodeValue(seqMagic, b[:n])
-	return seqValue(b[:n]), verified, nil
+	return seqValue(b), verifiesAsSeq(b), nil
 }
 
 // seqValue is the next id an id counter's bytes hold: 1 when they do not
