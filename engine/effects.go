@@ -158,9 +158,16 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	}()
 	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
 		GetConn: func(string) {
+			// a retried request (its reused connection failed before
+			// the answer) starts over on a new one: the connect bound
+			// first, then the read
+			connected.Store(false)
+			if old := readTimer.Swap(nil); old != nil {
+				old.Stop()
+			}
 			t := time.AfterFunc(h.ConnectTimeout, func() { cancel(errConnectTimeout) })
 			if old := connectTimer.Swap(t); old != nil {
-				old.Stop() // a retried request
+				old.Stop()
 			}
 		},
 		GotConn: func(httptrace.GotConnInfo) {
@@ -170,7 +177,7 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			}
 			t := time.AfterFunc(h.ReadTimeout, func() { cancel(errReadTimeout) })
 			if old := readTimer.Swap(t); old != nil {
-				old.Stop() // a retried request on another connection
+				old.Stop()
 			}
 		},
 	})
