@@ -469,6 +469,14 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		return fmt.Errorf("%s %q holds a control character%s: give the config repo's git URL or path", name("repo"), shown, note)
 	case strings.ContainsFunc(cfg.FlowsDir, unicode.IsControl):
 		return fmt.Errorf("%s %q holds a control character: give a folder of the repo, such as flows", name("flows-dir"), cfg.FlowsDir)
+	case cfg.Dev && strings.ContainsFunc(cfg.DevFlows, unicode.IsControl):
+		// taken, a line break was printed in the middle of the
+		// refusal of a folder without access.yaml
+		return fmt.Errorf("%s %q holds a control character: give the config repo folder to serve (flows/ and access.yaml), such as flows-example", name("dev-flows"), cfg.DevFlows)
+	case cfg.SSHKey != "" && gitsync.UsesSSH(cfg.Repo) && strings.ContainsFunc(cfg.SSHKey, unicode.IsControl):
+		// checked only when used, as the key is (a NEXUS_SSH_KEY may be
+		// shared by hosts following https and ssh repos)
+		return fmt.Errorf("%s %q holds a control character: give the private key file for the ssh repo", name("ssh-key"), cfg.SSHKey)
 	case !utf8.ValidString(cfg.Repo):
 		// taken, it failed at every poll ("illegal UTF-8"); shown
 		// without its credentials, as everywhere else

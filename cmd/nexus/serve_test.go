@@ -238,6 +238,13 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--branch", "a..b"}, "NEXUS_REPO=x\x1b[31m", exitUsage, `nexus serve: NEXUS_REPO "x\x1b[31m" holds a control character: give the config repo's git URL or path`},
 		{[]string{"--repo", repo, "--flows-dir", "flows\n", "--branch", "a..b"}, "", exitUsage, `nexus serve: --flows-dir "flows\n" holds a control character: give a folder of the repo, such as flows`},
 		{[]string{"--repo", repo, "--flows-dir", "fl\x7fows", "--branch", "a..b"}, "", exitUsage, `nexus serve: --flows-dir "fl\x7fows" holds a control character: give a folder of the repo, such as flows`},
+		// --dev's folder and the ssh key a repo is fetched with, the
+		// same: taken, the line break was printed in the middle of the
+		// refusal, or failed at every poll
+		{[]string{"--dev", "--dev-flows", repo + "\n"}, "", exitUsage, fmt.Sprintf("nexus serve: --dev-flows %q holds a control character: give the config repo folder to serve (flows/ and access.yaml), such as flows-example", repo+"\n")},
+		{[]string{"--dev", "--dev-flows", "flows\x1b[2J-example"}, "", exitUsage, `nexus serve: --dev-flows "flows\x1b[2J-example" holds a control character: give the config repo folder to serve (flows/ and access.yaml), such as flows-example`},
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", key + "\n"}, "", exitUsage, fmt.Sprintf("nexus serve: --ssh-key %q holds a control character: give the private key file for the ssh repo", key+"\n")},
+		{[]string{"--repo", "git@127.0.0.1:x.git"}, "NEXUS_SSH_KEY=" + key + "\t", exitUsage, fmt.Sprintf("nexus serve: NEXUS_SSH_KEY %q holds a control character: give the private key file for the ssh repo", key+"\t")},
 		// a file named registry.db and a line break was made
 		{[]string{"--db", filepath.Join(repo, "registry.db") + "\n", "--log-format", "bogus"}, "", exitUsage, fmt.Sprintf("nexus serve: --db %q holds a control character: give the registry file (such as ~/.nexus/registry.db)", filepath.Join(repo, "registry.db")+"\n")},
 		{[]string{"--repo", repo, "--branch", "a..b"}, "", exitUsage, `nexus serve: --branch: "a..b" is not a branch name`},
