@@ -538,7 +538,7 @@ func checkServeConfig(cfg serveConfig, rest []string, set map[string]bool) error
 		// read at every fetch (a rotated key is taken up), but one that
 		// cannot be used is said now, not as a sync error at every poll
 		if err := gitsync.CheckSSHKey(cfg.SSHKey); err != nil {
-			return fmt.Errorf("%s %s: %v", name("ssh-key"), cfg.SSHKey, err)
+			return fmt.Errorf("%s %q: %v", name("ssh-key"), cfg.SSHKey, err)
 		}
 	}
 	if cfg.SSHKey == "" && cfg.Repo != "" && gitsync.UsesSSH(cfg.Repo) && os.Getenv("SSH_AUTH_SOCK") == "" {

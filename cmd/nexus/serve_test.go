@@ -269,8 +269,8 @@ func TestServeRefusedConfigCreatesNothing(t *testing.T) {
 		{[]string{"--repo", "git://127.0.0.1:47400/x.git"}, "", exitUsage, "nexus serve: --repo: a git:// repo is not followed: the git protocol has no authentication or encryption, and a silent server could not be timed out; give the repo's https:// or ssh:// URL"},
 		{[]string{"--dev"}, "NEXUS_BRANCH=prod", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave NEXUS_BRANCH out"},
 		{[]string{"--dev", "--flows-dir", "config"}, "", exitUsage, "nexus serve: --dev serves --dev-flows through its own repo (branch main, folder flows): leave --flows-dir out"},
-		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", "/nonexistent/id_ed25519"}, "", exitUsage, "nexus serve: --ssh-key /nonexistent/id_ed25519: no such file or directory"},
-		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", repo}, "", exitUsage, "nexus serve: --ssh-key " + repo + ": is a directory"},
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", "/nonexistent/id_ed25519"}, "", exitUsage, `nexus serve: --ssh-key "/nonexistent/id_ed25519": no such file or directory`},
+		{[]string{"--repo", "ssh://git@127.0.0.1:1/x.git", "--ssh-key", repo}, "", exitUsage, fmt.Sprintf("nexus serve: --ssh-key %q: is a directory", repo)},
 		// every fetch would fail at every poll
 		{[]string{"--repo", "git@127.0.0.1:x.git"}, "SSH_AUTH_SOCK=", exitUsage, "nexus serve: --repo is fetched over ssh, which needs a key: give --ssh-key, or run an ssh agent (SSH_AUTH_SOCK is not set)"},
 		// the server's host key is checked at every fetch, against no file
@@ -326,8 +326,8 @@ func TestServeChecksOnlyTheSSHKeyItUses(t *testing.T) {
 	}{
 		{"https://git.example.com/ops/flows.git", ""},
 		{t.TempDir(), ""},
-		{"ssh://git@git.example.com/ops/flows.git", "--ssh-key /nonexistent/id_ed25519: no such file or directory"},
-		{"git@git.example.com:ops/flows.git", "--ssh-key /nonexistent/id_ed25519: no such file or directory"},
+		{"ssh://git@git.example.com/ops/flows.git", `--ssh-key "/nonexistent/id_ed25519": no such file or directory`},
+		{"git@git.example.com:ops/flows.git", `--ssh-key "/nonexistent/id_ed25519": no such file or directory`},
 	} {
 		cfg := serveConfig{Listen: "127.0.0.1:0", Repo: c.repo, Branch: "main", FlowsDir: "flows", Poll: time.Second,
 			LogFormat: "json", MaxBodyBytes: 1, MaxWorkers: 1, ShutdownGrace: time.Second, SSHKey: "/nonexistent/id_ed25519"}
