@@ -179,7 +179,8 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		close(o.done)
 		m.mu.Unlock()
 	}()
-	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit, LockWait: m.cfg.LockWait})
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnCommit: m.cfg.OnCommit, LockWait: m.cfg.LockWait,
+		OnDamage: m.damageLogger(tenant, flow)})
 	m.mu.Lock()
 	locked = true
 	if err == nil && m.closed { // Stop closed the queues meanwhile
@@ -212,6 +213,13 @@ func (m *Manager) logDamage(tenant, flow string, damage []Damage) {
 	for _, d := range damage {
 		m.cfg.Logger.Error("queue recovery found damage", append([]any{"event", "queue_damage", "tenant", tenant, "flow", flow}, d.logAttrs()...)...)
 	}
+}
+
+// damageLogger is the Options.OnDamage of tenant/flow's queue: what the
+// queue finds and repairs while it is open is logged as Open's findings
+// are (logDamage).
+func (m *Manager) damageLogger(tenant, flow string) func(Damage) {
+	return func(d Damage) { m.logDamage(tenant, flow, []Damage{d}) }
 }
 
 // mayOpen refuses to open queue k for a bad name, while its reopening is
@@ -349,7 +357,7 @@ func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
 	if open {
 		return mark(e.q)
 	}
-	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now})
+	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnDamage: m.damageLogger(tenant, flow)})
 	if err != nil {
 		return err
 	}
