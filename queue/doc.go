@@ -168,7 +168,8 @@
 //     a value past the end never lives on into a log grown past it. A
 //     file that holds neither a checkpoint nor a drain marker is read as
 //     0 and reported where it is written back (Open's findings, logged
-//     queue_damage by the manager; the worker's log as it starts): fewer
+//     queue_damage by the manager; the worker's log as it starts), or
+//     where the janitor deletes it with an idle queue's empty log: fewer
 //     than 16 bytes, or 16 zeros, as a torn write, anything else as
 //     damage. Open in a process that cannot take worker.lock reports
 //     nothing (what it read may be the worker's write half done).

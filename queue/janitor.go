@@ -37,7 +37,7 @@ func (m *Manager) sweepIdle() {
 		if open {
 			continue
 		}
-		deleted, err := deleteIdleQueue(m.cfg.Root, n[0], n[1], m.fs())
+		deleted, err := deleteIdleQueueReporting(m.cfg.Root, n[0], n[1], m.fs(), m.damageLogger(n[0], n[1]))
 		switch {
 		case err != nil:
 			m.cfg.Logger.Error("an idle queue could not be cleaned", "event", "housekeeping_failed", "tenant", n[0], "flow", n[1], "error", err.Error())
@@ -60,6 +60,16 @@ func (m *Manager) fs() FS {
 // that was open elsewhere finds segment.log gone under the append lock and
 // recreates it, or opens the one created since (see segmentAtPath).
 func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
+	return deleteIdleQueueReporting(root, tenant, flow, fsys, nil)
+}
+
+// deleteIdleQueueReporting is deleteIdleQueue, calling report (when not
+// nil) with the damage it deletes: a checkpoint of an empty log that
+// holds neither a checkpoint nor a drain marker, reported as the worker
+// reports it as it starts (checkpointDamage) once the file is gone. A
+// log that is not empty has such a checkpoint read as 0, short of its
+// end, and the queue is kept for its worker.
+func deleteIdleQueueReporting(root, tenant, flow string, fsys FS, report func(Damage)) (bool, error) {
 	dir, err := Dir(root, tenant, flow)
 	if err != nil {
 		return false, err
@@ -136,6 +146,9 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 			return false, err
 		}
 	}
+	// the checkpoint of an empty log is not read by anyone before it goes:
+	// one that does not verify is said, not deleted without a word
+	_, ckptDamaged := checkpointDamage(b)
 	removed := false
 	for _, names := range [][]string{{segmentFile, retryFile, dlqFile, ackedFile}, {ckptFile}} {
 		removedNow := false
@@ -154,6 +167,11 @@ func deleteIdleQueue(root, tenant, flow string, fsys FS) (bool, error) {
 				return true, err
 			}
 		}
+	}
+	if ckptDamaged && report != nil { // the log was empty: see above
+		d := valueDamage(ckptFile, "checkpoint", b, ckptMagic, drainMagic)
+		d.Reason += "; " + segmentFile + " was empty, so nothing is delivered again, and the file was deleted with the idle queue's"
+		report(d)
 	}
 	return removed, nil
 }

@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// TestJanitorReportsADamagedCheckpointOfAnEmptyLog: an idle queue whose log
+// is empty and whose checkpoint does not verify has its files deleted as
+// before, the checkpoint with them, and the checkpoint is reported
+// (queue_damage) as the worker reports it as it starts. It was deleted
+// without a word.
+func TestJanitorReportsADamagedCheckpointOfAnEmptyLog(t *testing.T) {
+	tests := []struct {
+		name string
+		ckpt func(b []byte) []byte // the checkpoint's bytes, as left on disk
+		want []Damage              // Reason aside
+	}{
+		{"intact", func(b []byte) []byte { return b }, nil},
+		{"a drain marker", func([]byte) []byte { return encodeValue(drainMagic, 9) }, nil},
+		{"cut short", func(b []byte) []byte { return b[:4] }, []Damage{{File: ckptFile, Length: 4, Torn: true}}},
+		{"zeros", func(b []byte) []byte { return make([]byte, len(b)) }, []Damage{{File: ckptFile, Length: 16, Torn: true}}},
+		{"a bit flipped", func(b []byte) []byte { b[6] ^= 1; return b }, []Damage{{File: ckptFile, Length: 16}}},
+		{"garbage", func([]byte) []byte { return []byte("not a checkpoint") }, []Damage{{File: ckptFile, Length: 16}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			q, _, err := Open(root, testTenant, testFlow, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Append(newMessage(1, 20)); err != nil {
+				t.Fatal(err)
+			}
+			size, err := q.Size()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.SaveCheckpoint(size); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			q.Close()
+			ckpt := filepath.Join(root, testTenant, testFlow, ckptFile)
+			b, err := os.ReadFile(ckpt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(ckpt, tt.ckpt(b), FileMode); err != nil {
+				t.Fatal(err)
+			}
+
+			var logs jsonLog
+			m := NewManager(ManagerConfig{Root: root, Handler: HandlerFunc(nil), Poll: time.Hour, Logger: logs.Logger()})
+			defer m.Stop()
+			m.sweepIdle()
+			if _, err := os.Stat(ckpt); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the checkpoint is still there (%v); want it deleted", err)
+			}
+			var got []Damage
+			for _, e := range logs.Events("queue_damage") {
+				if e["tenant"] != testTenant || e["flow"] != testFlow || e["reason"] == "" {
+					t.Errorf("queue_damage event %v: want the queue named and a reason", e)
+				}
+				length, _ := e["length"].(float64)
+				torn, _ := e["torn"].(bool)
+				file, _ := e["file"].(string)
+				got = append(got, Damage{File: file, Length: int64(length), Torn: torn})
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("queue_damage events (-want +got):\n%s\nlog:\n%s", diff, logs.String())
+			}
+		})
+	}
+}
