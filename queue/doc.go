@@ -139,15 +139,15 @@
 //     not verify is raised past the ids of the dead letters, of their
 //     marks' replays and of that copy as well (after a drain the log
 //     holds none of the ids issued, and a compaction of dlq.log may have
-//     removed the dead letters). Open writes a counter that does not
-//     verify, and reports one that held bytes (queue_damage: fewer than
-//     16, or 16 zeros, as torn). Each batch (and a drain)
-//     reads the counter at the path (a file deleted or replaced by hand
-//     while the queue is open is opened again), never below what the
-//     handle last read or wrote, raises one that does not verify
-//     (emptied or overwritten since) as Open does, and reports it as
-//     Open does, empty or missing too, since Open left it verifying
-//     (Options.OnDamage; the manager logs it queue_damage);
+//     removed the dead letters). Open (and the janitor before it deletes
+//     a log) writes a counter that does not verify, and reports one that
+//     held bytes (queue_damage: fewer than 16, or 16 zeros, as torn).
+//     Each batch (and a drain) reads the counter at the path (a file
+//     deleted or replaced by hand while the queue is open is opened
+//     again), never below what the handle last read or wrote, raises one
+//     that does not verify (emptied or overwritten since) as Open does,
+//     and reports it as Open does, empty or missing too, since Open left
+//     it verifying (Options.OnDamage; the manager logs it queue_damage);
 //   - the checkpoint by the worker every CheckpointEvery messages, after a
 //     message that finds the last write CheckpointAfter old, and when the
 //     queue goes idle, without fsync (a process that dies leaves it in

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -96,7 +97,7 @@ func deleteIdleQueueReporting(root, tenant, flow string, fsys FS, report func(Da
 	}
 	defer flockRetry(lf, syscall.LOCK_UN)
 
-	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys, lock: lf}
+	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: fsys, lock: lf, onDamage: report}
 	var size int64
 	if info, err := fsys.Stat(q.path(segmentFile)); err == nil {
 		size = info.Size()
@@ -180,7 +181,9 @@ func deleteIdleQueueReporting(root, tenant, flow string, fsys FS, report func(Da
 // segment.log (size bytes), before the janitor deletes the log, and
 // leaves its copy in append.lock (q.lock): appends rewrite the counter
 // without fsync because recovery can raise it from the log, which is
-// about to go. It returns the counter. The caller holds the append lock.
+// about to go. A counter that held bytes and did not verify is reported
+// (q.onDamage) as recovery reports it. It returns the counter. The caller
+// holds the append lock.
 func (q *Queue) keepCounter(size int64) (uint64, error) {
 	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDONLY, 0)
 	if err != nil {
@@ -195,10 +198,11 @@ func (q *Queue) keepCounter(size int64) (uint64, error) {
 		return 0, err
 	}
 	defer q.seq.Close()
-	next, verified, err := q.readSeqVerified()
+	raw, err := readValue(q.seq)
 	if err != nil {
 		return 0, err
 	}
+	next, verified := seqValue(raw), verifiesAsSeq(raw)
 	if !verified {
 		// lost: raised past the dead letters' ids too, as recovery does
 		kept, err := q.highestKeptID()
@@ -210,6 +214,12 @@ func (q *Queue) keepCounter(size int64) (uint64, error) {
 	next = max(next, maxID+1)
 	if err := q.writeSeq(next, true); err != nil {
 		return 0, err
+	}
+	if !verified && len(raw) > 0 && q.onDamage != nil {
+		// reported as recovery reports it: one that held bytes
+		d := valueDamage(seqFile, "id counter", raw, seqMagic)
+		d.Reason += fmt.Sprintf("; rebuilt as %d, past the ids of the log, the dead letters and the last drain, before the idle queue's log was deleted", next)
+		q.onDamage(d)
 	}
 	// the log, the evidence of its ids, is about to go: the counter's
 	// copy in append.lock takes its place
