@@ -301,16 +301,18 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 			return exitError
 		}
 	}
-	q, damage, err := queue.Open(root, tenant, flowName, queue.Options{})
+	// what the queue's recovery finds (and leaves as a server's does), at
+	// Open or as the replay takes its id: said, one line each; the
+	// replay or discard goes on
+	say := func(d queue.Damage) { fmt.Fprintf(stderr, "nexus dlq %s: %s/%s: %s\n", sub, tenant, flowName, d) }
+	q, damage, err := queue.Open(root, tenant, flowName, queue.Options{OnDamage: say})
 	if err != nil {
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
 	defer q.Close()
 	for _, d := range damage {
-		// what the queue's recovery found (and left as a server's does):
-		// said, one line each; the replay or discard goes on
-		fmt.Fprintf(stderr, "nexus dlq %s: %s/%s: %s\n", sub, tenant, flowName, d)
+		say(d)
 	}
 	if id == 0 {
 		return dlqMarkAll(sub, q, pending[len(pending)-1], tenant, flowName, stdout, stderr)
