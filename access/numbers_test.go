@@ -9,7 +9,8 @@ import (
 
 // TestRateAndBurstWithALeadingZero: YAML reads 010 as octal (8), not as
 // whoever wrote the file meant it, so rate and burst written with a
-// leading zero are refused, naming the line; 0.5 and 10 are not.
+// leading zero are refused, naming the line and the number, cut to 64
+// bytes; 0.5 and 10 are not.
 func TestRateAndBurstWithALeadingZero(t *testing.T) {
 	parse := func(extra ...string) error {
 		fields := append([]string{"id: a", "tenant: acme", "sha256: " + strings.Repeat("ab", 32), `flows: ["*"]`}, extra...)
@@ -25,6 +26,9 @@ func TestRateAndBurstWithALeadingZero(t *testing.T) {
 		{[]string{"rate: 0100"}, "access.yaml:6: rate 0100 has a leading zero, which YAML reads as octal: write it without"},
 		{[]string{"rate: 0.5"}, ""},
 		{[]string{"rate: 10", "burst: 10"}, ""},
+		// cut to 64 bytes, as every value an error quotes
+		{[]string{"rate: 0" + strings.Repeat("7", 199)}, "access.yaml:6: rate 0" + strings.Repeat("7", 63) + "… has a leading zero, which YAML reads as octal: write it without"},
+		{[]string{"rate: 100", "burst: 0" + strings.Repeat("7", 199)}, "access.yaml:7: burst 0" + strings.Repeat("7", 63) + "… has a leading zero, which YAML reads as octal: write it without"},
 	} {
 		err := parse(tt.extra...)
 		got := ""

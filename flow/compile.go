@@ -1045,10 +1045,15 @@ const maxMillis = 1e12
 // whole number" of a whole number, or "not the string".
 func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
 	var n int64
-	if (lineerr.PastInt(v) || lineerr.PastFloat(v)) && lineerr.LeadingZero(key, v) == "" {
-		if strings.HasPrefix(v.Value, "-") {
+	if lineerr.PastInt(v) || lineerr.PastFloat(v) {
+		switch msg := lineerr.LeadingZero(key, v); {
+		case msg != "":
+			// 0777… past an int64, which YAML reads as a float: a
+			// leading zero, as 010 is, not a number that is not whole
+			c.errorf(line, "%s", msg)
+		case strings.HasPrefix(v.Value, "-"):
 			c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
-		} else {
+		default:
 			c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
 		}
 		return 0, false

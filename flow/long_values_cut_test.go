@@ -14,6 +14,7 @@ import (
 func TestErrorsCutLongValues(t *testing.T) {
 	n := strings.Repeat("n", 1000)
 	nines := strings.Repeat("9", 1000)
+	sevens := strings.Repeat("7", 1000) // octal digits: YAML reads 0777… as an integer
 	fm := func(kv string) string {
 		return "---\nflowmarkdown_version: \"0.1\"\nflow: a\ntenant: acme\neffects: [http_egress]\n" + kv + "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
 	}
@@ -55,10 +56,15 @@ func TestErrorsCutLongValues(t *testing.T) {
 		{"validate message", n, rv6Head + "## Step: s\n```validate\n$.a != null | " + n + "\n```\n"},
 		{"leading zero", nines, fm("timeout_ms: 0" + nines[:100])},
 		{"backoff leading zero", nines, fm("queue_backoff_factor: 0" + nines[:100])},
+		{"leading zero, 200 digits", sevens, fm("timeout_ms: 0" + sevens[:199])},
+		{"backoff leading zero, 200 digits", sevens, fm("queue_backoff_factor: 0" + sevens[:199])},
 		{"flowmarkdown_version", n, strings.Replace(fm(""), `"0.1"`, n, 1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			errs := compileErrs(t, c.src)
+			if strings.HasPrefix(c.name, "leading zero") && (len(errs) != 1 || !strings.Contains(errs[0].Msg, "has a leading zero")) {
+				t.Errorf("errors %v, want one naming the leading zero", errs)
+			}
 			if len(errs) == 0 {
 				t.Fatal("compiled")
 			}

@@ -97,14 +97,16 @@ func runeStart(s string, n int) int {
 }
 
 // LeadingZero is the complaint about a number key written with a leading
-// zero (key: 010; a quoted "010" is a string, not this), which YAML reads as octal (8) rather than as whoever
-// wrote it meant it, and "" for any other value.
+// zero (key: 010; a quoted "010" is a string, not this), which YAML reads
+// as octal (8) rather than as whoever wrote it meant it, and "" for any
+// other value. The value is cut to ShownBytes (Clip), as every value an
+// error names.
 func LeadingZero(key string, n *yaml.Node) string {
 	v := strings.TrimLeft(n.Value, "+-")
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" && n.Tag != "!!float" || len(v) < 2 || v[0] != '0' || v[1] < '0' || v[1] > '9' {
 		return ""
 	}
-	return key + " " + n.Value + " has a leading zero, which YAML reads as octal: write it without"
+	return key + " " + Clip(n.Value) + " has a leading zero, which YAML reads as octal: write it without"
 }
 
 // yamlFloat is how YAML writes a decimal number (go.yaml.in/yaml/v3's own

@@ -40,13 +40,16 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-// TestLeadingZero: a number with a leading zero is named, with its key;
-// 0, 0.5, 10, -1 and the string "010" are not.
+// TestLeadingZero: a number with a leading zero is named, with its key,
+// cut to ShownBytes; 0, 0.5, 10, -1 and the string "010" are not.
 func TestLeadingZero(t *testing.T) {
 	for _, tt := range []struct{ value, want string }{
 		{"010", "rate 010 has a leading zero, which YAML reads as octal: write it without"},
 		{"-07", "rate -07 has a leading zero, which YAML reads as octal: write it without"},
 		{"0", ""}, {"0.5", ""}, {"10", ""}, {"-1", ""}, {`"010"`, ""},
+		// a value past ShownBytes is cut, as every value an error quotes
+		{"0" + strings.Repeat("7", 199), "rate 0" + strings.Repeat("7", 63) + "… has a leading zero, which YAML reads as octal: write it without"},
+		{"-0" + strings.Repeat("7", 199), "rate -0" + strings.Repeat("7", 62) + "… has a leading zero, which YAML reads as octal: write it without"},
 	} {
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte("rate: "+tt.value), &doc); err != nil {
