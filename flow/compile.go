@@ -670,17 +670,25 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				n, err = m, err0
 			}
 		}
+		below := err == nil && n < 1 || errors.Is(err, strconv.ErrRange) && n < 0
+		if err != nil && !below {
+			// -0.5, 0.0, -1e400: below the least, as the front matter
+			// says of them, before saying they are not whole
+			x, ferr := strconv.ParseFloat(scalar(k.value), 64)
+			below = (ferr == nil || errors.Is(ferr, strconv.ErrRange)) && x < 1 && !math.IsInf(x, 1) &&
+				strings.ContainsAny(scalar(k.value), "0123456789")
+		}
 		switch {
-		case err == nil && n >= 1 && !plainDecimal(scalar(k.value)):
+		case below:
+			c.errorf(k.line, "%s must be at least 1, not %s", k.key, clipped(k.value))
+			return
+		case err == nil && !plainDecimal(scalar(k.value)):
 			// 0500 or +500: front matter refuses these (YAML reads 0500
 			// as octal); a step key says the number as it is read
 			c.errorf(k.line, "%s", notPlain(k.key, n, k.value))
 			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
 			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoted(k.value))
-			return
-		case n < 1:
-			c.errorf(k.line, "%s must be at least 1, not %s", k.key, clipped(k.value))
 			return
 		case err != nil || n > maxMillis:
 			c.errorf(k.line, "%s %s is too large: at most %d (about 31 years)", k.key, clipped(k.value), int64(maxMillis))
@@ -1045,14 +1053,16 @@ const maxMillis = 1e12
 // whole number" of a whole number, or "not the string".
 func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
 	var n int64
+	if belowLeast(v, float64(min)) {
+		c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
+		return 0, false
+	}
 	if lineerr.PastInt(v) || lineerr.PastFloat(v) {
 		switch msg := lineerr.LeadingZero(key, v); {
 		case msg != "":
 			// 0777… past an int64, which YAML reads as a float: a
 			// leading zero, as 010 is, not a number that is not whole
 			c.errorf(line, "%s", msg)
-		case strings.HasPrefix(v.Value, "-"):
-			c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
 		default:
 			c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
 		}
@@ -1070,14 +1080,10 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
 		return 0, false
 	}
-	if !plainDecimal(v.Value) && (n >= min || !strings.HasPrefix(v.Value, "-")) {
+	if !plainDecimal(v.Value) {
 		// +500, 0x3, 1_000, 0o17: YAML reads them as integers, a step
 		// key refuses them, and a reader may not see the number YAML does
 		c.errorf(line, "%s", notPlain(key, n, v.Value))
-		return 0, false
-	}
-	if n < min {
-		c.errorf(line, "%s must be at least %d, not %d", key, min, n)
 		return 0, false
 	}
 	if n > maxMillis {
@@ -1094,12 +1100,12 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 // string".
 func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (float64, bool) {
 	var x float64
+	if belowLeast(v, min) {
+		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
+		return 0, false
+	}
 	if lineerr.PastFloat(v) {
-		if strings.HasPrefix(v.Value, "-") {
-			c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
-		} else {
-			c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
-		}
+		c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
 		return 0, false
 	}
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
@@ -1128,6 +1134,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	if x < min {
+		// a form belowLeast does not read (!!float 0x1p-3)
 		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
 		return 0, false
 	}
@@ -1138,6 +1145,26 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		return 0, false
 	}
 	return x, true
+}
+
+// belowLeast reports whether v is a number below min, in whatever form
+// YAML reads as a number (-5, -0x5, -1_0, -05, -0.5, +0, 0x0, and -1e400
+// or -99999999999999999999 past what a float64 or an int64 holds): every
+// number key refuses one as "must be at least min, not <as written>",
+// since the least is what to mend, before saying how it is written. A
+// string ("-5" quoted), an infinity or NaN is not.
+func belowLeast(v *yaml.Node, min float64) bool {
+	if lineerr.PastInt(v) || lineerr.PastFloat(v) {
+		return strings.HasPrefix(v.Value, "-")
+	}
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" && v.Tag != "!!float" {
+		return false
+	}
+	var x float64
+	if err := v.Decode(&x); err != nil {
+		return false
+	}
+	return !math.IsInf(x, 0) && x < min
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }
