@@ -498,6 +498,10 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 		case key == "when":
 			e, err := CompileExpr(scalar(k.value))
+			if parses(err) {
+				c.errorf(k.line, "when: %s", err)
+				continue
+			}
 			if err != nil {
 				c.errorf(k.line, "when: expression does not parse: %s", err)
 				continue
@@ -757,6 +761,10 @@ func (c *compiler) block(s *Step, b *rawBlock) {
 			return
 		}
 		e, err := CompileExpr(strings.Join(parts, " "))
+		if parses(err) {
+			c.errorf(at, "step %s: condition: %s", quoted(s.name), err)
+			return
+		}
 		if err != nil {
 			c.errorf(at, "step %s: condition does not parse: %s", quoted(s.name), err)
 			return
@@ -834,6 +842,9 @@ func parseRule(line string) (Rule, error) {
 		return Rule{}, fmt.Errorf("the validate rule has no expression before |")
 	}
 	e, err := CompileExpr(exprSrc)
+	if parses(err) {
+		return Rule{}, fmt.Errorf("validate expression: %s", err)
+	}
 	if err != nil {
 		return Rule{}, fmt.Errorf("validate expression does not parse: %s", err)
 	}

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -311,33 +312,69 @@ func (n arrayNode) emit() string {
 }
 
 func (p *exprParser) parseOr() (node, error) {
-	l, err := p.parseAnd()
+	return p.parseLogic("||", p.parseAnd)
+}
+
+func (p *exprParser) parseAnd() (node, error) {
+	return p.parseLogic("&&", p.parseCmp)
+}
+
+// parseLogic reads operands (each read by operand) joined by op, && or
+// ||, refusing an operand that is never true or false.
+func (p *exprParser) parseLogic(op string, operand func() (node, error)) (node, error) {
+	start := p.pos
+	l, err := operand()
 	if err != nil {
 		return nil, err
 	}
-	for p.accept(tokOp, "||") {
-		r, err := p.parseAnd()
+	for p.accept(tokOp, op) {
+		at := p.pos - 1
+		if err := p.boolOperand(l, start, at, at, "left side"); err != nil {
+			return nil, err
+		}
+		from := p.pos
+		r, err := operand()
 		if err != nil {
 			return nil, err
 		}
-		l = logicNode{op: "||", l: l, r: r}
+		if err := p.boolOperand(r, from, p.pos, at, "right side"); err != nil {
+			return nil, err
+		}
+		l = logicNode{op: op, l: l, r: r}
 	}
 	return l, nil
 }
 
-func (p *exprParser) parseAnd() (node, error) {
-	l, err := p.parseCmp()
-	if err != nil {
-		return nil, err
+// operandError is the error of an expression that parses but whose
+// operand of &&, || or ! can never be true or false ("a" && true, !5):
+// reached, it fails every message; never reached (false && 5), it is
+// dead text. Its text names the operator, its column and the operand.
+type operandError struct{ Msg string }
+
+func (e *operandError) Error() string { return e.Msg }
+
+// parses reports whether err, an error of CompileExpr, is of an
+// expression that parses but cannot run (an operand of && never true or
+// false): its text follows the place's name, without "does not parse".
+func parses(err error) bool {
+	var oe *operandError
+	return errors.As(err, &oe)
+}
+
+// boolOperand refuses x, an operand of the operator p.toks[op] written as
+// p.toks[from:to], when its value is never true or false: as neverBoolean
+// judges a when:, a path (which the document decides), null, a boolean
+// and a comparison pass. side names the operand: "left side", "right
+// side", "operand".
+func (p *exprParser) boolOperand(x node, from, to, op int, side string) error {
+	switch k := kindOf(x); k {
+	case kindAny, kindBool, kindNull:
+		return nil
+	default:
+		t := p.toks[op]
+		src := p.src[p.toks[from].col-1 : p.toks[to-1].end]
+		return &operandError{Msg: fmt.Sprintf("the %s of %s at column %d, %s, is %s, never true or false: write a comparison (==, <, in …)", side, t.text, t.col, quoted(src), k)}
 	}
-	for p.accept(tokOp, "&&") {
-		r, err := p.parseCmp()
-		if err != nil {
-			return nil, err
-		}
-		l = logicNode{op: "&&", l: l, r: r}
-	}
-	return l, nil
 }
 
 var cmpFuncs = map[string]string{"==": "_eq", "!=": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
@@ -419,8 +456,12 @@ func (p *exprParser) parseProduct() (node, error) {
 
 func (p *exprParser) parseUnary() (node, error) {
 	if p.accept(tokOp, "!") {
+		at := p.pos - 1
 		x, err := p.parseUnary()
 		if err != nil {
+			return nil, err
+		}
+		if err := p.boolOperand(x, at+1, p.pos, at, "operand"); err != nil {
 			return nil, err
 		}
 		return notNode{x: x}, nil

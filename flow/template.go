@@ -74,6 +74,9 @@ func compileHole(s, whole string, at int) (*Expr, int, error) {
 		return nil, end + 2, &TemplateError{Line: line, Msg: "empty {{ }} hole"}
 	}
 	e, err := CompileExpr(inner)
+	if parses(err) {
+		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %s: %v", quoted(inner), err)}
+	}
 	if err != nil {
 		return nil, end + 2, &TemplateError{Line: line, Msg: fmt.Sprintf("expression %s does not parse: %v", quoted(inner), err)}
 	}
