@@ -308,7 +308,7 @@ func TestParseErrors(t *testing.T) {
 			`2: invalid id "Acme": character 'A' at position 1 is not allowed`,
 		}},
 		{"IDTooLong", keysDoc(entry("id: "+strings.Repeat("a", 65), "tenant: acme", "sha256: "+hashA, star)), []string{
-			`2: invalid id "` + strings.Repeat("a", 65) + `": the name is 65 characters long, more than 64`,
+			`2: invalid id "` + strings.Repeat("a", 64) + `"…: the name is 65 characters long, more than 64`,
 		}},
 		{"IDList", keysDoc(entry("id: [a]", "tenant: acme", "sha256: "+hashA, star)), []string{
 			"2: id must be a name, not a list",

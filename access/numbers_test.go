@@ -67,9 +67,40 @@ func TestRateAndBurstOutOfRange(t *testing.T) {
 		{[]string{"rate: 1", "burst: 1e3"}, "access.yaml:7: burst must be a whole number, not the number 1e3"},
 		{[]string{"rate: 1", "burst: 9223372036854775808"}, "access.yaml:7: burst 9223372036854775808 is too large: at most 9223372036854775807"},
 		{[]string{"rate: 1", "burst: 9223372036854775807"}, ""},
+		// cut to 64 bytes, as every value an error quotes
+		{[]string{"rate: 9" + strings.Repeat("9", 399)}, "access.yaml:6: rate 9" + strings.Repeat("9", 63) + "… is too large: leave rate out for no limit"},
+		{[]string{"rate: -9" + strings.Repeat("9", 399)}, "access.yaml:6: rate must be more than 0, not -9" + strings.Repeat("9", 62) + "…: leave rate out for no limit"},
+		{[]string{"rate: -0." + strings.Repeat("5", 199)}, "access.yaml:6: rate must be more than 0, not -0." + strings.Repeat("5", 61) + "…: leave rate out for no limit"},
+		{[]string{"rate: 1", "burst: 9" + strings.Repeat("9", 199)}, "access.yaml:7: burst 9" + strings.Repeat("9", 63) + "… is too large: at most 9223372036854775807"},
+		{[]string{"rate: 1", "burst: -9" + strings.Repeat("9", 199)}, "access.yaml:7: burst must be at least 1, not -9" + strings.Repeat("9", 62) + "…"},
 	} {
 		if got := parse(tt.extra...); got != tt.want {
 			t.Errorf("%v:\n got %q\nwant %q", tt.extra, got, tt.want)
+		}
+	}
+}
+
+// TestLongNamesCut: an id, a flow or a field name an error quotes is cut
+// to 64 bytes, as every value of the file is; they were quoted whole, 200
+// bytes of a mistyped name in one line of the log.
+func TestLongNamesCut(t *testing.T) {
+	long := strings.Repeat("a", 200)
+	cut := `"` + strings.Repeat("a", 64) + `"…`
+	hash := "sha256: " + strings.Repeat("ab", 32)
+	for _, tt := range []struct {
+		fields []string
+		want   string // in the error
+	}{
+		{[]string{"id: " + long + "X", "tenant: acme", hash, `flows: ["*"]`}, "access.yaml:2: invalid id " + cut + ": "},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, long + ": 1"}, "access.yaml:6: unknown field " + cut + " in a key entry"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["` + long + `", "` + long + `"]`}, "access.yaml:5: flows lists " + cut + " twice"},
+	} {
+		_, err := access.Parse("access.yaml", []byte(keysDoc(entry(tt.fields...))))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%.40q…: error %v, want one holding %q", tt.fields, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), long) {
+			t.Errorf("%.40q…: the error quotes the 200 bytes whole: %v", tt.fields, err)
 		}
 	}
 }

@@ -138,7 +138,7 @@ func (p *parser) parse() []Key {
 		}
 		if k.ID != "" {
 			if first, dup := ids[k.ID]; dup {
-				p.errorf(k.Line, "duplicate id %s (first used at line %d)", strconv.Quote(k.ID), first)
+				p.errorf(k.Line, "duplicate id %s (first used at line %d)", lineerr.Quote(k.ID), first)
 				ok = false
 			} else {
 				ids[k.ID] = k.Line
@@ -184,7 +184,7 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 		}
 		keyLines[name.Value] = name.Line
 		if name.Tag == "!!merge" {
-			p.errorf(name.Line, "%s (a YAML merge key) is not read in a key entry: write each field of the entry", strconv.Quote(name.Value))
+			p.errorf(name.Line, "%s (a YAML merge key) is not read in a key entry: write each field of the entry", lineerr.Quote(name.Value))
 			continue
 		}
 		if !slices.Contains(entryFields, name.Value) {
@@ -209,7 +209,7 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 // who names an entry in a message about it: its id when it has a valid one.
 func who(k *parsedKey) string {
 	if k.ID != "" {
-		return "key " + strconv.Quote(k.ID)
+		return "key " + lineerr.Quote(k.ID)
 	}
 	return "the key entry"
 }
@@ -226,7 +226,7 @@ func (p *parser) id(k *parsedKey, line int, v *yaml.Node) {
 		p.errorf(line, "id holds %s like an API key: ids appear in logs, so give the key a name such as acme-orders", KeyPrefix)
 	default:
 		if reason, bad := nameReason(v.Value); bad {
-			p.errorf(line, "invalid id %s: %s", strconv.Quote(v.Value), reason)
+			p.errorf(line, "invalid id %s: %s", lineerr.Quote(v.Value), reason)
 			return
 		}
 		k.ID = v.Value
@@ -327,7 +327,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 			p.errorf(f.Line, "flows holds an API key, not a flow's name: replace the key, which is now in the repository")
 			continue
 		case slices.Contains(names, f.Value) || f.Value == "*" && star:
-			p.errorf(f.Line, "flows lists %s twice", strconv.Quote(f.Value))
+			p.errorf(f.Line, "flows lists %s twice", lineerr.Quote(f.Value))
 			continue
 		case f.Value == "*":
 			star = true
@@ -362,13 +362,13 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		case lineerr.LeadingZero("rate", rateNode) != "":
 			p.errorf(line, "%s", lineerr.LeadingZero("rate", rateNode))
 		case lineerr.PastFloat(rateNode) && strings.HasPrefix(rateNode.Value, "-"):
-			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", rateNode.Value)
+			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", lineerr.Clip(rateNode.Value))
 		case lineerr.PastFloat(rateNode):
-			p.errorf(line, "rate %s is too large: leave rate out for no limit", rateNode.Value)
+			p.errorf(line, "rate %s is too large: leave rate out for no limit", lineerr.Clip(rateNode.Value))
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
 			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
 		case rate <= 0:
-			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", rateNode.Value)
+			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", lineerr.Clip(rateNode.Value))
 		default:
 			k.Rate = rate
 			k.Burst = defaultBurst(rate)
@@ -385,9 +385,9 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	case lineerr.LeadingZero("burst", burstNode) != "":
 		p.errorf(line, "%s", lineerr.LeadingZero("burst", burstNode))
 	case lineerr.PastInt(burstNode) && strings.HasPrefix(burstNode.Value, "-"):
-		p.errorf(line, "burst must be at least 1, not %s", burstNode.Value)
+		p.errorf(line, "burst must be at least 1, not %s", lineerr.Clip(burstNode.Value))
 	case lineerr.PastInt(burstNode):
-		p.errorf(line, "burst %s is too large: at most %d", burstNode.Value, math.MaxInt)
+		p.errorf(line, "burst %s is too large: at most %d", lineerr.Clip(burstNode.Value), math.MaxInt)
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
 		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
 	case burst < 1:
@@ -468,5 +468,5 @@ func quoteName(name string) string {
 	if holdsKey(name) {
 		return "(an API key: replace it, it is now in the repository)"
 	}
-	return strconv.Quote(name)
+	return lineerr.Quote(name)
 }
