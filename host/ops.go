@@ -131,8 +131,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	w.Write(flow.AppendJSON(nil, doc))
 }
 
-// maxWebhookBytes bounds a webhook's body whatever --max-body-bytes says:
-// GitHub's own ceiling on a payload (25 MB).
+// maxWebhookBytes bounds a webhook's body: GitHub's own ceiling on a
+// payload (25 MB), whatever --max-body-bytes says of the doors (a push of
+// many commits is megabytes, and the body goes through the MACs as it
+// arrives, never held).
 const maxWebhookBytes = 25 << 20
 
 // hookGit triggers a sync at once: 202 {"sync":"started"}. With secrets
@@ -158,7 +160,7 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 			macs[i] = hmac.New(sha256.New, []byte(secret))
 			writers[i] = macs[i]
 		}
-		_, err := io.Copy(io.MultiWriter(writers...), http.MaxBytesReader(w, r.Body, min(s.cfg.MaxBodyBytes, maxWebhookBytes)))
+		_, err := io.Copy(io.MultiWriter(writers...), http.MaxBytesReader(w, r.Body, maxWebhookBytes))
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
