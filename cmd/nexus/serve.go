@@ -963,7 +963,7 @@ func checkDevFlows(dir string) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(filepath.Join(src, "access.yaml")); err != nil {
-		return "", fmt.Errorf("--dev-flows %s is not a config repo folder (flows/ and access.yaml): access.yaml: %w", dir, pathError(err))
+		return "", fmt.Errorf("--dev-flows %q is not a config repo folder (flows/ and access.yaml): access.yaml: %w", dir, pathError(err))
 	}
 	return src, nil
 }

@@ -307,7 +307,7 @@ func TestDevModeRefusedCreatesNothing(t *testing.T) {
 	t.Chdir(dir)
 	var stdout, stderr bytes.Buffer
 	code := runServe([]string{"--dev", "--dev-flows", "no-such-folder", "--log-format", "text", "--listen", "127.0.0.1:0"}, &stdout, &stderr)
-	if want := "nexus serve: --dev-flows no-such-folder is not a config repo folder (flows/ and access.yaml): access.yaml: no such file or directory"; code != exitUsage || firstLine(stderr.String()) != want {
+	if want := `nexus serve: --dev-flows "no-such-folder" is not a config repo folder (flows/ and access.yaml): access.yaml: no such file or directory`; code != exitUsage || firstLine(stderr.String()) != want {
 		t.Errorf("exit %d, %q; want exit 2 and %q", code, firstLine(stderr.String()), want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".nexus-dev")); !errors.Is(err, fs.ErrNotExist) {
