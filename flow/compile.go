@@ -1216,17 +1216,25 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 	case yaml.MappingNode:
 		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if obj.find(n.Content[i].Value) >= 0 {
-				return nil, fmt.Errorf("duplicate key %s", quoted(n.Content[i].Value))
+			k := n.Content[i]
+			if k.Kind == yaml.AliasNode && k.Alias != nil {
+				k = k.Alias // *k reads as the value &k names
 			}
-			if err := budget.spend(len(n.Content[i].Value) + 3); err != nil {
+			if k.Kind != yaml.ScalarNode {
+				// a complex key (? [a, b]) names no member: its Value is ""
+				return nil, fmt.Errorf("a key is a string, not %s", lineerr.Describe(k))
+			}
+			if obj.find(k.Value) >= 0 {
+				return nil, fmt.Errorf("duplicate key %s", quoted(k.Value))
+			}
+			if err := budget.spend(len(k.Value) + 3); err != nil {
 				return nil, err
 			}
 			v, err := yamlDocument(n.Content[i+1], budget)
 			if err != nil {
 				return nil, err
 			}
-			obj.add(n.Content[i].Value, v)
+			obj.add(k.Value, v)
 		}
 		return obj.object(), nil
 	case yaml.SequenceNode:
