@@ -160,7 +160,7 @@ type entry struct {
 	unchecked    time.Time
 	uncheckedCID string
 	// unrecorded is a due tick whose .last record could not be written
-	// (a full disk), zero when none: nothing was appended for it, the
+	// (a full disk) or read, zero when none: nothing was appended for it, the
 	// record coming first so that ticks stay at most once. While this
 	// process holds the flow, it is tried again (record, then append) at
 	// every pass, until it goes through or the next tick is due, which
@@ -548,11 +548,14 @@ func (s *Scheduler) fire(e *entry, sc *flow.Schedule, due time.Time, log *slog.L
 	// meanwhile for one ahead of its clock
 	now := s.cfg.Clock.Now()
 	if err != nil {
-		if retrying {
-			e.unrecorded = due // a read failing on the way: tried again still
-			return
+		// as a record that cannot be written: nothing is appended (the
+		// record tells whether due was ticked), and due is tried again at
+		// every poll until the next tick is due. It was skipped at once.
+		if !retrying {
+			log.Error("the last tick's record could not be read, so nothing was queued; it is tried again at every poll until the next tick is due", "event", "cron_failed",
+				"scheduled_for", due.UTC().Format(time.RFC3339), "error", err.Error())
 		}
-		log.Error("the last tick could not be read; skipping the tick", "event", "cron_failed", "error", err.Error())
+		e.unrecorded = due
 		return
 	}
 	// a record of due itself, when due is tried again, is this process's
