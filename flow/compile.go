@@ -1269,6 +1269,11 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 		}
 		switch n.Tag {
 		case "!!int":
+			if msg := lineerr.LeadingZero("the number", n); msg != "" {
+				// 017 is 15 to YAML, 17 to whoever wrote it (and no JSON
+				// number): refused, as in the rest of the front matter
+				return nil, errors.New(msg)
+			}
 			var i int
 			err := n.Decode(&i)
 			return i, err

@@ -40,3 +40,28 @@ func TestScheduleInputKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleInputLeadingZero: a whole number of schedule_input written
+// with a leading zero (017) is 15 to YAML (1.1's octal), 17 to whoever
+// wrote it, and no JSON number: it is a compile error naming it, as in the
+// rest of the front matter; it compiled as 15. Quoted, it is a string.
+func TestScheduleInputLeadingZero(t *testing.T) {
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
+	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
+	for input, want := range map[string]string{
+		"{zip: 017}":  "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: the number 017 has a leading zero, which YAML reads as octal: write it without",
+		"{a: [-017]}": "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: the number -017 has a leading zero, which YAML reads as octal: write it without",
+	} {
+		errs := compileErrs(t, head+input+steps)
+		if len(errs) != 1 || errs[0].Line != 6 || errs[0].Msg != want {
+			t.Errorf("%s: errors %v, want one on line 6: %q", input, errs, want)
+		}
+	}
+	f, err := Compile("f.md", []byte(head+"{a: 0, b: -0, c: \"017\", d: 0.5, e: 10}"+steps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(`{"a":0,"b":0,"c":"017","d":0.5,"e":10}`, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
+		t.Errorf("the tick's document (-want +got):\n%s", diff)
+	}
+}
