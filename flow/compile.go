@@ -1224,6 +1224,10 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 				// a complex key (? [a, b]) names no member: its Value is ""
 				return nil, fmt.Errorf("a key is a string, not %s", lineerr.Describe(k))
 			}
+			if k.Tag == "!!merge" {
+				// <<: *defaults would be a member named "<<"
+				return nil, errors.New("YAML's merge key (<<) is not followed: write the keys it would merge")
+			}
 			if obj.find(k.Value) >= 0 {
 				return nil, fmt.Errorf("duplicate key %s", quoted(k.Value))
 			}

@@ -65,3 +65,25 @@ func TestScheduleInputLeadingZero(t *testing.T) {
 		t.Errorf("the tick's document (-want +got):\n%s", diff)
 	}
 }
+
+// TestScheduleInputMergeKey: YAML's merge key (<<: *defaults) in
+// schedule_input is a compile error saying it is not followed; it
+// compiled as a member named "<<", so a tick delivered {"<<": {…}, …}
+// rather than the keys merged. Quoted, "<<" is a key like any other.
+func TestScheduleInputMergeKey(t *testing.T) {
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\n"
+	steps := "---\n\n## Step: s\n```ntd\n{}\n```\n"
+	src := head + "schedule_input: {defaults: &d {job: nightly}, run: {<<: *d, region: eu}}\n" + steps
+	errs := compileErrs(t, src)
+	want := "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: YAML's merge key (<<) is not followed: write the keys it would merge"
+	if len(errs) != 1 || errs[0].Line != 6 || errs[0].Msg != want {
+		t.Errorf("errors %v, want one on line 6: %q", errs, want)
+	}
+	f, err := Compile("f.md", []byte(head+"schedule_input: {\"<<\": x}\n"+steps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input()))); got != `{"<<":"x"}` {
+		t.Errorf("a quoted \"<<\" key: %s", got)
+	}
+}
