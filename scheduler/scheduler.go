@@ -325,8 +325,17 @@ func (s *Scheduler) follow(entries map[[2]string]*entry, now time.Time, back tim
 	for k, e := range entries {
 		if !seen[k] {
 			if !e.unqueued.IsZero() {
-				s.cfg.Logger.Error("a cron tick could not be queued before its flow was withdrawn or unscheduled: it is lost", "event", "cron_failed",
-					"tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+				// its record names it, and a process taking the flow up
+				// again (published again within a minute) would queue it
+				// (resume): the record is made the time alone, which
+				// finishes nothing, so that the tick is lost as said
+				msg := "a cron tick could not be queued before its flow was withdrawn or unscheduled: it is lost"
+				attrs := []any{"event", "cron_failed", "tenant", e.tenant, "flow", e.flow, "scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID}
+				if err := s.saveLastTick(e, lastRecord{at: e.unqueued}); err != nil {
+					msg = "a cron tick could not be queued before its flow was withdrawn or unscheduled: it is lost, unless the flow is scheduled again within a minute (its record, which names it, could not be rewritten)"
+					attrs = append(attrs, "error", err.Error())
+				}
+				s.cfg.Logger.Error(msg, attrs...)
 			}
 			if !e.unrecorded.IsZero() {
 				s.cfg.Logger.Error("a cron tick could not be recorded before its flow was withdrawn or unscheduled: it is lost", "event", "cron_failed",
