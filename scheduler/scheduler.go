@@ -496,6 +496,7 @@ func (s *Scheduler) resume(e *entry) {
 	if next := sc.Next(rec.at); retrying && (next.IsZero() || !next.After(now) || now.Sub(rec.at) > resumeWithin) {
 		log.Error("the queue's append lock stayed held by another process until the last tick the process before recorded was too late to queue, so whether it was queued could not be told; it is not queued again", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid)
+		s.settle(e, rec)
 		return
 	}
 	p, err := s.cfg.Queues.Appended(e.tenant, e.flow, rec.from, rec.cid)
@@ -512,6 +513,7 @@ func (s *Scheduler) resume(e *entry) {
 	if err != nil {
 		log.Error("the queue could not be read to tell whether the last tick was queued; it is not queued again", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
+		s.settle(e, rec)
 		return
 	}
 	if p != queue.Absent {
@@ -520,11 +522,13 @@ func (s *Scheduler) resume(e *entry) {
 	if next := sc.Next(rec.at); next.IsZero() || !next.After(now) {
 		log.Error("the last tick was recorded but never queued (the process that made it went before); a later tick is due and stands for it", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid)
+		s.settle(e, rec)
 		return
 	}
 	if late := now.Sub(rec.at); late > resumeWithin {
 		log.Error("the last tick was recorded but never queued (the process that made it went before), too long ago to queue it now: ticks missed while no process ran are not replayed", "event", "cron_failed",
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "late_ms", late.Milliseconds())
+		s.settle(e, rec)
 		return
 	}
 	if err := s.queueTick(e, sc, rec.at, rec.cid, log.With("resumed", true)); err != nil {
@@ -532,6 +536,16 @@ func (s *Scheduler) resume(e *entry) {
 			"scheduled_for", rec.at.UTC().Format(time.RFC3339), "correlation_id", rec.cid, "error", err.Error())
 		e.unqueued, e.unqueuedCID = rec.at, rec.cid
 	}
+}
+
+// settle writes the last-tick record rec again as its time alone, under
+// the flow's lock, once resume has logged its tick as not queued: a record
+// of the time alone finishes nothing, so that the next process to take the
+// flow up does not ask about it and log it as lost again (every restart
+// before the next tick did). A write that fails leaves the record as it
+// was: the tick is still not queued, only logged again.
+func (s *Scheduler) settle(e *entry, rec lastRecord) {
+	_ = s.saveLastTick(e, lastRecord{at: rec.at})
 }
 
 // resumeWithin is how late resume queues a tick the process before
