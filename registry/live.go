@@ -381,6 +381,7 @@ func (w *Watcher) Start() {
 	}
 	w.life.Start(func(ctx context.Context) {
 		failing := false
+		replaced := "" // the registry_replaced said last, not said again
 		// one interval after the last check ends, the first one interval
 		// after Start
 		for {
@@ -391,6 +392,15 @@ func (w *Watcher) Start() {
 			}
 			if ctx.Err() != nil { // both were ready: the end wins
 				return
+			}
+			// a file renamed over the registry, or the registry deleted:
+			// this process would go on with the file it opened, without
+			// a word, and lose what it writes at its restart
+			if err := w.Registry.Replaced(); err == nil {
+				replaced = ""
+			} else if err.Error() != replaced {
+				replaced = err.Error()
+				log.Error(replaced, "event", "registry_replaced", "registry", w.Registry.Path())
 			}
 			swapped, err := w.Registry.Refresh(ctx)
 			switch {

@@ -43,6 +43,12 @@ type Registry struct {
 
 	compiledMu sync.Mutex
 	compiled   map[string]*flow.Flow // by artifact SHA-256: published here, not yet loaded
+
+	// file is the registry file as Open found it once open, at abs (the
+	// path made absolute), which Replaced compares with what the path
+	// names; nil when it could not be read
+	file os.FileInfo
+	abs  string
 }
 
 // Options tune Open. Zero fields take the defaults.
@@ -150,7 +156,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	r := &Registry{db: db, path: path, now: opts.Now, log: opts.Logger}
+	r := &Registry{db: db, path: path, abs: abs, now: opts.Now, log: opts.Logger}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -159,6 +165,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 			db.Close()
 			return nil, openError(path, err)
 		}
+		r.file, _ = os.Stat(abs)
 		return r, nil
 	}
 	// A new file's first connections race to switch it to WAL, which
@@ -167,6 +174,7 @@ func Open(ctx context.Context, path string, opts Options) (*Registry, error) {
 	for {
 		err = r.migrate(ctx)
 		if err == nil {
+			r.file, _ = os.Stat(abs)
 			return r, nil
 		}
 		if cerr := ctx.Err(); cerr != nil && isBusy(err) {
@@ -336,6 +344,27 @@ const fullDiskBytes = 256 << 10
 // isBusy reports whether err is SQLite's "database is locked".
 func isBusy(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
+}
+
+// Replaced says, as an error naming the registry, when its path no longer
+// names the file this handle opened: another file renamed over it (a
+// backup put back with cp and mv, a restore tool's rename) or the file
+// deleted. The handle goes on reading and writing the file it opened,
+// which no other process opening the path sees and which is gone once
+// this one closes it: what it writes from then on is lost. nil when the
+// path still names the file, or when it cannot tell.
+func (r *Registry) Replaced() error {
+	if r.file == nil {
+		return nil
+	}
+	info, err := os.Stat(r.abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("registry %s was deleted under this process, which still reads and writes the file it opened: what it writes is lost when it stops; restart it (to restore a registry under a running server, use sqlite3's .restore)", r.path)
+	case err != nil || os.SameFile(info, r.file):
+		return nil
+	}
+	return fmt.Errorf("registry %s was replaced by another file under this process, which still reads and writes the file it opened: what it writes is lost when it stops, and the other file is not served; restart it (to restore a registry under a running server, use sqlite3's .restore)", r.path)
 }
 
 // Path is the registry file's path.
