@@ -64,9 +64,10 @@ type JournalWriter struct {
 	r       *Registry
 	cfg     JournalConfig
 	dropped atomic.Int64
-	// overflows counts the entries a full buffer dropped in Append alone,
-	// for its warning at the 1st, 2nd, 4th, 8th…: the other drops (Stop,
-	// a refused entry, putBack) are logged where they happen
+	// overflows counts the entries a full buffer dropped in Append alone
+	// since the buffer was last empty, for its warning at the 1st, 2nd,
+	// 4th, 8th…: the other drops (Stop, a refused entry, putBack) are
+	// logged where they happen
 	overflows atomic.Int64
 	written   atomic.Int64
 
@@ -80,7 +81,7 @@ type JournalWriter struct {
 	// would never be written, so it is counted and logged as dropped
 	stopped bool
 	late    atomic.Int64 // entries appended after Stop, for their warning
-	lost    atomic.Int64 // batches putBack could not keep, for their line
+	lost    atomic.Int64 // batches putBack could not keep since the buffer was last empty, for their line
 	refused atomic.Int64 // entries the database refused for what they hold, for their line
 
 	life lifecycle.Loop
@@ -228,6 +229,20 @@ func (w *JournalWriter) putBack(batch []Entry) {
 	}
 }
 
+// drained ends a run of overflows when the buffer is empty (the writer
+// has caught up): the next full buffer is warned of from its 1st drop
+// again. Counted over the writer's whole life, a burst that dropped a
+// million entries left the next one, short of two million, unsaid.
+func (w *JournalWriter) drained() {
+	w.bufMu.Lock()
+	empty := w.count == 0
+	w.bufMu.Unlock()
+	if empty {
+		w.overflows.Store(0)
+		w.lost.Store(0)
+	}
+}
+
 // discard empties the buffer and returns how many entries it held: a
 // writer started again must not write what was counted as lost.
 func (w *JournalWriter) discard() int {
@@ -300,6 +315,7 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		w.bufMu.Lock()
 		left := w.count
 		w.bufMu.Unlock()
+		defer w.drained()
 		for left > 0 {
 			if batch = w.take(batch); len(batch) == 0 {
 				return nil

@@ -191,3 +191,36 @@ func TestRefusedJournalEntriesLogSparsely(t *testing.T) {
 		t.Errorf("journal_write_failed lines with refused %v, want %v", counts, want)
 	}
 }
+
+// TestBufferFullWarnsAgainAfterItDrained: a full buffer that drops entries
+// again after the writer has caught up (a second burst, hours later) is
+// warned of again, from its 1st overflow, with the drops of this overflow
+// alone: the count ran over the writer's whole life, so a burst that
+// dropped a million entries left the next one, short of two million, with
+// no warning at all.
+func TestBufferFullWarnsAgainAfterItDrained(t *testing.T) {
+	r, _ := newRegistry(t)
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{Buffer: 4, FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
+	burst := func(from int) {
+		for i := from; i < from+9; i++ { // 9 entries into a buffer of 4, the writer stopped: 5 overflows
+			w.Append(entry(i, "acme", "f", t0.Add(time.Duration(i)*time.Second)))
+		}
+	}
+	burst(0)
+	w.Start()
+	w.Stop() // the 4 left are written: the buffer has drained
+	burst(100)
+	w.Start()
+	w.Stop()
+	if w.Dropped() != 10 || w.Written() != 8 {
+		t.Fatalf("dropped %d, written %d; want 10 and 8", w.Dropped(), w.Written())
+	}
+	var counts []any
+	for _, e := range logs.Events(t, "journal_dropped") {
+		counts = append(counts, e["dropped"])
+	}
+	if want := []any{1.0, 2.0, 4.0, 1.0, 2.0, 4.0}; !slices.Equal(counts, want) {
+		t.Errorf("journal_dropped lines with dropped %v, want %v (log:\n%s)", counts, want, logs.String())
+	}
+}
