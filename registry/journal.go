@@ -254,7 +254,9 @@ func (w *JournalWriter) discard() int {
 	return n
 }
 
-// Dropped is the number of entries dropped because the buffer was full.
+// Dropped is the number of entries that were never written: dropped by a
+// full buffer, refused by the database for what they held, still refused
+// when Stop gave up, or left or appended at Close.
 func (w *JournalWriter) Dropped() int64 { return w.dropped.Load() }
 
 // Written is the number of entries written.
