@@ -291,6 +291,12 @@ func openError(path string, err error) error {
 	if _, named := errors.AsType[*fileError](err); named {
 		return err
 	}
+	if isBusy(err) {
+		// a read-only open's first read, of a registry another process
+		// holds locked for itself (exclusive locking mode, in which a
+		// WAL database's readers wait too): said as a refused write is
+		return &lockedError{path: path, err: err}
+	}
 	se, ok := errors.AsType[*sqlite.Error](err)
 	if ok && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
 		return fmt.Errorf("registry %s: its folder %s is not writable by this user: SQLite makes the registry's -wal and -shm files beside it", path, filepath.Dir(path))
@@ -540,7 +546,9 @@ func (e *fileError) Error() string { return fmt.Sprintf("registry %s: %v", e.pat
 func (e *fileError) Unwrap() error { return e.err }
 
 // lockedError is a write refused because another process held the
-// registry's write lock (SQLite waits up to BusyTimeout first).
+// registry's write lock, or a read-only open refused because another
+// process held the registry locked for itself (SQLite waits up to
+// BusyTimeout first).
 type lockedError struct {
 	path string
 	err  error

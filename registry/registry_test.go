@@ -480,3 +480,34 @@ func TestOpenCancelledWhileLockedSaysCancelled(t *testing.T) {
 		t.Errorf("Open: %v, want the context's end", err)
 	}
 }
+
+// TestReadOnlyOpenOfALockedRegistrySaysSo: a registry another process
+// holds locked for itself (SQLite's exclusive locking mode, in which a WAL
+// database's readers wait too: the sqlite3 shell of an operator, a backup
+// tool) refuses nexus status and nexus journal, after SQLite's wait, with
+// the error a write refused so gives: naming the registry, saying another
+// process holds it locked. It said "registry PATH: database is locked (5)
+// (SQLITE_BUSY)".
+func TestReadOnlyOpenOfALockedRegistrySaysSo(t *testing.T) {
+	path := dbPath(t)
+	open(t, path, registry.Options{}).Close()
+	ctx := context.Background()
+	conn, err := sideDB(t, path).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{`PRAGMA locking_mode = EXCLUSIVE`, `BEGIN IMMEDIATE`, `INSERT INTO state (key, value) VALUES ('held', 1)`, `COMMIT`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	r, err := registry.Open(ctx, path, registry.Options{ReadOnly: true})
+	if err == nil {
+		r.Close()
+		t.Fatal("a read-only Open succeeded while another process held the registry locked")
+	}
+	if want := "registry " + path + ": locked by another process"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("read-only Open: %v; want an error beginning %q", err, want)
+	}
+}
