@@ -31,7 +31,9 @@ type StatusSource interface {
 }
 
 // Journal takes journal entries off the hot path (see
-// registry.JournalWriter).
+// registry.JournalWriter). One that also has a Dropped() int64 method,
+// as registry.JournalWriter does, has the entries it never wrote counted
+// in /metrics (nexus_journal_dropped_total).
 type Journal interface {
 	Append(registry.Entry)
 }
@@ -157,6 +159,12 @@ func New(cfg Config) *Server {
 	s.runs, s.interruptRuns = context.WithCancel(context.Background())
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))
+	}
+	if j, ok := cfg.Journal.(interface{ Dropped() int64 }); ok {
+		// the journal_dropped lines counted, for an alert to watch
+		cfg.Metrics.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "nexus_journal_dropped_total", Help: "Journal entries never written: dropped by a full buffer, refused by the database, or left at shutdown.",
+		}, func() float64 { return float64(j.Dropped()) }))
 	}
 	cfg.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nexus_runs_in_progress", Help: "/run executions in progress (at most --max-runs).",
