@@ -15,19 +15,21 @@ import (
 
 // CommitFolder makes the git repository at repoDir hold exactly the files of
 // srcDir, committing on branch main when anything changed, and returns the
-// head commit. It creates the repository on first use. The development mode
+// head commit. It creates the repository on first use. srcDir may be a
+// symbolic link to the folder; links inside it are not copied. The development mode
 // uses it to serve a folder through the same git sync as production. When
 // repoDir lies inside srcDir (nexus serve --dev --dev-flows . keeps its
 // state in ./.nexus-dev), the folder of srcDir holding it is left out: the
 // repository never copies itself, nor the state around it.
 func CommitFolder(repoDir, srcDir string) (string, error) {
-	absRepo, err := filepath.Abs(repoDir)
-	if err != nil {
-		return "", err
+	// the folder given may be a symbolic link (to a checkout): the walk
+	// starts at the folder it leads to, which it would not follow
+	absSrc, err := filepath.EvalSymlinks(srcDir)
+	if err == nil {
+		absSrc, err = filepath.Abs(absSrc)
 	}
-	absSrc, err := filepath.Abs(srcDir)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("copying %s: %w", srcDir, err)
 	}
 	repo, err := git.PlainOpen(repoDir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
@@ -44,6 +46,15 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		return "", fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	wt, err := repo.Worktree()
+	if err != nil {
+		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+	}
+	// where the repository is, its links resolved as the folder's are:
+	// the folder holding it is left out of the copy
+	absRepo, err := filepath.EvalSymlinks(repoDir)
+	if err == nil {
+		absRepo, err = filepath.Abs(absRepo)
+	}
 	if err != nil {
 		return "", fmt.Errorf("repository %s: %w", repoDir, err)
 	}

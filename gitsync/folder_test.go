@@ -138,3 +138,39 @@ func TestCommitFolderDoesNotCopyItsOwnStateDir(t *testing.T) {
 		t.Errorf("the dev repo's commit holds its own state directory (%d files), e.g. %q", len(leaked), leaked[:min(len(leaked), 5)])
 	}
 }
+
+// TestCommitFolderThroughALink: the folder given may be a symbolic link
+// to the folder of flows (nexus serve --dev --dev-flows ./examples, a link
+// to a checkout), as nexus validate reads one: its files are committed.
+// CommitFolder committed nothing (the walk does not follow the link it
+// starts at), and the sync refused the empty commit for lacking
+// access.yaml and flows/, which the folder holds.
+func TestCommitFolderThroughALink(t *testing.T) {
+	real := t.TempDir()
+	for p, data := range map[string][]byte{
+		"access.yaml":     accessFile(acmeKey),
+		"flows/acme/x.md": flowtest.Marked("acme", "x", "one"),
+	} {
+		full := filepath.Join(real, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(t.TempDir(), "examples")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	repoDir := filepath.Join(t.TempDir(), "dev-repo")
+	commit, err := gitsync.CommitFolder(repoDir, link)
+	if err != nil {
+		t.Fatalf("CommitFolder(%s, a link to %s): %v", repoDir, real, err)
+	}
+	got := strings.Fields(runGit(t, repoDir, "ls-tree", "-r", "--name-only", commit))
+	slices.Sort(got)
+	if want := []string{"access.yaml", "flows/acme/x.md"}; !slices.Equal(got, want) {
+		t.Errorf("the commit of a folder given through a link holds %q, want %q", got, want)
+	}
+}
