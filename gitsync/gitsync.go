@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -35,6 +36,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/gofrs/flock"
 	xssh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 
 	"github.com/nexushq/nexus/access"
 	"github.com/nexushq/nexus/flow"
@@ -893,15 +895,18 @@ func Redact(repo string) string {
 	return u.String()
 }
 
-func (s *Syncer) auth() (transport.AuthMethod, error) {
+// auth is the credentials of a fetch, and what to call once it is done
+// (never nil): a fetch signing with the ssh agent holds a connection to it.
+func (s *Syncer) auth() (transport.AuthMethod, func(), error) {
+	done := func() {}
 	ep, err := transport.NewEndpoint(s.cfg.Repo)
 	if err != nil {
-		return nil, fmt.Errorf("repo %s: %w", Redact(s.cfg.Repo), err)
+		return nil, done, fmt.Errorf("repo %s: %w", Redact(s.cfg.Repo), err)
 	}
 	switch ep.Protocol {
 	case "http", "https":
 		if ep.User != "" || ep.Password != "" {
-			return &githttp.BasicAuth{Username: ep.User, Password: ep.Password}, nil
+			return &githttp.BasicAuth{Username: ep.User, Password: ep.Password}, done, nil
 		}
 	case "ssh":
 		user := ep.User
@@ -911,17 +916,24 @@ func (s *Syncer) auth() (transport.AuthMethod, error) {
 		if s.cfg.SSHKeyFile != "" {
 			a, err := gitssh.NewPublicKeysFromFile(user, s.cfg.SSHKeyFile, "")
 			if err != nil {
-				return nil, fmt.Errorf("ssh key %s: %w", s.cfg.SSHKeyFile, err)
+				return nil, done, fmt.Errorf("ssh key %s: %w", s.cfg.SSHKeyFile, err)
 			}
-			return a, nil
+			return a, done, nil
 		}
-		a, err := gitssh.NewSSHAgentAuth(user)
+		// the agent dialled here, not by go-git's NewSSHAgentAuth, which
+		// drops the connection it makes: each round left one open (to
+		// the host and to the agent) until the garbage collector closed it
+		sock := os.Getenv("SSH_AUTH_SOCK")
+		if sock == "" {
+			return nil, done, errors.New("ssh: no key given and no agent: SSH_AUTH_SOCK is not set")
+		}
+		conn, err := net.Dial("unix", sock)
 		if err != nil {
-			return nil, fmt.Errorf("ssh: no key given and no agent: %w", err)
+			return nil, done, fmt.Errorf("ssh: no key given and no agent: connecting to SSH_AUTH_SOCK: %w", err)
 		}
-		return a, nil
+		return &gitssh.PublicKeysCallback{User: user, Callback: agent.NewClient(conn).Signers}, func() { conn.Close() }, nil
 	}
-	return nil, nil
+	return nil, done, nil
 }
 
 // CheckSSHKey checks that the file at path is a private key a fetch over
@@ -971,7 +983,8 @@ func UsesSSH(repo string) bool {
 
 // fetch brings the branch up to date (full depth) and returns its head.
 func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commit, error) {
-	auth, err := s.auth()
+	auth, authDone, err := s.auth()
+	defer authDone()
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/nexushq/nexus/flow/flowtest"
@@ -403,5 +404,87 @@ func TestCheckSSHKey(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: CheckSSHKey = %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestSSHAgentConnectionsAreClosed: without a key file, a fetch over ssh
+// signs with the ssh agent (SSH_AUTH_SOCK), and each round closes its
+// connection to the agent when it ends. go-git's agent auth dropped the
+// connection it dialled, so every poll left one open (a descriptor of the
+// host's, and one of the agent's) until the garbage collector happened to
+// close it.
+func TestSSHAgentConnectionsAreClosed(t *testing.T) {
+	if _, err := exec.LookPath("git-upload-pack"); err != nil {
+		t.Fatalf("no git-upload-pack command (the gitsync tests need git): %v", err)
+	}
+	root := t.TempDir()
+	srv := newUploadPackSSH(t, root)
+	pemBytes, err := os.ReadFile(srv.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := ssh.ParseRawPrivateKey(pemBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyring := agent.NewKeyring()
+	if err := keyring.Add(agent.AddedKey{PrivateKey: priv}); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var open, served atomic.Int64 // connections to the agent open now, and in all
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			open.Add(1)
+			served.Add(1)
+			go func() {
+				defer open.Add(-1)
+				defer conn.Close()
+				agent.ServeAgent(keyring, conn)
+			}()
+		}
+	}()
+	t.Setenv("SSH_AUTH_SOCK", sock)
+
+	e := newEnv(t, func(c *gitsync.Config) {
+		c.Repo = "ssh://git@" + srv.addr + filepath.ToSlash(filepath.Join(root, "config.git"))
+		c.FetchTimeout = 10 * time.Second
+	})
+	push := e.bareRemote(root)
+	const rounds = 4
+	for i := range rounds {
+		e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", fmt.Sprint("round ", i)))
+		e.src.commit(fmt.Sprint("round ", i))
+		push()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := e.s.Sync(ctx)
+		cancel()
+		if err != nil || !res.Applied() {
+			t.Fatalf("Sync %d over ssh with the agent = %+v, %v; server errors %q", i, res, err, srv.serverErrors())
+		}
+	}
+	if served.Load() < rounds {
+		t.Fatalf("the agent was asked %d times in %d rounds, want one a round at least", served.Load(), rounds)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open.Load(); n > 0 {
+		t.Errorf("%d connections to the ssh agent are still open after %d rounds have ended, want 0", n, rounds)
 	}
 }
