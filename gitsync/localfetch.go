@@ -33,8 +33,9 @@ func (localTransport) NewUploadPackSession(ep *transport.Endpoint, auth transpor
 	if _, ok := errors.AsType[*exec.Error](err); !ok {
 		return s, err // git's session, or its error
 	}
-	// no git command: the repo (a checkout or a bare one) read here
-	repo, err := git.PlainOpen(ep.Path)
+	// no git command: the repo (a checkout, a bare one, or a linked work
+	// tree, whose refs and objects are its main repository's) read here
+	repo, err := git.PlainOpenWithOptions(ep.Path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		return nil, transport.ErrRepositoryNotFound
 	}

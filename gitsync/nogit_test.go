@@ -3,6 +3,7 @@ package gitsync_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nexushq/nexus/flow/flowtest"
@@ -67,4 +68,25 @@ func TestLocalRepoWithoutGit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestLinkedWorktreeWithoutGit: a repo given as the folder of a linked
+// work tree (git worktree add), whose .git is a file naming the main
+// repository's, is read through it on a host without git, as git reads it.
+func TestLinkedWorktreeWithoutGit(t *testing.T) {
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	a := e.src.commit("one")
+	wt := filepath.Join(t.TempDir(), "wt")
+	e.src.git("worktree", "add", "-q", "-b", "other", wt)
+	e.s.Stop()
+	e.cfg.Repo = wt
+	s, err := gitsync.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	e.s = s
+	t.Setenv("PATH", t.TempDir())
+	e.mustApply(a, "published acme/x v1")
 }
