@@ -146,8 +146,15 @@ func (w *fetchWatch) dial(ctx context.Context, network, addr string) (net.Conn, 
 		}
 		return nil, err
 	}
+	return w.watchConn(conn), nil
+}
+
+// watchConn watches conn, a connection the fetch made (a dial, or the
+// ssh agent's): its reads and writes time out, and it closes when the
+// fetch's context ends.
+func (w *fetchWatch) watchConn(conn net.Conn) net.Conn {
 	stop := context.AfterFunc(w.ctx, func() { conn.Close() })
-	return &watchedConn{Conn: conn, w: w, stop: stop}, nil
+	return &watchedConn{Conn: conn, w: w, stop: stop}
 }
 
 // watchDialer is the proxy.ContextDialer of a watched ssh dial.

@@ -895,9 +895,11 @@ func Redact(repo string) string {
 	return u.String()
 }
 
-// auth is the credentials of a fetch, and what to call once it is done
-// (never nil): a fetch signing with the ssh agent holds a connection to it.
-func (s *Syncer) auth() (transport.AuthMethod, func(), error) {
+// auth is the credentials of a fetch watched by w, and what to call once
+// it is done (never nil): a fetch signing with the ssh agent holds a
+// connection to it, which w watches as it watches the remote's (an agent
+// silent for FetchTimeout ends the round).
+func (s *Syncer) auth(w *fetchWatch) (transport.AuthMethod, func(), error) {
 	done := func() {}
 	ep, err := transport.NewEndpoint(s.cfg.Repo)
 	if err != nil {
@@ -931,7 +933,11 @@ func (s *Syncer) auth() (transport.AuthMethod, func(), error) {
 		if err != nil {
 			return nil, done, fmt.Errorf("ssh: no key given and no agent: connecting to SSH_AUTH_SOCK: %w", err)
 		}
-		return &gitssh.PublicKeysCallback{User: user, Callback: agent.NewClient(conn).Signers}, func() { conn.Close() }, nil
+		// watched: go-git signs during the ssh handshake, which the
+		// fetch's context does not reach, so an agent that never answered
+		// held the round (and the sync lock, and Stop) for ever
+		wc := w.watchConn(conn)
+		return &gitssh.PublicKeysCallback{User: user, Callback: agent.NewClient(wc).Signers}, func() { wc.Close() }, nil
 	}
 	return nil, done, nil
 }
@@ -983,11 +989,6 @@ func UsesSSH(repo string) bool {
 
 // fetch brings the branch up to date (full depth) and returns its head.
 func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commit, error) {
-	auth, authDone, err := s.auth()
-	defer authDone()
-	if err != nil {
-		return nil, err
-	}
 	remoteRef := plumbing.NewRemoteReferenceName("origin", s.cfg.Branch)
 	spec := config.RefSpec("+" + plumbing.NewBranchReferenceName(s.cfg.Branch).String() + ":" + remoteRef.String())
 	// the connections are watched (fetchconn.go): a remote silent for
@@ -996,6 +997,11 @@ func (s *Syncer) fetch(ctx context.Context, repo *git.Repository) (*object.Commi
 	defer cancel()
 	ctx, w, proxyURL, unwatch := watch(ctx, s.cfg.FetchTimeout)
 	defer unwatch()
+	auth, authDone, err := s.auth(w)
+	defer authDone()
+	if err != nil {
+		return nil, err
+	}
 	opts := &git.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{spec},

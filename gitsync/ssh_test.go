@@ -488,3 +488,69 @@ func TestSSHAgentConnectionsAreClosed(t *testing.T) {
 		t.Errorf("%d connections to the ssh agent are still open after %d rounds have ended, want 0", n, rounds)
 	}
 }
+
+// TestASilentSSHAgentIsTimedOut: an ssh agent that takes the connection
+// and never answers (a forwarded agent whose session stalled) ends the
+// round after FetchTimeout, as a silent server does, and releases the sync
+// lock; Stop does not wait on it. The round waited on the agent for ever:
+// nothing watched its connection, and go-git signs during the ssh
+// handshake, which the fetch's context does not reach.
+func TestASilentSSHAgentIsTimedOut(t *testing.T) {
+	root := t.TempDir()
+	srv := newUploadPackSSH(t, root)
+	sockDir, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn // taken, never answered
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Setenv("SSH_AUTH_SOCK", sock)
+
+	e := newEnv(t, func(c *gitsync.Config) {
+		c.Repo = "ssh://git@" + srv.addr + filepath.ToSlash(filepath.Join(root, "config.git"))
+		c.FetchTimeout = 300 * time.Millisecond
+	})
+	push := e.bareRemote(root)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	e.src.commit("one")
+	push()
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.s.Sync(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
+			t.Errorf("Sync with a silent ssh agent: %v, want the fetch's timeout", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Sync with a silent ssh agent had not returned after 20 s")
+	}
+}
