@@ -1,15 +1,19 @@
 package host_test
 
 import (
+	"context"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nexushq/nexus/host"
 	"github.com/nexushq/nexus/queue"
 )
 
@@ -144,4 +148,32 @@ func TestReplayAllWhoseMarksFailSaysTheEntriesAreStillListed(t *testing.T) {
 	}
 	fx.waitJournal(t, "acme", "echo", 3) // the replays were appended, and are delivered
 	fx.waitJournal(t, "acme", "echo", 4)
+}
+
+// TestPublishOnAFullDiskNamesNoFile: a queue_publish whose target's log
+// cannot be written fails with what /enqueue's 503 says (the system's
+// error, without the files it names) and logs queue_enqueue_failed with
+// the whole error, as /enqueue does. Its error was the queue's own, the
+// path of the state directory in it, which reaches a caller through a
+// fault handler's $.fault_error.
+func TestPublishOnAFullDiskNamesNoFile(t *testing.T) {
+	disk := fullDisk()
+	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
+	if _, _, err := fx.queues.Queue("acme", "echo"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fx.cfg
+	cfg.Metrics = host.NewMetrics() // a server of its own over the same state
+	srv := host.New(cfg)
+	disk.failing.Store(true)
+	err := srv.Publish(context.Background(), "acme", "echo", []byte(`{"n":1}`), "cid-full")
+	const want = "queue acme/echo could not take the message: its log could not be written: no space left on device"
+	if err == nil || err.Error() != want {
+		t.Errorf("Publish on a full disk: %v, want %q", err, want)
+	}
+	evs := fx.logs.Events(t, "queue_enqueue_failed")
+	if len(evs) != 1 || evs[0]["tenant"] != "acme" || evs[0]["flow"] != "echo" || evs[0]["correlation_id"] != "cid-full" ||
+		!strings.Contains(fmt.Sprint(evs[0]["error"]), "segment.log") {
+		t.Errorf("queue_enqueue_failed lines %v, want one for acme/echo, cid-full, its error naming segment.log", evs)
+	}
 }

@@ -45,25 +45,15 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 		Source: engine.DoorEnqueue, CorrelationID: a.correlationID, Payload: payload,
 	})
 	if err != nil {
-		// at most as many lines as refusals: a full disk under load
-		// refuses every submission (15,000 lines a second on the log,
-		// which may be on the disk that is full)
-		if ok, suppressed := s.enqueueFailures.allow(s.cfg.Now()); ok {
-			s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
-				"correlation_id", a.correlationID, "error", err.Error(), "suppressed", suppressed)
-		}
+		text := s.enqueueFailed(tenant, flowName, a.correlationID, err)
 		if errors.Is(err, queue.ErrTooLarge) {
 			// under the flow's max_body_bytes but more than a queued
 			// message holds: it never will, so no Retry-After
-			writeError(w, http.StatusRequestEntityTooLarge, "the message exceeds "+strconv.Itoa(queue.MaxPayload)+" bytes, the most a queued message holds")
+			writeError(w, http.StatusRequestEntityTooLarge, text)
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		reason := appendFailure(err)
-		if errors.Is(err, queue.ErrBudget) {
-			reason = err.Error()
-		}
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("queue %s/%s could not take the message: %s", tenant, flowName, reason))
+		writeError(w, http.StatusServiceUnavailable, text)
 		return
 	}
 	jsonlog.LogAttrs(context.Background(), s.cfg.Logger, slog.LevelInfo, "message queued", slog.String("event", "queue_enqueued"),
@@ -77,6 +67,27 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 	b = flow.AppendJSON(append(b, `,"tenant":`...), tenant)
 	b = flow.AppendJSON(append(b, `,"flow":`...), flowName)
 	w.Write(append(b, '}'))
+}
+
+// enqueueFailed logs a message that could not be appended to tenant/flow's
+// queue (queue_enqueue_failed, with the whole error) and returns what its
+// submitter is told: the system's error without the files it names (see
+// appendFailure). Lines are logged at most as refusals are: a full disk
+// under load refuses every submission (15,000 lines a second on the log,
+// which may be on the disk that is full).
+func (s *Server) enqueueFailed(tenant, flowName, correlationID string, err error) string {
+	if ok, suppressed := s.enqueueFailures.allow(s.cfg.Now()); ok {
+		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
+			"correlation_id", correlationID, "error", err.Error(), "suppressed", suppressed)
+	}
+	if errors.Is(err, queue.ErrTooLarge) {
+		return "the message exceeds " + strconv.Itoa(queue.MaxPayload) + " bytes, the most a queued message holds"
+	}
+	reason := appendFailure(err)
+	if errors.Is(err, queue.ErrBudget) {
+		reason = err.Error()
+	}
+	return fmt.Sprintf("queue %s/%s could not take the message: %s", tenant, flowName, reason)
 }
 
 // appendFailure is what the 503 of a failed append says of its error: the
@@ -207,7 +218,8 @@ func errorText(res engine.Result) string {
 
 // Publish puts a message on another flow's queue for queue_publish: same
 // tenant, refused before anything is written when the target is not live or
-// no worker can be started for it.
+// no worker can be started for it. A failed append is said as /enqueue's
+// answer says it, without the files it names, and logged as one.
 func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload []byte, correlationID string) error {
 	if s.cfg.Queues == nil {
 		return errors.New("this host has no queues")
@@ -235,7 +247,10 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	}
 	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})
 	if err != nil {
-		return err
+		// what /enqueue answers: the queue's error names the files of
+		// the state directory, and the step's error may reach a caller
+		// through a fault handler's $.fault_error; the log has it whole
+		return errors.New(s.enqueueFailed(tenant, flowName, correlationID, err))
 	}
 	s.cfg.Logger.Info("message queued", "event", "queue_enqueued", "tenant", tenant, "flow", flowName,
 		"correlation_id", correlationID, "msg_id", msg.ID, "offset", msg.Offset, "by", "queue_publish")
