@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -263,6 +264,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logOut := newLogWriter(stderr, 1<<20, 2*time.Millisecond)
 	defer logOut.Close()
 	logger := newLogger(cfg.LogFormat, logOut)
+	// What the standard library writes to Go's standard logger (net/http's
+	// client says so of a backend's bytes after a 204, an unsolicited
+	// response on an idle connection) is a line of this log, as the
+	// server's ErrorLog is: written as Go's plain text, it was a line no
+	// reader of the JSON log could read.
+	prevLogOut, prevLogFlags := log.Writer(), log.Flags()
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelWarn).Writer())
+	defer func() { log.SetOutput(prevLogOut); log.SetFlags(prevLogFlags) }()
 	// An empty variable counts as not set, as for every setting; a key's
 	// or a secret's, set and empty, is most likely a secret file found
 	// empty: said at start (--dev makes its own admin key).
