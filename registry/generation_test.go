@@ -2,9 +2,11 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/registry"
 )
 
@@ -35,6 +37,41 @@ func TestGenerationNotAnInteger(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "the generation counter in registry.db is ") {
 				t.Errorf("generation %#v: %s: %v, want the generation counter named", value, name, err)
 			}
+		}
+	}
+}
+
+// TestPublicationOverAGenerationNotAnInteger: a publication into a
+// registry whose generation counter is not an integer (or is missing) is
+// refused with the one error every read gives, naming the counter, and
+// leaves the counter as it found it. SQLite's value + 1 made "seven" 1 and
+// "1.5" 2.5 without a word (the counter going back under every other
+// process), and a missing counter failed the publication with
+// "sql: no rows in result set".
+func TestPublicationOverAGenerationNotAnInteger(t *testing.T) {
+	for _, value := range []any{"seven", "1.5", "", []byte{0xff}, "missing"} {
+		path := dbPath(t)
+		r, err := registry.Open(context.Background(), path, registry.Options{Now: newClock().Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		side := sideDB(t, path)
+		if value == "missing" {
+			exec(t, side, `DELETE FROM state WHERE key = 'generation'`)
+		} else {
+			exec(t, side, `UPDATE state SET value = ? WHERE key = 'generation'`, value)
+		}
+		var before any
+		_ = side.QueryRow(`SELECT value FROM state WHERE key = 'generation'`).Scan(&before)
+		_, err = r.Publish(context.Background(), registry.Publication{Flows: []*flow.Flow{compile(t, "acme", "a", "1")}, Commit: "c1"})
+		if err == nil || !strings.Contains(err.Error(), "the generation counter in registry.db is ") {
+			t.Errorf("generation %#v: Publish: %v, want the generation counter named", value, err)
+		}
+		var after any
+		_ = side.QueryRow(`SELECT value FROM state WHERE key = 'generation'`).Scan(&after)
+		if fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("generation %#v: the counter was %v after the publication, want it left as %v", value, after, before)
 		}
 	}
 }

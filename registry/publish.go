@@ -154,6 +154,12 @@ func (r *Registry) Publish(ctx context.Context, p Publication) ([]Change, error)
 		}
 		gen = 0
 		if changed {
+			// read first, as every read does: SQLite's value + 1 makes a
+			// counter that is not an integer 1 (or 2.5), without a word,
+			// and finds no row of a missing one
+			if _, err := readGeneration(ctx, tx); err != nil {
+				return err
+			}
 			if err := tx.QueryRowContext(ctx, `UPDATE state SET value = value + 1 WHERE key = 'generation' RETURNING value`).Scan(&gen); err != nil {
 				return err
 			}
