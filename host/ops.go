@@ -131,8 +131,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	w.Write(flow.AppendJSON(nil, doc))
 }
 
-// maxWebhookBytes bounds a webhook's body: GitHub's own ceiling on a
-// payload (25 MB), whatever --max-body-bytes says of the doors (a push of
+// maxWebhookBytes bounds a webhook's body: 25 MiB, above GitHub's own
+// ceiling on a payload (25 MB), whatever --max-body-bytes says of the doors (a push of
 // many commits is megabytes, and the body goes through the MACs as it
 // arrives, never held).
 const maxWebhookBytes = 25 << 20

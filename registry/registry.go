@@ -357,7 +357,9 @@ func isBusy(err error) bool {
 // backup put back with cp and mv, a restore tool's rename) or the file
 // deleted. The handle goes on reading and writing the file it opened,
 // which no other process opening the path sees and which is gone once
-// this one closes it: what it writes from then on is lost. nil when the
+// this one closes it: what it writes from then on is lost. (A connection
+// the pool opens later opens the other file, beside the first one's -wal
+// and -shm files.) nil when the
 // path still names the file, or when it cannot tell.
 func (r *Registry) Replaced() error {
 	if r.file == nil {
@@ -366,11 +368,11 @@ func (r *Registry) Replaced() error {
 	info, err := os.Stat(r.abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("registry %s was deleted under this process, which still reads and writes the file it opened: what it writes is lost when it stops; restart it (to restore a registry under a running server, use sqlite3's .restore)", r.path)
+		return fmt.Errorf("registry %s was deleted under this process, whose open connections still read and write the deleted file: what they write is lost when it stops; restart it (to restore a registry under a running server, use sqlite3's .restore)", r.path)
 	case err != nil || os.SameFile(info, r.file):
 		return nil
 	}
-	return fmt.Errorf("registry %s was replaced by another file under this process, which still reads and writes the file it opened: what it writes is lost when it stops, and the other file is not served; restart it (to restore a registry under a running server, use sqlite3's .restore)", r.path)
+	return fmt.Errorf("registry %s was replaced by another file under this process, whose open connections still read and write the file it opened while a new one opens the other beside the first's -wal and -shm files: what they write may be lost or damage the new file; restart it now (to restore a registry under a running server, use sqlite3's .restore)", r.path)
 }
 
 // Path is the registry file's path.
