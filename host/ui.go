@@ -413,7 +413,7 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		done, skipped, status, err := s.doDLQActionAll(w, r, action, tenant, flowName)
 		after, limit := s.pageAfterAction(r, tenant, flowName)
 		if err != nil {
-			p.Error = err.Error()
+			p.Error = actionError(w, status, err)
 			s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 			return
 		}
@@ -428,7 +428,7 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	// back to the page the button was on (its form sends after and limit)
 	after, limit := s.pageAfterAction(r, tenant, flowName)
 	if err != nil {
-		p.Error = err.Error()
+		p.Error = actionError(w, status, err)
 		s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
 		return
 	}
@@ -439,6 +439,17 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		back += fmt.Sprintf("?discarded=%d", id)
 	}
 	http.Redirect(w, r, back+pageLink(after, limit, "&"), http.StatusSeeOther)
+}
+
+// actionError is the text a button that failed shows: a failure in the
+// host (500) names the request's correlation ID, the key to its
+// internal_error line in the log, as pageError does.
+func actionError(w http.ResponseWriter, status int, err error) string {
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg += "; the host's log has the details under correlation ID " + w.Header().Get("X-Correlation-Id") + "."
+	}
+	return msg
 }
 
 // uiPayload is a dead letter's download link: the payload, or an error
