@@ -418,6 +418,9 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 		}
 		return nil, nil, http.StatusInternalServerError, errors.New(msg)
 	}
+	if len(done) == 0 {
+		return nil, nil, http.StatusInternalServerError, errors.New("internal error")
+	}
 	return nil, nil, http.StatusInternalServerError, fmt.Errorf("%d dead letters were handled, then the rest failed (internal error)", len(done))
 }
 

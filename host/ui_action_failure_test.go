@@ -37,3 +37,16 @@ func TestUIButtonFailureNamesTheCorrelationID(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIAllThatFailsAtOnceSaysInternalError: a replay or discard of all
+// that fails before it has handled any dead letter answers 500 "internal
+// error", as one does; it said "0 dead letters were handled, then the rest
+// failed (internal error)", a count of nothing before a failure.
+func TestAPIAllThatFailsAtOnceSaysInternalError(t *testing.T) {
+	disk := &failingDisk{file: "dlq.log.acked", errno: syscall.EIO}
+	fx := newAdminFixture(t, adminOptions{key: adminKey, fs: disk})
+	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`, `{"n":2}`)
+	disk.failing.Store(true)
+	w := fx.admin(http.MethodPost, "/api/queues/acme/echo/dlq/all/discard")
+	wantRefusal(t, w, http.StatusInternalServerError, "internal error")
+}
