@@ -514,21 +514,28 @@ func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, t
 type journalPage struct {
 	Tenant, Flow  string
 	CorrelationID string
-	Limit         int
+	Limit         string // as the form shows it: the number read, or what was typed when it is refused
 	Entries       []journalEntry
 	Older         string // the link to the older page, "" when there is none
 	// Filtered: a filter was given; Paged: the page is an older one (a
-	// page that lists nothing says which, not that the journal is empty)
-	Filtered, Paged bool
+	// page that lists nothing says which, not that the journal is empty);
+	// Refused: the filters were refused, so the journal was not read
+	Filtered, Paged, Refused bool
 }
 
 func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	p := uiPage{Title: "Journal", Nav: "journal", CSRF: csrf}
 	jq, err := journalQuery(r, true) // the page's form sends its empty fields
-	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: jq.Limit,
+	data := journalPage{Tenant: jq.Tenant, Flow: jq.Flow, CorrelationID: jq.CorrelationID, Limit: strconv.Itoa(jq.Limit),
 		Filtered: jq.Tenant != "" || jq.Flow != "" || jq.CorrelationID != "", Paged: r.URL.Query().Get("before") != ""}
 	p.Data = &data
 	if err != nil {
+		// nothing was read: the page says so, not that nothing matched,
+		// and its form keeps the limit typed, which the error names
+		data.Refused = true
+		if l := r.URL.Query().Get("limit"); l != "" {
+			data.Limit = l
+		}
 		if msg := err.Error(); strings.HasPrefix(msg, "limit") {
 			p.Error = "The " + msg + "."
 		} else {
