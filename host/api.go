@@ -127,14 +127,9 @@ func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if !s.hasQueues(w, r) {
 		return
 	}
-	qs, err := s.queueEntries()
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
 	writeJSON(w, http.StatusOK, struct {
 		Queues []queueEntry `json:"queues"`
-	}{qs})
+	}{s.queueEntries()})
 }
 
 func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {

@@ -240,12 +240,7 @@ func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		s.render(w, r, http.StatusOK, "queues", p)
 		return
 	}
-	qs, err := s.queueEntries()
-	if err != nil {
-		s.pageError(w, r, err)
-		return
-	}
-	p.Data = qs
+	p.Data = s.queueEntries()
 	s.render(w, r, http.StatusOK, "queues", p)
 }
 
@@ -316,11 +311,7 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		data.Limit = limit
 	}
 	if info, ok := s.cfg.Queues.Info(tenant, flowName); ok {
-		e, err := s.queueEntry(info)
-		if err != nil {
-			s.pageError(w, r, err)
-			return
-		}
+		e := s.queueEntry(info)
 		data.Queue = &e
 	}
 	var err error

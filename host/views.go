@@ -158,30 +158,27 @@ type queueEntry struct {
 	// process, delivering), "standby" (started here, another process
 	// leads) or "idle" (not started in this process).
 	Worker string `json:"worker"`
+	// Error is why the queue's log could not be counted (an I/O error):
+	// Total, Processed and Pending are then 0. Absent when it was counted.
+	// The queue is listed all the same, as every other queue is.
+	Error string `json:"error,omitempty"`
 }
 
 // queueEntries describes the queues on disk or open here, sorted.
-func (s *Server) queueEntries() ([]queueEntry, error) {
+func (s *Server) queueEntries() []queueEntry {
 	infos := s.cfg.Queues.Queues()
 	out := make([]queueEntry, 0, len(infos))
 	for _, info := range infos {
-		e, err := s.queueEntry(info)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
+		out = append(out, s.queueEntry(info))
 	}
-	return out, nil
+	return out
 }
 
 // queueEntry is a queue's description, its counts those the manager read
 // with its retries and dead letters (info.Counts, info.Depth): counted
 // again here, a message that moved between the two reads would be counted
-// twice, or not at all.
-func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
-	if info.CountsErr != nil {
-		return queueEntry{}, fmt.Errorf("queue %s/%s: %w", info.Tenant, info.Flow, info.CountsErr)
-	}
+// twice, or not at all. A log that could not be counted is said in Error.
+func (s *Server) queueEntry(info queue.QueueInfo) queueEntry {
 	c := info.Counts
 	e := queueEntry{Tenant: info.Tenant, Flow: info.Flow, Total: c.Total, Processed: c.Processed,
 		Pending: info.Depth, Retrying: info.State.RetriesPending, DeadLetters: info.DeadLetters, DamagedDeadLetters: info.DamagedDeadLetters,
@@ -191,7 +188,11 @@ func (s *Server) queueEntry(info queue.QueueInfo) (queueEntry, error) {
 	} else if info.Open {
 		e.Worker = "standby"
 	}
-	return e, nil
+	if info.CountsErr != nil {
+		e.Total, e.Processed, e.Pending = 0, 0, 0
+		e.Error = info.CountsErr.Error()
+	}
+	return e
 }
 
 // The bounds of a dead-letter listing: a page holds at most maxPageSize

@@ -1,0 +1,56 @@
+package host_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestQueuesListedWhenOneLogCannotBeCounted: a queue whose segment.log
+// cannot be read (an I/O error; here a folder in its place) is listed
+// with the error in place of its counts, and every other queue as it is.
+// The whole of GET /api/queues and the Queues page answered 500, hiding
+// the queues that could be read, their dead letters among them; the
+// queue's own page answered 500 too, hiding its dead letters.
+func TestQueuesListedWhenOneLogCannotBeCounted(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedTwoQueues(t, fx)
+	if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", "segment.log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	w := fx.admin(http.MethodGet, "/api/queues")
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /api/queues: %d %s, want 200", w.Code, w.Body)
+	}
+	var doc struct {
+		Queues []map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]any{}
+	for _, q := range doc.Queues {
+		got[q["tenant"].(string)+"/"+q["flow"].(string)] = q
+	}
+	if q := got["acme/echo"]; q == nil || q["dead_letters"] != 2.0 || q["error"] != nil {
+		t.Errorf("acme/echo: %v, want listed with its 2 dead letters and no error", q)
+	}
+	if q := got["acme/hello"]; q == nil || !strings.Contains(q["error"].(string), "segment.log") {
+		t.Errorf("acme/hello: %v, want listed with an error naming its segment.log", got["acme/hello"])
+	}
+
+	body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
+	for _, want := range []string{`data-queue="acme/echo"`, `data-queue="globex/shipment"`, `data-queue="acme/hello"`, "is a directory"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the Queues page does not show %q", want)
+		}
+	}
+	body = wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/hello"), http.StatusOK)
+	if !strings.Contains(body, "is a directory") {
+		t.Errorf("the Queue page of acme/hello does not say why its log is not counted")
+	}
+}
