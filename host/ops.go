@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 	"net/http"
@@ -78,8 +79,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	st, err := s.cfg.Status.Status(r.Context())
 	if err != nil {
-		s.cfg.Logger.Error("the status could not be read", "event", "internal_error", "error", err.Error())
-		writeError(w, http.StatusInternalServerError, "internal error")
+		s.internalError(w, r, fmt.Errorf("the status could not be read: %w", err))
 		return
 	}
 	str := func(v string) any {
