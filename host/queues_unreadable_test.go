@@ -54,3 +54,39 @@ func TestQueuesListedWhenOneLogCannotBeCounted(t *testing.T) {
 		t.Errorf("the Queue page of acme/hello does not say why its log is not counted")
 	}
 }
+
+// TestQueuesSayWhenDeadLettersCannotBeCounted: a queue whose dlq.log cannot
+// be read is listed with the error, not with 0 dead letters: an operator
+// reading "dead_letters": 0 would take the queue for one with nothing to
+// replay.
+func TestQueuesSayWhenDeadLettersCannotBeCounted(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedTwoQueues(t, fx)
+	if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", "dlq.log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := fx.admin(http.MethodGet, "/api/queues")
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /api/queues: %d %s, want 200", w.Code, w.Body)
+	}
+	var doc struct {
+		Queues []map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range doc.Queues {
+		if q["flow"] != "hello" {
+			continue
+		}
+		if e, _ := q["error"].(string); !strings.Contains(e, "dlq.log") {
+			t.Errorf("acme/hello: %v, want an error naming its dlq.log", q)
+		}
+		body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
+		if !strings.Contains(body, "its dead letters could not be counted") {
+			t.Errorf("the Queues page does not say acme/hello's dead letters could not be counted")
+		}
+		return
+	}
+	t.Errorf("acme/hello is not listed: %s", w.Body)
+}

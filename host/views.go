@@ -159,9 +159,15 @@ type queueEntry struct {
 	// leads) or "idle" (not started in this process).
 	Worker string `json:"worker"`
 	// Error is why the queue's log could not be counted (an I/O error):
-	// Total, Processed and Pending are then 0. Absent when it was counted.
-	// The queue is listed all the same, as every other queue is.
+	// Total, Processed and Pending are then 0; or why its dead letters
+	// could not be (DeadLetters and DamagedDeadLetters are then 0).
+	// Absent when both were counted. The queue is listed all the same,
+	// as every other queue is.
 	Error string `json:"error,omitempty"`
+	// Uncounted and DeadLettersUncounted say which counts Error stands
+	// for, for the pages
+	Uncounted            bool `json:"-"`
+	DeadLettersUncounted bool `json:"-"`
 }
 
 // queueEntries describes the queues on disk or open here, sorted.
@@ -188,10 +194,16 @@ func (s *Server) queueEntry(info queue.QueueInfo) queueEntry {
 	} else if info.Open {
 		e.Worker = "standby"
 	}
+	var errs []string
 	if info.CountsErr != nil {
-		e.Total, e.Processed, e.Pending = 0, 0, 0
-		e.Error = info.CountsErr.Error()
+		e.Total, e.Processed, e.Pending, e.Uncounted = 0, 0, 0, true
+		errs = append(errs, info.CountsErr.Error())
 	}
+	if info.DeadLettersErr != nil {
+		e.DeadLettersUncounted = true
+		errs = append(errs, "its dead letters could not be counted: "+info.DeadLettersErr.Error())
+	}
+	e.Error = strings.Join(errs, "; ")
 	return e
 }
 

@@ -633,7 +633,10 @@ type QueueInfo struct {
 	// DamagedDeadLetters counts the damaged frames of the dead-letter
 	// files (see nexus dlq list): dead letters that cannot be read
 	DamagedDeadLetters int
-	Open               bool // opened in this process, its worker started
+	// DeadLettersErr is why the dead-letter files could not be read
+	// (DeadLetters and DamagedDeadLetters are then 0)
+	DeadLettersErr error
+	Open           bool // opened in this process, its worker started
 }
 
 // Queues describes the queues open in this process and, read from their
@@ -687,6 +690,17 @@ func (m *Manager) Info(tenant, flow string) (QueueInfo, bool) {
 	return m.onDisk(tenant, flow), true
 }
 
+// countDeadLetters sets info's dead-letter counts, or DeadLettersErr when
+// q's dead-letter files cannot be read (the counts are then 0).
+func (m *Manager) countDeadLetters(info *QueueInfo, q *Queue) {
+	n, damaged, err := m.deadLetterCounts(q)
+	if err != nil {
+		info.DeadLettersErr = err
+		return
+	}
+	info.DeadLetters, info.DamagedDeadLetters = n, damaged
+}
+
 // openInfo describes a queue this process has open. The log is counted
 // before the worker's state is read, as onDisk counts it before reading
 // the retries: a message whose attempt fails between the two reads is
@@ -697,9 +711,7 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 	info := QueueInfo{Tenant: e.q.Tenant, Flow: e.q.Flow, Open: true}
 	m.count(&info)
 	info.State = e.w.State()
-	if n, damaged, err := m.deadLetterCounts(e.q); err == nil {
-		info.DeadLetters, info.DamagedDeadLetters = n, damaged
-	}
+	m.countDeadLetters(&info, e.q)
 	if !info.State.Leading {
 		// another process's worker delivers the queue: its retries are in
 		// the files, not in this worker's state
@@ -738,9 +750,7 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	if rs, err := q.Retries(); err == nil {
 		info.State.RetriesPending = len(rs)
 	}
-	if n, damaged, err := m.deadLetterCounts(q); err == nil {
-		info.DeadLetters, info.DamagedDeadLetters = n, damaged
-	}
+	m.countDeadLetters(&info, q)
 	return info
 }
 
