@@ -293,10 +293,16 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(taken))
 	ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(budget))
 	for _, q := range c.m.Queues() {
-		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(q.Depth), q.Tenant, q.Flow)
+		// a count that could not be read is left out, not exported as 0:
+		// an alert on it would keep quiet, and absent() could not tell
+		if q.CountsErr == nil {
+			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(q.Depth), q.Tenant, q.Flow)
+		}
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(q.State.InFlight), q.Tenant, q.Flow)
 		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.GaugeValue, float64(q.State.RetriesPending), q.Tenant, q.Flow)
-		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(q.DeadLetters), q.Tenant, q.Flow)
+		if q.DeadLettersErr == nil {
+			ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(q.DeadLetters), q.Tenant, q.Flow)
+		}
 		for outcome, n := range q.State.Delivered {
 			ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(n), q.Tenant, q.Flow, outcome)
 		}

@@ -90,3 +90,33 @@ func TestQueuesSayWhenDeadLettersCannotBeCounted(t *testing.T) {
 	}
 	t.Errorf("acme/hello is not listed: %s", w.Body)
 }
+
+// TestMetricsLeaveOutCountsNotRead: /metrics leaves out the series of a
+// queue's count it could not read (nexus_queue_depth for a log that cannot
+// be read, nexus_queue_dead_letters for dead-letter files that cannot be),
+// rather than exporting 0: an alert on dead letters above 0 kept quiet
+// over a dlq.log nobody could read, and absent() could not tell.
+func TestMetricsLeaveOutCountsNotRead(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedTwoQueues(t, fx)
+	for _, p := range []string{"acme/hello/segment.log", "acme/small/dlq.log"} {
+		if err := os.MkdirAll(filepath.Join(fx.root, filepath.FromSlash(p)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := fx.serve(newRequest(http.MethodGet, "/metrics", "")).Body.String()
+	for _, tc := range []struct {
+		series string
+		want   bool
+	}{
+		{`nexus_queue_depth{flow="hello",tenant="acme"}`, false},
+		{`nexus_queue_dead_letters{flow="hello",tenant="acme"}`, true},
+		{`nexus_queue_depth{flow="small",tenant="acme"}`, true},
+		{`nexus_queue_dead_letters{flow="small",tenant="acme"}`, false},
+		{`nexus_queue_dead_letters{flow="echo",tenant="acme"} 2`, true},
+	} {
+		if got := strings.Contains(text, "\n"+tc.series); got != tc.want {
+			t.Errorf("/metrics has %s: %v, want %v", tc.series, got, tc.want)
+		}
+	}
+}
