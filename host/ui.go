@@ -284,7 +284,7 @@ func (s *Server) uiQueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	if err != nil {
 		// a bad link: 400, as the Journal page and the API answer, with
 		// the first page under the error
-		p.Error = "The " + err.Error() + "."
+		p.Error = querySentence(err)
 		after, limit, status = 0, defaultPageSize, http.StatusBadRequest
 	}
 	s.renderQueue(w, r, status, tenant, flowName, p, after, limit)
@@ -321,6 +321,18 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 	}
 	p.Data = data
 	s.render(w, r, status, "queue", p)
+}
+
+// querySentence is a refused query's error as a page says it: one
+// sentence, a parameter's name after "The" ("The limit "0" is not …").
+func querySentence(err error) string {
+	msg := err.Error()
+	for _, param := range []string{"limit ", "after ", "before "} {
+		if strings.HasPrefix(msg, param) {
+			return "The " + msg + "."
+		}
+	}
+	return strings.ToUpper(msg[:1]) + msg[1:] + "."
 }
 
 // pageAfterAction is the page a button sends the browser back to: its
@@ -527,11 +539,7 @@ func (s *Server) uiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.
 		if l := r.URL.Query().Get("limit"); l != "" {
 			data.Limit = l
 		}
-		if msg := err.Error(); strings.HasPrefix(msg, "limit") {
-			p.Error = "The " + msg + "."
-		} else {
-			p.Error = strings.ToUpper(msg[:1]) + msg[1:] + "."
-		}
+		p.Error = querySentence(err)
 		s.render(w, r, http.StatusBadRequest, "journal", p)
 		return
 	}
