@@ -299,7 +299,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(q.Depth), q.Tenant, q.Flow)
 		}
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(q.State.InFlight), q.Tenant, q.Flow)
-		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.GaugeValue, float64(q.State.RetriesPending), q.Tenant, q.Flow)
+		if q.RetriesErr == nil {
+			ch <- prometheus.MustNewConstMetric(c.retries, prometheus.GaugeValue, float64(q.State.RetriesPending), q.Tenant, q.Flow)
+		}
 		if q.DeadLettersErr == nil {
 			ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(q.DeadLetters), q.Tenant, q.Flow)
 		}

@@ -93,13 +93,14 @@ func TestQueuesSayWhenDeadLettersCannotBeCounted(t *testing.T) {
 
 // TestMetricsLeaveOutCountsNotRead: /metrics leaves out the series of a
 // queue's count it could not read (nexus_queue_depth for a log that cannot
-// be read, nexus_queue_dead_letters for dead-letter files that cannot be),
+// be read, nexus_queue_dead_letters for dead-letter files that cannot be,
+// nexus_queue_retries_pending for a retry schedule that cannot be),
 // rather than exporting 0: an alert on dead letters above 0 kept quiet
 // over a dlq.log nobody could read, and absent() could not tell.
 func TestMetricsLeaveOutCountsNotRead(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	seedTwoQueues(t, fx)
-	for _, p := range []string{"acme/hello/segment.log", "acme/small/dlq.log"} {
+	for _, p := range []string{"acme/hello/segment.log", "acme/small/dlq.log", "acme/order-intake/segment.log.retry"} {
 		if err := os.MkdirAll(filepath.Join(fx.root, filepath.FromSlash(p)), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -114,9 +115,41 @@ func TestMetricsLeaveOutCountsNotRead(t *testing.T) {
 		{`nexus_queue_depth{flow="small",tenant="acme"}`, true},
 		{`nexus_queue_dead_letters{flow="small",tenant="acme"}`, false},
 		{`nexus_queue_dead_letters{flow="echo",tenant="acme"} 2`, true},
+		{`nexus_queue_retries_pending{flow="order-intake",tenant="acme"}`, false},
+		{`nexus_queue_retries_pending{flow="hello",tenant="acme"}`, true},
 	} {
 		if got := strings.Contains(text, "\n"+tc.series); got != tc.want {
 			t.Errorf("/metrics has %s: %v, want %v", tc.series, got, tc.want)
 		}
 	}
+}
+
+// TestQueuesSayWhenRetriesCannotBeRead: a queue whose retry schedule
+// cannot be read is listed with the error, not with 0 retrying.
+func TestQueuesSayWhenRetriesCannotBeRead(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedTwoQueues(t, fx)
+	if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", "segment.log.retry"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := fx.admin(http.MethodGet, "/api/queues")
+	var doc struct {
+		Queues []map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range doc.Queues {
+		if q["flow"] == "hello" {
+			if e, _ := q["error"].(string); !strings.Contains(e, "segment.log.retry") {
+				t.Errorf("acme/hello: %v, want an error naming its segment.log.retry", q)
+			}
+			body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
+			if !strings.Contains(body, "its retries could not be read") {
+				t.Errorf("the Queues page does not say acme/hello's retries could not be read")
+			}
+			return
+		}
+	}
+	t.Errorf("acme/hello is not listed: %s", w.Body)
 }

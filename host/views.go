@@ -159,14 +159,16 @@ type queueEntry struct {
 	// leads) or "idle" (not started in this process).
 	Worker string `json:"worker"`
 	// Error is why the queue's log could not be counted (an I/O error):
-	// Total, Processed and Pending are then 0; or why its dead letters
-	// could not be (DeadLetters and DamagedDeadLetters are then 0).
+	// Total, Processed and Pending are then 0; why its retry schedule
+	// could not be read (Retrying is then 0); or why its dead letters
+	// could not be counted (DeadLetters and DamagedDeadLetters are then 0).
 	// Absent when both were counted. The queue is listed all the same,
 	// as every other queue is.
 	Error string `json:"error,omitempty"`
 	// Uncounted and DeadLettersUncounted say which counts Error stands
 	// for, for the pages
 	Uncounted            bool `json:"-"`
+	RetriesUnread        bool `json:"-"`
 	DeadLettersUncounted bool `json:"-"`
 }
 
@@ -198,6 +200,10 @@ func (s *Server) queueEntry(info queue.QueueInfo) queueEntry {
 	if info.CountsErr != nil {
 		e.Total, e.Processed, e.Pending, e.Uncounted = 0, 0, 0, true
 		errs = append(errs, info.CountsErr.Error())
+	}
+	if info.RetriesErr != nil {
+		e.Retrying, e.RetriesUnread = 0, true
+		errs = append(errs, "its retries could not be read: "+info.RetriesErr.Error())
 	}
 	if info.DeadLettersErr != nil {
 		e.DeadLettersUncounted = true

@@ -636,7 +636,10 @@ type QueueInfo struct {
 	// DeadLettersErr is why the dead-letter files could not be read
 	// (DeadLetters and DamagedDeadLetters are then 0)
 	DeadLettersErr error
-	Open           bool // opened in this process, its worker started
+	// RetriesErr is why the retry schedule could not be read, for a queue
+	// whose retries are read from its files (State.RetriesPending is then 0)
+	RetriesErr error
+	Open       bool // opened in this process, its worker started
 }
 
 // Queues describes the queues open in this process and, read from their
@@ -715,9 +718,8 @@ func (m *Manager) openInfo(e *managed) QueueInfo {
 	if !info.State.Leading {
 		// another process's worker delivers the queue: its retries are in
 		// the files, not in this worker's state
-		if rs, err := e.q.Retries(); err == nil {
-			info.State.RetriesPending = len(rs)
-		}
+		rs, err := e.q.Retries()
+		info.State.RetriesPending, info.RetriesErr = len(rs), err
 	}
 	return info
 }
@@ -747,9 +749,8 @@ func (m *Manager) onDisk(tenant, flow string) QueueInfo {
 	}
 	q := &Queue{Tenant: tenant, Flow: flow, dir: dir, fs: m.fs()}
 	m.count(&info)
-	if rs, err := q.Retries(); err == nil {
-		info.State.RetriesPending = len(rs)
-	}
+	rs, err := q.Retries()
+	info.State.RetriesPending, info.RetriesErr = len(rs), err
 	m.countDeadLetters(&info, q)
 	return info
 }
