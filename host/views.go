@@ -199,7 +199,7 @@ func (s *Server) queueEntry(info queue.QueueInfo) queueEntry {
 	var errs []string
 	if info.CountsErr != nil {
 		e.Total, e.Processed, e.Pending, e.Uncounted = 0, 0, 0, true
-		errs = append(errs, info.CountsErr.Error())
+		errs = append(errs, "its log could not be counted: "+info.CountsErr.Error())
 	}
 	if info.RetriesErr != nil {
 		e.Retrying, e.RetriesUnread = 0, true
