@@ -219,7 +219,9 @@ func errorText(res engine.Result) string {
 // Publish puts a message on another flow's queue for queue_publish: same
 // tenant, refused before anything is written when the target is not live or
 // no worker can be started for it. A failed append is said as /enqueue's
-// answer says it, without the files it names, and logged as one.
+// answer says it, without the files it names, and logged as one. When ctx
+// (the execution's, ending at its ceiling) ends while the append waits for
+// the queue, nothing is written and the error wraps context.Cause(ctx).
 func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload []byte, correlationID string) error {
 	if s.cfg.Queues == nil {
 		return errors.New("this host has no queues")
@@ -245,8 +247,16 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	if _, err := flow.ParseJSON(payload, queuedMaxDepth); err != nil {
 		return fmt.Errorf("the message for %s/%s is not a document its worker can read: %w", tenant, flowName, err)
 	}
-	msg, err := s.cfg.Queues.Append(tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})
+	// the append gives up at the execution's ceiling while it waits for
+	// the queue (its opening, its append lock), having written nothing:
+	// the engine answers the ceiling; a message being written when it
+	// comes is waited for (its fdatasync), and the ceiling answered too
+	msg, err := s.cfg.Queues.AppendContext(ctx, tenant, flowName, queue.NewMessage{Source: engine.DoorEnqueue, CorrelationID: correlationID, Payload: payload})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+			// not the queue's failure: nothing to log as one
+			return fmt.Errorf("queue %s/%s did not take the message: %w", tenant, flowName, context.Cause(ctx))
+		}
 		// what /enqueue answers: the queue's error names the files of
 		// the state directory, and the step's error may reach a caller
 		// through a fault handler's $.fault_error; the log has it whole

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +99,13 @@ func TestShutdownLetsADeliveryInFlightPublish(t *testing.T) {
 // flows are not published yet.
 func newPublishingFixture(t *testing.T) (*fixture, *queue.Manager) {
 	t.Helper()
+	fx, m, _ := newPublishingFixtureAt(t)
+	return fx, m
+}
+
+// newPublishingFixtureAt is newPublishingFixture, with the queues' root.
+func newPublishingFixtureAt(t *testing.T) (*fixture, *queue.Manager, string) {
+	t.Helper()
 	dir := t.TempDir()
 	reg, err := registry.Open(context.Background(), filepath.Join(dir, "state", "registry.db"), registry.Options{})
 	if err != nil {
@@ -111,7 +120,7 @@ func newPublishingFixture(t *testing.T) (*fixture, *queue.Manager) {
 	eng := engine.New(engine.Config{Dedup: reg.Dedup(), Publisher: serverPublisher{&srv}})
 	s := host.New(host.Config{Live: reg, Status: reg, Engine: eng, Metrics: host.NewMetrics(), Logger: logger, Queues: m})
 	srv.Store(s)
-	return &fixture{t: t, reg: reg, handler: s.Handler()}, m
+	return &fixture{t: t, reg: reg, handler: s.Handler()}, m, root
 }
 
 // TestPublishedMessageRunsAtTheEnqueueDoor: a message a queue_publish step
@@ -335,4 +344,67 @@ func (fx *adminFixture) waitLogEvents(t *testing.T, event string, n int) []map[s
 		evs = fx.logs.Events(t, event)
 	}
 	return evs
+}
+
+// TestPublishHonoursTheCeilingWhileTheLockIsHeld: a queue_publish step
+// whose target's append lock another process holds (paused while it
+// appends) gives up at the flow's ceiling (timeout_ms: 200), answering
+// its 500, well before the queue's LockWait (5 s), and writes nothing,
+// whether this process had the target's queue open or opens it (Open
+// waits for the lock too). It waited for the lock as long as LockWait,
+// and wrote the message behind the ceiling's 500 if the lock was let go
+// meanwhile, which its caller would retry: published twice.
+func TestPublishHonoursTheCeilingWhileTheLockIsHeld(t *testing.T) {
+	for _, open := range []bool{true, false} {
+		name := "the target open"
+		if !open {
+			name = "the target opened by the publish"
+		}
+		t.Run(name, func(t *testing.T) {
+			fx, m, root := newPublishingFixtureAt(t)
+			files := testFlows()
+			files["flows/acme/a.md"] = flowFile("acme", "a", "effects: [queue_publish]\ntimeout_ms: 200\n",
+				"## Step: hand-off\neffects: [queue_publish]\nqueue: b\n")
+			files["flows/acme/b.md"] = flowFile("acme", "b", "", echoSteps)
+			fx.publish(files, testAccessYAML(), fixtureCommit)
+			if open {
+				if _, _, err := m.Queue("acme", "b"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// the target's files, made by another process
+				q, _, err := queue.Open(root, "acme", "b", queue.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				q.Close()
+			}
+			lock, err := os.OpenFile(filepath.Join(root, "acme", "b", "append.lock"), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close()
+			if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+
+			start := time.Now()
+			w := fx.serve(newRequest(http.MethodPost, "/flows/acme/a/run", `{"orderId":"A-1"}`,
+				"Authorization", "Bearer "+keyAcmeAll, "Content-Type", "application/json"))
+			took := time.Since(start)
+			const want = `{"ok":false,"error":"duration ceiling of 200 ms reached","step":"hand-off"}`
+			if w.Code != http.StatusInternalServerError || strings.TrimSpace(w.Body.String()) != want {
+				t.Errorf("run with the target's lock held: %d %s, want 500 %s", w.Code, w.Body, want)
+			}
+			if took > 2*time.Second {
+				t.Errorf("run with the target's lock held answered after %v, want about 200 ms (its ceiling)", took)
+			}
+
+			syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			time.Sleep(200 * time.Millisecond) // what a wait left behind could write, it has
+			if st, err := os.Stat(filepath.Join(root, "acme", "b", "segment.log")); err != nil || st.Size() != 0 {
+				t.Errorf("the target's log after the ceiling's 500: %v (%v), want empty: the message was published anyway", st, err)
+			}
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -287,6 +288,62 @@ func (m *Manager) Append(tenant, flow string, nm NewMessage) (Message, error) {
 		return Message{}, err
 	}
 	msg, err := q.Append(nm)
+	return m.appended(tenant, flow, q, w, msg, err)
+}
+
+// AppendContext is Append for a caller with a deadline of its own (a
+// queue_publish step, under its execution's ceiling): when ctx ends while
+// the queue is being opened (Open waits for the append lock) or while the
+// append waits for the lock (see Queue.AppendContext), it returns at once,
+// having appended nothing, with an error wrapping context.Cause(ctx); an
+// opening it leaves goes on, and the queue is open for the next append.
+func (m *Manager) AppendContext(ctx context.Context, tenant, flow string, nm NewMessage) (Message, error) {
+	q, w, err := m.queueContext(ctx, tenant, flow)
+	if err != nil {
+		return Message{}, err
+	}
+	msg, err := q.AppendContext(ctx, nm)
+	return m.appended(tenant, flow, q, w, msg, err)
+}
+
+// queueContext is Queue, returning when ctx ends first (the opening goes
+// on without its caller).
+func (m *Manager) queueContext(ctx context.Context, tenant, flow string) (*Queue, *Worker, error) {
+	m.mu.Lock()
+	_, open := m.queues[[2]string{tenant, flow}]
+	open = open && !m.closed
+	m.mu.Unlock()
+	if open || ctx.Done() == nil {
+		return m.Queue(tenant, flow)
+	}
+	type opened struct {
+		q   *Queue
+		w   *Worker
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		defer func() {
+			// the caller's goroutine would have had it (the engine turns a
+			// panic into an internal error): not the whole process's end
+			if p := recover(); p != nil {
+				ch <- opened{err: fmt.Errorf("queue %s/%s could not be opened: %v", tenant, flow, p)}
+			}
+		}()
+		q, w, err := m.Queue(tenant, flow)
+		ch <- opened{q, w, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.q, o.w, o.err
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("queue %s/%s: not opened yet, nothing was appended: %w", tenant, flow, context.Cause(ctx))
+	}
+}
+
+// appended is the end of Append and AppendContext: a poisoned queue is
+// reopened, and the worker woken after an append.
+func (m *Manager) appended(tenant, flow string, q *Queue, w *Worker, msg Message, err error) (Message, error) {
 	if err != nil {
 		if errors.Is(err, ErrPoisoned) {
 			m.reopen(tenant, flow, q, err)

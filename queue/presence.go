@@ -144,7 +144,7 @@ func logEnds(fsys FS, dir string, wait time.Duration) (next uint64, f File, size
 			if wait < 0 {
 				err = flockFd(int(lf.Fd()), syscall.LOCK_SH)
 			} else {
-				err = flockFdWithin(int(lf.Fd()), syscall.LOCK_SH, wait, new(time.Time), nil)
+				err = flockFdWithin(int(lf.Fd()), syscall.LOCK_SH, wait, new(time.Time), nil, nil)
 			}
 			if err != nil {
 				return 0, nil, 0, 0, fmt.Errorf("taking the append lock %s: %w", filepath.Join(dir, lockFile), err)

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,6 +123,7 @@ type Queue struct {
 
 	mu        sync.Mutex // guards the fields below
 	pending   []*appendReq
+	bound     int // how many of pending are AppendContext's (their bound set)
 	leading   bool
 	poisoned  error
 	lastBatch int           // how many appends the previous batch held
@@ -370,8 +372,15 @@ func (q *Queue) unlockAppend() {
 // for as long as the pause lasts, and the caller is better told so than
 // kept waiting. Uncontended, it costs what lockAppend does: a TryLock and
 // one flock(2) (non-blocking); the clock is read only on contention.
-func (q *Queue) lockAppendBounded() (func(), error) {
-	if q.lockWait < 0 {
+func (q *Queue) lockAppendBounded() (func(), error) { return q.lockAppendUntil(nil) }
+
+// lockAppendUntil is lockAppendBounded giving up, having taken neither
+// lock, when done closes too (a caller's context: an AppendContext that
+// leads its batch); the error then wraps errGaveUp. A wait for flock(2)
+// given up goes on in the background as one given up at LockWait does.
+// With done nil it is lockAppendBounded, at its cost.
+func (q *Queue) lockAppendUntil(done <-chan struct{}) (func(), error) {
+	if q.lockWait < 0 && done == nil {
 		return q.lockAppend()
 	}
 	var deadline time.Time
@@ -379,16 +388,32 @@ func (q *Queue) lockAppendBounded() (func(), error) {
 		// another goroutine of this process (a worker's drain, a replay,
 		// a wait given up that goes on in the background) holds it,
 		// perhaps waiting for another process
-		deadline = time.Now().Add(q.lockWait)
-		if !q.appendMu.lockBefore(deadline) {
-			return nil, fmt.Errorf("taking the append lock %s: waited %v for this process's own use of it: %w", q.lockPath, q.lockWait, ErrLockBusy)
+		deadline = q.deadline()
+		if err := q.appendMu.lockBefore(deadline, done); err != nil {
+			if err == errGaveUp {
+				return nil, fmt.Errorf("taking the append lock %s: %w", q.lockPath, err)
+			}
+			return nil, fmt.Errorf("taking the append lock %s: waited %v for this process's own use of it: %w", q.lockPath, q.lockWait, err)
 		}
 	}
-	if err := q.flockAppendWithin(&deadline); err != nil {
+	if err := q.flockAppendUntil(&deadline, done); err != nil {
 		return nil, err
 	}
 	return q.unlockAppend, nil
 }
+
+// deadline is the end of a bounded wait for the append lock starting now:
+// LockWait away, or never (the zero time) when LockWait is negative.
+func (q *Queue) deadline() time.Time {
+	if q.lockWait < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(q.lockWait)
+}
+
+// errGaveUp is wrapped by the error of a wait for the append lock that
+// its caller's context ended (see lockAppendUntil).
+var errGaveUp = errors.New("the wait for the append lock was given up")
 
 // appendMutex is the append lock between the goroutines of a process: a
 // mutex that a bounded wait can give up on (lockBefore), and that wakes
@@ -425,26 +450,42 @@ func (m appendMutex) Unlock() {
 	}
 }
 
-// lockBefore takes the mutex, waiting until deadline at most, and reports
-// whether it did.
-func (m appendMutex) lockBefore(deadline time.Time) bool {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
+// lockBefore takes the mutex, waiting until deadline at most (for ever
+// when it is zero), or until done closes (nil: never). It fails wrapping
+// ErrLockBusy at the deadline, errGaveUp when done closed.
+func (m appendMutex) lockBefore(deadline time.Time, done <-chan struct{}) error {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case m <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
+		return nil
+	case <-expired:
+		return ErrLockBusy
+	case <-done:
+		return errGaveUp
 	}
 }
 
 // waitLeft is flockWithin's error when its wait for flock(2) goes on in
 // the background: appendMu is then that wait's, which lets it go once the
-// lock it gets in the end is let go too.
-type waitLeft struct{ wait time.Duration }
+// lock it gets in the end is let go too. Its cause is ErrLockBusy (the
+// deadline passed) or errGaveUp (the caller's context ended).
+type waitLeft struct {
+	wait  time.Duration
+	cause error
+}
 
-func (e waitLeft) Error() string { return "waited " + e.wait.String() + ": " + ErrLockBusy.Error() }
-func (e waitLeft) Unwrap() error { return ErrLockBusy }
+func (e waitLeft) Error() string {
+	if e.cause != ErrLockBusy {
+		return e.cause.Error()
+	}
+	return "waited " + e.wait.String() + ": " + ErrLockBusy.Error()
+}
+func (e waitLeft) Unwrap() error { return e.cause }
 
 // flockAppend flock(2)s append.lock, the file at its path: when the file
 // this handle opened is no longer there (deleted by hand as a stale lock,
@@ -459,7 +500,14 @@ func (q *Queue) flockAppend() error { return q.flockAppendWithin(nil) }
 // q.lockWait when zero) for the lock, or without limit when deadline is
 // nil.
 func (q *Queue) flockAppendWithin(deadline *time.Time) error {
-	err := q.flockAppendAtPath(deadline)
+	return q.flockAppendUntil(deadline, nil)
+}
+
+// flockAppendUntil is flockAppendWithin giving up when done closes too
+// (see lockAppendUntil); deadline must then not be nil, and a zero
+// *deadline with a negative LockWait waits until done closes.
+func (q *Queue) flockAppendUntil(deadline *time.Time, done <-chan struct{}) error {
+	err := q.flockAppendAtPath(deadline, done)
 	if err != nil && !errors.As(err, new(waitLeft)) {
 		q.appendMu.Unlock()
 	}
@@ -467,12 +515,12 @@ func (q *Queue) flockAppendWithin(deadline *time.Time) error {
 }
 
 // flockAppendAtPath is flockAppendWithin without letting appendMu go.
-func (q *Queue) flockAppendAtPath(deadline *time.Time) error {
+func (q *Queue) flockAppendAtPath(deadline *time.Time, done <-chan struct{}) error {
 	path := q.lockPath
 	for {
 		var err error
 		if deadline != nil {
-			err = q.flockWithin(deadline)
+			err = q.flockWithin(deadline, done)
 		} else {
 			err = flockRetry(q.lock, syscall.LOCK_EX)
 		}
@@ -508,8 +556,8 @@ func (q *Queue) flockAppendAtPath(deadline *time.Time) error {
 // which wraps ErrLockBusy): until it ends no goroutine of this process
 // uses the lock, and a bounded caller waits for appendMu, as long as
 // LockWait at most.
-func (q *Queue) flockWithin(deadline *time.Time) error {
-	return flockFdWithin(int(q.lock.Fd()), syscall.LOCK_EX, q.lockWait, deadline, q.appendMu)
+func (q *Queue) flockWithin(deadline *time.Time, done <-chan struct{}) error {
+	return flockFdWithin(int(q.lock.Fd()), syscall.LOCK_EX, q.lockWait, deadline, q.appendMu, done)
 }
 
 // flockFdWithin takes flock(2) how (LOCK_EX or LOCK_SH) on fd, waiting
@@ -528,14 +576,22 @@ func (q *Queue) flockWithin(deadline *time.Time) error {
 // the deadline passes first: waits given up one after the other (a queue
 // opened again at each request while the holder is paused) would each
 // keep a descriptor and a thread blocked in flock(2) until the lock is
-// let go.
-func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sync.Locker) error {
+// let go. When done (nil: never) closes first, the wait is given up as at
+// the deadline, its error wrapping errGaveUp; with done set, a negative
+// wait has no deadline.
+func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sync.Locker, done <-chan struct{}) error {
 	err := flockFd(fd, how|syscall.LOCK_NB)
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		return err
 	}
-	if deadline.IsZero() {
+	if deadline.IsZero() && wait >= 0 {
 		*deadline = time.Now().Add(wait)
+	}
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := time.NewTimer(time.Until(*deadline))
+		defer timer.Stop()
+		expired = timer.C
 	}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
@@ -547,12 +603,12 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sy
 		if !ok {
 			break
 		}
-		timer := time.NewTimer(time.Until(*deadline))
 		select {
 		case <-ended.(chan struct{}):
-			timer.Stop()
-		case <-timer.C:
+		case <-expired:
 			return fmt.Errorf("waited %v: %w", wait, ErrLockBusy)
+		case <-done:
+			return errGaveUp
 		}
 		err := flockFd(fd, how|syscall.LOCK_NB)
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
@@ -563,20 +619,21 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sy
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- flockFd(dup, how) }()
-	timer := time.NewTimer(time.Until(*deadline))
-	defer timer.Stop()
+	locked := make(chan error, 1)
+	go func() { locked <- flockFd(dup, how) }()
+	cause := ErrLockBusy
 	select {
-	case err := <-done:
+	case err := <-locked:
 		syscall.Close(dup) // the lock stays: fd holds the same open file
 		return err
-	case <-timer.C:
+	case <-expired:
+	case <-done:
+		cause = errGaveUp
 	}
 	ended := make(chan struct{})
 	leftWaits.Store(id, ended)
 	go func() {
-		if <-done == nil {
+		if <-locked == nil {
 			flockFd(dup, syscall.LOCK_UN)
 		}
 		syscall.Close(dup)
@@ -586,7 +643,7 @@ func flockFdWithin(fd, how int, wait time.Duration, deadline *time.Time, left sy
 			left.Unlock()
 		}
 	}()
-	return waitLeft{wait}
+	return waitLeft{wait, cause}
 }
 
 // leftWaits holds the waits for flock(2) left behind by flockFdWithin, by
@@ -923,7 +980,31 @@ type appendReq struct {
 	// one value: a caller is woken at most once to lead and once as done,
 	// and after leading it no longer reads it.
 	wake chan bool
+	// bound is AppendContext's, nil for Append (whose request keeps its
+	// size: a door's append allocates no more)
+	bound *boundReq
 }
+
+// boundReq is what an AppendContext's request has more than an Append's.
+// It is gone (its caller returns the context's error, and it is neither
+// written nor woken) once done closed before its batch's leader took the
+// append lock and claimed it (taken). gone and taken are guarded by q.mu.
+type boundReq struct {
+	done        <-chan struct{} // the context's Done
+	gone, taken bool
+}
+
+// done is the Done of req's context, nil for Append's.
+func (req *appendReq) done() <-chan struct{} {
+	if req.bound == nil {
+		return nil
+	}
+	return req.bound.done
+}
+
+// gone reports whether req was given up (see boundReq); the caller holds
+// q.mu.
+func (req *appendReq) gone() bool { return req.bound != nil && req.bound.gone }
 
 // Append writes m at the end of the log and returns it with its id and
 // offset, once its frame is durable: concurrent appends are batched into
@@ -936,7 +1017,44 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	if err := q.checkSize(m); err != nil {
 		return Message{}, err
 	}
-	req := &appendReq{m: m, at: q.now(), wake: make(chan bool, 1)}
+	return q.append(&appendReq{m: m, at: q.now(), wake: make(chan bool, 1)})
+}
+
+// AppendContext is Append for a caller with a deadline of its own (a
+// queue_publish step, under its execution's ceiling): while it waits for
+// its batch to be written, for the append lock (held by another process,
+// or by another goroutine of this one) or behind the batch before it, it
+// gives up when ctx ends, having written nothing, and its error wraps
+// context.Cause(ctx). Once its batch's leader holds the append lock and
+// writes it, it is not given up: it returns after the fdatasync, as Append
+// does, though ctx ended meanwhile. A batch it leads and gives up is led
+// on by the next of its appends, which wait no longer than they would
+// have.
+func (q *Queue) AppendContext(ctx context.Context, m NewMessage) (Message, error) {
+	done := ctx.Done()
+	if done == nil {
+		return q.Append(m)
+	}
+	if err := q.checkSize(m); err != nil {
+		return Message{}, err
+	}
+	if ctx.Err() != nil {
+		return Message{}, q.gaveUp(ctx)
+	}
+	msg, err := q.append(&appendReq{m: m, at: q.now(), wake: make(chan bool, 1), bound: &boundReq{done: done}})
+	if errors.Is(err, errGaveUp) {
+		return Message{}, q.gaveUp(ctx)
+	}
+	return msg, err
+}
+
+// gaveUp is the error of an AppendContext that gave up.
+func (q *Queue) gaveUp(ctx context.Context) error {
+	return fmt.Errorf("queue %s/%s: nothing was appended: %w", q.Tenant, q.Flow, context.Cause(ctx))
+}
+
+// append is Append's and AppendContext's group commit of req.
+func (q *Queue) append(req *appendReq) (Message, error) {
 	q.mu.Lock()
 	if q.poisoned != nil {
 		err := q.poisoned
@@ -944,13 +1062,29 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 		return Message{}, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 	}
 	q.pending = append(q.pending, req)
+	if req.bound != nil {
+		q.bound++
+	}
 	if q.gathered != nil && len(q.pending) >= q.gatherFor {
 		close(q.gathered)
 		q.gathered = nil
 	}
 	if q.leading {
 		q.mu.Unlock()
-		if lead := <-req.wake; !lead {
+		var lead bool
+		if req.bound == nil {
+			lead = <-req.wake
+		} else {
+			select {
+			case lead = <-req.wake:
+			case <-req.bound.done:
+				if q.withdraw(req) {
+					return Message{}, errGaveUp
+				}
+				lead = <-req.wake // its batch is being written
+			}
+		}
+		if !lead {
 			return req.res, req.err
 		}
 		// the previous leader handed over
@@ -958,32 +1092,115 @@ func (q *Queue) Append(m NewMessage) (Message, error) {
 	}
 	q.leading = true
 	q.gather()
-	batch := q.pending
-	q.pending, q.lastBatch = nil, len(batch)
+	batch, bound := q.pending, q.bound
+	q.pending, q.bound, q.lastBatch = nil, 0, len(batch)
 	poisoned := q.poisoned
 	q.mu.Unlock()
 
 	var err error
 	if poisoned != nil {
+		if bound > 0 {
+			batch = q.claim(batch)
+		}
 		for _, r := range batch {
 			r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, poisoned)
 			r.wake <- false
 		}
 	} else {
-		err = q.writeBatch(batch)
+		err = q.writeBatch(req, batch, bound)
 	}
 
 	q.mu.Lock()
 	if err != nil && q.poisoned == nil {
 		q.poisoned = fmt.Errorf("%w: %w", err, ErrPoisoned)
 	}
+	q.handOver()
+	q.mu.Unlock()
+	return req.res, req.err
+}
+
+// handOver hands the lead to the first pending append, or ends it when
+// there is none; the caller holds q.mu and leads no more.
+func (q *Queue) handOver() {
 	if len(q.pending) > 0 {
 		q.pending[0].wake <- true // the next batch is its
 	} else {
 		q.leading = false
 	}
-	q.mu.Unlock()
-	return req.res, req.err
+}
+
+// withdraw gives up AppendContext's req, whose done closed while it
+// waited, unless its batch's leader claimed it (it is being written); it
+// reports whether it did. A req still pending leaves the queue (the lead
+// handed to it, if it was, passed on); one in a batch is left out of it
+// by the leader (claim).
+func (q *Queue) withdraw(req *appendReq) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if req.bound.taken {
+		return false
+	}
+	req.bound.gone = true
+	if i := slices.Index(q.pending, req); i >= 0 {
+		q.pending = slices.Delete(q.pending, i, i+1)
+		q.bound--
+		select {
+		case <-req.wake: // the lead was handed to it: passed on
+			q.handOver()
+		default:
+		}
+	}
+	return true
+}
+
+// claim is what the leader writes (or fails) of a batch holding
+// AppendContext's appends, once it holds the append lock (or failed to
+// take it): the batch without the appends given up or whose done closed,
+// the rest marked taken (no longer given up). A leader of its own left
+// out finds errGaveUp as its error. (A batch of Append's alone is written
+// whole, unclaimed.)
+func (q *Queue) claim(batch []*appendReq) []*appendReq {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kept := batch[:0]
+	for _, r := range batch {
+		if b := r.bound; b != nil {
+			if !b.gone {
+				select {
+				case <-b.done:
+					b.gone = true
+					r.err = errGaveUp // read by the leader, woken by no one
+				default:
+				}
+			}
+			if b.gone {
+				continue
+			}
+			b.taken = true
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// requeue puts a batch whose leader gave up (its done closed while it
+// waited for the append lock) back at the head of the pending appends,
+// without the leader and the appends given up, to be led by the first.
+func (q *Queue) requeue(leader *appendReq, batch []*appendReq) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	leader.bound.gone = true
+	var back []*appendReq
+	for _, r := range batch {
+		if !r.gone() {
+			back = append(back, r)
+			if r.bound != nil {
+				q.bound++
+			}
+		}
+	}
+	q.pending = append(back, q.pending...)
+	q.lastBatch = min(q.lastBatch, len(q.pending)) // gathered already: the next leader does not wait again
 }
 
 // checkSize refuses a message too large for a frame.
@@ -1029,16 +1246,34 @@ func (q *Queue) gather() {
 // frames written with one write and made durable with one fdatasync, then
 // the counter moved on. An append lock not had within the queue's
 // LockWait fails the batch (ErrLockBusy) and leaves the queue unpoisoned:
-// nothing was written.
-func (q *Queue) writeBatch(batch []*appendReq) (err error) {
-	unlock, err := q.lockAppendBounded()
+// nothing was written. A leader of AppendContext's gives the lock up when
+// its context ends (requeue); bound is how many of the batch are
+// AppendContext's, which claim leaves out once given up.
+func (q *Queue) writeBatch(leader *appendReq, batch []*appendReq, bound int) (err error) {
+	unlock, err := q.lockAppendUntil(leader.done())
 	if err != nil {
+		if errors.Is(err, errGaveUp) {
+			// the leader's own context ended: the rest of the batch
+			// waits for the lock behind the next leader
+			q.requeue(leader, batch)
+			leader.err = errGaveUp
+			return nil
+		}
 		// nothing was written: the batch fails, the queue is as it was
+		if bound > 0 {
+			batch = q.claim(batch)
+		}
 		for _, r := range batch {
 			r.err = fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 			r.wake <- false
 		}
 		return nil
+	}
+	if bound > 0 {
+		if batch = q.claim(batch); len(batch) == 0 {
+			unlock()
+			return nil
+		}
 	}
 	defer func() {
 		for _, r := range batch {
