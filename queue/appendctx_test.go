@@ -3,7 +3,11 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -145,5 +149,85 @@ func TestAppendContextGivesUpWaitingForTheLock(t *testing.T) {
 				t.Errorf("the next append got id %d, want %d", m.ID, len(want))
 			}
 		})
+	}
+}
+
+// Appends and AppendContexts whose contexts end at random moments, while
+// another process takes and lets go the append lock over and over: the
+// log holds exactly the messages whose append succeeded, and none of
+// those given up; no append is left waiting.
+func TestAppendContextGivenUpAtRandom(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{LockWait: 5 * time.Second})
+	f, err := os.OpenFile(filepath.Join(root, testTenant, testFlow, lockFile), os.O_RDWR, FileMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stop := make(chan struct{})
+	toggled := make(chan struct{})
+	go func() {
+		defer close(toggled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+			time.Sleep(3 * time.Millisecond)
+			syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+
+	const n = 200
+	type result struct {
+		payload string
+		err     error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			m := NewMessage{Source: "enqueue", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+			var err error
+			if i%2 == 0 {
+				_, err = q.Append(m)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%20)*time.Millisecond)
+				_, err = q.AppendContext(ctx, m)
+				cancel()
+			}
+			results <- result{string(m.Payload), err}
+		}()
+	}
+	var ok []string
+	for range n {
+		select {
+		case r := <-results:
+			switch {
+			case r.err == nil:
+				ok = append(ok, r.payload)
+			case !errors.Is(r.err, context.DeadlineExceeded):
+				t.Errorf("append of %s: %v", r.payload, r.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("appends still wait 20 s on")
+		}
+	}
+	close(stop)
+	<-toggled
+	var got []string
+	for _, m := range readAll(t, q) {
+		got = append(got, string(m.Payload))
+	}
+	slices.Sort(ok)
+	slices.Sort(got)
+	if !slices.Equal(got, ok) {
+		t.Errorf("the log holds %d messages, %d appends succeeded:\nlog %q\nsucceeded %q", len(got), len(ok), got, ok)
+	}
+	t.Logf("%d of %d appends succeeded", len(ok), n)
+	if len(ok) < n/2 {
+		t.Errorf("%d appends succeeded, want at least the %d plain ones", len(ok), n/2)
 	}
 }
