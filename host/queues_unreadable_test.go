@@ -22,20 +22,7 @@ func TestQueuesListedWhenOneLogCannotBeCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := fx.admin(http.MethodGet, "/api/queues")
-	if w.Code != http.StatusOK {
-		t.Fatalf("GET /api/queues: %d %s, want 200", w.Code, w.Body)
-	}
-	var doc struct {
-		Queues []map[string]any `json:"queues"`
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]map[string]any{}
-	for _, q := range doc.Queues {
-		got[q["tenant"].(string)+"/"+q["flow"].(string)] = q
-	}
+	got := listedQueues(t, fx)
 	if q := got["acme/echo"]; q == nil || q["dead_letters"] != 2.0 || q["error"] != nil {
 		t.Errorf("acme/echo: %v, want listed with its 2 dead letters and no error", q)
 	}
@@ -55,16 +42,38 @@ func TestQueuesListedWhenOneLogCannotBeCounted(t *testing.T) {
 	}
 }
 
-// TestQueuesSayWhenDeadLettersCannotBeCounted: a queue whose dlq.log cannot
-// be read is listed with the error, not with 0 dead letters: an operator
-// reading "dead_letters": 0 would take the queue for one with nothing to
-// replay.
-func TestQueuesSayWhenDeadLettersCannotBeCounted(t *testing.T) {
-	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	seedTwoQueues(t, fx)
-	if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", "dlq.log"), 0o700); err != nil {
-		t.Fatal(err)
+// TestQueuesSayWhatCannotBeRead: a queue whose dead-letter files or retry
+// schedule cannot be read is listed with the error, not with 0 dead
+// letters or 0 retrying: an operator reading "dead_letters": 0 would take
+// the queue for one with nothing to replay.
+func TestQueuesSayWhatCannotBeRead(t *testing.T) {
+	for _, tc := range []struct {
+		file, page string // the file made unreadable; what the Queues page says
+	}{
+		{"dlq.log", "its dead letters could not be counted"},
+		{"segment.log.retry", "its retries could not be read"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			fx := newAdminFixture(t, adminOptions{key: adminKey})
+			seedTwoQueues(t, fx)
+			if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", tc.file), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			q := listedQueues(t, fx)["acme/hello"]
+			if e, _ := q["error"].(string); !strings.Contains(e, tc.file) {
+				t.Errorf("acme/hello: %v, want listed with an error naming its %s", q, tc.file)
+			}
+			body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
+			if !strings.Contains(body, tc.page) {
+				t.Errorf("the Queues page does not say of acme/hello %q", tc.page)
+			}
+		})
 	}
+}
+
+// listedQueues is GET /api/queues's queues by tenant/flow.
+func listedQueues(t *testing.T, fx *adminFixture) map[string]map[string]any {
+	t.Helper()
 	w := fx.admin(http.MethodGet, "/api/queues")
 	if w.Code != http.StatusOK {
 		t.Fatalf("GET /api/queues: %d %s, want 200", w.Code, w.Body)
@@ -75,20 +84,11 @@ func TestQueuesSayWhenDeadLettersCannotBeCounted(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]map[string]any{}
 	for _, q := range doc.Queues {
-		if q["flow"] != "hello" {
-			continue
-		}
-		if e, _ := q["error"].(string); !strings.Contains(e, "dlq.log") {
-			t.Errorf("acme/hello: %v, want an error naming its dlq.log", q)
-		}
-		body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
-		if !strings.Contains(body, "its dead letters could not be counted") {
-			t.Errorf("the Queues page does not say acme/hello's dead letters could not be counted")
-		}
-		return
+		got[q["tenant"].(string)+"/"+q["flow"].(string)] = q
 	}
-	t.Errorf("acme/hello is not listed: %s", w.Body)
+	return got
 }
 
 // TestMetricsLeaveOutCountsNotRead: /metrics leaves out the series of a
@@ -122,34 +122,4 @@ func TestMetricsLeaveOutCountsNotRead(t *testing.T) {
 			t.Errorf("/metrics has %s: %v, want %v", tc.series, got, tc.want)
 		}
 	}
-}
-
-// TestQueuesSayWhenRetriesCannotBeRead: a queue whose retry schedule
-// cannot be read is listed with the error, not with 0 retrying.
-func TestQueuesSayWhenRetriesCannotBeRead(t *testing.T) {
-	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	seedTwoQueues(t, fx)
-	if err := os.MkdirAll(filepath.Join(fx.root, "acme", "hello", "segment.log.retry"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	w := fx.admin(http.MethodGet, "/api/queues")
-	var doc struct {
-		Queues []map[string]any `json:"queues"`
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range doc.Queues {
-		if q["flow"] == "hello" {
-			if e, _ := q["error"].(string); !strings.Contains(e, "segment.log.retry") {
-				t.Errorf("acme/hello: %v, want an error naming its segment.log.retry", q)
-			}
-			body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues"), http.StatusOK)
-			if !strings.Contains(body, "its retries could not be read") {
-				t.Errorf("the Queues page does not say acme/hello's retries could not be read")
-			}
-			return
-		}
-	}
-	t.Errorf("acme/hello is not listed: %s", w.Body)
 }
