@@ -431,17 +431,7 @@ func TestSSHAgentConnectionsAreClosed(t *testing.T) {
 	if err := keyring.Add(agent.AddedKey{PrivateKey: priv}); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	sock := filepath.Join(sockDir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	sock, ln := agentListener(t)
 	var open, served atomic.Int64 // connections to the agent open now, and in all
 	go func() {
 		for {
@@ -498,16 +488,7 @@ func TestSSHAgentConnectionsAreClosed(t *testing.T) {
 func TestASilentSSHAgentIsTimedOut(t *testing.T) {
 	root := t.TempDir()
 	srv := newUploadPackSSH(t, root)
-	sockDir, err := os.MkdirTemp("", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	sock := filepath.Join(sockDir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock, ln := agentListener(t)
 	var mu sync.Mutex
 	var held []net.Conn // taken, never answered
 	t.Cleanup(func() {
@@ -553,4 +534,23 @@ func TestASilentSSHAgentIsTimedOut(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Sync with a silent ssh agent had not returned after 20 s")
 	}
+}
+
+// agentListener listens on a unix socket for a test's ssh agent, in a
+// short temporary folder (a socket's path is limited to 108 bytes, which
+// t.TempDir's can pass); both go at the test's end.
+func agentListener(t *testing.T) (sock string, ln net.Listener) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock = filepath.Join(dir, "agent.sock")
+	ln, err = net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return sock, ln
 }
