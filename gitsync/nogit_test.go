@@ -21,18 +21,7 @@ func TestLocalRepoWithoutGit(t *testing.T) {
 	for _, scheme := range []string{"", "file://"} {
 		t.Run("repo "+scheme+"PATH", func(t *testing.T) {
 			e := newEnv(t)
-			follow := func(repo string) {
-				t.Helper()
-				e.s.Stop()
-				e.cfg.Repo = repo
-				s, err := gitsync.New(e.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(s.Stop)
-				e.s = s
-			}
-			follow(scheme + e.src.dir)
+			e.follow(t, scheme+e.src.dir)
 			gitPath := os.Getenv("PATH")
 			t.Setenv("PATH", t.TempDir()) // restored when the test ends
 			withoutGit := func(f func()) {
@@ -60,7 +49,7 @@ func TestLocalRepoWithoutGit(t *testing.T) {
 			withoutGit(func() { e.mustApply(c, "published acme/x v3", "withdrawn acme/y v1") })
 
 			// no such repo: an unreachable repo, as with git
-			follow(scheme + e.src.dir + "-missing")
+			e.follow(t, scheme+e.src.dir+"-missing")
 			withoutGit(func() {
 				if _, err := e.s.Sync(context.Background()); err == nil {
 					t.Errorf("Sync of a missing local repo: no error")
@@ -79,14 +68,20 @@ func TestLinkedWorktreeWithoutGit(t *testing.T) {
 	a := e.src.commit("one")
 	wt := filepath.Join(t.TempDir(), "wt")
 	e.src.git("worktree", "add", "-q", "-b", "other", wt)
+	e.follow(t, wt)
+	t.Setenv("PATH", t.TempDir())
+	e.mustApply(a, "published acme/x v1")
+}
+
+// follow makes e's syncer one that follows repo instead.
+func (e *env) follow(t *testing.T, repo string) {
+	t.Helper()
 	e.s.Stop()
-	e.cfg.Repo = wt
+	e.cfg.Repo = repo
 	s, err := gitsync.New(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	e.s = s
-	t.Setenv("PATH", t.TempDir())
-	e.mustApply(a, "published acme/x v1")
 }
