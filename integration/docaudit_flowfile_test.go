@@ -125,6 +125,49 @@ when: ctx.input.to == "nowhere"
 effects: [queue_publish]
 queue: nowhere
 `,
+	// handling-failures.md's "## Step: proxy", as printed (but for the
+	// call it follows)
+	"proxy": `---
+flowmarkdown_version: "0.1"
+flow: proxy
+tenant: acme
+effects: [http_egress]
+---
+
+## Step: proxy
+effects: [http_egress]
+endpoint: BACKEND/created
+method: POST
+response_status: "{{ ctx.HTTP_SC }}"
+`,
+	// handling-failures.md's "## Step: keep" and "## Fault: report", as
+	// printed, around a rule that fails
+	"keep": `---
+flowmarkdown_version: "0.1"
+flow: keep
+tenant: acme
+---
+
+## Step: keep
+save_body: request
+` + fence + `ntd
+{{ $ }}
+` + fence + `
+
+## Step: check
+` + fence + `validate
+$.total > 0 | "total must be positive"
+` + fence + `
+
+## Fault: report
+` + fence + `ntd
+{
+  "title": "Order rejected",
+  "orderId": "{{ ctx.request.orderId }}",
+  "detail": "{{ $.fault_error }}"
+}
+` + fence + `
+`,
 	"target": `---
 flowmarkdown_version: "0.1"
 flow: target
@@ -140,7 +183,8 @@ method: POST
 `,
 }
 
-// TestDocAuditFlowFileRun checks the /run answers the flow-file page gives:
+// TestDocAuditFlowFileRun checks the /run answers the flow-file page gives,
+// and two of handling-failures.md that no other test runs end to end:
 // status, headers and body of each, byte for byte.
 func TestDocAuditFlowFileRun(t *testing.T) {
 	t.Parallel()
@@ -149,6 +193,10 @@ func TestDocAuditFlowFileRun(t *testing.T) {
 		case r.URL.Path == "/xml":
 			w.Header().Set("Content-Type", "application/xml")
 			w.Write([]byte(`<order><id>7</id></order>`))
+		case r.URL.Path == "/created":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"id":"n-1"}`))
 		case r.URL.Path == "/text":
 			w.Header().Set("Content-Type", "text/plain")
 			w.Write([]byte(`accepted`))
@@ -205,6 +253,10 @@ func TestDocAuditFlowFileRun(t *testing.T) {
 			answer{Status: 200, ContentType: "application/xml", Body: `<order><id>7</id></order>`}},
 		{"a string is text/plain", "shapes", `{"kind":"text"}`,
 			answer{Status: 200, ContentType: "text/plain; charset=utf-8", Body: `accepted`}},
+		{"a backend's own status passed through", "proxy", `{}`,
+			answer{Status: 201, ContentType: "application/json", Body: `{"id":"n-1"}`}},
+		{"a fault handler reads what save_body kept", "keep", `{"orderId":"o-9","total":0}`,
+			answer{Status: 422, ContentType: "application/json", Body: `{"title":"Order rejected","orderId":"o-9","detail":"total must be positive"}`}},
 		{"queue_publish of an XML document is a defect of the flow", "publisher", `{"kind":"xml","to":"target"}`,
 			answer{Status: 500, ContentType: "application/json", Body: `{"ok":false,"error":"flow execution failed"}`}},
 		{"queue_publish to a flow not live fails as an effect", "publisher", `{"to":"nowhere"}`,
