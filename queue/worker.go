@@ -1053,7 +1053,7 @@ func (w *Worker) handle(ctx context.Context, d Delivery) (v Verdict) {
 				}
 			}
 			w.logger.Error("the handler panicked; the attempt counts as failed", "event", "handler_panic",
-				"msg_id", d.ID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "at", where)
+				"msg_id", d.ID, "correlation_id", d.CorrelationID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "at", where)
 			v = Verdict{Kind: VerdictRetry, Policy: DefaultRetryPolicy, Error: fmt.Sprintf("internal error: panic at %s", where)}
 		}
 	}()

@@ -788,6 +788,9 @@ func TestWorkerHandlerPanic(t *testing.T) {
 	}
 	if ev := logs.Events(t, "handler_panic"); len(ev) != 3 || ev[0]["msg_id"] != float64(1) || ev[0]["panic"] != "boom" || ev[2]["attempt"] != float64(3) {
 		t.Errorf("handler_panic events = %v", ev)
+	} else if ev[0]["correlation_id"] != "cid-bomb" {
+		// the trace of the delivery that panicked is found by it
+		t.Errorf("handler_panic's correlation_id = %v, want cid-bomb (%v)", ev[0]["correlation_id"], ev[0])
 	}
 	// the worker survived: a message appended now is delivered
 	n := clk.Calls()
