@@ -216,6 +216,11 @@ func TestDroppedRetryIsNotCountedAsPending(t *testing.T) {
 	if len(logs.Events(t, "queue_dropped")) != 1 {
 		t.Fatalf("queue_dropped %v, want the retry of message %d dropped", logs.Events(t, "queue_dropped"), a.ID)
 	}
+	// the line names the message and the attempt that was due, as every
+	// line of a delivery does
+	if ev := logs.Events(t, "queue_dropped")[0]; ev["msg_id"] != float64(a.ID) || ev["attempt"] != float64(2) {
+		t.Errorf("queue_dropped = %v, want msg_id %d and attempt 2", ev, a.ID)
+	}
 	if rs := retries(t, q2); len(rs) != 0 {
 		t.Fatalf("retry schedule on disk %+v, want it empty", rs)
 	}

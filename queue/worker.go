@@ -782,7 +782,7 @@ func (l *deliveryLoop) retryDue() (bool, error) {
 		return true, err // the log could not be read: the retry stays scheduled
 	}
 	if err != nil || m.ID != r.ID {
-		l.w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "offset", r.Offset)
+		l.w.logger.Error("a scheduled retry's message is not in the log: dropped", "event", "queue_dropped", "msg_id", r.ID, "attempt", r.Attempt, "offset", r.Offset)
 		if err := l.clearRetry(r.ID); err != nil {
 			return true, err
 		}
