@@ -42,7 +42,10 @@ func Delay(p RetryPolicy, n int) time.Duration {
 	if p.InitialDelay <= 0 {
 		return 0 // whatever the power: 0 × +Inf would be NaN
 	}
-	d := float64(p.InitialDelay) * math.Pow(p.BackoffFactor, float64(n-1))
+	// rounded to the nanosecond: a factor with no exact binary form (1.7)
+	// otherwise left the formula's whole milliseconds a fraction of a
+	// nanosecond short, truncated to one millisecond less in delay_ms
+	d := math.Round(float64(p.InitialDelay) * math.Pow(p.BackoffFactor, float64(n-1)))
 	if d > float64(p.MaxDelay) || math.IsInf(d, 1) || math.IsNaN(d) {
 		return p.MaxDelay
 	}

@@ -369,6 +369,12 @@ func TestDelayTable(t *testing.T) {
 		// 0 × factor^(n−1) is 0 when the power overflows too (0 × +Inf is NaN)
 		{"zero initial, factor^(n-1) overflowing", queue.RetryPolicy{MaxAttempts: 5, BackoffFactor: 1e200, MaxDelay: time.Minute}, 3, 0},
 		{"zero initial, n past 2^1024", queue.RetryPolicy{MaxAttempts: 2000, BackoffFactor: 2, MaxDelay: time.Minute}, 1100, 0},
+		// a factor with no exact binary form: the formula's whole
+		// milliseconds, not a nanosecond short of them (1000 × 1.7² was
+		// 2889.9999995 ms, logged as delay_ms 2889)
+		{"factor 1.7/3", queue.RetryPolicy{MaxAttempts: 5, InitialDelay: time.Second, BackoffFactor: 1.7, MaxDelay: time.Minute}, 3, 2890 * time.Millisecond},
+		{"factor 1.7/4", queue.RetryPolicy{MaxAttempts: 5, InitialDelay: time.Second, BackoffFactor: 1.7, MaxDelay: time.Minute}, 4, 4913 * time.Millisecond},
+		{"factor 1.15/2", queue.RetryPolicy{MaxAttempts: 5, InitialDelay: 3 * time.Second, BackoffFactor: 1.15, MaxDelay: time.Minute}, 2, 3450 * time.Millisecond},
 		{"huge max", queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 10, MaxDelay: math.MaxInt64}, 30, math.MaxInt64},
 	}
 	for _, c := range cases {
