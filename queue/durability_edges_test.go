@@ -120,18 +120,7 @@ func processedQueueMovingOn(t *testing.T) (mfs *memFS, root string, armed *atomi
 		}
 	}
 	q, _ = openQueue(t, root, Options{FS: mfs})
-	for i := range 3 {
-		if _, err := q.Append(newMessage(i, 40)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	size, err := q.Size()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.SaveCheckpoint(size); err != nil {
-		t.Fatal(err)
-	}
+	appendProcessed(t, q, 3, 40)
 	return mfs, root, armed
 }
 

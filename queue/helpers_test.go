@@ -211,3 +211,25 @@ func (q *Queue) readRecords(name string) ([][]byte, []Damage, error) {
 	})
 	return recs, damage, err
 }
+
+// appendProcessed appends n messages of size bytes to q and saves the
+// checkpoint at the log's end, as a worker that processed them all
+// would; it returns the last message.
+func appendProcessed(t testing.TB, q *Queue, n, size int) Message {
+	t.Helper()
+	var last Message
+	for i := range n {
+		var err error
+		if last, err = q.Append(newMessage(i, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end, err := q.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SaveCheckpoint(end); err != nil {
+		t.Fatal(err)
+	}
+	return last
+}

@@ -37,16 +37,7 @@ func TestJanitorReportsADamagedCheckpointOfAnEmptyLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := q.Append(newMessage(1, 20)); err != nil {
-				t.Fatal(err)
-			}
-			size, err := q.Size()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.SaveCheckpoint(size); err != nil {
-				t.Fatal(err)
-			}
+			appendProcessed(t, q, 1, 20)
 			if err := q.Drain(); err != nil {
 				t.Fatal(err)
 			}
@@ -88,19 +79,7 @@ func TestJanitorReportsADamagedCounter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var last Message
-			for i := range 3 {
-				if last, err = q.Append(newMessage(i, 20)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			size, err := q.Size()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.SaveCheckpoint(size); err != nil {
-				t.Fatal(err)
-			}
+			last := appendProcessed(t, q, 3, 20)
 			q.Close()
 			seq := filepath.Join(root, testTenant, testFlow, seqFile)
 			tc.damage(t, seq)

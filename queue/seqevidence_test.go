@@ -50,18 +50,7 @@ func TestDamagedCounterIsReportedAndNeverReissues(t *testing.T) {
 			t.Run(e.name+"/"+d.name, func(t *testing.T) {
 				root := t.TempDir()
 				q, _ := openQueue(t, root, Options{})
-				for range 3 {
-					if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{}`)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				size, err := q.Size()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := q.SaveCheckpoint(size); err != nil {
-					t.Fatal(err)
-				}
+				appendProcessed(t, q, 3, 2)
 				e.empty(t, root, q)
 				q.Close()
 				seq := filepath.Join(root, testTenant, testFlow, seqFile)
