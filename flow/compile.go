@@ -320,6 +320,9 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		// the cron library rounds the period down to a whole second
 		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoted(spec))
 		ok = false
+	} else if msg := cronFieldsError(spec); msg != "" {
+		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), msg)
+		ok = false
 	} else if sched, err := cron.ParseStandard(spec); err != nil {
 		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), clipped(err.Error()))
 		ok = false
@@ -371,6 +374,28 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		return nil
 	}
 	return s
+}
+
+// cronFieldNames names the five fields of a cron expression, in order.
+var cronFieldNames = [5]string{"minute", "hour", "day of month", "month", "day of week"}
+
+// cronFieldsError is the error of a five-field cron expression a field
+// of which robfig/cron reads other than as written, or "": a list with an
+// empty element (1,2,,3, a leading or a trailing comma), whose empty
+// element robfig/cron skips, so that a number left out compiled as the
+// list without it. A descriptor, and a wrong count of fields, are left to
+// robfig/cron's errors.
+func cronFieldsError(spec string) string {
+	fields := strings.Fields(spec)
+	if strings.HasPrefix(spec, "@") || len(fields) != len(cronFieldNames) {
+		return ""
+	}
+	for i, f := range fields {
+		if slices.Contains(strings.Split(f, ","), "") {
+			return fmt.Sprintf("the %s field %s has an empty element in its list", cronFieldNames[i], clipped(f))
+		}
+	}
+	return ""
 }
 
 // scheduleProbe is the fixed time from which a schedule must fire within
