@@ -320,11 +320,11 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		// the cron library rounds the period down to a whole second
 		c.errorf(line, "schedule %s is not a whole number of seconds: the period of @every counts whole seconds", quoted(spec))
 		ok = false
-	} else if msg := cronFieldsError(spec); msg != "" {
+	} else if parsed, msg := cronFields(spec); msg != "" {
 		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), msg)
 		ok = false
-	} else if sched, err := cron.ParseStandard(spec); err != nil {
-		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), clipped(err.Error()))
+	} else if sched, err := cron.ParseStandard(parsed.spec); err != nil {
+		c.errorf(line, "schedule %s is not a cron expression (five fields, or @every 30s, @hourly, @daily…): %s", quoted(spec), clipped(parsed.asWritten(err)))
 		ok = false
 	} else if sched.Next(scheduleProbe).IsZero() {
 		c.errorf(line, "schedule %s never fires (no such date)", quoted(spec))
@@ -376,26 +376,101 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	return s
 }
 
+// cronSpec is a cron expression as robfig/cron is given it: the day of
+// week field's 7s written as 0 (see cronFields).
+type cronSpec struct {
+	spec    string
+	fields  []string          // spec's fields; nil for a descriptor or a wrong count
+	written map[string]string // a range of the day of week field given robfig/cron, to the range as written
+}
+
+// asWritten is robfig/cron's error about the expression, naming a range
+// of the day of week field as it is written, not as robfig/cron was given
+// it (5-7/0, not 5-6/0).
+func (c cronSpec) asWritten(err error) string {
+	msg := err.Error()
+	if c.fields == nil {
+		return msg
+	}
+	star := append(slices.Clone(c.fields[:4]), "*")
+	if _, starErr := cron.ParseStandard(strings.Join(star, " ")); starErr != nil {
+		return msg // an error of another field
+	}
+	for given, written := range c.written {
+		if m, ok := strings.CutSuffix(msg, ": "+given); ok {
+			return m + ": " + written
+		}
+	}
+	return msg
+}
+
 // cronFieldNames names the five fields of a cron expression, in order.
 var cronFieldNames = [5]string{"minute", "hour", "day of month", "month", "day of week"}
 
-// cronFieldsError is the error of a five-field cron expression a field
-// of which robfig/cron reads other than as written, or "": a list with an
-// empty element (1,2,,3, a leading or a trailing comma), whose empty
-// element robfig/cron skips, so that a number left out compiled as the
-// list without it. A descriptor, and a wrong count of fields, are left to
-// robfig/cron's errors.
-func cronFieldsError(spec string) string {
+// cronDays are the names robfig/cron reads in the day of week field.
+var cronDays = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+
+// cronFields reads the five fields of a cron expression where robfig/cron
+// reads them other than as written, and returns the expression to give it,
+// or an error:
+//
+//   - a list with an empty element (1,2,,3, a leading or a trailing comma)
+//     is an error naming the field: robfig/cron skips the empty element,
+//     so a number left out compiled as the list without it;
+//   - 7 in the day of week field is Sunday, as 0 is, as most crons and
+//     crontab(5) read it (robfig/cron takes 0 to 6): 7 alone or as 7-7 is
+//     given as 0, a range ending at 7 (5-7, 1-7/2) as the range ending at
+//     6 and 0 when its step reaches 7; a day past 7 is an error.
+//
+// A descriptor, and a wrong count of fields, are left to robfig/cron.
+func cronFields(spec string) (cronSpec, string) {
 	fields := strings.Fields(spec)
 	if strings.HasPrefix(spec, "@") || len(fields) != len(cronFieldNames) {
-		return ""
+		return cronSpec{spec: spec}, ""
 	}
 	for i, f := range fields {
 		if slices.Contains(strings.Split(f, ","), "") {
-			return fmt.Sprintf("the %s field %s has an empty element in its list", cronFieldNames[i], clipped(f))
+			return cronSpec{}, fmt.Sprintf("the %s field %s has an empty element in its list", cronFieldNames[i], clipped(f))
 		}
 	}
-	return ""
+	out := cronSpec{fields: fields, written: map[string]string{}}
+	dow := fields[4]
+	var elems []string
+	for _, e := range strings.Split(dow, ",") {
+		rng, step, hasStep := strings.Cut(e, "/")
+		lo, hi, isRange := strings.Cut(rng, "-")
+		for _, part := range []string{lo, hi} {
+			if n, err := strconv.Atoi(part); err == nil && n > 7 {
+				return cronSpec{}, fmt.Sprintf("the day of week field %s holds %d: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat", clipped(dow), n)
+			}
+		}
+		from, fromErr := strconv.Atoi(lo)
+		if d, named := cronDays[strings.ToLower(lo)]; named {
+			from, fromErr = d, nil
+		}
+		switch to, err := strconv.Atoi(hi); {
+		case !isRange && !hasStep && fromErr == nil && from == 7, isRange && err == nil && to == 7 && fromErr == nil && from == 7:
+			elems = append(elems, "0") // 7, 7-7, 7-7/2: Sunday
+		case isRange && err == nil && to == 7:
+			given := lo + "-6"
+			every := 1
+			if hasStep {
+				given += "/" + step
+				every, err = strconv.Atoi(step)
+			}
+			out.written[given] = e
+			elems = append(elems, given)
+			if err == nil && fromErr == nil && every > 0 && (7-from)%every == 0 {
+				elems = append(elems, "0")
+			}
+		default:
+			elems = append(elems, e)
+		}
+	}
+	out.fields = slices.Clone(fields)
+	out.fields[4] = strings.Join(elems, ",")
+	out.spec = strings.Join(out.fields, " ")
+	return out, ""
 }
 
 // scheduleProbe is the fixed time from which a schedule must fire within

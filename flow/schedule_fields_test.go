@@ -2,6 +2,7 @@ package flow
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -39,6 +40,51 @@ func TestScheduleListEmptyElement(t *testing.T) {
 	for _, spec := range []string{"0 9,17 * * *", "0,30 * * * 1,3,5", "@daily"} {
 		if errs := scheduleErrs(t, spec); errs != nil {
 			t.Errorf("%s: %v", spec, errs)
+		}
+	}
+}
+
+// TestScheduleDayOfWeekSeven: 7 in the day of week field is Sunday, as 0
+// is, alone, in a list and at the end of a range (5-7, 1-7/2), as most
+// crons and crontab(5) read it; robfig/cron takes 0 to 6 only, so such a
+// schedule did not compile. Each ticks at the times of the same schedule
+// written with 0, in the flow's zone; a day past 7 is refused.
+func TestScheduleDayOfWeekSeven(t *testing.T) {
+	from := time.Date(2026, 3, 23, 12, 0, 0, 0, time.UTC) // a Monday, a week before Berlin's change
+	to := from.AddDate(0, 0, 14)
+	for _, c := range []struct{ spec, same string }{
+		{"0 9 * * 7", "0 9 * * 0"},
+		{"0 9 * * 5-7", "0 9 * * 0,5,6"},
+		{"0 9 * * 6-7", "0 9 * * 0,6"},
+		{"0 9 * * 7-7", "0 9 * * 0"},
+		{"0 9 * * 0-7", "0 9 * * 0-6"},
+		{"0 9 * * 1-7/2", "0 9 * * 0,1,3,5"},
+		{"0 9 * * 2-7/2", "0 9 * * 2,4,6"},
+		{"0 9 * * mon-7", "0 9 * * 0-6"},
+		{"0 9 * * 7,3", "0 9 * * 0,3"},
+		{"0 9 * * 07", "0 9 * * 0"},
+		{"30 2 1 * 7", "30 2 1 * 0"}, // day of month or Sunday
+	} {
+		got, want := cronSchedule(t, c.spec, "Europe/Berlin"), cronSchedule(t, c.same, "Europe/Berlin")
+		if diff := cmp.Diff(ticks(want, from, to), ticks(got, from, to)); diff != "" {
+			t.Errorf("%s: ticks (-%s +%s):\n%s", c.spec, c.same, c.spec, diff)
+		}
+		if got.Spec() != c.spec {
+			t.Errorf("%s: Spec() is %q", c.spec, got.Spec())
+		}
+	}
+	if got := ticks(cronSchedule(t, "0 9 * * 7", "UTC"), from, to); !cmp.Equal(got, []string{"2026-03-29 09:00 +0000", "2026-04-05 09:00 +0000"}) {
+		t.Errorf("0 9 * * 7 ticks at %v, want the two Sundays", got)
+	}
+	const notCron = " is not a cron expression (five fields, or @every 30s, @hourly, @daily…): "
+	for _, c := range []struct{ spec, want string }{
+		{"0 9 * * 8", `schedule "0 9 * * 8"` + notCron + "the day of week field 8 holds 8: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat"},
+		{"0 9 * * 5-8", `schedule "0 9 * * 5-8"` + notCron + "the day of week field 5-8 holds 8: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat"},
+		{"0 9 * * 5-7/0", `schedule "0 9 * * 5-7/0"` + notCron + "step of range should be a positive number: 5-7/0"},
+		{"0 9 * * 7/2", `schedule "0 9 * * 7/2"` + notCron + "beginning of range (7) beyond end of range (6): 7/2"},
+	} {
+		if diff := cmp.Diff([]string{c.want}, scheduleErrs(t, c.spec)); diff != "" {
+			t.Errorf("%s: errors (-want +got):\n%s", c.spec, diff)
 		}
 	}
 }
