@@ -347,6 +347,10 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 	}
 	if inputNode != nil {
 		in, err := yamlDocument(inputNode, &yamlBudget{left: maxScheduleInput})
+		errLine := at(inputNode)
+		if ne, isNode := err.(*nodeError); isNode {
+			errLine = at(ne.node) // the value's line, when it is written over lines
+		}
 		if err == nil {
 			if str, isStr := in.(string); isStr && inputNode.Tag == "!!str" {
 				in, err = ParseJSON([]byte(str), 0)
@@ -360,7 +364,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 			case err != nil:
 				msg += ": " + err.Error()
 			}
-			c.errorf(at(inputNode), "%s", msg)
+			c.errorf(errLine, "%s", msg)
 			ok = false
 		} else if depth := nesting(in); depth > DefaultMaxDepth {
 			// what a door would refuse in a body, and its worker could not read
@@ -1306,10 +1310,39 @@ func (b *yamlBudget) spend(n int) error {
 
 var errOverBudget = fmt.Errorf("schedule_input is over %d bytes as JSON (YAML aliases followed), more than a message holds", maxScheduleInput)
 
+// nodeError is an error of one value of a YAML document, which names
+// its line.
+type nodeError struct {
+	node *yaml.Node
+	msg  string
+}
+
+func (e *nodeError) Error() string { return e.msg }
+
+// nodeErrorf is an error of the value n.
+func nodeErrorf(n *yaml.Node, format string, args ...any) error {
+	return &nodeError{node: n, msg: fmt.Sprintf(format, args...)}
+}
+
+// tagError is the error of a value written with a YAML tag (!!str 5,
+// !foo x), or nil: the document is JSON, which has no tags, and the value
+// read without its tag is not what was written.
+func tagError(n *yaml.Node) error {
+	if n.Style&yaml.TaggedStyle == 0 {
+		return nil
+	}
+	return nodeErrorf(n, "the YAML tag %s is not JSON: write the value without it (a string in quotes)", clipped(n.Tag))
+}
+
 // yamlDocument converts a YAML value into a document value, within budget
-// (bytes of JSON, about: aliases are followed).
+// (bytes of JSON, about: aliases are followed). It is JSON written as
+// YAML: a YAML tag, and a number JSON does not write (0x10, 1_000, +5,
+// .inf), are errors.
 func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 	if err := budget.spend(len(n.Value) + 2); err != nil {
+		return nil, err
+	}
+	if err := tagError(n); err != nil {
 		return nil, err
 	}
 	switch n.Kind {
@@ -1322,7 +1355,10 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			}
 			if k.Kind != yaml.ScalarNode {
 				// a complex key (? [a, b]) names no member: its Value is ""
-				return nil, fmt.Errorf("a key is a string, not %s", lineerr.Describe(k))
+				return nil, nodeErrorf(k, "a key is a string, not %s", lineerr.Describe(k))
+			}
+			if err := tagError(k); err != nil {
+				return nil, err
 			}
 			if k.Tag == "!!merge" {
 				// <<: *defaults would be a member named "<<"
@@ -1376,20 +1412,21 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			if msg := lineerr.LeadingZero("the number", n); msg != "" {
 				// 017 is 15 to YAML, 17 to whoever wrote it (and no JSON
 				// number): refused, as in the rest of the front matter
-				return nil, errors.New(msg)
+				return nil, nodeErrorf(n, "%s", msg)
 			}
-			var i int
-			err := n.Decode(&i)
-			return i, err
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				return nil, nodeErrorf(n, "the number %s is not a JSON number", clipped(n.Value))
+			}
+			// 0x10, 0o17, 0b11, 1_000, +5: YAML's, not JSON's
+			return nil, nodeErrorf(n, "the number %s is not written as JSON writes numbers: write %d", clipped(n.Value), i)
 		case "!!float":
 			var f float64
-			if err := n.Decode(&f); err != nil {
-				return nil, err
+			if err := n.Decode(&f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, nodeErrorf(n, "%s is not a JSON number", clipped(n.Value))
 			}
-			if math.IsNaN(f) || math.IsInf(f, 0) {
-				return nil, fmt.Errorf("%s is not a JSON number", n.Value)
-			}
-			return f, nil
+			// .5, 1., +1.5, 1_000.5: YAML's, not JSON's
+			return nil, nodeErrorf(n, "the number %s is not written as JSON writes numbers: write %s", clipped(n.Value), strconv.FormatFloat(f, 'g', -1, 64))
 		}
 		return n.Value, nil
 	case yaml.AliasNode:

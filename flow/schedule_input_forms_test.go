@@ -1,0 +1,67 @@
+package flow
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestScheduleInputJSONForms: schedule_input is the JSON document a tick
+// delivers, so a number YAML reads that JSON does not write (0x10, 0o17,
+// 0b11, 1_000, +5, .5, 1.) and a YAML tag (!!str 5, !!int 5, a custom
+// !foo), on a value, a key or the whole input, are compile errors naming
+// the line of the value; they compiled as the number YAML reads (0x10 as
+// 16) and as the value without its tag (!!str 5 as "5", !foo x as "x").
+func TestScheduleInputJSONForms(t *testing.T) {
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
+	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
+	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
+	for _, c := range []struct {
+		input string
+		line  int
+		want  string
+	}{
+		{"{a: 0x10}", 6, "the number 0x10 is not written as JSON writes numbers: write 16"},
+		{"{a: 0o17}", 6, "the number 0o17 is not written as JSON writes numbers: write 15"},
+		{"{a: 0b11}", 6, "the number 0b11 is not written as JSON writes numbers: write 3"},
+		{"{a: [1_000]}", 6, "the number 1_000 is not written as JSON writes numbers: write 1000"},
+		{"{a: +5}", 6, "the number +5 is not written as JSON writes numbers: write 5"},
+		{"{a: .5}", 6, "the number .5 is not written as JSON writes numbers: write 0.5"},
+		{"{a: -1.}", 6, "the number -1. is not written as JSON writes numbers: write -1"},
+		{"{a: .inf}", 6, ".inf is not a JSON number"},
+		{"{a: .NaN}", 6, ".NaN is not a JSON number"},
+		{"{a: !!str 5}", 6, "the YAML tag !!str is not JSON: write the value without it (a string in quotes)"},
+		{"{a: !!int 5}", 6, "the YAML tag !!int is not JSON: write the value without it (a string in quotes)"},
+		{"{a: !foo x}", 6, "the YAML tag !foo is not JSON: write the value without it (a string in quotes)"},
+		{"{a: !<!foo> x}", 6, "the YAML tag !foo is not JSON: write the value without it (a string in quotes)"},
+		{"{a: !!binary aGk=}", 6, "the YAML tag !!binary is not JSON: write the value without it (a string in quotes)"},
+		{"{!!str 1: x}", 6, "the YAML tag !!str is not JSON: write the value without it (a string in quotes)"},
+		{"{a: !!seq [1]}", 6, "the YAML tag !!seq is not JSON: write the value without it (a string in quotes)"},
+		{"!foo {a: 1}", 6, "the YAML tag !foo is not JSON: write the value without it (a string in quotes)"},
+		{"!!str '{\"a\": 1}'", 6, "the YAML tag !!str is not JSON: write the value without it (a string in quotes)"},
+		// written over lines, the error names the value's line
+		{"\n  job: nightly\n  limits:\n    max: 0x10", 9, "the number 0x10 is not written as JSON writes numbers: write 16"},
+		{"\n  job: !!str nightly", 7, "the YAML tag !!str is not JSON: write the value without it (a string in quotes)"},
+		{"\n  job: nightly\n  zip: 017", 8, "the number 017 has a leading zero, which YAML reads as octal: write it without"},
+	} {
+		errs := compileErrs(t, head+c.input+steps)
+		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
+			t.Errorf("%s: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
+		}
+	}
+	for input, want := range map[string]string{
+		"{a: 16, b: -0.5, c: 1e3, d: 1.5E-2, e: 0, f: \"0x10\", g: '!!str 5'}": `{"a":16,"b":-0.5,"c":1000,"d":0.015,"e":0,"f":"0x10","g":"!!str 5"}`,
+		"'{\"a\": 1}'":                           `{"a":1}`,
+		"{a: 2026-01-01, b: yes, c: ~, d: true}": `{"a":"2026-01-01","b":"yes","c":null,"d":true}`,
+	} {
+		f, err := Compile("f.md", []byte(head+input+steps))
+		if err != nil {
+			t.Errorf("%s: %v", input, err)
+			continue
+		}
+		if diff := cmp.Diff(want, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
+			t.Errorf("%s: the tick's document (-want +got):\n%s", input, diff)
+		}
+	}
+}
