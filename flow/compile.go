@@ -1149,8 +1149,21 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	return out
 }
 
+// str reads a key whose value is a string (description, schedule,
+// dedup_key…): a scalar YAML reads as a string, or a date written plainly
+// (2026-01-01, the text as written). A number (5, 0x10, and 1e400, which
+// YAML reads as a string), a boolean, an empty value, a list, a mapping and
+// a value with a tag other than !!str are refused, as a number key refuses
+// a string.
 func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+	switch {
+	case lineerr.PastFloat(v):
+		c.errorf(line, "%s must be a string, not the number %s", key, clipped(v.Value))
+		return "", false
+	case v.Kind == yaml.ScalarNode && v.Tag != "!!str" && v.Style&yaml.TaggedStyle != 0:
+		c.errorf(line, "%s must be a string, not a value tagged %s", key, clipped(v.Tag))
+		return "", false
+	case v.Kind != yaml.ScalarNode || v.Tag != "!!str" && v.Tag != "!!timestamp":
 		c.errorf(line, "%s must be a string, not %s", key, lineerr.Describe(v))
 		return "", false
 	}
