@@ -1401,6 +1401,15 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 		}
 		return out, nil
 	case yaml.ScalarNode:
+		if lineerr.PastFloat(n) {
+			// 1e400: a number to whoever wrote it, a string to YAML;
+			// refused as a body's is
+			_, err := ParseJSON([]byte(n.Value), 1)
+			if je, ok := err.(*JSONError); ok && strings.HasSuffix(je.Msg, " is out of range") {
+				return nil, nodeErrorf(n, "%s", je.Msg)
+			}
+			return nil, nodeErrorf(n, "the number %s is not a JSON number", clipped(n.Value))
+		}
 		switch n.Tag {
 		case "!!null":
 			return nil, nil
@@ -1417,7 +1426,7 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			}
 			if je, ok := err.(*JSONError); ok && strings.HasSuffix(je.Msg, " is out of range") {
 				// refused as a body's: 1e-1000000000 is not YAML's 0
-				return nil, errors.New(je.Msg)
+				return nil, nodeErrorf(n, "%s", je.Msg)
 			}
 		}
 		switch n.Tag {

@@ -65,3 +65,37 @@ func TestScheduleInputJSONForms(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleInputPastFloat: a number of schedule_input past float64's
+// range written plainly (1e400), which YAML reads as a string, is refused
+// as out of range, as a body's is (decisions.md: "in a body and in
+// schedule_input alike"); it compiled as the string "1e400". Quoted, it
+// is a string.
+func TestScheduleInputPastFloat(t *testing.T) {
+	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
+	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
+	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
+	for _, c := range []struct {
+		input string
+		line  int
+		want  string
+	}{
+		{"{a: 1e400}", 6, "number 1e400 is out of range"},
+		{"{a: [-1e400]}", 6, "number -1e400 is out of range"},
+		{"\n  a: 1\n  b: 2.5E+999", 8, "number 2.5E+999 is out of range"},
+		{"{a: .5e400}", 6, "the number .5e400 is not a JSON number"},
+		{"\n  a: 1\n  b: 1e-1000000000", 8, "number 1e-1000000000 is out of range"},
+	} {
+		errs := compileErrs(t, head+c.input+steps)
+		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
+			t.Errorf("%s: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
+		}
+	}
+	f, err := Compile("f.md", []byte(head+"{a: \"1e400\", b: 1e300}"+steps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(`{"a":"1e400","b":1e+300}`, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
+		t.Errorf("the tick's document (-want +got):\n%s", diff)
+	}
+}
