@@ -137,6 +137,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 // arrives, never held).
 const maxWebhookBytes = 25 << 20
 
+// webhookTooLarge is the 413 of a webhook's body over maxWebhookBytes.
+var webhookTooLarge = "the webhook body exceeds " + strconv.Itoa(maxWebhookBytes) + " bytes"
+
 // hookGit triggers a sync at once: 202 {"sync":"started"}. With secrets
 // configured it requires GitHub's X-Hub-Signature-256 over the body.
 func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -154,6 +157,12 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 			refuseUnread(w, r, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
 			return
 		}
+		if r.ContentLength > maxWebhookBytes {
+			// announced too large: refused unread, as the doors refuse a
+			// Content-Length over their ceiling
+			refuseUnread(w, r, http.StatusRequestEntityTooLarge, webhookTooLarge)
+			return
+		}
 		macs := make([]hash.Hash, len(s.cfg.Secrets))
 		writers := make([]io.Writer, len(macs))
 		for i, secret := range s.cfg.Secrets {
@@ -164,7 +173,7 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			writeError(w, http.StatusRequestEntityTooLarge, "the webhook body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes")
+			writeError(w, http.StatusRequestEntityTooLarge, webhookTooLarge)
 			return
 		case err != nil:
 			// a broken chunked encoding, a connection cut short, a body

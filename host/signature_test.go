@@ -497,3 +497,30 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 func (b *countingBody) Close() error { return b.r.Close() }
+
+// TestOversizedWebhookIsRefusedBeforeItsBody: a signed webhook whose
+// Content-Length is over the webhook's ceiling is answered 413 at once,
+// with Connection: close, before a byte of its body is read, as the doors
+// answer a Content-Length over theirs. It was read and put through the
+// MACs up to the ceiling (25 MiB) first, and a caller that announced the
+// length and sent less waited for the server's read timeout.
+func TestOversizedWebhookIsRefusedBeforeItsBody(t *testing.T) {
+	const ceiling = 25 << 20
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{"whsec_test_secret"} })
+	r := newRequest(http.MethodPost, "/hooks/git", "", "Content-Type", "application/json",
+		"X-Hub-Signature-256", "sha256="+strings.Repeat("ab", 32))
+	counted := &countingBody{r: io.NopCloser(io.LimitReader(endless{}, ceiling+1))}
+	r.Body, r.ContentLength = counted, ceiling+1
+	r.Header.Set("Content-Length", strconv.Itoa(ceiling+1))
+	w := fx.serve(r)
+	wantRefusal(t, w, http.StatusRequestEntityTooLarge, "the webhook body exceeds "+strconv.Itoa(ceiling)+" bytes")
+	if got := w.Header().Get("Connection"); got != "close" {
+		t.Errorf("Connection: %q, want close", got)
+	}
+	if n := counted.n.Load(); n != 0 {
+		t.Errorf("%d bytes of a body announced over the ceiling were read before its 413", n)
+	}
+	if n := fx.syncer.n.Load(); n != 0 {
+		t.Errorf("Trigger called %d times", n)
+	}
+}
