@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nexushq/nexus/access"
@@ -875,5 +876,35 @@ func TestErrorsNeverEchoAKeyInAnyField(t *testing.T) {
 				t.Errorf("the error echoes the key pasted as the %s: %v", name, err)
 			}
 		})
+	}
+}
+
+// TestLongFlowListParsesInLinearTime: an access.yaml of 1 MiB (git sync's
+// ceiling on the file) holding one key whose flows list every name it can
+// parses in moments. Each name was checked against every name before it
+// for a duplicate: 200,000 names took over a minute of CPU, during which
+// the sync of the commit waited.
+func TestLongFlowListParsesInLinearTime(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(entry("id: a", "tenant: acme", "sha256: "+hashA))
+	b.WriteString("    flows: [")
+	n := 0
+	for ; b.Len() < 1<<20-16; n++ {
+		if n > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("x" + strconv.FormatInt(int64(n), 36))
+	}
+	b.WriteString("]\n")
+	start := time.Now()
+	s, err := access.Parse("access.yaml", []byte(keysDoc(b.String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("a flows list of %d names took %v to parse", n, took)
+	}
+	if k := s.Keys()[0]; len(k.Flows) != n {
+		t.Errorf("%d flows parsed, want %d", len(k.Flows), n)
 	}
 }

@@ -316,6 +316,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		return
 	}
 	var names []string
+	listed := make(map[string]bool, len(v.Content)) // names seen: a long list is checked in linear time
 	star := false
 	for _, f := range v.Content {
 		switch {
@@ -326,7 +327,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 			// never echoed, twice or not: it is a key
 			p.errorf(f.Line, "flows holds an API key, not a flow's name: replace the key, which is now in the repository")
 			continue
-		case slices.Contains(names, f.Value) || f.Value == "*" && star:
+		case listed[f.Value] || f.Value == "*" && star:
 			p.errorf(f.Line, "flows lists %s twice", lineerr.Quote(f.Value))
 			continue
 		case f.Value == "*":
@@ -340,6 +341,7 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		}
 		if f.Value != "*" {
 			names = append(names, f.Value)
+			listed[f.Value] = true
 		}
 	}
 	if star && len(names) > 0 {
