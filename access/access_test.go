@@ -262,6 +262,16 @@ func TestParseErrors(t *testing.T) {
 			`2: unknown top-level key "kyes" (did you mean keys?)`,
 		}},
 		{"KeysTwice", "keys: []\nkeys: []\n", []string{`2: "keys" is set twice (first at line 1)`}},
+		// a complex key (? [a]) names nothing: it was an unknown top-level
+		// key "", and a second one "" set twice
+		{"ComplexTopLevelKeys", "? [a]\n: 1\n? {b: c}\n: 2\nkeys: []\n", []string{
+			"1: a top-level key is a name, not a list",
+			"3: a top-level key is a name, not a mapping",
+		}},
+		{"ComplexFieldName", keysDoc(entry("id: a", "tenant: acme", "sha256: "+hashA, star, "? [x]", ": y", "? [z]", ": w")), []string{
+			"6: a field of a key entry is a name, not a list",
+			"8: a field of a key entry is a name, not a list",
+		}},
 		{"KeysEmptyValue", "keys:\n", []string{"1: keys must be a list of keys, not an empty value (keys: [] lets nobody call)"}},
 		{"KeysMapping", "keys:\n  id: a\n", []string{"1: keys must be a list of keys, not a mapping (keys: [] lets nobody call)"}},
 		{"SecondDocument", "keys: []\n---\nkeys: []\n", []string{"2: a second YAML document starts here: access.yaml holds one document"}},

@@ -103,6 +103,11 @@ func (p *parser) parse() []Key {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			// a complex key (? [a]) names nothing
+			p.errorf(k.Line, "a top-level key is a name, not %s", describe(k))
+			continue
+		}
 		if first, dup := seen[k.Value]; dup {
 			p.errorf(k.Line, "%s is set twice (first at line %d)", quoteName(k.Value), first)
 			continue
@@ -178,6 +183,11 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 	keyLines := map[string]int{}
 	for i := 0; i+1 < len(e.Content); i += 2 {
 		name, v := e.Content[i], e.Content[i+1]
+		if name.Kind != yaml.ScalarNode {
+			// a complex key (? [a]) names no field
+			p.errorf(name.Line, "a field of a key entry is a name, not %s", describe(name))
+			continue
+		}
 		if first, dup := keyLines[name.Value]; dup {
 			p.errorf(name.Line, "field %s is set twice (first at line %d)", quoteName(name.Value), first)
 			continue
