@@ -37,7 +37,12 @@ func (s *Server) checkSignature(w http.ResponseWriter, r *http.Request, body []b
 
 // verifySignature returns "" for a valid signature, else why not.
 func verifySignature(secrets, timestamps, signatures []string, body []byte, now time.Time) string {
-	if len(timestamps) != 1 || len(signatures) != 1 {
+	switch {
+	case len(timestamps) > 1:
+		return "more than one X-Nexus-Timestamp header: send one"
+	case len(signatures) > 1:
+		return "more than one X-Nexus-Signature header: send one, its values comma-separated"
+	case len(timestamps) == 0 || len(signatures) == 0:
 		return "missing signature: send one X-Nexus-Timestamp and one X-Nexus-Signature header"
 	}
 	ts := timestamps[0]

@@ -524,3 +524,36 @@ func TestOversizedWebhookIsRefusedBeforeItsBody(t *testing.T) {
 		t.Errorf("Trigger called %d times", n)
 	}
 }
+
+// TestSignatureHeaderCounts: a request without one of the two headers is
+// told the signature is missing; one with a header given twice is told so,
+// not that its signature is missing (it said "missing signature" to a
+// caller that had sent two).
+func TestSignatureHeaderCounts(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{secretNew} })
+	const body = `{}`
+	ts := strconv.FormatInt(t0.Unix(), 10)
+	good := "v1=" + sign(secretNew, ts, body)
+	const missing = "missing signature: send one X-Nexus-Timestamp and one X-Nexus-Signature header"
+	tests := []struct {
+		name        string
+		ts, sig     []string
+		wantMessage string
+	}{
+		{"neither", nil, nil, missing},
+		{"timestamp only", []string{ts}, nil, missing},
+		{"signature only", nil, []string{good}, missing},
+		{"two signature headers", []string{ts}, []string{good, good},
+			"more than one X-Nexus-Signature header: send one, its values comma-separated"},
+		{"two timestamp headers", []string{ts, ts}, []string{good},
+			"more than one X-Nexus-Timestamp header: send one"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := signedRun(body, "", "")
+			r.Header["X-Nexus-Timestamp"] = tt.ts
+			r.Header["X-Nexus-Signature"] = tt.sig
+			wantRefusal(t, fx.serve(r), http.StatusUnauthorized, tt.wantMessage)
+		})
+	}
+}
