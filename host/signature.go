@@ -53,7 +53,12 @@ func verifySignature(secrets, timestamps, signatures []string, body []byte, now 
 	if err != nil {
 		return "malformed X-Nexus-Timestamp: unix seconds expected"
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > SignatureWindow || d < -SignatureWindow {
+	if !withinWindow(now, time.Unix(sec, 0)) {
+		if withinWindow(now, time.UnixMilli(sec)) {
+			// JavaScript's Date.now(), the usual mistake: say so rather
+			// than that it is 50,000 years away
+			return "malformed X-Nexus-Timestamp: unix seconds expected, not milliseconds"
+		}
 		return "signature timestamp is more than 300 s away from the server's clock"
 	}
 	// split no further than the count allows: a header of many commas
@@ -87,6 +92,12 @@ func verifySignature(secrets, timestamps, signatures []string, body []byte, now 
 		}
 	}
 	return "signature does not match"
+}
+
+// withinWindow reports whether t is at most SignatureWindow from now.
+func withinWindow(now, t time.Time) bool {
+	d := now.Sub(t)
+	return d <= SignatureWindow && d >= -SignatureWindow
 }
 
 // parseHubSignature reads an X-Hub-Signature-256 value: "sha256=" and the

@@ -557,3 +557,20 @@ func TestSignatureHeaderCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestMillisecondTimestamp: a timestamp in milliseconds (JavaScript's
+// Date.now()) is told to be one, not that it is more than 300 s away (it
+// was: 50,000 years away, which does not say what to change).
+func TestMillisecondTimestamp(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{secretNew} })
+	const body = `{}`
+	const want = "malformed X-Nexus-Timestamp: unix seconds expected, not milliseconds"
+	for _, ms := range []int64{t0.UnixMilli(), t0.UnixMilli() - 299_000, t0.UnixMilli() + 299_999} {
+		ts := strconv.FormatInt(ms, 10)
+		wantRefusal(t, fx.serve(signedRun(body, ts, "v1="+sign(secretNew, ts, body))), http.StatusUnauthorized, want)
+	}
+	// a timestamp of seconds far off is still far off
+	ts := strconv.FormatInt(t0.Unix()*100, 10)
+	wantRefusal(t, fx.serve(signedRun(body, ts, "v1="+sign(secretNew, ts, body))), http.StatusUnauthorized,
+		"signature timestamp is more than 300 s away from the server's clock")
+}
