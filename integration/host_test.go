@@ -1844,3 +1844,23 @@ func TestDevModeRefusesForeignHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestOversizedWebhookAnsweredAtOnce: with --secret, a webhook whose
+// Content-Length is over its 25 MiB ceiling is answered 413 at once, the
+// connection closed, though not a byte of the body was sent; it waited
+// for the body (the server's read timeout) to read 25 MiB of it first.
+func TestOversizedWebhookAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_secret_for_tests_03"
+	repo := helloRepo(t)
+	h := startHost(t, hostOptions{repo: repo.dir, args: []string{"--secret", secret}})
+	h.waitCommit(repo.git("rev-parse", "HEAD"), 10*time.Second)
+	a := rawExchange(t, h.url, "POST /hooks/git HTTP/1.1\r\nHost: nexus\r\nContent-Type: application/json\r\n"+
+		"X-Hub-Signature-256: "+hubSignature(secret, "{}")+"\r\nContent-Length: 26214401\r\n\r\n")
+	if a.resp.StatusCode != 413 || a.body != `{"ok":false,"error":"the webhook body exceeds 26214400 bytes"}` {
+		t.Errorf("signed, 25 MiB + 1 announced: %s %s", a.resp.Status, a.body)
+	}
+	if !a.closed {
+		t.Error("the connection stayed open after the 413")
+	}
+}
