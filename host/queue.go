@@ -183,10 +183,28 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	if res.Status == http.StatusServiceUnavailable {
 		return queue.Verdict{Kind: queue.VerdictRetryLater, Error: text, Attrs: attrs}
 	}
-	rp := lf.Flow.Retry()
-	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: queue.RetryPolicy{
-		MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay,
-	}}
+	return queue.Verdict{Kind: queue.VerdictRetry, Error: text, Attrs: attrs, Policy: retryPolicy(lf.Flow)}
+}
+
+// retryPolicy is f's queue_* keys as the queue's retry policy.
+func retryPolicy(f *flow.Flow) queue.RetryPolicy {
+	rp := f.Retry()
+	return queue.RetryPolicy{MaxAttempts: rp.MaxAttempts, InitialDelay: rp.InitialDelay, BackoffFactor: rp.BackoffFactor, MaxDelay: rp.MaxDelay}
+}
+
+// RetryPolicy is the retry policy of the live flow tenant/flow, false when
+// none is live (or its artifact is corrupt): the queue's
+// ManagerConfig.Policy, for a delivery whose handler panicked.
+func (s *Server) RetryPolicy(tenant, flowName string) (queue.RetryPolicy, bool) {
+	live := s.cfg.Live.Live()
+	if live == nil {
+		return queue.RetryPolicy{}, false
+	}
+	lf, ok := live.Lookup(tenant, flowName)
+	if !ok || lf.Corrupt != nil || lf.Flow == nil {
+		return queue.RetryPolicy{}, false
+	}
+	return retryPolicy(lf.Flow), true
 }
 
 // messageName is the engine's Request.Message for a delivery: its id and

@@ -33,10 +33,13 @@ type ManagerConfig struct {
 	FS         FS     // nil: OS
 	MaxWorkers int    // the residency budget; 0 means 256 (see FilesPerQueue)
 	Handler    Handler
-	Clock      clock.Clock
-	Logger     *slog.Logger
-	Poll       time.Duration
-	Now        func() time.Time // the time stamped on appended messages; nil: time.Now
+	// Policy is passed to every worker's WorkerConfig.Policy: the retry
+	// policy of a flow whose handler panicked.
+	Policy func(tenant, flow string) (RetryPolicy, bool)
+	Clock  clock.Clock
+	Logger *slog.Logger
+	Poll   time.Duration
+	Now    func() time.Time // the time stamped on appended messages; nil: time.Now
 	// StopGrace is how long Stop lets a delivery in progress run before
 	// cancelling it (not counted as an attempt); 0 means 30 s.
 	StopGrace time.Duration
@@ -199,7 +202,7 @@ func (m *Manager) Queue(tenant, flow string) (*Queue, *Worker, error) {
 		m.counts[k] = counts
 	}
 	w := NewWorker(q, WorkerConfig{Handler: m.cfg.Handler, Clock: m.cfg.Clock, Logger: m.cfg.Logger, Poll: m.cfg.Poll,
-		StopGrace: m.cfg.StopGrace, Counts: counts})
+		StopGrace: m.cfg.StopGrace, Counts: counts, Policy: m.cfg.Policy})
 	m.queues[k] = &managed{q: q, w: w}
 	opened = true
 	if !m.stopping {

@@ -145,6 +145,12 @@ type WorkerConfig struct {
 	// workers of one queue in turn (a queue reopened after a failed write
 	// gets a new one) share one, so that the counts never go back.
 	Counts *DeliveryCounts
+	// Policy returns the retry policy of the flow tenant/flow, false when
+	// it is not known; nil knows none. The worker asks it only when the
+	// handler panics, which returns no verdict and so no policy: the
+	// attempt is retried with the flow's policy, or DefaultRetryPolicy
+	// when Policy does not know it (or panics too).
+	Policy func(tenant, flow string) (RetryPolicy, bool)
 }
 
 // DeliveryCounts counts a queue's finished deliveries by outcome (plus
@@ -1057,8 +1063,27 @@ func (w *Worker) handle(ctx context.Context, d Delivery) (v Verdict) {
 			}
 			w.logger.Error("the handler panicked; the attempt counts as failed", "event", "handler_panic",
 				"msg_id", d.ID, "correlation_id", d.CorrelationID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "at", where)
-			v = Verdict{Kind: VerdictRetry, Policy: DefaultRetryPolicy, Error: fmt.Sprintf("internal error: panic at %s", where)}
+			v = Verdict{Kind: VerdictRetry, Policy: w.panicPolicy(), Error: fmt.Sprintf("internal error: panic at %s", where)}
 		}
 	}()
 	return w.cfg.Handler.Handle(ctx, d)
+}
+
+// panicPolicy is the retry policy of an attempt whose handler panicked:
+// the flow's (WorkerConfig.Policy) when known, else DefaultRetryPolicy. A
+// panic used to be retried with the default policy whatever the flow's
+// queue_* keys said (3 attempts where the flow allowed 10, or 20).
+func (w *Worker) panicPolicy() (p RetryPolicy) {
+	if w.cfg.Policy == nil {
+		return DefaultRetryPolicy
+	}
+	defer func() {
+		if recover() != nil {
+			p = DefaultRetryPolicy
+		}
+	}()
+	if p, ok := w.cfg.Policy(w.q.Tenant, w.q.Flow); ok {
+		return p
+	}
+	return DefaultRetryPolicy
 }

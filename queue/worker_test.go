@@ -760,8 +760,8 @@ func TestWorkerLogLineCarriesHandlerAttrs(t *testing.T) {
 	check("dlq_moved", 1, map[string]any{"version": float64(7), "step": "fail", "last_error": "HTTP 503", "attempts": float64(2)})
 }
 
-// A panicking handler is a failed attempt (retried with the default
-// policy, dead-lettered with the panic's location), never a dead worker.
+// A panicking handler is a failed attempt (retried with the default policy
+// when the worker has no Policy, dead-lettered with the panic's location), never a dead worker.
 func TestWorkerHandlerPanic(t *testing.T) {
 	root, clk := t.TempDir(), clocktest.New(wt0)
 	q := openQ(t, root, clk, nil)

@@ -784,6 +784,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	queues := queue.NewManager(queue.ManagerConfig{
 		Root: filepath.Join(stateDir, "queues"), MaxWorkers: budget, Logger: logger, OnCommit: metrics.QueueCommitted, StopGrace: cfg.ShutdownGrace,
 		Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict { return doors.Handle(ctx, d) }),
+		Policy:  func(tenant, flow string) (queue.RetryPolicy, bool) { return doors.RetryPolicy(tenant, flow) },
 	})
 	hostCfg := host.Config{
 		Live: reg, Status: reg, History: reg, Engine: eng, Journal: journal, Metrics: metrics, Logger: logger, Queues: queues,
