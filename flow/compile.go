@@ -168,11 +168,11 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				f.effects = append(f.effects, e)
 			}
 		case "queue_max_attempts":
-			if n, ok := c.integer(line, key, v, 1); ok {
+			if n, ok := c.integer(line, key, v, 1, maxAttempts); ok {
 				f.retry.MaxAttempts = int(n)
 			}
 		case "queue_initial_delay_ms":
-			if n, ok := c.integer(line, key, v, 0); ok {
+			if n, ok := c.integer(line, key, v, 0, maxMillis); ok {
 				f.retry.InitialDelay = time.Duration(n) * time.Millisecond
 			}
 		case "queue_backoff_factor":
@@ -180,15 +180,15 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 				f.retry.BackoffFactor = x
 			}
 		case "queue_max_delay_ms":
-			if n, ok := c.integer(line, key, v, 0); ok {
+			if n, ok := c.integer(line, key, v, 0, maxMillis); ok {
 				f.retry.MaxDelay = time.Duration(n) * time.Millisecond
 			}
 		case "max_body_bytes":
-			if n, ok := c.integer(line, key, v, 1); ok {
+			if n, ok := c.integer(line, key, v, 1, maxMillis); ok {
 				f.maxBodyBytes = n
 			}
 		case "timeout_ms":
-			if n, ok := c.integer(line, key, v, 1); ok {
+			if n, ok := c.integer(line, key, v, 1, maxMillis); ok {
 				f.timeout = time.Duration(n) * time.Millisecond
 			}
 		case "schedule":
@@ -223,7 +223,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			}
 		case "dedup_ttl_ms":
 			ttlNode = v
-			if n, ok := c.integer(line, key, v, 1); ok {
+			if n, ok := c.integer(line, key, v, 1, maxMillis); ok {
 				dedup.TTL = time.Duration(n) * time.Millisecond
 			}
 		default:
@@ -1170,16 +1170,23 @@ func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	return v.Value, true
 }
 
-// maxMillis bounds every whole-number key (milliseconds, bytes, attempts),
-// so that no value overflows a time.Duration: about 31 years.
+// maxMillis bounds every whole-number key (milliseconds, bytes) but
+// queue_max_attempts (maxAttempts), so that no value overflows a
+// time.Duration: about 31 years.
 const maxMillis = 1e12
 
-// integer reads a whole-number key of at least min and at most maxMillis.
+// maxAttempts bounds queue_max_attempts: a queue keeps the attempt number
+// as a uint32 in a retry's record and in a dead letter's (queue.MaxAttempts).
+// The key was bounded at maxMillis, and a worker's attempt 2^32 was written
+// as attempt 0.
+const maxAttempts = math.MaxUint32
+
+// integer reads a whole-number key of at least min and at most max.
 // A number written plainly past what an int64 or a float64 holds
 // (99999999999999999999, 1e400) is too large, or below min when negative:
 // YAML reads it as a float or a string, and the error said "must be a
 // whole number" of a whole number, or "not the string".
-func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64, bool) {
+func (c *compiler) integer(line int, key string, v *yaml.Node, min, max int64) (int64, bool) {
 	var n int64
 	if belowLeast(v, float64(min)) {
 		c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
@@ -1192,7 +1199,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 			// leading zero, as 010 is, not a number that is not whole
 			c.errorf(line, "%s", msg)
 		default:
-			c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
+			c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), max)
 		}
 		return 0, false
 	}
@@ -1205,7 +1212,7 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		return 0, false
 	}
 	if err := v.Decode(&n); err != nil {
-		c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), int64(maxMillis))
+		c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), max)
 		return 0, false
 	}
 	if !plainDecimal(v.Value) {
@@ -1214,8 +1221,8 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min int64) (int64
 		c.errorf(line, "%s", notPlain(key, n, v.Value))
 		return 0, false
 	}
-	if n > maxMillis {
-		c.errorf(line, "%s %d is too large: at most %d", key, n, int64(maxMillis))
+	if n > max {
+		c.errorf(line, "%s %d is too large: at most %d", key, n, max)
 		return 0, false
 	}
 	return n, true

@@ -32,6 +32,12 @@ type RetryPolicy struct {
 	MaxDelay      time.Duration
 }
 
+// MaxAttempts is the most attempts a message gets, whatever its policy
+// says: the attempt number is a uint32 in a retry's record and in a dead
+// letter's (see the package doc). The compiler bounds queue_max_attempts
+// at it; a policy past it dead-letters the message at this attempt.
+const MaxAttempts = math.MaxUint32
+
 // DefaultRetryPolicy is the policy of a flow that sets none.
 var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, BackoffFactor: 2, MaxDelay: time.Minute}
 
@@ -1007,7 +1013,7 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
 		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay)}, nil
 	case VerdictRetry:
-		if attempt < v.Policy.MaxAttempts {
+		if attempt < min(v.Policy.MaxAttempts, MaxAttempts) { // the next attempt's number fits its record
 			d := Delay(v.Policy, attempt)
 			log(slog.LevelWarn, "attempt failed; retry scheduled", "queue_retry_scheduled",
 				slog.Int64("delay_ms", d.Milliseconds()), slog.Int("next_attempt", attempt+1), slog.String("error", v.Error))
