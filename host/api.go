@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -455,7 +456,7 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 		}
 		return 0, http.StatusConflict, err
 	}
-	newID, err := s.dlqAction(action, tenant, flowName, id)
+	newID, err := s.dlqAction(r.Context(), action, tenant, flowName, id)
 	auth, _ := s.adminAuth(r)
 	switch {
 	case err == nil:
@@ -474,6 +475,10 @@ func (s *Server) doDLQAction(w http.ResponseWriter, r *http.Request, action, ten
 		// a payload over the limit of a message (an older nexus wrote
 		// it): it never will be replayed, only discarded
 		return 0, http.StatusConflict, err
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// the request ended (its client gone) before anything was
+		// written: no one's failure, and no one to answer
+		return 0, http.StatusServiceUnavailable, err
 	}
 	s.cfg.Logger.Error("a dead letter could not be handled", "event", "internal_error", "action", "dlq_"+action,
 		"tenant", tenant, "flow", flowName, "msg_id", id, "replay_msg_id", newID, "auth", auth.String(), "remote", r.RemoteAddr, "correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())

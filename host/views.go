@@ -390,14 +390,15 @@ func journalCursor(c string) (*registry.Entry, error) {
 
 // dlqAction replays or discards a pending dead letter (the UI's buttons
 // and POST /api/queues/{tenant}/{flow}/dlq/{id}/{action}). It returns the
-// id of the message a replay appended.
-func (s *Server) dlqAction(action, tenant, flowName string, id uint64) (uint64, error) {
+// id of the message a replay appended. A request that ends (its client
+// gone) before the action holds the queue's append lock writes nothing.
+func (s *Server) dlqAction(ctx context.Context, action, tenant, flowName string, id uint64) (uint64, error) {
 	switch action {
 	case "replay":
-		msg, err := s.cfg.Queues.Replay(tenant, flowName, id, queue.SourceReplay, flow.NewUUID())
+		msg, err := s.cfg.Queues.ReplayContext(ctx, tenant, flowName, id, queue.SourceReplay, flow.NewUUID())
 		return msg.ID, err
 	case "discard":
-		return 0, s.cfg.Queues.Discard(tenant, flowName, id)
+		return 0, s.cfg.Queues.DiscardContext(ctx, tenant, flowName, id)
 	}
 	return 0, fmt.Errorf("unknown action %q (replay or discard)", action)
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"container/heap"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -579,13 +580,49 @@ func (q *Queue) PendingIDs() ([]uint64, error) {
 // The check and the write hold the append lock, so a replay (which holds
 // it too) and a mark of one id, in any processes, never both happen.
 func (q *Queue) Mark(id uint64, action byte) error {
-	return q.addMark(mark{id: id, action: action})
+	return q.addMark(context.Background(), mark{id: id, action: action})
+}
+
+// MarkContext is Mark for a caller with a context of its own (an
+// operator's request): when ctx has ended, or ends while the mark waits
+// for the append lock, it returns at once having written nothing, with an
+// error wrapping context.Cause(ctx).
+func (q *Queue) MarkContext(ctx context.Context, id uint64, action byte) error {
+	return q.addMark(ctx, mark{id: id, action: action})
 }
 
 // MarkReplayed is Mark(id, MarkReplayed) that also records the id of the
 // message the replay appended, which the worker's dlq_replayed line names.
 func (q *Queue) MarkReplayed(id, replayID uint64) error {
-	return q.addMark(mark{id: id, action: MarkReplayed, replayID: replayID})
+	return q.addMark(context.Background(), mark{id: id, action: MarkReplayed, replayID: replayID})
+}
+
+// lockForMark takes the append lock for a replay or a mark of dead letter
+// id (what: "replayed" or "discarded"), giving up when ctx has ended or
+// ends first (see lockAppendUntil); with a context that never ends it is
+// lockAppendBounded. Once the lock is held, the caller's writes go on
+// whatever ctx does: a replay appended and then not marked would be
+// listed, and replayed, again.
+func (q *Queue) lockForMark(ctx context.Context, id uint64, what string) (func(), error) {
+	gaveUp := func() error {
+		return fmt.Errorf("queue %s/%s: dead letter %d was not %s, nothing was written: %w", q.Tenant, q.Flow, id, what, context.Cause(ctx))
+	}
+	if ctx.Err() != nil {
+		return nil, gaveUp()
+	}
+	unlock, err := q.lockAppendUntil(ctx.Done())
+	if errors.Is(err, errGaveUp) {
+		return nil, gaveUp()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		// it ended as the lock was taken: nothing is written yet
+		unlock()
+		return nil, gaveUp()
+	}
+	return unlock, nil
 }
 
 // ErrNotMarked is wrapped by Replay when the message was appended but the
@@ -603,7 +640,16 @@ var ErrNotMarked = errors.New("replayed but not marked, so still listed: discard
 // error writing the mark after the append wraps ErrNotMarked and returns
 // the appended message.
 func (q *Queue) Replay(id uint64, source, correlationID string) (Message, error) {
-	unlock, err := q.lockAppendBounded()
+	return q.ReplayContext(context.Background(), id, source, correlationID)
+}
+
+// ReplayContext is Replay for a caller with a context of its own (an
+// operator's request): when ctx has ended, or ends while the replay waits
+// for the append lock, it returns at once having written nothing, with an
+// error wrapping context.Cause(ctx). Once it holds the lock, the append
+// and the mark are made whatever ctx does.
+func (q *Queue) ReplayContext(ctx context.Context, id uint64, source, correlationID string) (Message, error) {
+	unlock, err := q.lockForMark(ctx, id, "replayed")
 	if err != nil {
 		return Message{}, err
 	}
@@ -822,8 +868,12 @@ func (q *Queue) MarkPending(upTo uint64, limit int, action byte) ([]uint64, erro
 	return ids, nil
 }
 
-func (q *Queue) addMark(m mark) error {
-	unlock, err := q.lockAppendBounded()
+func (q *Queue) addMark(ctx context.Context, m mark) error {
+	what := "discarded"
+	if m.action == MarkReplayed {
+		what = "marked replayed"
+	}
+	unlock, err := q.lockForMark(ctx, m.id, what)
 	if err != nil {
 		return err
 	}

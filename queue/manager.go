@@ -376,14 +376,27 @@ func (m *Manager) wakeRetired(k [2]string) {
 // be (ErrBudget when none can be started). An id that is not pending is
 // ErrNotPending, checked before any queue is opened or created.
 func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID string) (Message, error) {
+	return m.ReplayContext(context.Background(), tenant, flow, id, source, correlationID)
+}
+
+// ReplayContext is Replay for a caller with a context of its own (an
+// operator's request): when ctx has ended, or ends while the queue is
+// being opened or the replay waits for the append lock, it returns at
+// once having written nothing, with an error wrapping context.Cause(ctx)
+// (see Queue.ReplayContext). It ignored its caller's context, and waited
+// LockWait for a lock another process held.
+func (m *Manager) ReplayContext(ctx context.Context, tenant, flow string, id uint64, source, correlationID string) (Message, error) {
+	if ctx.Err() != nil {
+		return Message{}, notHandled(ctx, tenant, flow, id, "replayed")
+	}
 	if err := m.checkPending(tenant, flow, id); err != nil {
 		return Message{}, err
 	}
-	q, w, err := m.Queue(tenant, flow)
+	q, w, err := m.queueContext(ctx, tenant, flow)
 	if err != nil {
 		return Message{}, err
 	}
-	msg, err := q.Replay(id, source, correlationID)
+	msg, err := q.ReplayContext(ctx, id, source, correlationID)
 	if errors.Is(err, ErrPoisoned) {
 		m.reopen(tenant, flow, q, err) // as Append does: the next replay can work
 	}
@@ -401,29 +414,74 @@ func (m *Manager) Replay(tenant, flow string, id uint64, source, correlationID s
 // nexus dlq discard does. An id that is not pending is ErrNotPending,
 // checked before anything is opened or created.
 func (m *Manager) Discard(tenant, flow string, id uint64) error {
+	return m.DiscardContext(context.Background(), tenant, flow, id)
+}
+
+// DiscardContext is Discard for a caller with a context of its own (an
+// operator's request): when ctx has ended, or ends while a handle of the
+// queue is being opened or the mark waits for the append lock, it returns
+// at once having written nothing, with an error wrapping
+// context.Cause(ctx). It ignored its caller's context, and waited
+// LockWait for a lock another process held.
+func (m *Manager) DiscardContext(ctx context.Context, tenant, flow string, id uint64) error {
+	if ctx.Err() != nil {
+		return notHandled(ctx, tenant, flow, id, "discarded")
+	}
 	if err := m.checkPending(tenant, flow, id); err != nil {
 		return err
 	}
-	return m.marking(tenant, flow, func(q *Queue) error { return q.Mark(id, MarkDiscarded) })
+	return m.marking(ctx, tenant, flow, id, "discarded", func(q *Queue) error { return q.MarkContext(ctx, id, MarkDiscarded) })
+}
+
+// notHandled is the error of a replay or discard of tenant/flow's dead
+// letter id given up, having written nothing, as ctx ended.
+func notHandled(ctx context.Context, tenant, flow string, id uint64, what string) error {
+	return fmt.Errorf("queue %s/%s: dead letter %d was not %s, nothing was written: %w", tenant, flow, id, what, context.Cause(ctx))
 }
 
 // marking runs mark on tenant/flow's queue: the one this process has
 // open, or else a handle of its own, closed after, so that a discard
 // starts no worker (its recovery's findings logged as Queue logs them).
-func (m *Manager) marking(tenant, flow string, mark func(*Queue) error) error {
+// When ctx ends while that handle is being opened (Open waits for the
+// append lock), it returns at once; the handle is closed once opened.
+func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, what string, mark func(*Queue) error) error {
 	m.mu.Lock()
 	e, open := m.queues[[2]string{tenant, flow}]
 	m.mu.Unlock()
 	if open {
 		return mark(e.q)
 	}
-	q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnDamage: m.damageLogger(tenant, flow)})
-	if err != nil {
-		return err
+	type opened struct {
+		q      *Queue
+		damage []Damage
+		err    error
 	}
-	m.logDamage(tenant, flow, damage)
-	err = mark(q)
-	if cerr := q.Close(); err == nil {
+	ch := make(chan opened) // unbuffered: a handle is handed over, or closed by its opener
+	abandoned := make(chan struct{})
+	go func() {
+		q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnDamage: m.damageLogger(tenant, flow)})
+		select {
+		case ch <- opened{q, damage, err}:
+		case <-abandoned:
+			m.logDamage(tenant, flow, damage)
+			if err == nil {
+				q.Close()
+			}
+		}
+	}()
+	var o opened
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		close(abandoned)
+		return notHandled(ctx, tenant, flow, id, what)
+	}
+	if o.err != nil {
+		return o.err
+	}
+	m.logDamage(tenant, flow, o.damage)
+	err := mark(o.q)
+	if cerr := o.q.Close(); err == nil {
 		err = cerr
 	}
 	return err
@@ -464,7 +522,7 @@ func (m *Manager) DiscardAll(tenant, flow string) ([]uint64, error) {
 		return nil, err
 	}
 	var out []uint64
-	err = m.marking(tenant, flow, func(q *Queue) error {
+	err = m.marking(context.Background(), tenant, flow, 0, "discarded", func(q *Queue) error {
 		_, err := q.MarkAll(upTo, MarkDiscarded, func(id uint64) { out = append(out, id) })
 		return err
 	})

@@ -1,0 +1,115 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A replay or discard whose caller's context has ended, or ends while it
+// waits for the append lock another process holds, stops at once with the
+// context's error (not ErrLockBusy, well before LockWait) having written
+// nothing: the dead letter stays pending, segment.log and dlq.log.acked
+// are as they were, and the same replay or discard goes through once the
+// lock is let go. They waited for the lock for LockWait whatever their
+// caller's context said, and one already cancelled went through.
+func TestReplayAndDiscardStopWithTheirContext(t *testing.T) {
+	type op struct {
+		name string
+		do   func(ctx context.Context, q *Queue, m *Manager) error
+	}
+	ops := []op{
+		{"Queue.ReplayContext", func(ctx context.Context, q *Queue, _ *Manager) error {
+			_, err := q.ReplayContext(ctx, 1, SourceReplay, "c")
+			return err
+		}},
+		{"Queue.MarkContext", func(ctx context.Context, q *Queue, _ *Manager) error {
+			return q.MarkContext(ctx, 1, MarkDiscarded)
+		}},
+		{"Manager.ReplayContext", func(ctx context.Context, _ *Queue, m *Manager) error {
+			_, err := m.ReplayContext(ctx, testTenant, testFlow, 1, SourceReplay, "c")
+			return err
+		}},
+		{"Manager.DiscardContext", func(ctx context.Context, _ *Queue, m *Manager) error {
+			return m.DiscardContext(ctx, testTenant, testFlow, 1)
+		}},
+	}
+	for _, o := range ops {
+		for _, held := range []bool{false, true} {
+			name := o.name + "/cancelled before"
+			if held {
+				name = o.name + "/lock held elsewhere"
+			}
+			t.Run(name, func(t *testing.T) {
+				root := t.TempDir()
+				q, _ := openQueue(t, root, Options{LockWait: 5 * time.Second})
+				if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)}); err != nil {
+					t.Fatal(err)
+				}
+				if err := q.MoveToDLQ(DeadLetter{ID: 1, Attempts: 1, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+					t.Fatal(err)
+				}
+				ack := HandlerFunc(func(context.Context, Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} })
+				m := NewManager(ManagerConfig{Root: root, LockWait: 5 * time.Second, Poll: time.Hour, Handler: ack,
+					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				t.Cleanup(m.Stop)
+				dir := filepath.Join(root, testTenant, testFlow)
+				files := func() map[string]string {
+					out := map[string]string{}
+					for _, f := range []string{segmentFile, ackedFile, dlqFile} {
+						b, err := os.ReadFile(filepath.Join(dir, f))
+						if err != nil && !errors.Is(err, os.ErrNotExist) {
+							t.Fatal(err)
+						}
+						out[f] = string(b)
+					}
+					return out
+				}
+				before := files()
+
+				var ctx context.Context
+				var cancel context.CancelFunc
+				release := func() {}
+				if held {
+					release = holdAppendLock(t, root)
+					ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+				} else {
+					ctx, cancel = context.WithCancel(context.Background())
+					cancel()
+				}
+				defer cancel()
+				start := time.Now()
+				err := o.do(ctx, q, m)
+				took := time.Since(start)
+				want := context.Canceled
+				if held {
+					want = context.DeadlineExceeded
+				}
+				if !errors.Is(err, want) || errors.Is(err, ErrLockBusy) {
+					t.Errorf("error = %v, want the context's (%v)", err, want)
+				}
+				if took > 2*time.Second {
+					t.Errorf("it took %v to give up, want at once", took)
+				}
+				if after := files(); after[segmentFile] != before[segmentFile] || after[ackedFile] != before[ackedFile] || after[dlqFile] != before[dlqFile] {
+					t.Errorf("files changed:\nbefore %q\nafter  %q", before, after)
+				}
+				release()
+				if _, err := q.DeadLetter(1); err != nil {
+					t.Fatalf("the dead letter is no longer pending: %v", err)
+				}
+				if err := o.do(context.Background(), q, m); err != nil {
+					t.Fatalf("with the lock let go: %v", err)
+				}
+				if _, err := q.DeadLetter(1); !errors.Is(err, ErrNotPending) {
+					t.Errorf("after the replay or discard, DeadLetter(1) = %v, want ErrNotPending", err)
+				}
+			})
+		}
+	}
+}
