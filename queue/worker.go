@@ -856,21 +856,29 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 	return true, nil
 }
 
-// housekeep empties the log, compacts the retry schedule's and rewrites
-// dlq.log at an idle moment, when no retry is scheduled, at most once per
-// Poll and not before a pause after failures is over.
+// housekeep compacts the retry schedule's log and rewrites dlq.log without
+// the marked dead letters at an idle moment, and empties the log when no
+// retry is scheduled (a retry reads its message from the log), at most
+// once per Poll and not before a pause after failures is over. The whole
+// of it waited for an empty schedule: a queue that kept failing (a retry
+// always pending) kept its discarded dead letters' bodies in dlq.log for
+// as long as the failures went on.
 func (l *deliveryLoop) housekeep(now time.Time) error {
 	w, q := l.w, l.q
-	if l.retries.Len() > 0 || now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
+	if now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
 		return nil
 	}
 	l.housekept = now
 	var failed []string // what this round could not do, and why
-	// the schedule's log, now empty of entries, emptied of their changes
+	// the schedule's log emptied of the changes past its live entries
 	if err := l.retries.tidy(); err != nil {
 		failed = append(failed, "the retry schedule could not be compacted: "+err.Error())
 	}
-	switch err := q.Drain(); {
+	drain := error(ErrNotDrained)
+	if l.retries.Len() == 0 {
+		drain = q.Drain()
+	}
+	switch err := drain; {
 	case err == nil:
 		// emptied (or empty): whatever another process appends from
 		// now on starts at offset 0; the drain synced the checkpoint
