@@ -123,3 +123,52 @@ func TestMetricsLeaveOutCountsNotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueDetailWhenDeadLettersCannotBeRead: a queue whose dead-letter
+// files cannot be read (an I/O error; here a folder in place of the file,
+// which root cannot read past either) has its Queue page and its
+// GET /api/queues/{tenant}/{flow}/dlq answer what they can, with the
+// error in place of the dead letters, as the listings do. Both answered
+// 500, the page hiding the queue's counts, which could be read.
+func TestQueueDetailWhenDeadLettersCannotBeRead(t *testing.T) {
+	for _, file := range []string{"dlq.log", "dlq.log.acked"} {
+		t.Run(file, func(t *testing.T) {
+			fx := newAdminFixture(t, adminOptions{key: adminKey})
+			seedTwoQueues(t, fx)
+			p := filepath.Join(fx.root, "acme", "echo", file)
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+
+			w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq")
+			if w.Code != http.StatusOK {
+				t.Fatalf("GET /api/queues/acme/echo/dlq: %d %s, want 200 with the error", w.Code, w.Body)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if e, _ := doc["error"].(string); !strings.Contains(e, "its dead letters could not be read") || !strings.Contains(e, file) {
+				t.Errorf("error = %q, want one naming %s", e, file)
+			}
+			if dl, ok := doc["dead_letters"].([]any); !ok || len(dl) != 0 || doc["tenant"] != "acme" || doc["flow"] != "echo" {
+				t.Errorf("answer %s, want the queue named and an empty dead_letters", w.Body)
+			}
+
+			body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/echo"), http.StatusOK)
+			for _, want := range []string{`id="dead-letters-error"`, "is a directory", `id="counts"`, "4 total, 2 processed, 2 pending"} {
+				if !strings.Contains(body, want) {
+					t.Errorf("the Queue page does not show %q", want)
+				}
+			}
+			for _, unwanted := range []string{`id="replay-all"`, "DLQ is empty"} {
+				if strings.Contains(body, unwanted) {
+					t.Errorf("the Queue page shows %q for dead letters it could not read", unwanted)
+				}
+			}
+		})
+	}
+}

@@ -314,11 +314,7 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		e := s.queueEntry(info)
 		data.Queue = &e
 	}
-	var err error
-	if data.Page, err = s.deadLetterPage(tenant, flowName, after, limit); err != nil {
-		s.pageError(w, r, err)
-		return
-	}
+	data.Page = s.deadLetterPage(tenant, flowName, after, limit) // its Error says what could not be read
 	p.Data = data
 	s.render(w, r, status, "queue", p)
 }

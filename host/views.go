@@ -261,6 +261,10 @@ type deadLetterPage struct {
 	Damaged []damageEntry `json:"damaged,omitempty"`
 	// DamagedTotal counts them all; absent with Damaged.
 	DamagedTotal int `json:"damaged_total,omitempty"`
+	// Error is why the queue's dead-letter files could not be read (an
+	// I/O error): the page then lists none and counts none. Absent when
+	// they were read.
+	Error string `json:"error,omitempty"`
 }
 
 // MoreDamaged is how many damaged frames the page counts but does not
@@ -289,15 +293,28 @@ func newDamageEntry(d queue.Damage) damageEntry {
 	return e
 }
 
-func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int) (deadLetterPage, error) {
+// deadLetterPage is the page of tenant/flowName's pending dead letters
+// after after, limit to a page. Files that cannot be read are said in its
+// Error, as the listings say them, rather than failing the page: the
+// queue's page still shows what could be read.
+func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int) deadLetterPage {
 	v := deadLetterPage{Tenant: tenant, Flow: flowName, DeadLetters: []deadLetterEntry{}}
 	q, err := s.cfg.Queues.Peek(tenant, flowName)
-	if err != nil {
-		return v, err
+	if err == nil {
+		err = fillDeadLetterPage(&v, q, after, limit)
 	}
+	if err != nil {
+		v = deadLetterPage{Tenant: tenant, Flow: flowName, DeadLetters: []deadLetterEntry{},
+			Error: "its dead letters could not be read: " + err.Error()}
+	}
+	return v
+}
+
+// fillDeadLetterPage reads q's page of dead letters into v.
+func fillDeadLetterPage(v *deadLetterPage, q *queue.Queue, after uint64, limit int) error {
 	page, err := q.DeadLetterPage(after, limit, payloadPreview)
 	if err != nil {
-		return v, err
+		return err
 	}
 	v.Total = page.Total
 	for _, d := range page.Entries {
@@ -322,7 +339,7 @@ func (s *Server) deadLetterPage(tenant, flowName string, after uint64, limit int
 		v.Damaged = append(v.Damaged, newDamageEntry(d))
 	}
 	v.DamagedTotal = page.DamageTotal
-	return v, nil
+	return nil
 }
 
 // utf8Prefix returns b as text when it is UTF-8; a cut payload may end in
