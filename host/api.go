@@ -540,9 +540,9 @@ func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 // 1 to 1000, default 100; before, the next_before of the page before).
 // A tenant or flow the name rule refuses is an error, as nexus journal
 // says it: no flow could match it, and an empty journal would hide the
-// mistake. An empty correlation_id is an error too (a script's unset
-// variable: not the whole journal), but for a form (the UI's Journal
-// page), which sends its every field, the ones left empty too.
+// mistake. An empty tenant, flow or correlation_id is an error too (a
+// script's unset variable: not the whole journal), but for a form (the
+// UI's Journal page), which sends its every field, the ones left empty too.
 func journalQuery(r *http.Request, form bool) (registry.JournalQuery, error) {
 	jq := registry.JournalQuery{Limit: 100}
 	q, err := query(r)
@@ -564,9 +564,13 @@ func journalQuery(r *http.Request, form bool) (registry.JournalQuery, error) {
 		}
 		jq.Before = b
 	}
-	if q.Has("correlation_id") && jq.CorrelationID == "" && !form {
+	if !form {
 		// an unset variable in a script: not the whole journal
-		return jq, errors.New("correlation_id is empty: give one, or leave it out")
+		for _, param := range []string{"tenant", "flow", "correlation_id"} {
+			if q.Has(param) && q.Get(param) == "" {
+				return jq, fmt.Errorf("%s is empty: give one, or leave it out", param)
+			}
+		}
 	}
 	if jq.Tenant != "" {
 		field := naming.Tenant(jq.Flow)

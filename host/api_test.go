@@ -979,6 +979,12 @@ func TestAPIJournal(t *testing.T) {
 		{"tenant=acme&flow=a.b", `invalid name "a.b" for flow (tenant "acme"): character '.' at position 2 is not allowed`},
 		{"flow=a.b", `invalid name "a.b" for flow (any tenant): character '.' at position 2 is not allowed`},
 		{"correlation_id=", "correlation_id is empty: give one, or leave it out"},
+		// an empty filter is a script's unset variable too, not the whole
+		// journal (it was taken as no filter)
+		{"tenant=", "tenant is empty: give one, or leave it out"},
+		{"tenant=&flow=echo", "tenant is empty: give one, or leave it out"},
+		{"tenant=acme&flow=", "flow is empty: give one, or leave it out"},
+		{"flow=", "flow is empty: give one, or leave it out"},
 		{"before=12", `before "12" is not a cursor of the journal (next_before of the page before)`},
 		{"before=x.1", `before "x.1" is not a cursor of the journal (next_before of the page before)`},
 		{"before=1.0", `before "1.0" is not a cursor of the journal (next_before of the page before)`},
