@@ -110,8 +110,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // internalError logs err and answers 500 without its text.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path,
-		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
+	s.logInternalError(w, r, err)
 	writeError(w, http.StatusInternalServerError, "internal error")
 }
 

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"errors"
+	"html/template"
 	"reflect"
 	"slices"
 	"strings"
@@ -46,4 +48,18 @@ func walkRoutes(n reflect.Value, method, prefix string, out *[]Route) {
 	for i := range children.Len() {
 		walkRoutes(children.Index(i).Elem(), method, full, out)
 	}
+}
+
+// BreakPage makes s's page template name fail as it executes, after
+// writing part of its page: a template's failure cannot be caused from a
+// request.
+func BreakPage(s *Server, name string) {
+	t := s.pages
+	if t == uiTemplates {
+		t = template.Must(parsePages()) // the shared set, which may have executed, cannot be cloned
+	}
+	template.Must(t.New(name).Funcs(template.FuncMap{
+		"fail": func() (string, error) { return "", errors.New("the template is broken") },
+	}).Parse(`{{template "head" .}}half a page{{fail}}`))
+	s.pages = t
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"html/template"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -102,6 +103,7 @@ type Server struct {
 	cfg      Config
 	router   *httprouter.Router
 	ui       *httprouter.Router // the UI's pages; nil without an admin key
+	pages    *template.Template // the UI's page templates (uiTemplates)
 	limiters sync.Map           // a key's hash ([32]byte) → *limiter
 	// limitersFor is the live set whose keys alone have buckets: the
 	// gate deletes the others when it first sees a new set (pruneLimiters);
@@ -155,7 +157,7 @@ func New(cfg Config) *Server {
 	// which no header or password field can carry: trimmed, as callers'
 	// keys are
 	cfg.AdminKey = strings.TrimSpace(cfg.AdminKey)
-	s := &Server{cfg: cfg, refusals: newRefusalLog(), enqueueFailures: newRefusalLog(), failedLogins: newRefusalLog()}
+	s := &Server{cfg: cfg, pages: uiTemplates, refusals: newRefusalLog(), enqueueFailures: newRefusalLog(), failedLogins: newRefusalLog()}
 	s.runs, s.interruptRuns = context.WithCancel(context.Background())
 	if cfg.Queues != nil {
 		cfg.Metrics.Register(newQueueCollector(cfg.Queues))

@@ -26,11 +26,16 @@ import (
 //go:embed ui/*.html
 var uiFiles embed.FS
 
-var uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
-	"short": func(sha optional) string { return string(sha[:min(len(sha), 12)]) },
-	"path":  url.PathEscape,
-	"last":  func(v []deadLetterEntry) int { return len(v) - 1 },
-}).ParseFS(uiFiles, "ui/*.html"))
+var uiTemplates = template.Must(parsePages())
+
+// parsePages parses the UI's page templates.
+func parsePages() (*template.Template, error) {
+	return template.New("").Funcs(template.FuncMap{
+		"short": func(sha optional) string { return string(sha[:min(len(sha), 12)]) },
+		"path":  url.PathEscape,
+		"last":  func(v []deadLetterEntry) int { return len(v) - 1 },
+	}).ParseFS(uiFiles, "ui/*.html")
+}
 
 // uiPage is what every page template gets.
 type uiPage struct {
@@ -46,12 +51,21 @@ type uiPage struct {
 }
 
 // render executes a page into a buffer first, so that a failing template
-// answers 500 rather than half a page.
+// answers 500 with the UI's error page (pageError) rather than half a
+// page; when the error page is what fails, with failedPage.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p uiPage) {
 	var b bytes.Buffer
-	if err := uiTemplates.ExecuteTemplate(&b, name, p); err != nil {
-		s.internalError(w, r, err) // the error page itself may be what fails
-		return
+	if err := s.pages.ExecuteTemplate(&b, name, p); err != nil {
+		err = fmt.Errorf("the page template %q failed: %w", name, err)
+		if name == "error" {
+			s.logInternalError(w, r, err)
+			b.Reset()
+			b.WriteString(failedPage(w.Header().Get("X-Correlation-Id")))
+			status = http.StatusInternalServerError
+		} else {
+			s.pageError(w, r, err)
+			return
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
@@ -71,10 +85,24 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 // names the request's correlation ID (the log's key to the details), not
 // the error.
 func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
-	cid := w.Header().Get("X-Correlation-Id")
-	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path, "correlation_id", cid, "error", err.Error())
+	s.logInternalError(w, r, err)
 	s.render(w, r, http.StatusInternalServerError, "error", uiPage{Title: "Internal error",
-		Error: "Something failed in the host; its log has the details under correlation ID " + cid + "."})
+		Error: "Something failed in the host; its log has the details under correlation ID " + w.Header().Get("X-Correlation-Id") + "."})
+}
+
+// logInternalError logs a management request's failure as internal_error,
+// with its path and correlation ID.
+func (s *Server) logInternalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.cfg.Logger.Error("a management request failed", "event", "internal_error", "path", r.URL.Path,
+		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
+}
+
+// failedPage is the page of a failure when the UI's error page itself
+// fails: plain HTML, with no template, naming the correlation ID.
+func failedPage(cid string) string {
+	return "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Internal error · Nexus</title>\n</head>\n<body>\n" +
+		"<h1>Internal error</h1>\n<p>Something failed in the host; its log has the details under correlation ID " +
+		template.HTMLEscapeString(cid) + ".</p>\n<p><a href=\"/ui/\">Back to the flows</a></p>\n</body>\n</html>\n"
 }
 
 // page wraps a UI handler with the admin key check: without the key or a
