@@ -82,7 +82,10 @@ type JournalWriter struct {
 	stopped bool
 	late    atomic.Int64 // entries appended after Stop, for their warning
 	lost    atomic.Int64 // batches putBack could not keep since the buffer was last empty, for their line
-	refused atomic.Int64 // entries the database refused for what they hold, for their line
+	// refused counts the entries the database refused for what they
+	// hold since the last round that wrote entries and refused none, for
+	// their line at the 1st, 2nd, 4th, 8th…
+	refused atomic.Int64
 
 	life lifecycle.Loop
 }
@@ -317,7 +320,17 @@ func (w *JournalWriter) loop(ctx context.Context) {
 		w.bufMu.Lock()
 		left := w.count
 		w.bufMu.Unlock()
-		defer w.drained()
+		written, refused := w.written.Load(), w.refused.Load()
+		defer func() {
+			w.drained()
+			// a round that wrote entries and refused none ends a run of
+			// refusals: the next refused entry is logged from its 1st
+			// again. A database refusing every entry writes none, so its
+			// lines stay sparse
+			if w.written.Load() > written && w.refused.Load() == refused {
+				w.refused.Store(0)
+			}
+		}()
 		for left > 0 {
 			if batch = w.take(batch); len(batch) == 0 {
 				return nil

@@ -224,3 +224,38 @@ func TestBufferFullWarnsAgainAfterItDrained(t *testing.T) {
 		t.Errorf("journal_dropped lines with dropped %v, want %v (log:\n%s)", counts, want, logs.String())
 	}
 }
+
+// TestRefusedJournalEntriesWarnAgainAfterACleanRound: entries refused
+// again after the writer has written a round with none refused (a later
+// bad entry, hours after) are logged again from the 1st, with the count
+// of this run alone, as a full buffer is warned of again once it has
+// drained: counted over the writer's whole life, the 3rd refusal of the
+// day went unsaid, and the 5th, 6th and 7th. A database that refuses every
+// entry for good still logs sparsely (TestRefusedJournalEntriesLogSparsely).
+func TestRefusedJournalEntriesWarnAgainAfterACleanRound(t *testing.T) {
+	r, _ := newRegistry(t)
+	exec(t, sideDB(t, r.Path()), `CREATE TRIGGER poison BEFORE INSERT ON journal WHEN NEW.tenant = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'refused for good'); END`)
+	var logs jsonlogtest.Buffer
+	w := r.NewJournalWriter(registry.JournalConfig{FlushEvery: time.Hour, Logger: logs.Logger(slog.LevelInfo)})
+	round := func(tenant string, from int) { // 3 entries, written (or refused) in one round
+		for i := from; i < from+3; i++ {
+			w.Append(entry(i, tenant, "f", t0.Add(time.Duration(i)*time.Second)))
+		}
+		w.Start()
+		w.Stop()
+	}
+	round("poison", 0)
+	round("acme", 10) // written, none refused: the run of refusals is over
+	round("poison", 20)
+	if w.Dropped() != 6 || w.Written() != 3 {
+		t.Fatalf("dropped %d, written %d; want 6 and 3", w.Dropped(), w.Written())
+	}
+	var counts []any
+	for _, e := range logs.Events(t, "journal_write_failed") {
+		counts = append(counts, e["refused"])
+	}
+	if want := []any{1.0, 2.0, 1.0, 2.0}; !slices.Equal(counts, want) {
+		t.Errorf("journal_write_failed lines with refused %v, want %v (log:\n%s)", counts, want, logs.String())
+	}
+}
