@@ -1,18 +1,30 @@
 package gitsync
 
 import (
+	"bufio"
+	"compress/zlib"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
+	"sync/atomic"
+	"time"
 
+	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/hash"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/revlist"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/plumbing/transport/file"
 	"github.com/go-git/go-git/v5/plumbing/transport/server"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // A repo given as a local path or a file:// URL is fetched as go-git
@@ -42,7 +54,15 @@ func (localTransport) NewUploadPackSession(ep *transport.Endpoint, auth transpor
 	if err != nil {
 		return nil, err
 	}
-	st := repo.Storer
+	closeStorer(repo.Storer)
+	fs, ok := repo.Storer.(interface{ Filesystem() billy.Filesystem })
+	if !ok {
+		return nil, fmt.Errorf("repo %s: unexpected storage %T", ep.Path, repo.Storer)
+	}
+	// an object over largeObjectBytes is streamed from its file, not read
+	// into memory whole
+	st := filesystem.NewStorageWithOptions(fs.Filesystem(), cache.NewObjectLRU(localCacheBytes),
+		filesystem.Options{LargeObjectThreshold: largeObjectBytes})
 	s, err = server.NewServer(storerLoader{st}).NewUploadPackSession(ep, auth)
 	if err != nil {
 		closeStorer(st)
@@ -60,30 +80,196 @@ type storerLoader struct{ st storer.Storer }
 
 func (l storerLoader) Load(*transport.Endpoint) (storer.Storer, error) { return l.st, nil }
 
-// localSession is go-git's upload-pack over a local repo.
+// localCacheBytes bounds the objects a local repo's storage keeps in
+// memory once read: a pack reads each object once, so a cache the size of
+// go-git's default (96 MB) only held what had been sent.
+const localCacheBytes = 1 * cache.MiByte
+
+// localSession is go-git's upload-pack over a local repo: its session
+// advertises the references; UploadPack is this file's.
 type localSession struct {
 	transport.UploadPackSession
-	st storer.Storer
+	st   storer.Storer
+	done chan struct{} // closed when the pack is written (nil before UploadPack)
 }
 
-// UploadPack leaves out the commits the clone has and the repo does not:
-// git's upload-pack ignores them, go-git's fails on them (object not
-// found), as after a force-push whose dropped commits were pruned.
+// errLocalStalled is the error of a fetch from a local repo whose files
+// gave nothing for FetchTimeout; the fetch says how long it waited.
+var errLocalStalled = errors.New("reading the repo's files stalled")
+
+// UploadPack writes the pack of the objects the request wants and does
+// not have, streamed: one object read at a time, written as it is read,
+// through a pipe the fetch reads (go-git's upload-pack looks for deltas
+// among the objects first, holding what it finds, before the first byte).
+// The pack is written in the background; a read of it that gets nothing
+// for the fetch's FetchTimeout fails (as a connection silent that long
+// does: a hung disk or network file system), and so does one after the
+// fetch's context ended, and either stops the writing at the next object.
+//
+// It leaves out the commits the clone has and the repo does not: git's
+// upload-pack ignores them, go-git's fails on them (object not found), as
+// after a force-push whose dropped commits were pruned.
 func (s *localSession) UploadPack(ctx context.Context, req *packp.UploadPackRequest) (*packp.UploadPackResponse, error) {
+	if req.IsEmpty() {
+		return nil, transport.ErrEmptyUploadPackRequest
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if len(req.Shallows) > 0 {
+		return nil, errors.New("shallow fetches are not supported")
+	}
+	if s.done != nil {
+		return nil, errors.New("one pack per session")
+	}
 	known := req.Haves[:0:0]
 	for _, h := range req.Haves {
 		if s.st.HasEncodedObject(h) == nil {
 			known = append(known, h)
 		}
 	}
-	req.Haves = known
-	return s.UploadPackSession.UploadPack(ctx, req)
+	w, _ := ctx.Value(watchKey{}).(*fetchWatch)
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		pw.CloseWithError(writeLocalPack(ctx, pw, s.st, req.Wants, known))
+	}()
+	r := &localPackReader{pr: pr, w: w, ctx: ctx, cancel: cancel}
+	r.stop = context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
+	return packp.NewUploadPackResponseWithPackfile(req, r), nil
 }
 
+// Close closes the session, and the repo's storage once no pack is being
+// written from it (a read blocked on a hung file system ends when the
+// file answers; the fetch does not wait for it).
 func (s *localSession) Close() error {
 	err := s.UploadPackSession.Close()
-	closeStorer(s.st)
+	if s.done == nil {
+		closeStorer(s.st)
+		return err
+	}
+	go func() {
+		<-s.done
+		closeStorer(s.st)
+	}()
 	return err
+}
+
+// writeLocalPack writes to w the pack of the objects wants reach and haves
+// do not, read from st one at a time, each whole (no deltas). It stops at
+// the next object read once ctx ends.
+func writeLocalPack(ctx context.Context, w io.Writer, st storer.EncodedObjectStorer, wants, haves []plumbing.Hash) error {
+	cst := ctxStorer{EncodedObjectStorer: st, ctx: ctx}
+	have, err := revlist.Objects(cst, haves, nil)
+	if err != nil {
+		return err
+	}
+	objs, err := revlist.Objects(cst, wants, have)
+	if err != nil {
+		return err
+	}
+	sum := hash.New(hash.CryptoType)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
+	head := []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x00")
+	binary.BigEndian.PutUint32(head[8:], uint32(len(objs)))
+	if _, err := bw.Write(head); err != nil {
+		return err
+	}
+	zw := zlib.NewWriter(bw)
+	for _, h := range objs {
+		if err := writeLocalObject(cst, bw, zw, h); err != nil {
+			return err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	_, err = w.Write(sum.Sum(nil))
+	return err
+}
+
+// writeLocalObject writes the object h of st to bw as a pack entry: its
+// type and size, then its content through zw.
+func writeLocalObject(st storer.EncodedObjectStorer, bw *bufio.Writer, zw *zlib.Writer, h plumbing.Hash) (err error) {
+	o, err := st.EncodedObject(plumbing.AnyObject, h)
+	if err != nil {
+		return fmt.Errorf("object %s: %w", h, err)
+	}
+	// type and size: 3 bits of type and the size's 4 low bits, then 7
+	// bits of size a byte while more follow
+	size := uint64(o.Size())
+	b := byte(o.Type())<<4 | byte(size&0x0f)
+	for size >>= 4; size > 0; size >>= 7 {
+		bw.WriteByte(b | 0x80)
+		b = byte(size & 0x7f)
+	}
+	if err := bw.WriteByte(b); err != nil {
+		return err
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return fmt.Errorf("object %s: %w", h, err)
+	}
+	defer r.Close()
+	zw.Reset(bw)
+	if _, err := io.Copy(zw, r); err != nil {
+		return fmt.Errorf("object %s: %w", h, err)
+	}
+	return zw.Close()
+}
+
+// ctxStorer is a storage whose object reads fail once ctx has ended.
+type ctxStorer struct {
+	storer.EncodedObjectStorer
+	ctx context.Context
+}
+
+func (s ctxStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.EncodedObjectStorer.EncodedObject(t, h)
+}
+
+// localPackReader is the fetch's end of the pipe a local pack is written
+// into. A read that gets nothing for its watch's idle time fails, noted
+// as the fetch's timeout; so does one once the fetch's context ended.
+type localPackReader struct {
+	pr     *io.PipeReader
+	w      *fetchWatch // nil: no idle bound
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	silent atomic.Bool
+}
+
+func (r *localPackReader) Read(p []byte) (int, error) {
+	if r.w != nil {
+		t := time.AfterFunc(r.w.idle, func() {
+			r.silent.Store(true)
+			r.w.timedOut.Store(true)
+			r.pr.CloseWithError(errLocalStalled)
+		})
+		defer t.Stop()
+	}
+	n, err := r.pr.Read(p)
+	switch {
+	case err == nil || err == io.EOF:
+	case r.silent.Load():
+		err = errLocalStalled
+	case r.ctx.Err() != nil:
+		err = r.ctx.Err()
+	}
+	return n, err
+}
+
+// Close stops the writing of the pack.
+func (r *localPackReader) Close() error {
+	r.stop()
+	r.cancel()
+	return r.pr.Close()
 }
 
 func closeStorer(st storer.Storer) {

@@ -2,9 +2,14 @@ package gitsync_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
@@ -84,4 +89,93 @@ func (e *env) follow(t *testing.T, repo string) {
 	}
 	t.Cleanup(s.Stop)
 	e.s = s
+}
+
+// TestLocalRepoWithoutGitThatStalls: on a host without git, a local repo
+// whose files stop answering (a hung disk or network file system: here a
+// loose object made a named pipe, whose open blocks) costs one
+// FetchTimeout, or ends as soon as the round's context does. go-git's
+// upload-pack ran outside both: the round, and the sync lock, were held
+// until the file answered, up to the 30-minute cap of a fetch.
+func TestLocalRepoWithoutGitThatStalls(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		cancel  bool   // the round's context is cancelled 300ms in
+		want    string // in the error
+	}{
+		{"FetchTimeout", 300 * time.Millisecond, false, "no answer within 300ms"},
+		{"cancelled", time.Hour, true, "context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			e.src.gitCommit("one")
+			blob := strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md"))
+			obj := filepath.Join(e.src.dir, ".git", "objects", blob[:2], blob[2:])
+			if err := os.Remove(obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(obj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// lets the blocked open through (it reads nothing) before the
+			// syncer stops
+			t.Cleanup(func() {
+				if f, err := os.OpenFile(obj, os.O_RDWR, 0); err == nil {
+					time.Sleep(50 * time.Millisecond)
+					f.Close()
+				}
+			})
+			t.Setenv("PATH", t.TempDir())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(300*time.Millisecond, cancel)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.s.Sync(ctx)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Sync of a local repo whose object never opens was still running after 5 s (FetchTimeout %v)", tc.timeout)
+			}
+		})
+	}
+}
+
+// TestLocalRepoWithoutGitStreamsThePack: on a host without git, the pack
+// of a local repo is written as it is read, an object at a time: the
+// first fetch of a repo of 48 loose files of 512 KB does not hold them
+// all. go-git's upload-pack read every object to look for deltas before
+// writing the first byte, and held them: the peak heap grew by the
+// repo's size.
+func TestLocalRepoWithoutGitStreamsThePack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and syncs 24 MB")
+	}
+	const files, size = 48, 512 << 10
+	e := newEnv(t)
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	for i := range files {
+		b := make([]byte, size)
+		rand.NewChaCha8([32]byte{byte(i)}).Read(b)
+		e.src.write(fmt.Sprintf("tools/f%02d.bin", i), b)
+	}
+	a := e.src.gitCommit("one")
+	gitPath := os.Getenv("PATH")
+	t.Setenv("PATH", t.TempDir())
+	m := measure(func() { e.mustApply(a, "published acme/x v1") })
+	t.Logf("first fetch: %v", m)
+	if grew := m.peak - m.base; grew > files*size/2 {
+		t.Errorf("the first fetch of %d MB of loose files grew the heap by %d MB: %v", files*size>>20, grew>>20, m)
+	}
+	os.Setenv("PATH", gitPath)
+	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
 }
