@@ -13,15 +13,26 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
+// A SkippedEntry is an entry of a folder CommitFolder does not copy: a
+// symbolic link (wherever it leads) or a special file.
+type SkippedEntry struct {
+	Path   string // slash-separated, relative to the folder
+	Reason string // what it is, and where it leads: one line
+}
+
 // CommitFolder makes the git repository at repoDir hold exactly the files of
 // srcDir, committing on branch main when anything changed, and returns the
 // head commit. It creates the repository on first use. srcDir may be a
-// symbolic link to the folder; links inside it are not copied. The development mode
+// symbolic link to the folder; the links inside it, and its special
+// files, are not copied: it returns them, for the caller to say so (a
+// config repo's flows/ holds regular files only, and the sync refuses a
+// commit with a link there: following one would serve in development what
+// the same folder pushed to a repo is refused for). The development mode
 // uses it to serve a folder through the same git sync as production. When
 // repoDir lies inside srcDir (nexus serve --dev --dev-flows . keeps its
 // state in ./.nexus-dev), the folder of srcDir holding it is left out: the
 // repository never copies itself, nor the state around it.
-func CommitFolder(repoDir, srcDir string) (string, error) {
+func CommitFolder(repoDir, srcDir string) (head string, skipped []SkippedEntry, err error) {
 	// the folder given may be a symbolic link (to a checkout): the walk
 	// starts at the folder it leads to, which it would not follow
 	absSrc, err := filepath.EvalSymlinks(srcDir)
@@ -29,25 +40,25 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		absSrc, err = filepath.Abs(absSrc)
 	}
 	if err != nil {
-		return "", fmt.Errorf("copying %s: %w", srcDir, err)
+		return "", nil, fmt.Errorf("copying %s: %w", srcDir, err)
 	}
 	repo, err := git.PlainOpen(repoDir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		// the folder is the owner's alone, as the state directory around
 		// it (go-git would make it 0755); what it copies in, too
 		if err := os.MkdirAll(repoDir, 0o700); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		repo, err = git.PlainInitWithOptions(repoDir, &git.PlainInitOptions{
 			InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"},
 		})
 	}
 	if err != nil {
-		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	wt, err := repo.Worktree()
 	if err != nil {
-		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	// where the repository is, its links resolved as the folder's are:
 	// the folder holding it is left out of the copy
@@ -56,16 +67,16 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		absRepo, err = filepath.Abs(absRepo)
 	}
 	if err != nil {
-		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	entries, err := os.ReadDir(repoDir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, e := range entries {
 		if e.Name() != ".git" {
 			if err := os.RemoveAll(filepath.Join(repoDir, e.Name())); err != nil {
-				return "", err
+				return "", nil, err
 			}
 		}
 	}
@@ -84,6 +95,7 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 			return os.MkdirAll(filepath.Join(repoDir, rel), 0o700)
 		}
 		if !d.Type().IsRegular() {
+			skipped = append(skipped, SkippedEntry{Path: filepath.ToSlash(rel), Reason: notCopied(absSrc, p, d.Type())})
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -93,18 +105,18 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		return os.WriteFile(filepath.Join(repoDir, rel), data, 0o600)
 	})
 	if err != nil {
-		return "", fmt.Errorf("copying %s: %w", srcDir, err)
+		return "", nil, fmt.Errorf("copying %s: %w", srcDir, err)
 	}
 	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	status, err := wt.Status()
 	if err != nil {
-		return "", fmt.Errorf("repository %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("repository %s: %w", repoDir, err)
 	}
 	if status.IsClean() {
-		if head, err := repo.Head(); err == nil {
-			return head.Hash().String(), nil
+		if ref, err := repo.Head(); err == nil {
+			return ref.Hash().String(), skipped, nil
 		}
 	}
 	hash, err := wt.Commit("flows from "+srcDir, &git.CommitOptions{
@@ -112,7 +124,44 @@ func CommitFolder(repoDir, srcDir string) (string, error) {
 		Author:            &object.Signature{Name: "nexus", Email: "nexus@localhost", When: time.Now()},
 	})
 	if err != nil {
-		return "", fmt.Errorf("committing in %s: %w", repoDir, err)
+		return "", nil, fmt.Errorf("committing in %s: %w", repoDir, err)
 	}
-	return hash.String(), nil
+	return hash.String(), skipped, nil
+}
+
+// notCopied says what the entry p of the folder src, of type typ, is: a
+// symbolic link and where it leads (inside the folder, outside it, or
+// nowhere), or a special file.
+func notCopied(src, p string, typ fs.FileMode) string {
+	if typ&fs.ModeSymlink == 0 {
+		return fmt.Sprintf("a special file (%v), not a regular file", typ)
+	}
+	target, err := os.Readlink(p)
+	if err != nil {
+		return fmt.Sprintf("a symbolic link that cannot be read: %v", pathError(err))
+	}
+	to, err := filepath.EvalSymlinks(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("a symbolic link to %s, which does not exist", target)
+	case err != nil:
+		return fmt.Sprintf("a symbolic link to %s, which cannot be followed: %v", target, pathError(err))
+	}
+	rel, err := filepath.Rel(src, to)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Sprintf("a symbolic link to %s, outside the folder", to)
+	}
+	what := "the file"
+	if info, err := os.Stat(to); err == nil && info.IsDir() {
+		what = "the folder"
+	}
+	return fmt.Sprintf("a symbolic link to %s %s", what, filepath.ToSlash(rel))
+}
+
+// pathError is err without the path a *fs.PathError repeats.
+func pathError(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }

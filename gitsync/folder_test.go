@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nexushq/nexus/flow/flowtest"
 	"github.com/nexushq/nexus/gitsync"
 )
@@ -41,7 +42,7 @@ func TestCommitFolder(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	c1, err := gitsync.CommitFolder(repoDir, src)
+	c1, _, err := gitsync.CommitFolder(repoDir, src)
 	if err != nil {
 		t.Fatalf("CommitFolder: %v", err)
 	}
@@ -67,7 +68,7 @@ func TestCommitFolder(t *testing.T) {
 	apply(c1, "published acme/x v1", "published acme/y v1")
 
 	// Nothing changed: no new commit.
-	c2, err := gitsync.CommitFolder(repoDir, src)
+	c2, _, err := gitsync.CommitFolder(repoDir, src)
 	if err != nil || c2 != c1 {
 		t.Fatalf("CommitFolder of an unchanged folder = %s, %v; want %s", c2, err, c1)
 	}
@@ -80,7 +81,7 @@ func TestCommitFolder(t *testing.T) {
 	if err := os.Remove(filepath.Join(src, "flows", "acme", "y.md")); err != nil {
 		t.Fatal(err)
 	}
-	c3, err := gitsync.CommitFolder(repoDir, src)
+	c3, _, err := gitsync.CommitFolder(repoDir, src)
 	if err != nil || c3 == c1 {
 		t.Fatalf("CommitFolder after a change = %s, %v", c3, err)
 	}
@@ -117,7 +118,7 @@ func TestCommitFolderDoesNotCopyItsOwnStateDir(t *testing.T) {
 	var commit string
 	go func() {
 		var err error
-		commit, err = gitsync.CommitFolder(repoDir, src)
+		commit, _, err = gitsync.CommitFolder(repoDir, src)
 		done <- err
 	}()
 	select {
@@ -164,7 +165,7 @@ func TestCommitFolderThroughALink(t *testing.T) {
 		t.Fatal(err)
 	}
 	repoDir := filepath.Join(t.TempDir(), "dev-repo")
-	commit, err := gitsync.CommitFolder(repoDir, link)
+	commit, _, err := gitsync.CommitFolder(repoDir, link)
 	if err != nil {
 		t.Fatalf("CommitFolder(%s, a link to %s): %v", repoDir, real, err)
 	}
@@ -172,5 +173,58 @@ func TestCommitFolderThroughALink(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"access.yaml", "flows/acme/x.md"}; !slices.Equal(got, want) {
 		t.Errorf("the commit of a folder given through a link holds %q, want %q", got, want)
+	}
+}
+
+// TestCommitFolderReportsLinks: the symbolic links of the folder are not
+// copied, wherever they lead, and each is returned with where it leads,
+// for the development mode to say so. They were skipped without a word:
+// a flow linked into flows/ was never served, and nothing said why.
+func TestCommitFolderReportsLinks(t *testing.T) {
+	src, outside := t.TempDir(), t.TempDir()
+	for p, data := range map[string][]byte{
+		"access.yaml":     accessFile(acmeKey),
+		"flows/acme/x.md": flowtest.Marked("acme", "x", "one"),
+	} {
+		full := filepath.Join(src, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "y.md"), flowtest.Marked("acme", "y", "one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{
+		"flows/acme/inside.md":   "x.md",
+		"flows/acme/outside.md":  filepath.Join(outside, "y.md"),
+		"flows/acme/dangling.md": "gone.md",
+		"flows/shared":           "acme",
+	}
+	for p, target := range links {
+		if err := os.Symlink(target, filepath.Join(src, filepath.FromSlash(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repoDir := filepath.Join(t.TempDir(), "dev-repo")
+	commit, skipped, err := gitsync.CommitFolder(repoDir, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(runGit(t, repoDir, "ls-tree", "-r", "--name-only", commit))
+	slices.Sort(got)
+	if want := []string{"access.yaml", "flows/acme/x.md"}; !slices.Equal(got, want) {
+		t.Errorf("the commit holds %q, want %q", got, want)
+	}
+	want := []gitsync.SkippedEntry{
+		{Path: "flows/acme/dangling.md", Reason: "a symbolic link to gone.md, which does not exist"},
+		{Path: "flows/acme/inside.md", Reason: "a symbolic link to the file flows/acme/x.md"},
+		{Path: "flows/acme/outside.md", Reason: "a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder"},
+		{Path: "flows/shared", Reason: "a symbolic link to the folder flows/acme"},
+	}
+	if diff := cmp.Diff(want, skipped); diff != "" {
+		t.Errorf("skipped entries (-want +got):\n%s", diff)
 	}
 }

@@ -697,7 +697,7 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	keyShown := false // the banner prints a key it generated, not one given
 	if cfg.Dev {
 		var err error
-		if cfg.Repo, devKey, err = prepareDev(devSrc, stateDir); err != nil {
+		if cfg.Repo, devKey, err = prepareDev(devSrc, stateDir, logger); err != nil {
 			return fmt.Errorf("development mode: %w", err)
 		}
 		if cfg.AdminKey == "" {
@@ -982,15 +982,21 @@ func checkDevFlows(dir string) (string, error) {
 // prepareDev commits the development flows folder src (checkDevFlows's
 // answer) into a local git repo in the state directory, so that the host
 // serves it through the same git sync as production. It returns the repo
-// and a key that can call the example flows.
-func prepareDev(src, stateDir string) (repo, key string, err error) {
+// and a key that can call the example flows. A symbolic link or special
+// file of the folder is not served: a warning names each.
+func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, err error) {
 	data, err := os.ReadFile(filepath.Join(src, "access.yaml"))
 	if err != nil {
 		return "", "", err
 	}
 	repo = filepath.Join(stateDir, "dev-repo")
-	if _, err := gitsync.CommitFolder(repo, src); err != nil {
+	_, skipped, err := gitsync.CommitFolder(repo, src)
+	if err != nil {
 		return "", "", err
+	}
+	for _, e := range skipped {
+		logger.Warn(fmt.Sprintf("%s is %s: not served (a config repo holds regular files; copy the file in)", e.Path, e.Reason),
+			"event", "dev_file_skipped", "path", e.Path)
 	}
 	if keys, err := access.Parse("access.yaml", data); err == nil {
 		if k, ok := keys.Lookup(exampleKey); ok && k.AllFlows {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	xssh "golang.org/x/crypto/ssh"
 
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
@@ -530,5 +531,47 @@ func TestSecondSignalWithAStalledLog(t *testing.T) {
 		} else if took > 10*time.Second {
 			t.Errorf("%s: the second SIGTERM ended the process after %v", child, took)
 		}
+	}
+}
+
+// TestDevModeNamesTheLinksItSkips: a symbolic link in the folder the
+// development mode serves is not served, and one warning names each: to
+// a flow inside the folder, outside it, or to nothing. They were skipped
+// without a word, and a flow linked in was never served.
+func TestDevModeNamesTheLinksItSkips(t *testing.T) {
+	src, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "flows", "acme"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, dir := range map[string]string{"access.yaml": src, "flows/acme/x.md": src, "y.md": outside} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("keys: []\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"flows/acme/inside.md":   "x.md",
+		"flows/acme/outside.md":  filepath.Join(outside, "y.md"),
+		"flows/acme/dangling.md": "gone.md",
+	} {
+		if err := os.Symlink(target, filepath.Join(src, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log jsonlogtest.Buffer
+	if _, _, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range log.Events(t, "dev_file_skipped") {
+		got = append(got, fmt.Sprint(ev["level"], " ", ev["msg"]))
+	}
+	const tail = ": not served (a config repo holds regular files; copy the file in)"
+	want := []string{
+		"WARN flows/acme/dangling.md is a symbolic link to gone.md, which does not exist" + tail,
+		"WARN flows/acme/inside.md is a symbolic link to the file flows/acme/x.md" + tail,
+		"WARN flows/acme/outside.md is a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder" + tail,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }

@@ -66,7 +66,7 @@ func syncErrors(t *testing.T, dir string) []string {
 	t.Helper()
 	state := t.TempDir()
 	repo := filepath.Join(state, "src")
-	if _, err := gitsync.CommitFolder(repo, dir); err != nil {
+	if _, _, err := gitsync.CommitFolder(repo, dir); err != nil {
 		t.Fatal(err)
 	}
 	reg, err := registry.Open(context.Background(), filepath.Join(state, "registry.db"), registry.Options{})
