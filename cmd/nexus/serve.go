@@ -697,9 +697,11 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	keyShown := false // the banner prints a key it generated, not one given
 	if cfg.Dev {
 		var err error
-		if cfg.Repo, devKey, err = prepareDev(devSrc, stateDir, logger); err != nil {
+		var unlock func()
+		if cfg.Repo, devKey, unlock, err = prepareDev(devSrc, stateDir, logger); err != nil {
 			return fmt.Errorf("development mode: %w", err)
 		}
+		defer unlock()
 		if cfg.AdminKey == "" {
 			if cfg.AdminKey, err = access.Generate(); err != nil {
 				return err
@@ -983,16 +985,22 @@ func checkDevFlows(dir string) (string, error) {
 // answer) into a local git repo in the state directory, so that the host
 // serves it through the same git sync as production. It returns the repo
 // and a key that can call the example flows. A symbolic link or special
-// file of the folder is not served: a warning names each.
-func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, err error) {
+// file of the folder is not served: a warning names each. The repo is the
+// process's until unlock is called (see lockDevRepo): another nexus serve
+// --dev on the state directory is refused.
+func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, unlock func(), err error) {
 	data, err := os.ReadFile(filepath.Join(src, "access.yaml"))
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	repo = filepath.Join(stateDir, "dev-repo")
+	if unlock, err = lockDevRepo(repo); err != nil {
+		return "", "", nil, err
+	}
 	_, skipped, err := gitsync.CommitFolder(repo, src)
 	if err != nil {
-		return "", "", err
+		unlock()
+		return "", "", nil, err
 	}
 	for _, e := range skipped {
 		logger.Warn(fmt.Sprintf("%s is %s: not served (a config repo holds regular files; copy the file in)", e.Path, e.Reason),
@@ -1003,7 +1011,36 @@ func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, er
 			key = exampleKey
 		}
 	}
-	return repo, key, nil
+	return repo, key, unlock, nil
+}
+
+// lockDevRepo takes the lock of the development mode's repo, the file
+// repo+".lock" (flock(2), exclusive), which the process holds until it
+// calls unlock or ends. Two nexus serve --dev on one state directory both
+// rewrote the repo, each committing its folder over the other's: the
+// second is refused, naming the state directory.
+func lockDevRepo(repo string) (unlock func(), err error) {
+	path := repo + ".lock"
+	// no symbolic link in the state directory: one planted here is refused
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the lock of its repo: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		f.Close()
+		return nil, fmt.Errorf("another nexus serve --dev is using the state directory %s: stop it, or give this one another --db", filepath.Dir(repo))
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // awaitFirstPublication waits until the registry's live set holds a

@@ -558,9 +558,11 @@ func TestDevModeNamesTheLinksItSkips(t *testing.T) {
 		}
 	}
 	var log jsonlogtest.Buffer
-	if _, _, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo)); err != nil {
+	_, _, unlock, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo))
+	if err != nil {
 		t.Fatal(err)
 	}
+	unlock()
 	var got []string
 	for _, ev := range log.Events(t, "dev_file_skipped") {
 		got = append(got, fmt.Sprint(ev["level"], " ", ev["msg"]))
