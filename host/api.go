@@ -192,20 +192,19 @@ func (s *Server) payload(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		return
 	}
 	d, status, err := s.findPayload(ps)
-	switch {
-	case status == http.StatusInternalServerError:
-		s.internalError(w, r, err)
-	case err != nil:
+	if err != nil {
 		writeError(w, status, err.Error())
-	default:
-		s.writePayload(w, ps, d)
+		return
 	}
+	s.writePayload(w, ps, d)
 }
 
 // findPayload finds the pending dead letter of a payload's download,
 // saying which status refuses it and why: 404 when this host runs no
 // queues or the id is not pending (the CLI's text), 400 for a bad name or
-// id, 500 for a failure (the error is for the log).
+// id, 503 when the queue's dead-letter files cannot be read (an I/O
+// error: the listing says it in its "error"; the error names the queue
+// and the system's error).
 func (s *Server) findPayload(ps httprouter.Params) (queue.DeadLetter, int, error) {
 	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
 	if s.cfg.Queues == nil {
@@ -219,15 +218,19 @@ func (s *Server) findPayload(ps httprouter.Params) (queue.DeadLetter, int, error
 		return queue.DeadLetter{}, http.StatusBadRequest, fmt.Errorf("%q is not a message id (a whole number from the dead letters' list)", ps.ByName("id"))
 	}
 	q, err := s.cfg.Queues.Peek(tenant, flowName)
-	if err != nil {
-		return queue.DeadLetter{}, http.StatusInternalServerError, err
+	var d queue.DeadLetter
+	if err == nil {
+		d, err = q.DeadLetter(id)
 	}
-	d, err := q.DeadLetter(id)
 	switch {
 	case errors.Is(err, queue.ErrNotPending):
 		return d, http.StatusNotFound, errNotPending(tenant, flowName, id)
 	case err != nil:
-		return d, http.StatusInternalServerError, err
+		// the files the listing could not read either (a folder or a
+		// disk that fails, a permission): no fault of the host, and it
+		// may pass once the operator sees to them
+		return d, http.StatusServiceUnavailable, fmt.Errorf("queue %s/%s: the payload of dead letter %d could not be read: its dead letters could not be read: %w",
+			tenant, flowName, id, err)
 	}
 	return d, http.StatusOK, nil
 }

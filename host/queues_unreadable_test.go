@@ -172,3 +172,38 @@ func TestQueueDetailWhenDeadLettersCannotBeRead(t *testing.T) {
 		})
 	}
 }
+
+// TestPayloadWhenDeadLettersCannotBeRead: a dead letter's payload download
+// (the API's and the UI's link) over a dlq.log that cannot be read (an I/O
+// error; here a folder in its place) answers 503, one line naming the
+// queue and the system's error, as the listing says it in its "error": the
+// payload cannot be given, and the host is not at fault. It answered 500
+// "internal error", as for a defect of the host.
+func TestPayloadWhenDeadLettersCannotBeRead(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	seedTwoQueues(t, fx)
+	p := filepath.Join(fx.root, "acme", "echo", "dlq.log")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "queue acme/echo: the payload of dead letter 1 could not be read: its dead letters could not be read: "
+
+	w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq/1/payload")
+	wantRefusalPrefix(t, w, http.StatusServiceUnavailable, prefix)
+	if e := w.Body.String(); !strings.Contains(e, "dlq.log") || !strings.Contains(e, "is a directory") || strings.Contains(e, "\n") {
+		t.Errorf("body %q, want one line naming dlq.log and the system's error", e)
+	}
+	if ct := w.Header().Get("Content-Disposition"); ct != "" {
+		t.Errorf("Content-Disposition = %q on a refusal", ct)
+	}
+
+	body := wantPage(t, fx.admin(http.MethodGet, "/ui/queues/acme/echo/dlq/1/payload"), http.StatusServiceUnavailable)
+	for _, want := range []string{"queue acme/echo: the payload of dead letter 1 could not be read", "is a directory", `href="/ui/queues/acme/echo"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the payload link's page does not show %q", want)
+		}
+	}
+}

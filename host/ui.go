@@ -480,21 +480,22 @@ func actionError(w http.ResponseWriter, status int, err error) string {
 }
 
 // uiPayload is a dead letter's download link: the payload, or an error
-// page (404 for a dead letter that is no longer pending, a stale link).
+// page (404 for a dead letter that is no longer pending, a stale link;
+// 503 for dead-letter files that cannot be read), with a link back to the
+// queue.
 func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter.Params, csrf string) {
 	d, status, err := s.findPayload(ps)
 	if err == nil {
 		s.writePayload(w, ps, d)
 		return
 	}
-	if status == http.StatusInternalServerError {
-		s.pageError(w, r, err)
-		return
-	}
 	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
 	p := uiPage{Title: "Queue " + tenant + "/" + flowName, Nav: "queues", CSRF: csrf, Error: oneLine(err.Error())}
-	if status == http.StatusNotFound && s.cfg.Queues != nil {
+	switch {
+	case status == http.StatusNotFound && s.cfg.Queues != nil:
 		p.Title = "Dead letter not found"
+		p.Back = "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
+	case status == http.StatusServiceUnavailable:
 		p.Back = "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
 	}
 	s.render(w, r, status, "error", p)
