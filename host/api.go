@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -115,6 +117,9 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 }
 
 func (s *Server) apiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if _, ok := apiQuery(w, r, "/api/flows"); !ok {
+		return
+	}
 	v, err := s.flowsView(r.Context())
 	if err != nil {
 		s.internalError(w, r, err)
@@ -123,18 +128,39 @@ func (s *Server) apiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	writeJSON(w, http.StatusOK, v)
 }
 
+// apiQueues lists the queues, those of ?tenant= and ?flow= when given
+// (as /api/journal takes them: given empty or breaking the name rule, they
+// are refused).
 func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if !s.hasQueues(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	q, ok := apiQuery(w, r, "/api/queues", "tenant", "flow")
+	if !ok {
+		return
+	}
+	tenant, flowName := q.Get("tenant"), q.Get("flow")
+	if err := filterError(q, tenant, flowName); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	out := struct {
 		Queues []queueEntry `json:"queues"`
-	}{s.queueEntries()})
+	}{[]queueEntry{}}
+	for _, e := range s.queueEntries() {
+		if (tenant == "" || e.Tenant == tenant) && (flowName == "" || e.Flow == flowName) {
+			out.Queues = append(out.Queues, e)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
 	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+		return
+	}
+	if _, ok := apiQuery(w, r, "/api/queues/{tenant}/{flow}/dlq", "after", "limit"); !ok {
 		return
 	}
 	after, limit, err := pageQuery(r)
@@ -167,6 +193,67 @@ func query(r *http.Request) (url.Values, error) {
 	return q, nil
 }
 
+// apiQuery reads r's query string as query does for an API endpoint
+// (route, its path as docs/management.md gives it) that takes the
+// parameters known, answering 400 itself for one it does not take (a
+// misspelt filter would widen the answer without a word) or one given
+// twice (the second would be dropped), naming them.
+func apiQuery(w http.ResponseWriter, r *http.Request, route string, known ...string) (url.Values, bool) {
+	q, err := query(r)
+	if err == nil {
+		err = queryNames(q, r.Method+" "+route, known)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return q, true
+}
+
+// queryNames is the error of a query q holding a parameter that is not
+// known to what (a method and a route), or one of them twice; nil when it
+// holds neither. It names the first maxNamed unknown parameters, by name.
+func queryNames(q url.Values, what string, known []string) error {
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		quoted := make([]string, 0, maxNamed+1)
+		for _, name := range unknown[:min(len(unknown), maxNamed)] {
+			quoted = append(quoted, naming.Quote(name))
+		}
+		if len(unknown) > maxNamed {
+			// one line, whatever the query holds
+			quoted = append(quoted, fmt.Sprintf("… (%d in all)", len(unknown)))
+		}
+		takes := "none"
+		if n := len(known); n > 0 {
+			takes = strings.Join(known[:n-1], ", ") + " and " + known[n-1]
+			if n == 1 {
+				takes = known[0]
+			}
+		}
+		noun := "parameter"
+		if len(unknown) > 1 {
+			noun = "parameters"
+		}
+		return fmt.Errorf("unknown query %s %s: %s takes %s", noun, strings.Join(quoted, ", "), what, takes)
+	}
+	for _, name := range known {
+		if vs := q[name]; len(vs) > 1 {
+			return fmt.Errorf("%s is given twice (%s, then %s): give it once", name, naming.Quote(vs[0]), naming.Quote(vs[1]))
+		}
+	}
+	return nil
+}
+
+// maxNamed is how many unknown query parameters a refusal names.
+const maxNamed = 5
+
 // pageValues reads a dead-letter listing's after and limit ("" for their
 // defaults: 0 and defaultPageSize).
 func pageValues(a, l string) (after uint64, limit int, err error) {
@@ -189,6 +276,9 @@ func pageValues(a, l string) (after uint64, limit int, err error) {
 // the browser. The UI's link is uiPayload.
 func (s *Server) payload(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	if !s.hasQueues(w, r) {
+		return
+	}
+	if _, ok := apiQuery(w, r, "/api/queues/{tenant}/{flow}/dlq/{id}/payload"); !ok {
 		return
 	}
 	d, status, err := s.findPayload(ps)
@@ -260,6 +350,9 @@ type dlqActionAnswer struct {
 func (s *Server) apiDLQAction(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 	tenant, flowName, action := ps.ByName("tenant"), ps.ByName("flow"), ps.ByName("action")
 	if !s.hasQueues(w, r) || !validQueueName(w, tenant, flowName) {
+		return
+	}
+	if _, ok := apiQuery(w, r, "/api/queues/{tenant}/{flow}/dlq/{id}/{action}"); !ok {
 		return
 	}
 	if ps.ByName("id") == "all" {
@@ -568,30 +661,56 @@ func journalQuery(r *http.Request, form bool) (registry.JournalQuery, error) {
 	}
 	if !form {
 		// an unset variable in a script: not the whole journal
-		for _, param := range []string{"tenant", "flow", "correlation_id"} {
-			if q.Has(param) && q.Get(param) == "" {
-				return jq, fmt.Errorf("%s is empty: give one, or leave it out", param)
-			}
-		}
-	}
-	if jq.Tenant != "" {
-		field := naming.Tenant(jq.Flow)
-		field.Alone = jq.Flow == ""
-		if err := naming.Check(jq.Tenant, field); err != nil {
+		if err := emptyError(q, "tenant", "flow", "correlation_id"); err != nil {
 			return jq, err
 		}
 	}
-	if jq.Flow != "" {
-		field := naming.Flow(jq.Tenant)
-		field.Alone = jq.Tenant == ""
-		if err := naming.Check(jq.Flow, field); err != nil {
-			return jq, err
+	return jq, filterError(nil, jq.Tenant, jq.Flow)
+}
+
+// emptyError is the error of the first of params that q gives empty (a
+// script's unset variable: taken as no filter, it would widen the answer),
+// nil when none is.
+func emptyError(q url.Values, params ...string) error {
+	for _, param := range params {
+		if q.Has(param) && q.Get(param) == "" {
+			return fmt.Errorf("%s is empty: give one, or leave it out", param)
 		}
 	}
-	return jq, nil
+	return nil
+}
+
+// filterError is the error of a listing's tenant and flow filters ("" for
+// none): the name rule's, as nexus journal says it (no flow could match a
+// name it refuses, and an empty answer would hide the mistake), or, when q
+// is not nil, emptyError's for one q gives empty.
+func filterError(q url.Values, tenant, flowName string) error {
+	if q != nil {
+		if err := emptyError(q, "tenant", "flow"); err != nil {
+			return err
+		}
+	}
+	if tenant != "" {
+		field := naming.Tenant(flowName)
+		field.Alone = flowName == ""
+		if err := naming.Check(tenant, field); err != nil {
+			return err
+		}
+	}
+	if flowName != "" {
+		field := naming.Flow(tenant)
+		field.Alone = tenant == ""
+		if err := naming.Check(flowName, field); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Server) apiJournal(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	if _, ok := apiQuery(w, r, "/api/journal", "tenant", "flow", "correlation_id", "limit", "before"); !ok {
+		return
+	}
 	jq, err := journalQuery(r, false)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
