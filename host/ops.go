@@ -141,7 +141,8 @@ const maxWebhookBytes = 25 << 20
 var webhookTooLarge = "the webhook body exceeds " + strconv.Itoa(maxWebhookBytes) + " bytes"
 
 // hookGit triggers a sync at once: 202 {"sync":"started"}. With secrets
-// configured it requires GitHub's X-Hub-Signature-256 over the body.
+// configured it requires GitHub's X-Hub-Signature-256 over the body, one
+// such header.
 func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
 	if s.cfg.Sync == nil {
@@ -152,6 +153,13 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		// the header first: an unsigned request is refused before a byte
 		// of its body is read; the body then goes through the MACs as it
 		// arrives, never buffered
+		sigs := r.Header.Values("X-Hub-Signature-256")
+		if len(sigs) > 1 {
+			// which one counts is a proxy's choice, as for the doors'
+			// X-Nexus-Signature: none does
+			refuseUnread(w, r, http.StatusUnauthorized, "more than one X-Hub-Signature-256 header: send one")
+			return
+		}
 		sig, ok := parseHubSignature(r.Header.Get("X-Hub-Signature-256"))
 		if !ok {
 			refuseUnread(w, r, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")

@@ -574,3 +574,30 @@ func TestMillisecondTimestamp(t *testing.T) {
 	wantRefusal(t, fx.serve(signedRun(body, ts, "v1="+sign(secretNew, ts, body))), http.StatusUnauthorized,
 		"signature timestamp is more than 300 s away from the server's clock")
 }
+
+// TestGitWebhookTwoSignatures: a webhook with two X-Hub-Signature-256
+// headers is refused 401 before its body is read, as the doors refuse two
+// X-Nexus-Signature headers: which one counts is a proxy's choice. The
+// first was checked and the second ignored, so a valid one ahead of junk
+// started a sync.
+func TestGitWebhookTwoSignatures(t *testing.T) {
+	const payload = `{"ref":"refs/heads/main"}`
+	mac := hmac.New(sha256.New, []byte(secretNew))
+	mac.Write([]byte(payload))
+	good := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{secretNew} })
+	for _, tc := range []struct{ name, first, second string }{
+		{"valid, then junk", good, "sha256=" + strings.Repeat("ab", 32)},
+		{"junk, then valid", "junk", good},
+		{"the same twice", good, good},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRequest(http.MethodPost, "/hooks/git", payload, "Content-Type", "application/json",
+				"X-Hub-Signature-256", tc.first, "X-Hub-Signature-256", tc.second)
+			wantRefusal(t, fx.serve(r), http.StatusUnauthorized, "more than one X-Hub-Signature-256 header: send one")
+			if n := fx.syncer.n.Load(); n != 0 {
+				t.Errorf("Trigger called %d times by a refused hook", n)
+			}
+		})
+	}
+}
