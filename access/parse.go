@@ -362,6 +362,9 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 		k.AllFlows = true
 	} else {
 		k.Flows = names
+		if len(names) >= setFrom {
+			k.flowSet = listed // the names, and only them
+		}
 	}
 }
 
