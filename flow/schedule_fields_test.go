@@ -57,6 +57,7 @@ func TestScheduleDayOfWeekSeven(t *testing.T) {
 		{"0 9 * * 5-7", "0 9 * * 0,5,6"},
 		{"0 9 * * 6-7", "0 9 * * 0,6"},
 		{"0 9 * * 7-7", "0 9 * * 0"},
+		{"0 9 * * 7-7/2", "0 9 * * 0"},
 		{"0 9 * * 0-7", "0 9 * * 0-6"},
 		{"0 9 * * 1-7/2", "0 9 * * 0,1,3,5"},
 		{"0 9 * * 2-7/2", "0 9 * * 2,4,6"},
@@ -82,6 +83,9 @@ func TestScheduleDayOfWeekSeven(t *testing.T) {
 		{"0 9 * * 5-8", `schedule "0 9 * * 5-8"` + notCron + "the day of week field 5-8 holds 8: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat"},
 		{"0 9 * * 5-7/0", `schedule "0 9 * * 5-7/0"` + notCron + "step of range should be a positive number: 5-7/0"},
 		{"0 9 * * 7/2", `schedule "0 9 * * 7/2"` + notCron + "beginning of range (7) beyond end of range (6): 7/2"},
+		{"0 9 * * 7-7/0", `schedule "0 9 * * 7-7/0"` + notCron + "step of range should be a positive number: 7-7/0"},
+		{"0 9 * * 7-7/x", `schedule "0 9 * * 7-7/x"` + notCron + `failed to parse int from x: strconv.Atoi: parsing "x": invalid s…`},
+		{"0 9 * * 1,7-7/0", `schedule "0 9 * * 1,7-7/0"` + notCron + "step of range should be a positive number: 7-7/0"},
 	} {
 		if diff := cmp.Diff([]string{c.want}, scheduleErrs(t, c.spec)); diff != "" {
 			t.Errorf("%s: errors (-want +got):\n%s", c.spec, diff)
