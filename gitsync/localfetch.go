@@ -122,19 +122,13 @@ func (s *localSession) UploadPack(ctx context.Context, req *packp.UploadPackRequ
 	if s.done != nil {
 		return nil, errors.New("one pack per session")
 	}
-	known := req.Haves[:0:0]
-	for _, h := range req.Haves {
-		if s.st.HasEncodedObject(h) == nil {
-			known = append(known, h)
-		}
-	}
 	w, _ := ctx.Value(watchKey{}).(*fetchWatch)
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		pw.CloseWithError(writeLocalPack(ctx, pw, s.st, req.Wants, known))
+		pw.CloseWithError(writeLocalPack(ctx, pw, s.st, req.Wants, req.Haves))
 	}()
 	r := &localPackReader{pr: pr, w: w, ctx: ctx, cancel: cancel}
 	r.stop = context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
@@ -158,11 +152,22 @@ func (s *localSession) Close() error {
 }
 
 // writeLocalPack writes to w the pack of the objects wants reach and haves
-// do not, read from st one at a time, each whole (no deltas). It stops at
-// the next object read once ctx ends.
+// do not, read from st one at a time, each whole (no deltas); the haves st
+// does not hold are left out. It stops at the next object read once ctx
+// ends. Every read of the repo is made here, in the background, so that
+// one that stalls (a have's file too) is one the pack's reader times out.
 func writeLocalPack(ctx context.Context, w io.Writer, st storer.EncodedObjectStorer, wants, haves []plumbing.Hash) error {
+	known := haves[:0:0]
+	for _, h := range haves {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if st.HasEncodedObject(h) == nil {
+			known = append(known, h)
+		}
+	}
 	cst := ctxStorer{EncodedObjectStorer: st, ctx: ctx}
-	have, err := revlist.Objects(cst, haves, nil)
+	have, err := revlist.Objects(cst, known, nil)
 	if err != nil {
 		return err
 	}

@@ -179,3 +179,48 @@ func TestLocalRepoWithoutGitStreamsThePack(t *testing.T) {
 	os.Setenv("PATH", gitPath)
 	runGit(t, e.cfg.Dir, "fsck", "--no-dangling")
 }
+
+// TestLocalRepoWithoutGitWhoseHaveStalls: on a host without git, a fetch
+// of a local repo whose file of a commit the clone already has stops
+// answering (the commit the clone offers: here its loose object made a
+// named pipe, whose open blocks) costs one FetchTimeout, as a stalled
+// object of the pack does. The commits offered were looked up in the repo
+// before the pack's reader, and its timeout, existed: the round, and the
+// sync lock, were held until the file answered.
+func TestLocalRepoWithoutGitWhoseHaveStalls(t *testing.T) {
+	e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = 300 * time.Millisecond })
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+	a := e.src.gitCommit("one")
+	e.mustApply(a, "published acme/x v1")
+	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
+	e.src.gitCommit("two")
+	obj := filepath.Join(e.src.dir, ".git", "objects", a[:2], a[2:])
+	if err := os.Remove(obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// lets the blocked open through (it reads nothing) before the syncer
+	// stops
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(obj, os.O_RDWR, 0); err == nil {
+			time.Sleep(50 * time.Millisecond)
+			f.Close()
+		}
+	})
+	t.Setenv("PATH", t.TempDir())
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.s.Sync(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if want := "no answer within 300ms"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Sync of a local repo whose offered commit never opens: %v, want an error with %q", err, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sync of a local repo whose offered commit never opens was still running after 5 s (FetchTimeout 300ms)")
+	}
+}
