@@ -1184,8 +1184,9 @@ const maxMillis = 1e12
 // maxAttempts bounds queue_max_attempts: a queue keeps the attempt number
 // as a uint32 in a retry's record and in a dead letter's (queue.MaxAttempts).
 // The key was bounded at maxMillis, and a worker's attempt 2^32 was written
-// as attempt 0.
-const maxAttempts = math.MaxUint32
+// as attempt 0. (A 32-bit build's int holds less: the bound is then
+// math.MaxInt32, so that Retry's int keeps the value.)
+const maxAttempts = min(math.MaxUint32, math.MaxInt)
 
 // integer reads a whole-number key of at least min and at most max.
 // A number written plainly past what an int64 or a float64 holds

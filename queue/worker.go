@@ -1021,7 +1021,7 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
 		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay)}, nil
 	case VerdictRetry:
-		if attempt < min(v.Policy.MaxAttempts, MaxAttempts) { // the next attempt's number fits its record
+		if int64(attempt) < min(int64(v.Policy.MaxAttempts), MaxAttempts) { // the next attempt's number fits its record (int64: MaxAttempts overflows a 32-bit int)
 			d := Delay(v.Policy, attempt)
 			log(slog.LevelWarn, "attempt failed; retry scheduled", "queue_retry_scheduled",
 				slog.Int64("delay_ms", d.Milliseconds()), slog.Int("next_attempt", attempt+1), slog.String("error", v.Error))
