@@ -1,10 +1,7 @@
 package flow
 
 import (
-	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // TestScheduleInputJSONForms: schedule_input is the JSON document a tick
@@ -14,8 +11,6 @@ import (
 // the line of the value; they compiled as the number YAML reads (0x10 as
 // 16) and as the value without its tag (!!str 5 as "5", !foo x as "x").
 func TestScheduleInputJSONForms(t *testing.T) {
-	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
-	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
 	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
 	for _, c := range []struct {
 		input string
@@ -45,7 +40,7 @@ func TestScheduleInputJSONForms(t *testing.T) {
 		{"\n  job: !!str nightly", 7, "the YAML tag !!str is not JSON: write the value without it (a string in quotes)"},
 		{"\n  job: nightly\n  zip: 017", 8, "the number 017 has a leading zero, which YAML reads as octal: write it without"},
 	} {
-		errs := compileErrs(t, head+c.input+steps)
+		errs := compileErrs(t, scheduledFlow(c.input))
 		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
 			t.Errorf("%s: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
 		}
@@ -55,14 +50,7 @@ func TestScheduleInputJSONForms(t *testing.T) {
 		"'{\"a\": 1}'":                           `{"a":1}`,
 		"{a: 2026-01-01, b: yes, c: ~, d: true}": `{"a":"2026-01-01","b":"yes","c":null,"d":true}`,
 	} {
-		f, err := Compile("f.md", []byte(head+input+steps))
-		if err != nil {
-			t.Errorf("%s: %v", input, err)
-			continue
-		}
-		if diff := cmp.Diff(want, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
-			t.Errorf("%s: the tick's document (-want +got):\n%s", input, diff)
-		}
+		checkTickDocument(t, input, want)
 	}
 }
 
@@ -72,8 +60,6 @@ func TestScheduleInputJSONForms(t *testing.T) {
 // schedule_input alike"); it compiled as the string "1e400". Quoted, it
 // is a string.
 func TestScheduleInputPastFloat(t *testing.T) {
-	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
-	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
 	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
 	for _, c := range []struct {
 		input string
@@ -86,16 +72,10 @@ func TestScheduleInputPastFloat(t *testing.T) {
 		{"{a: .5e400}", 6, "the number .5e400 is not a JSON number"},
 		{"\n  a: 1\n  b: 1e-1000000000", 8, "number 1e-1000000000 is out of range"},
 	} {
-		errs := compileErrs(t, head+c.input+steps)
+		errs := compileErrs(t, scheduledFlow(c.input))
 		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
 			t.Errorf("%s: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
 		}
 	}
-	f, err := Compile("f.md", []byte(head+"{a: \"1e400\", b: 1e300}"+steps))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(`{"a":"1e400","b":1e+300}`, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
-		t.Errorf("the tick's document (-want +got):\n%s", diff)
-	}
+	checkTickDocument(t, "{a: \"1e400\", b: 1e300}", `{"a":"1e400","b":1e+300}`)
 }

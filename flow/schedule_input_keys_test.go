@@ -14,14 +14,12 @@ import (
 // an alias reads as the value it names, as aliases do everywhere in
 // schedule_input.
 func TestScheduleInputKeys(t *testing.T) {
-	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
-	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
 	for _, c := range []struct{ input, want string }{
 		{"{? [1, 2] : x}", "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: a key is a string, not a list"},
 		{"{a: {? {b: 1} : x}}", "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: a key is a string, not a mapping"},
 		{"{a: &k [1], *k : x}", "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: a key is a string, not a list"},
 	} {
-		errs := compileErrs(t, head+c.input+steps)
+		errs := compileErrs(t, scheduledFlow(c.input))
 		if len(errs) != 1 || errs[0].Line != 6 || errs[0].Msg != c.want {
 			t.Errorf("%s: errors %v, want one on line 6: %q", c.input, errs, c.want)
 		}
@@ -30,14 +28,7 @@ func TestScheduleInputKeys(t *testing.T) {
 		"{a: &k b, *k : c}": `{"a":"b","b":"c"}`,
 		"{1: a, true: b}":   `{"1":"a","true":"b"}`,
 	} {
-		f, err := Compile("f.md", []byte(head+input+steps))
-		if err != nil {
-			t.Errorf("%s: %v", input, err)
-			continue
-		}
-		if diff := cmp.Diff(want, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
-			t.Errorf("%s: the tick's document (-want +got):\n%s", input, diff)
-		}
+		checkTickDocument(t, input, want)
 	}
 }
 
@@ -46,24 +37,16 @@ func TestScheduleInputKeys(t *testing.T) {
 // wrote it, and no JSON number: it is a compile error naming it, as in the
 // rest of the front matter; it compiled as 15. Quoted, it is a string.
 func TestScheduleInputLeadingZero(t *testing.T) {
-	head := "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: "
-	steps := "\n---\n\n## Step: s\n```ntd\n{}\n```\n"
 	for input, want := range map[string]string{
 		"{zip: 017}":  "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: the number 017 has a leading zero, which YAML reads as octal: write it without",
 		"{a: [-017]}": "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: the number -017 has a leading zero, which YAML reads as octal: write it without",
 	} {
-		errs := compileErrs(t, head+input+steps)
+		errs := compileErrs(t, scheduledFlow(input))
 		if len(errs) != 1 || errs[0].Line != 6 || errs[0].Msg != want {
 			t.Errorf("%s: errors %v, want one on line 6: %q", input, errs, want)
 		}
 	}
-	f, err := Compile("f.md", []byte(head+"{a: 0, b: -0, c: \"017\", d: 0.5, e: 10}"+steps))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(`{"a":0,"b":0,"c":"017","d":0.5,"e":10}`, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
-		t.Errorf("the tick's document (-want +got):\n%s", diff)
-	}
+	checkTickDocument(t, "{a: 0, b: -0, c: \"017\", d: 0.5, e: 10}", `{"a":0,"b":0,"c":"017","d":0.5,"e":10}`)
 }
 
 // TestScheduleInputMergeKey: YAML's merge key (<<: *defaults) in
@@ -85,5 +68,26 @@ func TestScheduleInputMergeKey(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input()))); got != `{"<<":"x"}` {
 		t.Errorf("a quoted \"<<\" key: %s", got)
+	}
+}
+
+// scheduledFlow is a flow ticking hourly whose schedule_input is written as
+// input, from the front matter's line 6.
+func scheduledFlow(input string) string {
+	return "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\nschedule: \"@hourly\"\nschedule_input: " + input +
+		"\n---\n\n## Step: s\n```ntd\n{}\n```\n"
+}
+
+// checkTickDocument compiles scheduledFlow(input) and compares the JSON
+// document its ticks deliver with want.
+func checkTickDocument(t *testing.T, input, want string) {
+	t.Helper()
+	f, err := Compile("f.md", []byte(scheduledFlow(input)))
+	if err != nil {
+		t.Errorf("%s: %v", input, err)
+		return
+	}
+	if diff := cmp.Diff(want, strings.TrimSpace(string(AppendJSON(nil, f.Schedule().Input())))); diff != "" {
+		t.Errorf("%s: the tick's document (-want +got):\n%s", input, diff)
 	}
 }

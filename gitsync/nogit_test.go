@@ -111,22 +111,7 @@ func TestLocalRepoWithoutGitThatStalls(t *testing.T) {
 			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
 			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
 			e.src.gitCommit("one")
-			blob := strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md"))
-			obj := filepath.Join(e.src.dir, ".git", "objects", blob[:2], blob[2:])
-			if err := os.Remove(obj); err != nil {
-				t.Fatal(err)
-			}
-			if err := syscall.Mkfifo(obj, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			// lets the blocked open through (it reads nothing) before the
-			// syncer stops
-			t.Cleanup(func() {
-				if f, err := os.OpenFile(obj, os.O_RDWR, 0); err == nil {
-					time.Sleep(50 * time.Millisecond)
-					f.Close()
-				}
-			})
+			stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
 			t.Setenv("PATH", t.TempDir())
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -194,21 +179,7 @@ func TestLocalRepoWithoutGitWhoseHaveStalls(t *testing.T) {
 	e.mustApply(a, "published acme/x v1")
 	e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "two"))
 	e.src.gitCommit("two")
-	obj := filepath.Join(e.src.dir, ".git", "objects", a[:2], a[2:])
-	if err := os.Remove(obj); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(obj, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// lets the blocked open through (it reads nothing) before the syncer
-	// stops
-	t.Cleanup(func() {
-		if f, err := os.OpenFile(obj, os.O_RDWR, 0); err == nil {
-			time.Sleep(50 * time.Millisecond)
-			f.Close()
-		}
-	})
+	stallObject(t, e.src.dir, a)
 	t.Setenv("PATH", t.TempDir())
 	done := make(chan error, 1)
 	go func() {
@@ -223,4 +194,25 @@ func TestLocalRepoWithoutGitWhoseHaveStalls(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Sync of a local repo whose offered commit never opens was still running after 5 s (FetchTimeout 300ms)")
 	}
+}
+
+// stallObject makes the loose object hash of the repo in dir a named pipe,
+// so that opening it blocks until something opens its other end: a hung
+// disk or network file system. The cleanup lets the blocked open through
+// (it reads nothing) before the syncer stops.
+func stallObject(t *testing.T, dir, hash string) {
+	t.Helper()
+	obj := filepath.Join(dir, ".git", "objects", hash[:2], hash[2:])
+	if err := os.Remove(obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(obj, os.O_RDWR, 0); err == nil {
+			time.Sleep(50 * time.Millisecond)
+			f.Close()
+		}
+	})
 }
