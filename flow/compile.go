@@ -423,8 +423,9 @@ var cronDays = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, 
 //     so a number left out compiled as the list without it;
 //   - 7 in the day of week field is Sunday, as 0 is, as most crons and
 //     crontab(5) read it (robfig/cron takes 0 to 6): 7 alone or as 7-7 is
-//     given as 0, 7-7/step as 0-0/step (its step read as any range's), a range ending at 7 (5-7, 1-7/2) as the range ending at
-//     6 and 0 when its step reaches 7; a day past 7 is an error.
+//     given as 0, 7-7/step as 0-0/step (its step read as any range's), a
+//     range ending at 7 (5-7, 1-7/2) as the range ending at 6 and 0 when
+//     its step reaches 7; a day past 7 is an error.
 //
 // A descriptor, and a wrong count of fields, are left to robfig/cron.
 func cronFields(spec string) (cronSpec, string) {
