@@ -351,8 +351,10 @@ func TestOpenReadsACheckpointMidWrite(t *testing.T) {
 		msgs = append(msgs, msg)
 	}
 	end, _ := q.Size()
-	// the first message waits for a retry an hour away: no drain, the
-	// checkpoint stays at the end of the log
+	// the first message waits for a retry an hour away, one that reads
+	// its message in the log: no drain, the checkpoint stays at the end
+	// of the log
+	RetriesInLog(t)
 	handler := HandlerFunc(func(_ context.Context, d Delivery) Verdict {
 		if d.ID == msgs[0].ID {
 			return Verdict{Kind: VerdictRetry, Policy: RetryPolicy{MaxAttempts: 5, InitialDelay: time.Hour, BackoffFactor: 1, MaxDelay: time.Hour}}

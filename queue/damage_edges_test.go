@@ -53,6 +53,10 @@ func TestDamagedLastFrameWithARetryLosesNoNewMessage(t *testing.T) {
 		}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// a retry that reads its message in the log, as older
+			// versions scheduled it (one carrying its message has it
+			// whatever the log holds)
+			queue.RetriesInLog(t)
 			root, clk := t.TempDir(), clocktest.New(wt0)
 			q1 := openQ(t, root, clk, nil)
 			rec := newRecorder(clk)
@@ -116,8 +120,10 @@ func TestReplayWhileAWorkerRunsPastADamagedLastFrame(t *testing.T) {
 			root, clk := t.TempDir(), clocktest.New(wt0)
 			q1 := openQ(t, root, clk, nil)
 			rec := newRecorder(clk)
-			// a message waiting for a retry an hour away keeps the log from
-			// being emptied meanwhile (as on any queue with traffic)
+			// a message waiting for a retry an hour away, one that reads it
+			// in the log, keeps the log from being emptied meanwhile (as
+			// traffic would)
+			queue.RetriesInLog(t)
 			slow := put(t, q1, `{"order":"slow"}`)
 			dead := put(t, q1, `{"order":"dead"}`)
 			big := put(t, q1, `{"order":"A-1","pad":"`+strings.Repeat("x", 400)+`"}`)
@@ -180,6 +186,9 @@ func flipByteAt(t *testing.T, root string, off int64) {
 // delivery is counted as dropped. nexus_queue_retries_pending and the
 // Queues page went on showing the retry that no longer existed.
 func TestDroppedRetryIsNotCountedAsPending(t *testing.T) {
+	// a retry that reads its message in the log, as older versions
+	// scheduled it (one that carries it is delivered whatever the log holds)
+	queue.RetriesInLog(t)
 	root, clk := t.TempDir(), clocktest.New(wt0)
 	q1 := openQ(t, root, clk, nil)
 	rec := newRecorder(clk)

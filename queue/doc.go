@@ -33,7 +33,8 @@
 //	offset  size  field
 //	0       4     magic "NXQ1" (0x4e 0x58 0x51 0x31): lets recovery find the
 //	              next frame after a damaged one
-//	4       4     length of the record in bytes (at most MaxRecord)
+//	4       4     length of the record in bytes (at most MaxRecord, and
+//	              MaxRecord+20 for a retry that carries its message)
 //	8       4     CRC-32C (Castagnoli) of bytes 4..8 and the record; each
 //	              frame has its own CRC (not chained), so one damaged frame
 //	              does not condemn the frames after it
@@ -85,13 +86,43 @@
 //	0   1   kind = 5
 //	1   8   id (uint64) of the message
 //
+// A retry set that carries its message (kind 6, segment.log.retry): the
+// message's retry, which replaces any entry of the same id, as kind 4 does,
+// and the message it delivers, so that segment.log may be emptied while it
+// waits. The first 29 bytes are those of kind 4; the rest are the fields
+// of the message's record (kind 1) after its id, as segment.log held them:
+//
+//	0   1   kind = 6
+//	1   8   id (uint64) of the message
+//	9   8   offset (uint64) of the message's frame in segment.log when it
+//	        was scheduled (a message still there and waiting for its retry
+//	        is told by its id and this offset; after a drain it names
+//	        another message, or none, and is not read)
+//	17  4   attempt (uint32): the attempt that is due
+//	21  8   due time (int64 Unix nanoseconds, wall clock)
+//	29  8   enqueued at (int64 Unix nanoseconds)
+//	37  1   source length s
+//	38  s   source
+//	    2   correlation ID length c (at most 1024)
+//	    c   correlation ID
+//	    …   the payload (JSON) to the end of the record
+//
+// It is 20 bytes longer than the message's record, so a frame of
+// segment.log.retry may hold up to MaxRecord+20 bytes (readers take records
+// up to that length in every file). The worker writes kind 6 for every retry
+// it schedules; kind 4, written by older versions (and by SaveRetries for a
+// Retry without its Message), is still read, and its retry reads its
+// message in segment.log at its offset. Versions before kind 6 refuse a
+// schedule that holds one (a record they do not know): an upgrade is one
+// way while a retry is pending.
+//
 // The schedule is the records applied in order; among entries due at the
 // same time, the one set first runs first. The worker appends one frame,
 // and fdatasyncs it, for each change: a failed first attempt or a retry
-// that failed again is a set, a retry whose message is done (acknowledged,
+// that failed again is a set (kind 6), a retry whose message is done (acknowledged,
 // dead-lettered, dropped) a clear, written only after the checkpoint past
 // the message is durable. It rewrites the file with a set for each live
-// entry (in the order they were set) through the atomic-write helper when
+// entry (of its kind, in the order they were set) through the atomic-write helper when
 // the file grows past twice that size plus 32 KiB, at an idle moment when
 // the changes past the live entries take at least as much room as they do
 // (the schedule empty: the file emptied), and after a write that failed
@@ -124,7 +155,14 @@
 // whose value is the next message id when it began: the messages of the
 // log being emptied have smaller ids, those appended since larger ones, so
 // a drain stopped at any point reads as the offset of the first message
-// appended since (or the end), never inside them.
+// appended since (or the end), never inside them. A drain (the worker's at
+// an idle moment; the janitor's, of an idle queue kept for its retries
+// only) empties the log when the checkpoint is at its end and every
+// pending retry carries its message (kind 6): one that reads its message
+// at its offset (kind 4) keeps the log. It does not touch
+// segment.log.retry, each change of which was durable before the worker
+// went on, so a drain stopped at any point leaves every pending retry
+// deliverable from its record.
 //
 // The retry schedule's log is compacted through one atomic-write helper: a
 // temporary file is written and fsynced, renamed over the old one, and the

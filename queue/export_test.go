@@ -1,4 +1,14 @@
 package queue
 
+import "testing"
+
 // Figure is figure (helpers_test.go) for the tests of package queue_test.
 var Figure = figure
+
+// RetriesInLog has the test's workers schedule retries that read their
+// message in segment.log, as older versions did: a pending retry then
+// keeps the log from being emptied. Not for parallel tests.
+func RetriesInLog(t testing.TB) {
+	carryRetries = false
+	t.Cleanup(func() { carryRetries = true })
+}

@@ -19,6 +19,10 @@ const (
 	MaxRecord = 64 << 20
 	// maxCorrelationID bounds a stored correlation ID.
 	maxCorrelationID = 1024
+	// maxFrameRecord is the largest record a reader takes: a retry that
+	// carries its message (segment.log.retry) is retryCopyExtra bytes
+	// longer than the message's own record, which is at most MaxRecord
+	maxFrameRecord = MaxRecord + retryCopyExtra
 )
 
 var (
@@ -98,22 +102,32 @@ func decodeMessage(rec []byte, offset int64) (Message, error) {
 		return m, errBadRecord
 	}
 	m.ID = binary.BigEndian.Uint64(rec[1:9])
-	m.EnqueuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(rec[9:17]))).UTC()
-	s := int(rec[17])
-	rest := rec[18:]
+	return m, decodeMessageFields(rec[9:], &m)
+}
+
+// decodeMessageFields reads the fields of a message record after its id
+// (enqueued at, source, correlation ID, payload) from b into m: a message
+// of segment.log, or one a retry carries.
+func decodeMessageFields(b []byte, m *Message) error {
+	if len(b) < 9 {
+		return errBadRecord
+	}
+	m.EnqueuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b[0:8]))).UTC()
+	s := int(b[8])
+	rest := b[9:]
 	if len(rest) < s+2 {
-		return m, errBadRecord
+		return errBadRecord
 	}
 	m.Source = string(rest[:s])
 	rest = rest[s:]
 	c := int(binary.BigEndian.Uint16(rest[:2]))
 	rest = rest[2:]
 	if len(rest) < c {
-		return m, errBadRecord
+		return errBadRecord
 	}
 	m.CorrelationID = string(rest[:c])
 	m.Payload = bytes.Clone(rest[c:])
-	return m, nil
+	return nil
 }
 
 // DeadLetter is a message moved to the dead-letter queue.
@@ -292,7 +306,7 @@ func frameAtBuf(r io.ReaderAt, off, size int64, buf []byte) (rec []byte, n int64
 		return nil, 0, "no frame marker", nil
 	}
 	length := int64(binary.BigEndian.Uint32(h[4:8]))
-	if length > MaxRecord {
+	if length > maxFrameRecord {
 		return nil, 0, fmt.Sprintf("a length of %d bytes, over the limit", length), nil
 	}
 	if length > size-off-headerSize {
@@ -470,7 +484,7 @@ func tornTail(r io.ReaderAt, off, size int64) (bool, error) {
 	if n < headerSize {
 		return true, nil // a header cut short
 	}
-	if int64(binary.BigEndian.Uint32(h[4:8])) > MaxRecord {
+	if int64(binary.BigEndian.Uint32(h[4:8])) > maxFrameRecord {
 		return false, nil // no length this log writes
 	}
 	// a length past the end: torn, a record that did not all arrive,
@@ -532,7 +546,7 @@ func frameIn(b []byte) (rec []byte, n int, ok bool) {
 		return nil, 0, false
 	}
 	length := int64(binary.BigEndian.Uint32(b[4:8]))
-	if length > MaxRecord || length > int64(len(b)-headerSize) {
+	if length > maxFrameRecord || length > int64(len(b)-headerSize) {
 		return nil, 0, false
 	}
 	rec = b[headerSize : headerSize+length]

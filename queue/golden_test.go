@@ -27,6 +27,10 @@ var (
 	fixtureRetries = []Retry{
 		{ID: 1, Offset: 0, Attempt: 2, Due: epoch.Add(1500 * time.Millisecond)},
 		{ID: 2, Offset: 77, Attempt: 3, Due: epoch.Add(4500 * time.Millisecond)},
+		// one that carries its message (the worker's since version 6 of
+		// the schedule's records)
+		{ID: 3, Offset: 154, Attempt: 2, Due: epoch.Add(6 * time.Second), Message: &Message{
+			ID: 3, Offset: 154, EnqueuedAt: epoch.Add(time.Second), Source: "cron", CorrelationID: "c0ffee-9", Payload: []byte(`{"orderId":"A-3"}`)}},
 	}
 	fixtureDeadLetter = DeadLetter{
 		ID:         7,
@@ -146,6 +150,12 @@ func TestFormatMatchesDoc(t *testing.T) {
 		u16(len(m.CorrelationID)), []byte(m.CorrelationID), m.Payload))
 	var retries []byte
 	for _, r := range fixtureRetries {
+		if c := r.Message; c != nil {
+			retries = cat(retries, frame(cat([]byte{6}, u64(r.ID), u64(uint64(r.Offset)), u32(r.Attempt), ns(r.Due),
+				ns(c.EnqueuedAt), []byte{byte(len(c.Source))}, []byte(c.Source),
+				u16(len(c.CorrelationID)), []byte(c.CorrelationID), c.Payload)))
+			continue
+		}
 		retries = cat(retries, frame(cat([]byte{4}, u64(r.ID), u64(uint64(r.Offset)), u32(r.Attempt), ns(r.Due))))
 	}
 	retries = cat(retries, frame(cat([]byte{5}, u64(fixtureRetries[0].ID))))

@@ -19,7 +19,8 @@ import (
 // no unprocessed message, no pending retry, no dead letter not yet
 // replayed or discarded. The id counter (segment.log.seq) and the lock
 // files stay, so that ids are never reissued; the next submission
-// recreates the rest.
+// recreates the rest. A queue kept for its pending retries only, each of
+// which carries its message, has its processed segment.log emptied.
 func (m *Manager) sweepIdle() {
 	names, err := QueueNames(m.cfg.Root, m.cfg.FS)
 	if err != nil {
@@ -122,6 +123,11 @@ func deleteIdleQueueReporting(root, tenant, flow string, fsys FS, report func(Da
 		}
 	}
 	if rs, err := q.Retries(); err != nil || len(rs) > 0 {
+		if err == nil && size > 0 && !slices.ContainsFunc(rs, func(r Retry) bool { return r.Message == nil }) {
+			// kept for its retries, which carry their messages: the log,
+			// all of it processed, is emptied as a drain empties it
+			err = q.emptyIdleLog(size)
+		}
 		return false, err
 	}
 	// pending dead letters, damage (dead letters or marks, which only the
@@ -175,6 +181,40 @@ func deleteIdleQueueReporting(root, tenant, flow string, fsys FS, report func(Da
 		report(d)
 	}
 	return removed, nil
+}
+
+// emptyIdleLog empties the segment.log (size bytes, all of it processed)
+// of a queue the janitor keeps for its retries, every one of which
+// carries its message, in Drain's order: the counter durable and past the
+// log's ids (its copy in append.lock), the drain marked in the
+// checkpoint, the log truncated and synced, the checkpoint back to 0. A
+// janitor that dies anywhere in between leaves a checkpoint that tells
+// the emptied log's messages from those appended since; the retries are
+// in their file, untouched. The caller holds the append lock and
+// worker.lock.
+func (q *Queue) emptyIdleLog(size int64) error {
+	next, err := q.keepCounter(size)
+	if err != nil {
+		return err
+	}
+	if err := q.markDrain(next); err != nil {
+		return err
+	}
+	seg, err := q.fs.OpenFile(q.path(segmentFile), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = seg.Truncate(0)
+	if err == nil {
+		err = seg.Sync()
+	}
+	if cerr := seg.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("emptying %s: %w", segmentFile, err)
+	}
+	return q.SaveCheckpoint(0)
 }
 
 // keepCounter makes the id counter durable, and past the highest id in

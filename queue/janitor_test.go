@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestDeleteIdleQueue(t *testing.T) {
@@ -427,5 +428,66 @@ func TestSweepPassesOverAHeldAppendLock(t *testing.T) {
 	m.sweepIdle()
 	if _, err := os.Stat(segment); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the next sweep, the lock let go, left the idle queue's log: %v", err)
+	}
+}
+
+// The janitor empties the segment.log of an idle queue whose pending
+// retries all carry their message, and keeps the queue (its retries, its
+// id counter): a worker that starts later delivers the retry from its
+// copy, and ids go on counting. A pending retry kept the whole log, for
+// as long as the queue stayed idle. A retry that reads its message in the
+// log (an older version's) keeps it.
+func TestJanitorEmptiesTheLogOfCarriedRetries(t *testing.T) {
+	for _, carried := range []bool{true, false} {
+		t.Run(map[bool]string{true: "carried", false: "read in the log"}[carried], func(t *testing.T) {
+			root := t.TempDir()
+			q, _ := openQueue(t, root, Options{})
+			m, err := q.Append(NewMessage{Source: "enqueue", CorrelationID: "c-1", Payload: []byte(`{"n":1}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":2}`)}); err != nil {
+				t.Fatal(err)
+			}
+			size, _ := q.Size()
+			if err := q.SaveCheckpoint(size); err != nil {
+				t.Fatal(err)
+			}
+			r := Retry{ID: m.ID, Offset: m.Offset, Attempt: 2, Due: time.Now().Add(time.Hour)}
+			if carried {
+				c := m
+				r.Message = &c
+			}
+			if err := q.SaveRetries([]Retry{r}); err != nil {
+				t.Fatal(err)
+			}
+			q.Close()
+
+			deleted, err := deleteIdleQueue(root, testTenant, testFlow, OS{})
+			if err != nil || deleted {
+				t.Fatalf("deleted %v, %v; want the queue kept for its retry", deleted, err)
+			}
+			info, err := os.Stat(filepath.Join(root, testTenant, testFlow, segmentFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 0, false: size}[carried]; info.Size() != want {
+				t.Fatalf("segment.log holds %d bytes, want %d", info.Size(), want)
+			}
+			q2, damage := openQueue(t, root, Options{})
+			if len(damage) > 0 {
+				t.Fatalf("damage at open: %v", damage)
+			}
+			if c, err := q2.Checkpoint(); err != nil || c != map[bool]int64{true: 0, false: size}[carried] {
+				t.Errorf("checkpoint %d, %v", c, err)
+			}
+			rs, err := q2.Retries()
+			if diff := cmp.Diff([]Retry{r}, rs); err != nil || diff != "" {
+				t.Errorf("retries (-want +got):\n%s\n%v", diff, err)
+			}
+			if next, err := q2.NextID(); err != nil || next != m.ID+2 {
+				t.Errorf("next id %d, %v; want %d", next, err, m.ID+2)
+			}
+		})
 	}
 }

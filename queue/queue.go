@@ -1702,14 +1702,20 @@ func writeCheckpointRecord(f File, magic [4]byte, v uint64, durable bool) error 
 var ErrNotDrained = errors.New("the queue has unprocessed messages")
 
 // Drain empties segment.log in place when everything in it is processed
-// (the checkpoint is at its end) and no retry is pending: the id counter is
+// (the checkpoint is at its end) and every pending retry carries its
+// message (none reads it from the log; see Retry.Message): the id counter is
 // made durable first (ids keep counting), a drain marker replaces the
 // checkpoint, the log is truncated, then the checkpoint goes back to 0, all
 // under the append lock so that no process appends meanwhile (see the
 // package's Side files for why the marker). A log that is empty already,
 // the file at its path, is left as it is without taking the lock: its
 // worker drains at every idle moment, and an idle queue's log is empty.
-func (q *Queue) Drain() error {
+func (q *Queue) Drain() error { return q.drain(nil) }
+
+// drain is Drain; carried reports whether every pending retry carries its
+// message (nil: the schedule is read from its file). The queue's worker,
+// the schedule's one writer, answers from its own.
+func (q *Queue) drain(carried func() bool) error {
 	if q.emptyAtPath() {
 		// under the lock, the same answer: nothing to empty, no file to
 		// take at the path; an append that follows the stat is one that
@@ -1732,11 +1738,19 @@ func (q *Queue) Drain() error {
 	if err != nil {
 		return err
 	}
-	rs, err := q.Retries()
-	if err != nil {
-		return err
+	if ckpt < size {
+		return ErrNotDrained
 	}
-	if ckpt < size || len(rs) > 0 {
+	if carried == nil {
+		rs, err := q.Retries()
+		if err != nil {
+			return err
+		}
+		carried = func() bool {
+			return !slices.ContainsFunc(rs, func(r Retry) bool { return r.Message == nil })
+		}
+	}
+	if !carried() {
 		return ErrNotDrained
 	}
 	next, err := q.nextID(size)

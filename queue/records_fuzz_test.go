@@ -142,6 +142,16 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		if _, _, damage, err := s.load(bytes.NewReader(encodeRetryLog([]Retry{r})), retrySetFrame); err != nil || len(damage) > 0 || !slices.Equal(s.list(), []Retry{r}) {
 			t.Fatalf("retry %+v reads back as %+v, %v %v", r, s.list(), damage, err)
 		}
+		// and one that carries its message
+		c := m
+		c.Offset = at
+		r.Message = &c
+		log := encodeRetryLog([]Retry{r})
+		s = newRetrySchedule(nil, "")
+		_, _, damage, err := s.load(bytes.NewReader(log), int64(len(log)))
+		if diff := cmp.Diff([]Retry{r}, s.list(), cmp.Comparer(func(a, b []byte) bool { return bytes.Equal(a, b) })); err != nil || len(damage) > 0 || diff != "" {
+			t.Fatalf("a retry carrying its message reads back (-want +got):\n%s\n%v %v", diff, damage, err)
+		}
 	})
 }
 
@@ -169,11 +179,20 @@ func FuzzRetrySchedule(f *testing.F) {
 		{ID: 5, Offset: 90, Attempt: 2, Due: epoch},
 		{ID: 8, Offset: 200, Attempt: 7, Due: epoch.Add(-time.Hour)},
 	}
-	var changes []byte
+	// retries that carry their message (kind 6)
+	carried := []Retry{
+		{ID: 3, Offset: 0, Attempt: 2, Due: epoch.Add(time.Minute), Message: &Message{ID: 3, EnqueuedAt: epoch, Source: "enqueue", CorrelationID: "c-3", Payload: []byte(`{"a":1}`)}},
+		{ID: 9, Offset: 300, Attempt: 1, Due: epoch, Message: &Message{ID: 9, Offset: 300, EnqueuedAt: epoch.Add(-time.Second)}},
+	}
+	var changes, mixed []byte
 	for _, b := range [][]byte{appendRetrySet(nil, rs[0]), appendRetryClear(nil, 3), appendRetrySet(nil, rs[1])} {
 		changes = appendFrame(changes, b)
 	}
-	for _, s := range withTruncations(encodeRetryLog(rs), changes, legacyRetries(rs)) {
+	// an entry set by an older version, then set again carrying its message
+	for _, b := range [][]byte{appendRetrySet(nil, rs[0]), appendRetryCopy(nil, carried[0]), appendRetrySet(nil, rs[2]), appendRetryClear(nil, 8), appendRetryCopy(nil, carried[1])} {
+		mixed = appendFrame(mixed, b)
+	}
+	for _, s := range withTruncations(encodeRetryLog(rs), changes, legacyRetries(rs), encodeRetryLog(carried), mixed) {
 		f.Add(s)
 	}
 	f.Add(legacyRetries(nil))
@@ -214,7 +233,7 @@ func FuzzRetrySchedule(f *testing.F) {
 		if diff := cmp.Diff(list, again.list()); diff != "" {
 			t.Fatalf("the compacted log loads other entries (-loaded +compacted):\n%s", diff)
 		}
-		if !legacy && end == int64(len(list))*retrySetFrame && !bytes.Equal(out, b[:end]) {
+		if !legacy && end == s.liveBytes() && !bytes.Equal(out, b[:end]) {
 			t.Fatalf("a log of %d sets of distinct ids is written back as other bytes:\n%x\n%x", len(list), b[:end], out)
 		}
 	})

@@ -16,10 +16,12 @@ import (
 
 // The retry schedule, segment.log.retry, is a log of changes in frames (see
 // the package documentation): a record sets a message's retry (its offset,
-// the attempt that is due and when), or clears it. A change is one frame
-// appended and one fdatasync, whatever the schedule holds; it was the whole
-// schedule rewritten through WriteAtomic, which cost 28·n²/2 bytes and 2n
-// fsyncs for n failed first attempts. The log is rewritten with the live
+// the attempt that is due and when, and, written by this version, the
+// message itself, so that the log may be emptied while it waits), or
+// clears it. A change is one frame appended and one fdatasync, whatever
+// the schedule holds; it was the whole schedule rewritten through
+// WriteAtomic, which cost 28·n²/2 bytes and 2n fsyncs for n failed first
+// attempts. The log is rewritten with the live
 // entries only (WriteAtomic) when it grows past twice their size plus
 // retryCompactSlack, and at the worker's idle housekeeping.
 
@@ -27,6 +29,10 @@ import (
 const (
 	kindRetrySet   = 4
 	kindRetryClear = 5
+	// kindRetryCopy sets a retry that carries its message: it is
+	// delivered from the record, so segment.log may be emptied while it
+	// waits (a retry set read its message at its offset in the log)
+	kindRetryCopy = 6
 )
 
 // Sizes of the schedule's records.
@@ -34,6 +40,13 @@ const (
 	retrySetRecord   = 29 // kind, id, offset, attempt, due
 	retryClearRecord = 9  // kind, id
 	retrySetFrame    = headerSize + retrySetRecord
+	// retryCopyExtra is how much longer a retry carrying its message is
+	// than the message's record in segment.log: its fields (29 bytes)
+	// replace the message record's kind and id (9)
+	retryCopyExtra = retrySetRecord - 9
+	// retryCopyMin is the shortest such record: an empty source, no
+	// correlation ID, no payload
+	retryCopyMin = retrySetRecord + 8 + 1 + 2
 )
 
 // retryCompactSlack is how many bytes of changes the schedule's log may hold
@@ -47,6 +60,21 @@ type Retry struct {
 	Offset  int64 // the message's frame in segment.log
 	Attempt int   // the attempt that is due
 	Due     time.Time
+	// Message is the message the retry delivers, carried in the schedule
+	// (its ID and Offset are the retry's), so that segment.log may be
+	// emptied while the retry waits; nil for a retry that reads its
+	// message at Offset in segment.log (set by an older version, or by
+	// SaveRetries without it).
+	Message *Message
+}
+
+// size is the length of the frame that sets r.
+func (r *Retry) size() int64 {
+	if r.Message == nil {
+		return retrySetFrame
+	}
+	m := r.Message
+	return int64(headerSize + retrySetRecord + 8 + 1 + len(m.Source) + 2 + len(m.CorrelationID) + len(m.Payload))
 }
 
 // Retries returns the pending retry schedule, in the order its entries were
@@ -79,8 +107,9 @@ func (q *Queue) readRetries() ([]Retry, error) {
 }
 
 // SaveRetries replaces the retry schedule whole (WriteAtomic), as a
-// compacted log. The worker changes it one record at a time instead; this
-// is for a queue no worker delivers.
+// compacted log: a Retry with its Message carries it (kind 6), one
+// without reads its message at Offset (kind 4). The worker changes it one
+// record at a time instead; this is for a queue no worker delivers.
 func (q *Queue) SaveRetries(rs []Retry) error {
 	return WriteAtomic(q.fs, q.path(retryFile), encodeRetryLog(rs))
 }
@@ -154,6 +183,11 @@ type retrySchedule struct {
 	byID    map[uint64]*retryItem
 	due     retryHeap
 	seq     uint64 // the order of the sets
+	live    int64  // the size of the frames that set the entries
+	// uncarried counts the entries that read their message in
+	// segment.log (Message nil): the log is emptied only when there are
+	// none
+	uncarried int
 }
 
 type retryItem struct {
@@ -202,7 +236,9 @@ func (s *retrySchedule) list() []Retry {
 // put sets r in memory: the entry of its message is replaced.
 func (s *retrySchedule) put(r Retry) {
 	s.seq++
+	s.count(&r, 1)
 	if it, ok := s.byID[r.ID]; ok {
+		s.count(&it.Retry, -1)
 		it.Retry, it.seq = r, s.seq
 		heap.Fix(&s.due, it.index)
 		return
@@ -215,21 +251,36 @@ func (s *retrySchedule) put(r Retry) {
 // remove clears the entry of message id in memory.
 func (s *retrySchedule) remove(id uint64) {
 	if it, ok := s.byID[id]; ok {
+		s.count(&it.Retry, -1)
 		heap.Remove(&s.due, it.index)
 		delete(s.byID, id)
 	}
 }
 
+// count adds (by 1) or takes away (by -1) r's share of live and uncarried.
+func (s *retrySchedule) count(r *Retry, by int) {
+	s.live += int64(by) * r.size()
+	if r.Message == nil {
+		s.uncarried += by
+	}
+}
+
+// carried reports whether every pending retry carries its message: none
+// reads segment.log.
+func (s *retrySchedule) carried() bool { return s.uncarried == 0 }
+
 // liveBytes is the size of the log that holds the live entries only.
-func (s *retrySchedule) liveBytes() int64 { return int64(len(s.byID)) * retrySetFrame }
+func (s *retrySchedule) liveBytes() int64 { return s.live }
 
 // set schedules r, durably: the entry of its message is replaced. It may
 // be called again with the same r after it failed.
 func (s *retrySchedule) set(r Retry) error {
 	s.put(r)
+	if r.Message != nil {
+		return s.append(appendRetryFrame(make([]byte, 0, r.size()), r))
+	}
 	var buf [headerSize + retrySetRecord]byte
-	b, at := openFrame(buf[:0])
-	return s.append(closeFrame(appendRetrySet(b, r), at))
+	return s.append(appendRetryFrame(buf[:0], r))
 }
 
 // clear takes message id's entry out of the schedule, durably. It may be
@@ -339,6 +390,19 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
 				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
 			})
+		case len(rec) >= retryCopyMin && rec[0] == kindRetryCopy:
+			r := Retry{
+				ID:      binary.BigEndian.Uint64(rec[1:9]),
+				Offset:  int64(binary.BigEndian.Uint64(rec[9:17])),
+				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
+				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
+			}
+			m := Message{ID: r.ID, Offset: r.Offset}
+			if err := decodeMessageFields(rec[retrySetRecord:], &m); err != nil {
+				return fmt.Errorf("%s holds a retry whose message does not read at offset %d (id=%d)", retryFile, off, r.ID)
+			}
+			r.Message = &m
+			s.put(r)
 		case len(rec) == retryClearRecord && rec[0] == kindRetryClear:
 			s.remove(binary.BigEndian.Uint64(rec[1:9]))
 		default:
@@ -362,6 +426,31 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 	return false, end, damage, nil
 }
 
+// appendRetryFrame appends the frame that sets r: with its message when
+// it carries it (kind 6), else its offset only (kind 4).
+func appendRetryFrame(dst []byte, r Retry) []byte {
+	dst, at := openFrame(dst)
+	if r.Message != nil {
+		return closeFrame(appendRetryCopy(dst, r), at)
+	}
+	return closeFrame(appendRetrySet(dst, r), at)
+}
+
+// appendRetryCopy appends the record of a retry that carries its message:
+// the fields of a retry set, kind 6, then those of the message's record
+// after its id, as segment.log holds them.
+func appendRetryCopy(dst []byte, r Retry) []byte {
+	m := r.Message
+	dst = appendRetrySet(dst, r)
+	dst[len(dst)-retrySetRecord] = kindRetryCopy
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.EnqueuedAt.UnixNano()))
+	dst = append(dst, byte(len(m.Source)))
+	dst = append(dst, m.Source...)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.CorrelationID)))
+	dst = append(dst, m.CorrelationID...)
+	return append(dst, m.Payload...)
+}
+
 func appendRetrySet(dst []byte, r Retry) []byte {
 	dst = append(dst, kindRetrySet)
 	dst = binary.BigEndian.AppendUint64(dst, r.ID)
@@ -376,11 +465,13 @@ func appendRetryClear(dst []byte, id uint64) []byte {
 
 // encodeRetryLog is the log that sets rs, in order.
 func encodeRetryLog(rs []Retry) []byte {
-	b := make([]byte, 0, len(rs)*retrySetFrame)
+	var n int64
+	for i := range rs {
+		n += rs[i].size()
+	}
+	b := make([]byte, 0, n)
 	for _, r := range rs {
-		var at int
-		b, at = openFrame(b)
-		b = closeFrame(appendRetrySet(b, r), at)
+		b = appendRetryFrame(b, r)
 	}
 	return b
 }

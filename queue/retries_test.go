@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -591,5 +592,42 @@ func TestRetriesWhileTheWorkerCutsATornTail(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, rs); err != nil || diff != "" {
 		t.Errorf("Retries() while the worker cut the torn tail: %v, entries (-want +got):\n%s", err, diff)
+	}
+}
+
+// TestLargestCarriedRetryReadsBack: a retry carrying the largest message
+// a segment.log frame held (a record of MaxRecord bytes, as an older
+// version took it) is a record 20 bytes longer; it is written, and read
+// back by every reader of the schedule, rather than refused as a length
+// over the limit, which would stop the worker on a schedule that "does
+// not verify".
+func TestLargestCarriedRetryReadsBack(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	source, cid := strings.Repeat("s", 255), strings.Repeat("c", maxCorrelationID)
+	m := Message{ID: 7, Offset: 40, EnqueuedAt: epoch, Source: source, CorrelationID: cid}
+	m.Payload = bytes.Repeat([]byte("x"), MaxRecord-len(appendMessageRecord(nil, &m)))
+	if n := len(appendMessageRecord(nil, &m)); n != MaxRecord {
+		t.Fatalf("setup: a record of %d bytes", n)
+	}
+	r := Retry{ID: m.ID, Offset: m.Offset, Attempt: 2, Due: epoch.Add(time.Minute), Message: &m}
+	s, _, err := q.openRetrySchedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.set(r); err != nil {
+		t.Fatal(err)
+	}
+	if size := fileSizeOf(t, filepath.Join(root, testTenant, testFlow, retryFile)); size != headerSize+MaxRecord+retryCopyExtra {
+		t.Errorf("segment.log.retry holds %d bytes, want a frame of %d", size, headerSize+MaxRecord+retryCopyExtra)
+	}
+	rs, err := q.Retries()
+	if err != nil || len(rs) != 1 || rs[0].Message == nil || !bytes.Equal(rs[0].Message.Payload, m.Payload) ||
+		rs[0].Message.Source != source || rs[0].Message.CorrelationID != cid {
+		t.Fatalf("read back: %d retries, %v", len(rs), err)
+	}
+	again, damage, err := q.openRetrySchedule()
+	if err != nil || len(damage) > 0 || again.Len() != 1 || !again.carried() {
+		t.Fatalf("the worker's read: %v %v", damage, err)
 	}
 }

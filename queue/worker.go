@@ -556,9 +556,19 @@ func (w *Worker) deliver(ctx context.Context) error {
 	// before it (written less often, or lost with the process) would have
 	// the reader deliver again, as a first attempt, a message whose retry
 	// runs first and takes it out of the schedule.
-	if len(retries) > 0 {
-		last := slices.MaxFunc(retries, func(a, b Retry) int { return cmp.Compare(a.Offset, b.Offset) })
-		if m, after, err := q.Read(last.Offset); err == nil && m.ID == last.ID && after > cursor {
+	// A retry that carries its message may have an offset in a log
+	// emptied since (the message is not there: another id, or none): the
+	// furthest one whose message is in the log counts.
+	slices.SortFunc(retries, func(a, b Retry) int { return cmp.Compare(b.Offset, a.Offset) })
+	for _, r := range retries {
+		if r.Offset < cursor {
+			break
+		}
+		m, after, err := q.Read(r.Offset)
+		if err != nil || m.ID != r.ID {
+			continue
+		}
+		if after > cursor {
 			// written at once: the retry may run and leave the
 			// schedule before the cursor next moves
 			if err := q.SaveCheckpoint(after); err != nil {
@@ -566,6 +576,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 			}
 			cursor = after
 		}
+		break
 	}
 	// A delivery runs to its end even when the worker is stopped: Stop
 	// waits for it (the flow has its own duration ceiling) up to StopGrace,
@@ -792,7 +803,13 @@ func (l *deliveryLoop) retryDue() (bool, error) {
 	if !ok || r.Due.After(l.w.cfg.Clock.Now()) {
 		return false, nil
 	}
-	m, _, err := l.q.Read(r.Offset)
+	var m Message
+	var err error
+	if r.Message != nil {
+		m = *r.Message // carried: segment.log may have been emptied since
+	} else {
+		m, _, err = l.q.Read(r.Offset)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return true, err // the log could not be read: the retry stays scheduled
 	}
@@ -857,12 +874,13 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 }
 
 // housekeep compacts the retry schedule's log and rewrites dlq.log without
-// the marked dead letters at an idle moment, and empties the log when no
-// retry is scheduled (a retry reads its message from the log), at most
-// once per Poll and not before a pause after failures is over. The whole
-// of it waited for an empty schedule: a queue that kept failing (a retry
-// always pending) kept its discarded dead letters' bodies in dlq.log for
-// as long as the failures went on.
+// the marked dead letters at an idle moment, and empties the log when
+// every retry scheduled carries its message (none reads it from the log),
+// at most once per Poll and not before a pause after failures is over.
+// The whole of it waited for an empty schedule: a queue that kept failing
+// (a retry always pending) kept its discarded dead letters' bodies in
+// dlq.log, and every message in segment.log, for as long as the failures
+// went on.
 func (l *deliveryLoop) housekeep(now time.Time) error {
 	w, q := l.w, l.q
 	if now.Before(l.housekeepAfter) || !l.housekept.IsZero() && pollSlot(now, w.cfg.Poll) == pollSlot(l.housekept, w.cfg.Poll) {
@@ -875,8 +893,10 @@ func (l *deliveryLoop) housekeep(now time.Time) error {
 		failed = append(failed, "the retry schedule could not be compacted: "+err.Error())
 	}
 	drain := error(ErrNotDrained)
-	if l.retries.Len() == 0 {
-		drain = q.Drain()
+	if l.retries.carried() {
+		// every pending retry carries its message (none reads the log);
+		// the schedule, its one writer, is this worker's
+		drain = q.drain(l.retries.carried)
 	}
 	switch err := drain; {
 	case err == nil:
@@ -1019,13 +1039,13 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	case VerdictRetryLater:
 		log(slog.LevelWarn, "the message could not run now; retrying in 1 s without using an attempt", "queue_retry_scheduled",
 			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
-		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay)}, nil
+		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay), Message: carry(m)}, nil
 	case VerdictRetry:
 		if int64(attempt) < min(int64(v.Policy.MaxAttempts), MaxAttempts) { // the next attempt's number fits its record (int64: MaxAttempts overflows a 32-bit int)
 			d := Delay(v.Policy, attempt)
 			log(slog.LevelWarn, "attempt failed; retry scheduled", "queue_retry_scheduled",
 				slog.Int64("delay_ms", d.Milliseconds()), slog.Int("next_attempt", attempt+1), slog.String("error", v.Error))
-			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d)}, nil
+			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d), Message: carry(m)}, nil
 		}
 		fallthrough
 	case VerdictDeadLetter:
@@ -1055,6 +1075,20 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 	}
 	return nil, fmt.Errorf("handler returned verdict kind %d", v.Kind)
 }
+
+// carry is the copy of m a retry carries (see Retry.Message): made only
+// for a retry, so that a delivery acknowledged allocates nothing for it.
+func carry(m Message) *Message {
+	if !carryRetries {
+		return nil
+	}
+	return &m
+}
+
+// carryRetries has the worker's retries carry their message; a variable
+// so that tests can have them read it in segment.log, as older versions'
+// did, which keeps the log from being emptied while one is pending.
+var carryRetries = true
 
 // handle calls the handler; a panic is a failed attempt with its file and
 // line in the error, never a dead worker.
