@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"log/slog"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nexushq/nexus/clock/clocktest"
 	"github.com/nexushq/nexus/jsonlog/jsonlogtest"
@@ -348,5 +351,88 @@ func TestDamagedLastFrameDrains(t *testing.T) {
 	if size, _ := q2.Size(); size != 0 {
 		ckpt, _ := q2.Checkpoint()
 		t.Errorf("after an hour of idle polls segment.log is %d bytes, checkpoint %d: every message was delivered, yet the kept damaged last frame keeps the queue from draining (and the janitor from deleting it) until another message is appended", size, ckpt)
+	}
+}
+
+// A pending retry's message that does not verify when the worker reads it
+// back from segment.log.retry (bit rot in its frame while the worker
+// runs) is damage, reported as a reader reports it, and the retry is
+// dropped as one whose message is gone from the log is: when it is due,
+// or when a compaction of the file copies its frame first. The other
+// retries are delivered.
+func TestDamagedCarriedRetryIsDropped(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		damaged int // which of the 4 retries (A1, A2, A3 due in a minute, B in an hour)
+	}{
+		{"read back when due", 0},
+		{"copied by a compaction", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, clk := t.TempDir(), clocktest.New(wt0)
+			q := openQ(t, root, clk, nil)
+			var ids []uint64
+			for _, p := range []string{`{"order":"A-1"}`, `{"order":"A-2"}`, `{"order":"A-3"}`, `{"order":"B-1"}`} {
+				ids = append(ids, put(t, q, p).ID)
+			}
+			logs := &jsonlogtest.Buffer{}
+			rec := newRecorder(clk)
+			w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: 10 * time.Second, Logger: logs.Logger(slog.LevelInfo), Handler: rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				if d.Attempt > 1 {
+					return ack(ctx, d)
+				}
+				delay := time.Minute
+				if d.ID == ids[3] {
+					delay = time.Hour
+				}
+				return queue.Verdict{Kind: queue.VerdictRetry, Error: "HTTP 503", Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: delay, BackoffFactor: 1, MaxDelay: delay}}
+			})})
+			clk.WaitCalls(t, 1)
+			// the four frames, set in the order of the first attempts, are
+			// of one size: a bit of the damaged one's payload flipped
+			path := queueFile(root, "segment.log.retry")
+			b, err := os.ReadFile(path)
+			if err != nil || len(b)%4 != 0 {
+				t.Fatalf("segment.log.retry of %d bytes, %v", len(b), err)
+			}
+			frame := len(b) / 4
+			at := c.damaged*frame + frame - 3
+			b[at] ^= 0x01
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			stepFor(t, clk, 2*time.Minute)
+			dropped := ids[c.damaged]
+			damage := logs.Events(t, "queue_damage")
+			if len(damage) != 1 || damage[0]["file"] != "segment.log.retry" || damage[0]["msg_id"] != float64(dropped) || damage[0]["offset"] != float64(c.damaged*frame) {
+				t.Fatalf("queue_damage %v, want the frame of message %d at %d", damage, dropped, c.damaged*frame)
+			}
+			if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(dropped) || ev[0]["attempt"] != float64(2) {
+				t.Fatalf("queue_dropped %v, want the retry of message %d", ev, dropped)
+			}
+			stepFor(t, clk, time.Hour)
+			var want []string
+			for _, id := range ids {
+				if id != dropped {
+					want = append(want, fmt.Sprintf("w:%d/a2", id))
+				}
+			}
+			var got []string
+			for _, d := range rec.all() {
+				if d.Attempt == 2 {
+					got = append(got, fmt.Sprintf("w:%d/a2", d.ID))
+				}
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("second attempts (-want +got):\n%s", diff)
+			}
+			if rs := retries(t, q); len(rs) != 0 {
+				t.Errorf("retries %+v, want none", rs)
+			}
+			if n := w.State().RetriesPending; n != 0 {
+				t.Errorf("RetriesPending = %d, want 0", n)
+			}
+		})
 	}
 }

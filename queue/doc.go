@@ -116,13 +116,28 @@
 // schedule that holds one (a record they do not know): an upgrade is one
 // way while a retry is pending.
 //
+// The worker does not hold a kind-6 retry's message in memory: its
+// schedule keeps where the frame is in segment.log.retry (its offset and
+// length), and, when the retry is due, it reads the frame back, verifies
+// it as a reader does (its marker, length and CRC, a kind 6 of the
+// retry's id) and decodes the message. A frame that does not verify is
+// damage (queue_damage) and the retry is dropped (queue_dropped), as one
+// whose message is gone from segment.log is. The worker is the file's one
+// writer: a compaction copies each kind-6 frame from the old file to the
+// new one, one frame at a time (verified as it is read: one that does not
+// verify is left out and dropped the same way), and, once the new file is
+// renamed into place, the schedule keeps where each frame went. Other
+// readers (Retries, the janitor, Drain) check each frame's CRC over the
+// whole record and keep the message's fields but its payload.
+//
 // The schedule is the records applied in order; among entries due at the
 // same time, the one set first runs first. The worker appends one frame,
 // and fdatasyncs it, for each change: a failed first attempt or a retry
 // that failed again is a set (kind 6), a retry whose message is done (acknowledged,
 // dead-lettered, dropped) a clear, written only after the checkpoint past
 // the message is durable. It rewrites the file with a set for each live
-// entry (of its kind, in the order they were set) through the atomic-write helper when
+// entry (of its kind, in the order they were set; a kind 6 copied from the
+// file as it is) through the atomic-write helper when
 // the file grows past twice that size plus 32 KiB, at an idle moment when
 // the changes past the live entries take at least as much room as they do
 // (the schedule empty: the file emptied), and after a write that failed

@@ -12,3 +12,14 @@ func RetriesInLog(t testing.TB) {
 	carryRetries = false
 	t.Cleanup(func() { carryRetries = true })
 }
+
+// HeldRetryPayload is how many payload bytes the running worker's retry
+// schedule holds in memory (0: every pending retry keeps where its message
+// is in segment.log.retry). Call it while the worker waits.
+func HeldRetryPayload(w *Worker) int {
+	s := w.sched.Load()
+	if s == nil {
+		return 0
+	}
+	return s.heldPayload()
+}

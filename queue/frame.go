@@ -109,25 +109,36 @@ func decodeMessage(rec []byte, offset int64) (Message, error) {
 // (enqueued at, source, correlation ID, payload) from b into m: a message
 // of segment.log, or one a retry carries.
 func decodeMessageFields(b []byte, m *Message) error {
+	payload, err := decodeMessageHead(b, m)
+	if err != nil {
+		return err
+	}
+	m.Payload = bytes.Clone(payload)
+	return nil
+}
+
+// decodeMessageHead is decodeMessageFields without the payload, which it
+// returns within b, not copied: a reader that does not keep it holds
+// nothing of it.
+func decodeMessageHead(b []byte, m *Message) (payload []byte, err error) {
 	if len(b) < 9 {
-		return errBadRecord
+		return nil, errBadRecord
 	}
 	m.EnqueuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b[0:8]))).UTC()
 	s := int(b[8])
 	rest := b[9:]
 	if len(rest) < s+2 {
-		return errBadRecord
+		return nil, errBadRecord
 	}
 	m.Source = string(rest[:s])
 	rest = rest[s:]
 	c := int(binary.BigEndian.Uint16(rest[:2]))
 	rest = rest[2:]
 	if len(rest) < c {
-		return errBadRecord
+		return nil, errBadRecord
 	}
 	m.CorrelationID = string(rest[:c])
-	m.Payload = bytes.Clone(rest[c:])
-	return nil
+	return rest[c:], nil
 }
 
 // DeadLetter is a message moved to the dead-letter queue.

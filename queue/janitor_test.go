@@ -482,6 +482,11 @@ func TestJanitorEmptiesTheLogOfCarriedRetries(t *testing.T) {
 				t.Errorf("checkpoint %d, %v", c, err)
 			}
 			rs, err := q2.Retries()
+			if r.Message != nil {
+				c := *r.Message
+				c.Payload = nil // Retries does not hold a payload
+				r.Message = &c
+			}
 			if diff := cmp.Diff([]Retry{r}, rs); err != nil || diff != "" {
 				t.Errorf("retries (-want +got):\n%s\n%v", diff, err)
 			}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -142,15 +144,33 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		if _, _, damage, err := s.load(bytes.NewReader(encodeRetryLog([]Retry{r})), retrySetFrame); err != nil || len(damage) > 0 || !slices.Equal(s.list(), []Retry{r}) {
 			t.Fatalf("retry %+v reads back as %+v, %v %v", r, s.list(), damage, err)
 		}
-		// and one that carries its message
+		// and one that carries its message: Retries reads it without its
+		// payload, the worker where it is, and reads it back whole
 		c := m
 		c.Offset = at
 		r.Message = &c
 		log := encodeRetryLog([]Retry{r})
 		s = newRetrySchedule(nil, "")
+		s.heads = true
 		_, _, damage, err := s.load(bytes.NewReader(log), int64(len(log)))
-		if diff := cmp.Diff([]Retry{r}, s.list(), cmp.Comparer(func(a, b []byte) bool { return bytes.Equal(a, b) })); err != nil || len(damage) > 0 || diff != "" {
+		head := c
+		head.Payload = nil
+		want := r
+		want.Message = &head
+		if diff := cmp.Diff([]Retry{want}, s.list(), cmp.Comparer(func(a, b []byte) bool { return bytes.Equal(a, b) })); err != nil || len(damage) > 0 || diff != "" {
 			t.Fatalf("a retry carrying its message reads back (-want +got):\n%s\n%v %v", diff, damage, err)
+		}
+		path := filepath.Join(t.TempDir(), retryFile)
+		if err := os.WriteFile(path, log, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s = newRetrySchedule(OS{}, path)
+		if _, _, damage, err := s.load(bytes.NewReader(log), int64(len(log))); err != nil || len(damage) > 0 || s.heldPayload() != 0 {
+			t.Fatalf("the worker's load: %v %v, %d payload bytes held", damage, err, s.heldPayload())
+		}
+		got, carried, bad, err := s.message(r)
+		if err != nil || !carried || bad != nil || sameMessage(got, c) != "" {
+			t.Fatalf("the carried message reads back as %+v (carried %v, damage %v, %v)", got, carried, bad, err)
 		}
 	})
 }
@@ -225,7 +245,35 @@ func FuzzRetrySchedule(f *testing.F) {
 		if first, ok := s.first(); ok != (len(list) > 0) || ok && slices.ContainsFunc(list, func(r Retry) bool { return r.Due.Before(first.Due) }) {
 			t.Fatalf("first = %+v, %v of %+v", first, ok, list)
 		}
-		out := encodeRetryLog(list)
+		// the worker's compaction of the file: the frames that carry a
+		// message copied from it
+		path := filepath.Join(t.TempDir(), retryFile)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.fs, s.path, s.end = OS{}, path, end
+		if err := s.compact(); err != nil {
+			t.Fatalf("compaction: %v", err)
+		}
+		if lost := s.takeLost(); len(lost) > 0 {
+			t.Fatalf("the compaction lost %+v", lost)
+		}
+		out, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.end != int64(len(out)) || s.heldPayload() != 0 {
+			t.Fatalf("compacted: end %d of %d bytes, %d payload bytes held", s.end, len(out), s.heldPayload())
+		}
+		heads, againHeads := newRetrySchedule(nil, ""), newRetrySchedule(nil, "")
+		heads.heads, againHeads.heads = true, true
+		heads.load(bytes.NewReader(b), int64(len(b)))
+		if _, _, _, err := againHeads.load(bytes.NewReader(out), int64(len(out))); err != nil {
+			t.Fatalf("the compacted log does not load: %v", err)
+		}
+		if diff := cmp.Diff(heads.list(), againHeads.list()); diff != "" {
+			t.Fatalf("the compacted log loads other messages (-loaded +compacted):\n%s", diff)
+		}
 		again := newRetrySchedule(nil, "")
 		if legacy2, end2, damage2, err := again.load(bytes.NewReader(out), int64(len(out))); err != nil || legacy2 || end2 != int64(len(out)) || len(damage2) > 0 {
 			t.Fatalf("the compacted log does not load: %v, end %d of %d, %v", err, end2, len(out), damage2)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -64,7 +65,10 @@ type Retry struct {
 	// (its ID and Offset are the retry's), so that segment.log may be
 	// emptied while the retry waits; nil for a retry that reads its
 	// message at Offset in segment.log (set by an older version, or by
-	// SaveRetries without it).
+	// SaveRetries without it). SaveRetries writes it whole. Retries sets
+	// it without its Payload (nil): a pending retry's payload stays in
+	// segment.log.retry, read back when the retry is due, and is held in
+	// no one's memory meanwhile.
 	Message *Message
 }
 
@@ -100,6 +104,7 @@ func (q *Queue) readRetries() ([]Retry, error) {
 	}
 	defer f.Close()
 	s := newRetrySchedule(q.fs, q.path(retryFile))
+	s.heads = true
 	if _, _, _, err := s.load(f, size); err != nil {
 		return nil, fmt.Errorf("queue %s/%s: %w", q.Tenant, q.Flow, err)
 	}
@@ -185,15 +190,49 @@ type retrySchedule struct {
 	seq     uint64 // the order of the sets
 	live    int64  // the size of the frames that set the entries
 	// uncarried counts the entries that read their message in
-	// segment.log (Message nil): the log is emptied only when there are
-	// none
+	// segment.log (kind 4): the log is emptied only when there are none
 	uncarried int
+	// heads has load keep a carried message's fields but its payload in
+	// the entry's Message (Retries); the worker's schedule keeps where its
+	// frame is only
+	heads bool
+	// lost is the retries a compaction left out, their frame damaged, for
+	// the worker to report and count as dropped (takeLost)
+	lost []lostRetry
 }
 
+// lostRetry is a retry whose carried message did not verify in the file.
+type lostRetry struct {
+	Retry
+	Damage
+}
+
+// retryItem is an entry of the schedule. A retry that carries its message
+// holds where the frame that sets it is in the file (at, n bytes), not the
+// message (Retry.Message is nil, or, for Retries, without its payload):
+// the worker reads the frame back when the retry is due. frame is the
+// frame of a set not yet written to the file (a write that failed), until
+// a change writes it.
 type retryItem struct {
 	Retry
 	seq   uint64
 	index int // in the heap
+	at, n int64
+	frame []byte
+}
+
+// carries reports whether the entry carries its message (kind 6).
+func (it *retryItem) carries() bool { return it.n > 0 || it.frame != nil }
+
+// frameLen is the length of the frame that sets the entry.
+func (it *retryItem) frameLen() int64 {
+	switch {
+	case it.frame != nil:
+		return int64(len(it.frame))
+	case it.n > 0:
+		return it.n
+	}
+	return retrySetFrame
 }
 
 func newRetrySchedule(fsys FS, path string) *retrySchedule {
@@ -233,34 +272,38 @@ func (s *retrySchedule) list() []Retry {
 	return out
 }
 
-// put sets r in memory: the entry of its message is replaced.
-func (s *retrySchedule) put(r Retry) {
+// put sets r in memory: the entry of its message is replaced. A retry
+// that carries its message has its frame at at (n bytes) in the file, or,
+// not written yet, in frame.
+func (s *retrySchedule) put(r Retry, at, n int64, frame []byte) *retryItem {
 	s.seq++
-	s.count(&r, 1)
 	if it, ok := s.byID[r.ID]; ok {
-		s.count(&it.Retry, -1)
-		it.Retry, it.seq = r, s.seq
+		s.count(it, -1)
+		it.Retry, it.seq, it.at, it.n, it.frame = r, s.seq, at, n, frame
+		s.count(it, 1)
 		heap.Fix(&s.due, it.index)
-		return
+		return it
 	}
-	it := &retryItem{Retry: r, seq: s.seq}
+	it := &retryItem{Retry: r, seq: s.seq, at: at, n: n, frame: frame}
+	s.count(it, 1)
 	s.byID[r.ID] = it
 	heap.Push(&s.due, it)
+	return it
 }
 
 // remove clears the entry of message id in memory.
 func (s *retrySchedule) remove(id uint64) {
 	if it, ok := s.byID[id]; ok {
-		s.count(&it.Retry, -1)
+		s.count(it, -1)
 		heap.Remove(&s.due, it.index)
 		delete(s.byID, id)
 	}
 }
 
-// count adds (by 1) or takes away (by -1) r's share of live and uncarried.
-func (s *retrySchedule) count(r *Retry, by int) {
-	s.live += int64(by) * r.size()
-	if r.Message == nil {
+// count adds (by 1) or takes away (by -1) it's share of live and uncarried.
+func (s *retrySchedule) count(it *retryItem, by int) {
+	s.live += int64(by) * it.frameLen()
+	if !it.carries() {
 		s.uncarried += by
 	}
 }
@@ -269,18 +312,90 @@ func (s *retrySchedule) count(r *Retry, by int) {
 // reads segment.log.
 func (s *retrySchedule) carried() bool { return s.uncarried == 0 }
 
+// heldPayload is how many payload bytes the schedule holds in memory: a
+// frame not written yet counts whole.
+func (s *retrySchedule) heldPayload() int {
+	n := 0
+	for _, it := range s.byID {
+		n += len(it.frame)
+		if it.Message != nil {
+			n += len(it.Message.Payload)
+		}
+	}
+	return n
+}
+
+// takeLost returns the retries compactions left out since it was last
+// called, their frame damaged (see compact).
+func (s *retrySchedule) takeLost() []lostRetry {
+	lost := s.lost
+	s.lost = nil
+	return lost
+}
+
+// message reads back the message a due retry carries: the frame that
+// sets it, verified as a reader verifies a frame, and decoded. It reports
+// false for a retry that reads its message in segment.log (kind 4). A
+// frame that does not verify, or holds another record, is damage: the
+// retry's message is lost. An error is a file that could not be read.
+func (s *retrySchedule) message(r Retry) (m Message, carried bool, damage *Damage, err error) {
+	it, ok := s.byID[r.ID]
+	if !ok || !it.carries() {
+		return Message{}, false, nil, nil
+	}
+	rec := []byte(nil)
+	reason := ""
+	if it.frame != nil {
+		rec = it.frame[headerSize:]
+	} else {
+		f, err := s.fs.OpenFile(s.path, os.O_RDONLY, 0)
+		if err != nil {
+			return Message{}, true, nil, fmt.Errorf("opening %s: %w", retryFile, err)
+		}
+		var n int64
+		rec, n, reason, err = frameAt(f, it.at, it.at+it.n)
+		f.Close()
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			reason = "the file ends before it"
+		case err != nil:
+			return Message{}, true, nil, fmt.Errorf("reading %s: %w", retryFile, err)
+		case reason == "" && n != it.n:
+			reason = fmt.Sprintf("a frame of %d bytes, where one of %d was written", n, it.n)
+		}
+	}
+	if reason == "" && (len(rec) < retryCopyMin || rec[0] != kindRetryCopy || binary.BigEndian.Uint64(rec[1:9]) != r.ID) {
+		reason = "another record than the retry's"
+	}
+	if reason == "" {
+		m = Message{ID: r.ID, Offset: r.Offset}
+		if decodeMessageFields(rec[retrySetRecord:], &m) != nil {
+			reason = "a message that does not read"
+		}
+	}
+	if reason != "" {
+		return Message{}, true, &Damage{File: retryFile, Offset: it.at, Length: it.n, ID: r.ID, Reason: reason}, nil
+	}
+	return m, true, nil, nil
+}
+
 // liveBytes is the size of the log that holds the live entries only.
 func (s *retrySchedule) liveBytes() int64 { return s.live }
 
 // set schedules r, durably: the entry of its message is replaced. It may
 // be called again with the same r after it failed.
+//
+// A retry that carries its message (r.Message) is held as where its frame
+// is in the file once it is written: the message is not kept.
 func (s *retrySchedule) set(r Retry) error {
-	s.put(r)
 	if r.Message != nil {
-		return s.append(appendRetryFrame(make([]byte, 0, r.size()), r))
+		frame := appendRetryFrame(make([]byte, 0, r.size()), r)
+		r.Message = nil
+		return s.append(frame, s.put(r, 0, 0, frame))
 	}
+	s.put(r, 0, 0, nil)
 	var buf [headerSize + retrySetRecord]byte
-	return s.append(appendRetryFrame(buf[:0], r))
+	return s.append(appendRetryFrame(buf[:0], r), nil)
 }
 
 // clear takes message id's entry out of the schedule, durably. It may be
@@ -289,7 +404,7 @@ func (s *retrySchedule) clear(id uint64) error {
 	s.remove(id)
 	var buf [headerSize + retryClearRecord]byte
 	b, at := openFrame(buf[:0])
-	return s.append(closeFrame(appendRetryClear(b, id), at))
+	return s.append(closeFrame(appendRetryClear(b, id), at), nil)
 }
 
 // append writes a change's frame at the end of the log and syncs it; the
@@ -297,8 +412,9 @@ func (s *retrySchedule) clear(id uint64) error {
 // rewritten whole instead, with the change. A log grown past twice its
 // live entries plus retryCompactSlack is compacted; a compaction that
 // fails leaves the change durable, and has the next change rewrite the
-// log.
-func (s *retrySchedule) append(frame []byte) error {
+// log. it is the entry a set carrying its message sets: where the frame
+// went is recorded in it.
+func (s *retrySchedule) append(frame []byte, it *retryItem) error {
 	if s.rewrite {
 		return s.compact()
 	}
@@ -317,6 +433,9 @@ func (s *retrySchedule) append(frame []byte) error {
 	if err != nil {
 		s.rewrite = true
 		return err
+	}
+	if it != nil {
+		it.at, it.n, it.frame = s.end, int64(len(frame)), nil
 	}
 	s.end += int64(len(frame))
 	if s.end > 2*s.liveBytes()+retryCompactSlack {
@@ -338,16 +457,111 @@ func (s *retrySchedule) tidy() error {
 }
 
 // compact rewrites the log with the live entries only, through
-// WriteAtomic. On failure the next change rewrites it again: the rename
-// may have happened without being durable, and a change appended to the
-// new file could then go with it.
+// WriteAtomic's steps (writeTemp, then the rename and the folder's sync).
+// A retry that carries its message has its frame copied from the old file
+// (read back and verified: one that does not verify is left out, and the
+// retry goes to lost), one frame at a time, so that no more than one
+// message is in memory; once the new file is renamed into place, each
+// entry is recorded where its frame went. On failure the next change
+// rewrites it again: the rename may have happened without being durable,
+// and a change appended to the new file could then go with it.
 func (s *retrySchedule) compact() error {
 	s.rewrite = true
-	data := encodeRetryLog(s.list())
-	if err := WriteAtomic(s.fs, s.path, data); err != nil {
+	items := slices.Clone(s.due)
+	slices.SortFunc(items, func(a, b *retryItem) int { return cmp.Compare(a.seq, b.seq) })
+	at := make([]int64, len(items)) // where each frame goes; -1: left out
+	var lost []Damage
+	var end int64
+	tmp, err := writeTemp(s.fs, s.path, func(f File) error {
+		var old File
+		defer func() {
+			if old != nil {
+				old.Close()
+			}
+		}()
+		var buf []byte
+		for i, it := range items {
+			frame := it.frame
+			switch {
+			case frame != nil:
+			case it.n > 0:
+				if old == nil {
+					var err error
+					if old, err = s.fs.OpenFile(s.path, os.O_RDONLY, 0); err != nil {
+						return err
+					}
+				}
+				rec, n, reason, err := frameAtBuf(old, it.at, it.at+it.n, buf)
+				if cap(rec) > cap(buf) {
+					buf = rec[:0]
+				}
+				switch {
+				case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+					reason = "the file ends before it"
+				case err != nil:
+					return err
+				case reason == "" && n != it.n:
+					reason = fmt.Sprintf("a frame of %d bytes, where one of %d was written", n, it.n)
+				case reason == "" && (len(rec) < retryCopyMin || rec[0] != kindRetryCopy || binary.BigEndian.Uint64(rec[1:9]) != it.ID):
+					reason = "another record than the retry's"
+				}
+				if reason != "" {
+					at[i] = -1
+					lost = append(lost, Damage{File: retryFile, Offset: it.at, Length: it.n, ID: it.ID, Reason: reason})
+					continue
+				}
+				// the header as it was read, verified: written back whole
+				var h [headerSize]byte
+				if _, err := old.ReadAt(h[:], it.at); err != nil {
+					return err
+				}
+				if _, err := f.WriteAt(h[:], end); err != nil {
+					return err
+				}
+				if _, err := f.WriteAt(rec, end+headerSize); err != nil {
+					return err
+				}
+				at[i], end = end, end+n
+				continue
+			default:
+				var b [retrySetFrame]byte
+				frame = appendRetryFrame(b[:0], it.Retry)
+			}
+			if _, err := f.WriteAt(frame, end); err != nil {
+				return err
+			}
+			at[i], end = end, end+int64(len(frame))
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	s.end, s.rewrite = int64(len(data)), false
+	if err := s.fs.Rename(tmp, s.path); err != nil {
+		s.fs.Remove(tmp)
+		return fmt.Errorf("replacing %s: %w", s.path, err)
+	}
+	// the new file is the one at the path: its entries are where they went
+	s.end = end
+	j := 0
+	for i, it := range items {
+		if at[i] < 0 {
+			s.remove(it.ID)
+			s.lost = append(s.lost, lostRetry{Retry: it.Retry, Damage: lost[j]})
+			j++
+			continue
+		}
+		if it.carries() {
+			s.count(it, -1)
+			it.n, it.frame = it.frameLen(), nil
+			it.at = at[i]
+			s.count(it, 1)
+		}
+	}
+	if err := s.fs.SyncDir(filepath.Dir(s.path)); err != nil {
+		return fmt.Errorf("syncing the folder of %s: %w", s.path, err)
+	}
+	s.rewrite = false
 	return nil
 }
 
@@ -377,7 +591,7 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			return false, 0, nil, err
 		}
 		for _, rt := range rs {
-			s.put(rt)
+			s.put(rt, 0, 0, nil)
 		}
 		return true, size, nil, nil
 	}
@@ -389,7 +603,7 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 				Offset:  int64(binary.BigEndian.Uint64(rec[9:17])),
 				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
 				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
-			})
+			}, 0, 0, nil)
 		case len(rec) >= retryCopyMin && rec[0] == kindRetryCopy:
 			r := Retry{
 				ID:      binary.BigEndian.Uint64(rec[1:9]),
@@ -397,12 +611,15 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
 				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
 			}
+			// the message's fields are checked; its payload is not kept
 			m := Message{ID: r.ID, Offset: r.Offset}
-			if err := decodeMessageFields(rec[retrySetRecord:], &m); err != nil {
+			if _, err := decodeMessageHead(rec[retrySetRecord:], &m); err != nil {
 				return fmt.Errorf("%s holds a retry whose message does not read at offset %d (id=%d)", retryFile, off, r.ID)
 			}
-			r.Message = &m
-			s.put(r)
+			if s.heads {
+				r.Message = &m
+			}
+			s.put(r, off, int64(headerSize+len(rec)), nil)
 		case len(rec) == retryClearRecord && rec[0] == kindRetryClear:
 			s.remove(binary.BigEndian.Uint64(rec[1:9]))
 		default:

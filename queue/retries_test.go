@@ -622,12 +622,16 @@ func TestLargestCarriedRetryReadsBack(t *testing.T) {
 		t.Errorf("segment.log.retry holds %d bytes, want a frame of %d", size, headerSize+MaxRecord+retryCopyExtra)
 	}
 	rs, err := q.Retries()
-	if err != nil || len(rs) != 1 || rs[0].Message == nil || !bytes.Equal(rs[0].Message.Payload, m.Payload) ||
+	if err != nil || len(rs) != 1 || rs[0].Message == nil || rs[0].Message.Payload != nil ||
 		rs[0].Message.Source != source || rs[0].Message.CorrelationID != cid {
 		t.Fatalf("read back: %d retries, %v", len(rs), err)
 	}
 	again, damage, err := q.openRetrySchedule()
-	if err != nil || len(damage) > 0 || again.Len() != 1 || !again.carried() {
+	if err != nil || len(damage) > 0 || again.Len() != 1 || !again.carried() || again.heldPayload() != 0 {
 		t.Fatalf("the worker's read: %v %v", damage, err)
+	}
+	got, carried, bad, err := again.message(rs[0])
+	if err != nil || !carried || bad != nil || !bytes.Equal(got.Payload, m.Payload) || got.Source != source || got.CorrelationID != cid {
+		t.Fatalf("the worker's read back when due: carried %v, damage %v, %v", carried, bad, err)
 	}
 }

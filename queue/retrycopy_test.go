@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,8 +141,8 @@ func TestRetryOfAnOlderVersionReadsTheLog(t *testing.T) {
 		t.Fatalf("deliveries (-want +got):\n%s", diff)
 	}
 	rs := retries(t, q)
-	if len(rs) != 1 || rs[0].Message == nil || string(rs[0].Message.Payload) != "failing" {
-		t.Fatalf("retries = %+v, want failing's, carrying it", rs)
+	if len(rs) != 1 || rs[0].Message == nil || rs[0].Message.CorrelationID != "cid-failing" || rs[0].Message.Payload != nil {
+		t.Fatalf("retries = %+v, want failing's, carrying it (its payload not read)", rs)
 	}
 	if n := fileSize(t, queueFile(root, "segment.log")); n != 0 {
 		t.Errorf("segment.log holds %d bytes once the retry carries its message, want 0", n)
@@ -152,5 +153,89 @@ func TestRetryOfAnOlderVersionReadsTheLog(t *testing.T) {
 	}
 	if dl := deadLetters(t, q); len(dl) != 1 || string(dl[0].Payload) != "failing" || dl[0].Attempts != 3 {
 		t.Errorf("dead letters = %+v, want failing's after 3 attempts", dl)
+	}
+}
+
+// The worker's schedule holds where each pending retry's message is in
+// segment.log.retry, not the message: 200 retries of 64 KiB payloads
+// leave no payload in its memory, and each is delivered, payload and
+// correlation ID, when due, read back from the file; after a compaction
+// of the file as well (the first half done, the second half's frames
+// moved). The worker held every pending retry's message, payload and
+// all: gigabytes for a queue with many large messages waiting.
+func TestPendingRetriesHoldNoPayload(t *testing.T) {
+	const n = 200
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	pad := strings.Repeat("x", 64<<10)
+	payload := func(i int) string { return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, pad) }
+	for i := range n {
+		if _, err := q.Append(queue.NewMessage{Source: "enqueue", CorrelationID: fmt.Sprintf("cid-%d", i), Payload: []byte(payload(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	got := map[string]string{} // correlation ID: payload, of the second attempts
+	handler := queue.HandlerFunc(func(_ context.Context, d queue.Delivery) queue.Verdict {
+		if d.Attempt == 1 {
+			var i int
+			fmt.Sscanf(d.CorrelationID, "cid-%d", &i)
+			delay := time.Hour // the first half due first, the second an hour later
+			if i >= n/2 {
+				delay = 2 * time.Hour
+			}
+			return queue.Verdict{Kind: queue.VerdictRetry, Error: "503",
+				Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: delay, BackoffFactor: 1, MaxDelay: delay}}
+		}
+		mu.Lock()
+		got[d.CorrelationID] = string(d.Payload)
+		mu.Unlock()
+		return queue.Verdict{Kind: queue.VerdictAck, Outcome: "succeeded"}
+	})
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: 10 * time.Second, Handler: handler})
+	clk.WaitCalls(t, 1)
+	if rs := retries(t, q); len(rs) != n {
+		t.Fatalf("%d retries pending, want %d", len(rs), n)
+	}
+	if held := queue.HeldRetryPayload(w); held != 0 {
+		t.Fatalf("the worker's schedule holds %d payload bytes with %d retries pending, want 0", held, n)
+	}
+	retryFile := queueFile(root, "segment.log.retry")
+	before := fileSize(t, retryFile)
+	want := func(from, to int) map[string]string {
+		m := map[string]string{}
+		for i := from; i < to; i++ {
+			m[fmt.Sprintf("cid-%d", i)] = payload(i)
+		}
+		return m
+	}
+	check := func(what string, want map[string]string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d retries delivered, want %d", what, len(got), len(want))
+		}
+		for cid, p := range want {
+			if got[cid] != p {
+				t.Fatalf("%s: retry %s delivered with a payload of %d bytes, want %d", what, cid, len(got[cid]), len(p))
+			}
+		}
+	}
+	stepFor(t, clk, time.Hour+time.Minute)
+	check("the first half due", want(0, n/2))
+	// the first half done, its sets and clears outweigh the live
+	// entries: compacted at the idle moment, the second half's frames
+	// moved to the start of the file
+	if after := fileSize(t, retryFile); after >= before/2+before/10 {
+		t.Fatalf("segment.log.retry holds %d bytes (%d before), want it compacted", after, before)
+	}
+	if held := queue.HeldRetryPayload(w); held != 0 {
+		t.Fatalf("the worker's schedule holds %d payload bytes after the compaction, want 0", held)
+	}
+	stepFor(t, clk, time.Hour)
+	check("all due", want(0, n))
+	if rs := retries(t, q); len(rs) != 0 {
+		t.Errorf("%d retries pending, want none", len(rs))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -212,6 +213,9 @@ type Worker struct {
 	// exited is closed when run returns
 	exited   chan struct{}
 	exitOnce sync.Once
+	// sched is the running loop's retry schedule, for a test's look at
+	// what it holds while the worker waits (export_test.go)
+	sched atomic.Pointer[retrySchedule]
 }
 
 // Retire ends the worker at its next safe moment, after the delivery in
@@ -549,6 +553,7 @@ func (w *Worker) deliver(ctx context.Context) error {
 		// a torn tail: a change a crash cut short, which nothing acted upon
 		w.logger.Warn("the retry schedule ended in a torn write, cut", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
 	}
+	w.sched.Store(sched)
 	retries := sched.list()
 	// Every message before the furthest one in the retry schedule was
 	// done with before that one was scheduled, and the schedule is
@@ -786,11 +791,35 @@ func (l *deliveryLoop) clearRetry(id uint64) error {
 }
 
 func (l *deliveryLoop) changeRetries(write func() error) error {
-	if err := l.w.persist(l.hctx, write); err != nil {
+	err := l.w.persist(l.hctx, write)
+	l.dropLost()
+	if err != nil {
 		return err
 	}
 	l.w.update(func(s *WorkerState) { s.RetriesPending = l.retries.Len() })
 	return nil
+}
+
+// dropLost reports the retries a compaction of the schedule's log left
+// out, their carried message damaged in the file.
+func (l *deliveryLoop) dropLost() {
+	lost := l.retries.takeLost()
+	for _, x := range lost {
+		l.dropDamaged(x.Retry, x.Damage)
+	}
+	if len(lost) > 0 {
+		l.w.update(func(s *WorkerState) { s.RetriesPending = l.retries.Len() })
+	}
+}
+
+// dropDamaged reports a retry whose carried message did not verify when
+// read back from segment.log.retry (d): damage, as a reader reports it,
+// and the retry dropped, as one whose message is gone from the log is.
+// The caller takes it out of the schedule.
+func (l *deliveryLoop) dropDamaged(r Retry, d Damage) {
+	l.w.logger.Error("a scheduled retry's message did not verify in the retry schedule", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
+	l.w.logger.Error("a scheduled retry's message is damaged: dropped", "event", "queue_dropped", "msg_id", r.ID, "attempt", r.Attempt, "offset", r.Offset)
+	l.w.cfg.Counts.add("dropped")
 }
 
 // retryDue makes the attempt of the retry that is due first, if any, and
@@ -803,11 +832,17 @@ func (l *deliveryLoop) retryDue() (bool, error) {
 	if !ok || r.Due.After(l.w.cfg.Clock.Now()) {
 		return false, nil
 	}
-	var m Message
-	var err error
-	if r.Message != nil {
-		m = *r.Message // carried: segment.log may have been emptied since
-	} else {
+	// carried: read back from segment.log.retry (segment.log may have
+	// been emptied since); else read in segment.log at its offset
+	m, carried, damage, err := l.retries.message(r)
+	if err != nil {
+		return true, err // the schedule could not be read: the retry stays scheduled
+	}
+	if damage != nil {
+		l.dropDamaged(r, *damage)
+		return true, l.clearRetry(r.ID)
+	}
+	if !carried {
 		m, _, err = l.q.Read(r.Offset)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -892,6 +927,7 @@ func (l *deliveryLoop) housekeep(now time.Time) error {
 	if err := l.retries.tidy(); err != nil {
 		failed = append(failed, "the retry schedule could not be compacted: "+err.Error())
 	}
+	l.dropLost()
 	drain := error(ErrNotDrained)
 	if l.retries.carried() {
 		// every pending retry carries its message (none reads the log);
