@@ -2,9 +2,11 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -73,14 +75,28 @@ func TestQueueSweepPassesOverAHeldAppendLock(t *testing.T) {
 func TestRestartDamagedCheckpointReported(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
-	release := be.holdFirst("m-3") // its first delivery
-	defer release()
+	// m-1's first delivery is held until m-2 and m-3 are in the log (an
+	// idle moment between them would drain m-1 away: not delivered again
+	// then, rightly), m-3's until the test ends
+	first, third := make(chan struct{}), make(chan struct{})
+	defer close(third)
+	var heldFirst, heldThird atomic.Bool
+	be.setAnswer(func(x hit) int {
+		switch {
+		case strings.Contains(x.body, `"m-1"`) && heldFirst.CompareAndSwap(false, true):
+			<-first
+		case strings.Contains(x.body, `"m-3"`) && heldThird.CompareAndSwap(false, true):
+			<-third
+		}
+		return http.StatusOK
+	})
 	h, repo := queueHost(t, map[string]string{
 		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL),
 	}, hostOptions{}, "forward-order")
 	for i := 1; i <= 3; i++ {
 		mustEnqueue(t, h, "acme", "forward-order", acmeKey, fmt.Sprintf(`{"orderId":"m-%d"}`, i))
 	}
+	close(first)
 	be.waitOn(t, "/ingest", 3, 5*time.Second) // m-1 and m-2 delivered, m-3 held at the backend
 	h.kill()
 

@@ -181,19 +181,17 @@ func TestAPIDeadLetters(t *testing.T) {
 	}
 
 	t.Run("queues", func(t *testing.T) {
-		// everything in the logs of the two dead letters is processed: the
-		// worker's next idle moment drains them, and their counts drop to
-		// zero; forward-slow's log still holds its message, waiting for a retry
-		eventually(t, 5*time.Second, "both segment.log drained", func() bool {
-			return segmentSize(db, "forward-order") == 0 && segmentSize(db, "forward-copy") == 0
+		// everything in the logs is processed: the worker's next idle
+		// moment drains them, and their counts drop to zero, forward-slow's
+		// too, whose message waits for its retry in the retry schedule,
+		// which carries a copy of it
+		eventually(t, 5*time.Second, "every segment.log drained", func() bool {
+			return segmentSize(db, "forward-order") == 0 && segmentSize(db, "forward-copy") == 0 && segmentSize(db, "forward-slow") == 0
 		})
-		if size := segmentSize(db, "forward-slow"); size <= 0 {
-			t.Errorf("forward-slow's segment.log: %d bytes, want its message", size)
-		}
 		want := []apiQueue{
 			{Tenant: "acme", Flow: "forward-copy", DeadLetters: 1, Worker: "leading"},
 			{Tenant: "acme", Flow: "forward-order", DeadLetters: 1, Worker: "leading"},
-			{Tenant: "acme", Flow: "forward-slow", Total: 1, Processed: 1, Retrying: 1, Worker: "leading"},
+			{Tenant: "acme", Flow: "forward-slow", Retrying: 1, Worker: "leading"},
 		}
 		var d string
 		deadline := time.Now().Add(5 * time.Second)
