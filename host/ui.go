@@ -87,7 +87,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
 	s.logInternalError(w, r, err)
 	s.render(w, r, http.StatusInternalServerError, "error", uiPage{Title: "Internal error",
-		Error: "Something failed in the host; its log has the details under correlation ID " + w.Header().Get("X-Correlation-Id") + "."})
+		Error: internalErrorText + w.Header().Get("X-Correlation-Id") + "."})
 }
 
 // logInternalError logs a management request's failure as internal_error,
@@ -97,11 +97,15 @@ func (s *Server) logInternalError(w http.ResponseWriter, r *http.Request, err er
 		"correlation_id", w.Header().Get("X-Correlation-Id"), "error", err.Error())
 }
 
+// internalErrorText begins what a UI page of an internal error says; the
+// correlation ID follows.
+const internalErrorText = "Something failed in the host; its log has the details under correlation ID "
+
 // failedPage is the page of a failure when the UI's error page itself
 // fails: plain HTML, with no template, naming the correlation ID.
 func failedPage(cid string) string {
 	return "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Internal error · Nexus</title>\n</head>\n<body>\n" +
-		"<h1>Internal error</h1>\n<p>Something failed in the host; its log has the details under correlation ID " +
+		"<h1>Internal error</h1>\n<p>" + internalErrorText +
 		template.HTMLEscapeString(cid) + ".</p>\n<p><a href=\"/ui/\">Back to the flows</a></p>\n</body>\n</html>\n"
 }
 

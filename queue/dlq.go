@@ -604,9 +604,7 @@ func (q *Queue) MarkReplayed(id, replayID uint64) error {
 // whatever ctx does: a replay appended and then not marked would be
 // listed, and replayed, again.
 func (q *Queue) lockForMark(ctx context.Context, id uint64, what string) (func(), error) {
-	gaveUp := func() error {
-		return fmt.Errorf("queue %s/%s: dead letter %d was not %s, nothing was written: %w", q.Tenant, q.Flow, id, what, context.Cause(ctx))
-	}
+	gaveUp := func() error { return notHandled(ctx, q.Tenant, q.Flow, id, what) }
 	if ctx.Err() != nil {
 		return nil, gaveUp()
 	}
