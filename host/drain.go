@@ -208,3 +208,44 @@ func (s *Server) DrainHandler() http.Handler {
 		writeError(w, http.StatusServiceUnavailable, shuttingDown)
 	})
 }
+
+// NewConns follows the connections a server has accepted and not yet read
+// a request from (http.StateNew), through its ConnState hook. Go's
+// Server.Shutdown closes such a connection without an answer when its
+// request is read after the shutdown began, so a caller that connected
+// just before the drain (a readiness probe) would see the connection
+// closed, not 503: the shutdown first lets them be read (Settle).
+type NewConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// Hook is the server's ConnState.
+func (n *NewConns) Hook(c net.Conn, state http.ConnState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if state != http.StateNew {
+		delete(n.conns, c)
+		return
+	}
+	if n.conns == nil {
+		n.conns = make(map[net.Conn]struct{})
+	}
+	n.conns[c] = struct{}{}
+}
+
+// Settle waits until the server has no connection it has not read a
+// request from, or for max at most (a client that connected and sends
+// nothing).
+func (n *NewConns) Settle(max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		n.mu.Lock()
+		left := len(n.conns)
+		n.mu.Unlock()
+		if left == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -273,3 +273,56 @@ func TestDrainHandler(t *testing.T) {
 		t.Errorf("the main handler's /readyz after Drain: %d %s, want 503 %s", code, body, stopping)
 	}
 }
+
+// TestNewConnsSettle: a connection the server accepted and has read no
+// request from holds Settle (up to its bound); once its request is read,
+// Settle returns at once, and Shutdown after it answers the request, where
+// Go's Shutdown alone closes it unanswered.
+func TestNewConnsSettle(t *testing.T) {
+	fresh := &host.NewConns{}
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, "answered")
+	}))
+	srv.Config.ConnState = fresh.Hook
+	srv.Start()
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// accepted, nothing sent: Settle waits for its bound
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		start := time.Now()
+		fresh.Settle(200 * time.Millisecond)
+		if time.Since(start) >= 200*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Settle returned at once with a connection that sent nothing")
+		}
+		time.Sleep(10 * time.Millisecond) // not yet accepted
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fresh.Settle(5 * time.Second)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Settle took %v after the request was sent, want it back once the request is read", d)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Config.Shutdown(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	b, err := io.ReadAll(c)
+	if err != nil || !strings.Contains(string(b), "answered") {
+		t.Errorf("the request read before Shutdown: %q, %v; want its answer", b, err)
+	}
+	if err := <-shut; err != nil {
+		t.Error(err)
+	}
+}

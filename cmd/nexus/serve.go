@@ -822,6 +822,8 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		}
 	}
 	srv := newServer(handler)
+	fresh := &host.NewConns{}
+	srv.ConnState = fresh.Hook
 	// during the shutdown's drain the listener stays open: a drain server
 	// answers /healthz 200, /readyz 503 and every other request 503
 	// (Retry-After: 1), so that a liveness probe is not refused while the
@@ -883,6 +885,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		queues.StopWorkers()
 		close(workersStopped)
 	}()
+	// a connection the main server took before the switch is answered
+	// (/readyz 503) rather than closed unread by Shutdown
+	fresh.Settle(time.Second)
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		// the grace is over: the /run executions still running are
 		// stopped, so that each answers its caller and is logged and
