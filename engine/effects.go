@@ -251,16 +251,18 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			e = fail("reading the answer: the body from %s could not be read (the log has why)", req.URL.Host)
 			e.Detail = "reading the answer: " + err.Error()
 		}
+		// An answer whose body could not be read (cut short, reset,
+		// stalled) is still that answer as far as it arrived: the
+		// variables describe its status and headers, but the body read
+		// in part is not kept (HTTP_RESPONSE_BODY stays unset). A 2xx
+		// fails with why the body could not be read; a non-2xx with its
+		// status, as any non-2xx answer does, why the read failed being
+		// for the log.
+		x.setVar("HTTP_SC", resp.StatusCode)
+		x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))
 		if !failed {
 			return nil, e
 		}
-		// A non-2xx answer whose body could not be read (cut short,
-		// reset) is still that answer: the status is the failure and
-		// the variables describe it, as for any non-2xx answer, but
-		// the body read in part is not kept (HTTP_RESPONSE_BODY stays
-		// unset). Why the read failed is for the log.
-		x.setVar("HTTP_SC", resp.StatusCode)
-		x.setVar("HTTP_RESPONSE_HEADERS", headerObject(resp.Header))
 		detail := e.Detail
 		if detail == "" {
 			detail = strings.TrimPrefix(e.Msg, "effect handler failed: ")
