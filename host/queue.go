@@ -235,9 +235,10 @@ func errorText(res engine.Result) string {
 }
 
 // Publish puts a message on another flow's queue for queue_publish: same
-// tenant, refused before anything is written when the target is not live or
-// no worker can be started for it. A failed append is said as /enqueue's
-// answer says it, without the files it names, and logged as one. When ctx
+// tenant, refused before anything is written when the target is not live
+// (not deployed, or its artifact corrupt) or no worker can be started for
+// it. A failed append is said as /enqueue's answer says it, without the
+// files it names, and logged as one. When ctx
 // (the execution's, ending at its ceiling) ends while the append waits for
 // the queue, nothing is written and the error wraps context.Cause(ctx).
 func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload []byte, correlationID string) error {
@@ -251,6 +252,13 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 	lf, ok := live.Lookup(tenant, flowName)
 	if !ok {
 		return fmt.Errorf("no flow %s/%s is deployed", tenant, flowName)
+	}
+	if lf.Flow == nil {
+		// deployed, but its stored artifact cannot run: every message of
+		// it would be dead-lettered unrun while the publisher answered as
+		// if it were delivered (registry.LiveSet.CanReplay refuses it as
+		// not live too)
+		return fmt.Errorf("flow %s/%s is not live: its artifact failed its integrity check", tenant, flowName)
 	}
 	// the target's ceiling holds for a message whatever door it comes by
 	if limit := s.bodyLimit(lf); int64(len(payload)) > limit {
