@@ -472,6 +472,55 @@ func TestDLQCorruptArtifact(t *testing.T) {
 	}
 }
 
+// TestQueuePublishToACorruptArtifact: a queue_publish step whose target
+// flow is deployed but whose artifact fails its integrity check fails
+// before anything is written, "effect handler failed: …" (502), as for a
+// target that is not live (flow-file.md, Precise answers): the message is
+// not appended to a queue whose every delivery is dead-lettered unrun.
+func TestQueuePublishToACorruptArtifact(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"access.yaml":                    accessYAML(testKey{id: "acme-all", tenant: "acme", key: acmeKey}),
+		"flows/acme/order-handoff.md":    queueExample(t, "order-handoff", be.URL),
+		"flows/acme/order-fulfilment.md": queueExample(t, "order-fulfilment", be.URL),
+	})
+	db := filepath.Join(t.TempDir(), "state", "registry.db")
+	if r := nexus(t, "", "deploy", "--db", db, dir); r.code != 0 {
+		t.Fatalf("deploy: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	sqlDB, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sqlDB.Exec(`UPDATE flow_versions SET artifact = CAST(artifact AS BLOB) || x'00' WHERE tenant = 'acme' AND flow = 'order-fulfilment' AND version = 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("%d artifacts changed", n)
+	}
+	sqlDB.Close()
+
+	h := startHost(t, hostOptions{db: db})
+	waitGate(t, h, "acme", "order-handoff", acmeKey)
+	r := h.do(http.MethodPost, "/flows/acme/order-handoff/run", acmeKey, "application/json", `{"orderId":"A-1"}`, "X-Correlation-ID", "trace-corrupt-target")
+	if r.status != 502 || r.body != `{"ok":false,"error":"flow execution failed"}` {
+		t.Errorf("/run of the publisher: %d %s, want 502", r.status, r.body)
+	}
+	ev := waitEvents(t, h, "run_completed", 1, field("correlation_id", "trace-corrupt-target"), 5*time.Second)[0]
+	if want := "step 'hand-off': effect handler failed: flow acme/order-fulfilment is not live: its artifact failed its integrity check"; ev["error"] != want {
+		t.Errorf("run_completed: %v, want the error %q", ev, want)
+	}
+	if q := filepath.Join(queuesRoot(db), "acme", "order-fulfilment"); exists(q) {
+		t.Errorf("the refused publication created %s", q)
+	}
+	if evs := h.events("queue_enqueued"); len(evs) != 0 {
+		t.Errorf("queue_enqueued: %v, want none", evs)
+	}
+}
+
 // TestDLQAll: after a downstream outage, --all replays (or discards) every
 // pending dead letter of one queue, oldest first, one line each as for
 // one id; a running worker delivers the replays. --all beside --id is bad
