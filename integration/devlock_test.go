@@ -73,3 +73,50 @@ func TestSecondDevServeOnOneStateDirIsRefused(t *testing.T) {
 		t.Errorf("the first's repo lost its files: %v", err)
 	}
 }
+
+// TestDevServeWhoseStateIsItsFolderIsRefused: nexus serve --dev whose
+// --db puts the state directory at the top of the folder it serves is
+// refused at start, in one line naming the folder, and makes nothing
+// there. The repo's folder was the folder served: it was not left out of
+// the copy, and every start committed the state (registry.db, the queues'
+// logs with their payloads, the clone) into dev-repo with the flows.
+func TestDevServeWhoseStateIsItsFolderIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, viaLink := range []bool{false, true} {
+		flows := t.TempDir()
+		if err := os.CopyFS(flows, os.DirFS(filepath.Join(repoRoot, "flows-example"))); err != nil {
+			t.Fatal(err)
+		}
+		state := flows
+		if viaLink { // a link to the folder names the same folder
+			state = filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(flows, state); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db := filepath.Join(state, "registry.db")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, nexusBinary(), "serve", "--dev", "--listen", "127.0.0.1:0",
+			"--db", db, "--dev-flows", flows, "--log-format", "json")
+		cmd.Dir = t.TempDir()
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		err := cmd.Run()
+		cancel()
+		code := -1
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			code = ee.ExitCode()
+		}
+		want := "nexus serve: development mode: --db " + db + " puts the state directory at the top of the folder --dev-flows serves, " + flows +
+			": its files (registry.db, the queues) would be committed with the flows; give --db a file in a folder of its own, such as " +
+			filepath.Join(flows, ".nexus-dev", "registry.db")
+		if lines := strings.Split(strings.TrimSpace(errOut.String()), "\n"); code != 1 || lines[len(lines)-1] != want {
+			t.Errorf("serve --dev --db %s: exit %d (%v), stderr:\n%s\nwant exit 1 and the last line %q", db, code, err, errOut.String(), want)
+		}
+		for _, name := range []string{"dev-repo", "dev-repo.lock", "registry.db", "queues"} {
+			if _, err := os.Lstat(filepath.Join(flows, name)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("serve --dev --db %s made %s in the folder it serves (%v)", db, name, err)
+			}
+		}
+	}
+}

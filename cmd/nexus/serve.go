@@ -689,6 +689,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 		if devSrc, err = checkDevFlows(cfg.DevFlows); err != nil {
 			return err
 		}
+		if err := checkDevState(devSrc, cfg.DB); err != nil {
+			return fmt.Errorf("development mode: %w", err)
+		}
 	}
 	if err := prepareStateDir(stateDir, cfg.Repo != "" || cfg.Dev); err != nil {
 		return err
@@ -984,6 +987,25 @@ func checkDevFlows(dir string) (string, error) {
 		return "", fmt.Errorf("--dev-flows %q is not a config repo folder (flows/ and access.yaml): access.yaml: %w", dir, pathError(err))
 	}
 	return src, nil
+}
+
+// checkDevState refuses the registry file db (--db) whose folder, the
+// state directory, is the development flows folder src itself (checkDevFlows's
+// answer), whatever links name them. CommitFolder leaves out of its copy
+// the folder of src that holds its repo; there that folder would be src,
+// and every start committed the state (registry.db, the queues' logs and
+// their payloads, the clone) into dev-repo with the flows. A state
+// directory further down in src (./.nexus-dev, the default) is left out.
+func checkDevState(src, db string) error {
+	state, err := os.Stat(filepath.Dir(db))
+	if err != nil {
+		return nil // not made yet: not src, which is
+	}
+	if served, err := os.Stat(src); err != nil || !os.SameFile(state, served) {
+		return nil
+	}
+	return fmt.Errorf("--db %s puts the state directory at the top of the folder --dev-flows serves, %s: its files (registry.db, the queues) would be committed with the flows; give --db a file in a folder of its own, such as %s",
+		db, src, filepath.Join(src, ".nexus-dev", "registry.db"))
 }
 
 // prepareDev commits the development flows folder src (checkDevFlows's
