@@ -148,8 +148,12 @@ func notCopied(src, p string, typ fs.FileMode) string {
 		return fmt.Sprintf("a symbolic link to %s, which cannot be followed: %v", target, pathError(err))
 	}
 	rel, err := filepath.Rel(src, to)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	switch {
+	case err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
 		return fmt.Sprintf("a symbolic link to %s, outside the folder", to)
+	case rel == ".":
+		// named as a path it would be "the folder ."
+		return "a symbolic link to the top of the folder"
 	}
 	what := "the file"
 	if info, err := os.Stat(to); err == nil && info.IsDir() {

@@ -202,6 +202,7 @@ func TestCommitFolderReportsLinks(t *testing.T) {
 		"flows/acme/outside.md":  filepath.Join(outside, "y.md"),
 		"flows/acme/dangling.md": "gone.md",
 		"flows/shared":           "acme",
+		"flows/all":              "..",
 	}
 	for p, target := range links {
 		if err := os.Symlink(target, filepath.Join(src, filepath.FromSlash(p))); err != nil {
@@ -222,6 +223,7 @@ func TestCommitFolderReportsLinks(t *testing.T) {
 		{Path: "flows/acme/dangling.md", Reason: "a symbolic link to gone.md, which does not exist"},
 		{Path: "flows/acme/inside.md", Reason: "a symbolic link to the file flows/acme/x.md"},
 		{Path: "flows/acme/outside.md", Reason: "a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder"},
+		{Path: "flows/all", Reason: "a symbolic link to the top of the folder"},
 		{Path: "flows/shared", Reason: "a symbolic link to the folder flows/acme"},
 	}
 	if diff := cmp.Diff(want, skipped); diff != "" {
