@@ -30,8 +30,8 @@ type SkippedEntry struct {
 // the same folder pushed to a repo is refused for). The development mode
 // uses it to serve a folder through the same git sync as production. When
 // repoDir lies inside srcDir (nexus serve --dev --dev-flows . keeps its
-// state in ./.nexus-dev), the folder of srcDir holding it is left out: the
-// repository never copies itself, nor the state around it.
+// state in ./.nexus-dev), the folder holding it is left out, and only it:
+// the repository never copies itself, nor the state around it.
 func CommitFolder(repoDir, srcDir string) (head string, skipped []SkippedEntry, err error) {
 	// the folder given may be a symbolic link (to a checkout): the walk
 	// starts at the folder it leads to, which it would not follow
@@ -89,8 +89,8 @@ func CommitFolder(repoDir, srcDir string) (head string, skipped []SkippedEntry, 
 			if d.Name() == ".git" {
 				return filepath.SkipDir
 			}
-			if inside, err := filepath.Rel(p, absRepo); p != absSrc && err == nil && inside != ".." && !strings.HasPrefix(inside, ".."+string(filepath.Separator)) {
-				return filepath.SkipDir // holds the repository being written
+			if p != absSrc && (p == absRepo || p == filepath.Dir(absRepo)) {
+				return filepath.SkipDir // the repository being written, or the state around it
 			}
 			return os.MkdirAll(filepath.Join(repoDir, rel), 0o700)
 		}

@@ -230,3 +230,35 @@ func TestCommitFolderReportsLinks(t *testing.T) {
 		t.Errorf("skipped entries (-want +got):\n%s", diff)
 	}
 }
+
+// TestCommitFolderLeavesOutANestedStateDirAlone: a state directory deeper
+// in the folder (--db ./flows/.state/registry.db with --dev-flows .) is
+// left out of the copy, and only it: the flows beside it are committed.
+// CommitFolder left out the folder's whole top-level entry holding the
+// repository (all of flows/), without a word.
+func TestCommitFolderLeavesOutANestedStateDirAlone(t *testing.T) {
+	src := t.TempDir()
+	for p, data := range map[string][]byte{
+		"access.yaml":                   accessFile(acmeKey),
+		"flows/acme/x.md":               flowtest.Marked("acme", "x", "one"),
+		"flows/.state/registry.db":      []byte("SQLite format 3 (the dev registry)"),
+		"flows/.state/queues/q/segment": []byte("queued messages"),
+	} {
+		full := filepath.Join(src, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repoDir := filepath.Join(src, "flows", ".state", "dev-repo")
+	commit, _, err := gitsync.CommitFolder(repoDir, src)
+	if err != nil {
+		t.Fatalf("CommitFolder(%s inside %s): %v", repoDir, src, err)
+	}
+	got := strings.Fields(runGit(t, repoDir, "ls-tree", "-r", "--name-only", commit))
+	if diff := cmp.Diff([]string{"access.yaml", "flows/acme/x.md"}, got); diff != "" {
+		t.Errorf("files committed (-want +got):\n%s", diff)
+	}
+}
