@@ -16,7 +16,9 @@ import (
 //	X-Nexus-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>[,v1=…]
 //
 // Up to MaxSignatures values; any one valid for any secret passes. The
-// timestamp must be within SignatureWindow of the server's clock.
+// timestamp must be within SignatureWindow of the server's clock, counted
+// in whole seconds as the timestamp is: the server's second (its clock
+// truncated) at most 300 from the timestamp, either way.
 const (
 	MaxSignatures   = 8
 	SignatureWindow = 300 * time.Second
@@ -53,6 +55,9 @@ func verifySignature(secrets, timestamps, signatures []string, body []byte, now 
 	if err != nil {
 		return "malformed X-Nexus-Timestamp: unix seconds expected"
 	}
+	// whole seconds on both sides: a timestamp 300 s old passes for the
+	// whole of the server's second at the edge, not only at its start
+	now = time.Unix(now.Unix(), 0)
 	if !withinWindow(now, time.Unix(sec, 0)) {
 		if withinWindow(now, time.UnixMilli(sec)) {
 			// JavaScript's Date.now(), the usual mistake: say so rather

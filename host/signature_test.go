@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/nexushq/nexus/host"
 )
@@ -597,6 +598,43 @@ func TestGitWebhookTwoSignatures(t *testing.T) {
 			wantRefusal(t, fx.serve(r), http.StatusUnauthorized, "more than one X-Hub-Signature-256 header: send one")
 			if n := fx.syncer.n.Load(); n != 0 {
 				t.Errorf("Trigger called %d times by a refused hook", n)
+			}
+		})
+	}
+}
+
+// TestSignatureWindowEdges: the window is counted in whole seconds, as
+// X-Nexus-Timestamp is, so a timestamp 300 s away either way passes during
+// the whole of the server's second at the edge, and one 301 s away is
+// refused from that second's start. The server's clock read 0.1 s into the
+// edge second refused a timestamp exactly 300 s old.
+func TestSignatureWindowEdges(t *testing.T) {
+	ts := strconv.FormatInt(t0.Unix(), 10)
+	sig := "v1=" + sign(secretNew, ts, `{}`)
+	tests := []struct {
+		name string
+		now  time.Duration // the server's clock, from the timestamp's second
+		want int
+	}{
+		{"300 s old, .0", 300 * time.Second, http.StatusOK},
+		{"300 s old, .1", 300*time.Second + 100*time.Millisecond, http.StatusOK},
+		{"300 s old, .999", 300*time.Second + 999*time.Millisecond, http.StatusOK},
+		{"301 s old, .0", 301 * time.Second, http.StatusUnauthorized},
+		{"300 s ahead, .0", -300 * time.Second, http.StatusOK},
+		{"300 s ahead, .1", -300*time.Second + 100*time.Millisecond, http.StatusOK},
+		{"300 s ahead, .999", -300*time.Second + 999*time.Millisecond, http.StatusOK},
+		{"301 s ahead, .999", -301*time.Second + 999*time.Millisecond, http.StatusUnauthorized},
+		{"301 s ahead, .0", -301 * time.Second, http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newFixture(t, func(c *host.Config) {
+				c.Secrets = []string{secretNew}
+				c.Now = func() time.Time { return t0.Add(tt.now) }
+			})
+			w := fx.serve(signedRun(`{}`, ts, sig))
+			if w.Code != tt.want {
+				t.Errorf("clock at %v from the timestamp: %d %s, want %d", tt.now, w.Code, w.Body, tt.want)
 			}
 		})
 	}
