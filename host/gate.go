@@ -105,11 +105,31 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, tenant, flowName s
 		return a, false
 	}
 	if wait, ok := s.allow(a.key); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		w.Header().Set("Retry-After", retryAfter(wait))
 		refuseUnread(w, r, http.StatusTooManyRequests, "rate limit exceeded")
 		return a, false
 	}
 	return a, true
+}
+
+// MaxRetryAfter is the longest wait a 429's Retry-After advertises. A key's
+// bucket may refill slower than that (a rate of 1e-320 is a valid
+// access.yaml rate): the client is told to come back within the hour,
+// and is refused again then if its token has not come.
+const MaxRetryAfter = 3600 * time.Second
+
+// retryAfter is the Retry-After value for a wait: whole seconds rounded
+// up, at least 1, at most MaxRetryAfter. A wait that is negative or
+// overflowed is written as the ceiling, never as a wrapped number.
+func retryAfter(wait time.Duration) string {
+	secs := math.Ceil(wait.Seconds())
+	switch {
+	case !(secs <= MaxRetryAfter.Seconds()) || wait < 0:
+		secs = MaxRetryAfter.Seconds()
+	case secs < 1:
+		secs = 1
+	}
+	return strconv.Itoa(int(secs))
 }
 
 // bearer returns the key of an Authorization: Bearer header. A request with

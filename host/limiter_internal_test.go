@@ -281,3 +281,45 @@ func TestLimiterNewBucketCostsNoPassOverTheKeys(t *testing.T) {
 		t.Errorf("a key's first bucket made %v allocations with %d keys live, want a few whatever their number", allocs, keys)
 	}
 }
+
+// TestLimiterRetryAfterCeiling: a 429's Retry-After is the wait for the
+// next token, rounded up, at least 1 and at most MaxRetryAfter, whatever
+// the key's rate: a rate of 1e-320 (which access.yaml takes) advertised a
+// wait of centuries. The bucket itself still refuses until its token comes.
+func TestLimiterRetryAfterCeiling(t *testing.T) {
+	tests := []struct {
+		rate string
+		want string
+	}{
+		{"1e-320", "3600"},
+		{"1e-9", "3600"},
+		{"0.001", "1000"},
+		{"1", "1"},
+		{"100", "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rate, func(t *testing.T) {
+			fx := newLimiterFixture(t)
+			fx.publish(fmt.Sprintf("keys:\n  - id: acme-slow\n    tenant: acme\n    sha256: %x\n    flows: [\"*\"]\n    rate: %s\n    burst: 1\n", access.HashKey("the-slow-key"), tt.rate))
+			send := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/flows/acme/echo/run", strings.NewReader(`{}`))
+				r.Header.Set("Authorization", "Bearer the-slow-key")
+				w := httptest.NewRecorder()
+				fx.s.Handler().ServeHTTP(w, r)
+				return w
+			}
+			if w := send(); w.Code != http.StatusOK {
+				t.Fatalf("first request: %d %s", w.Code, w.Body)
+			}
+			for i := 0; i < 2; i++ {
+				w := send()
+				if w.Code != http.StatusTooManyRequests {
+					t.Fatalf("request %d after the burst: %d %s, want 429", i+2, w.Code, w.Body)
+				}
+				if got := w.Header().Values("Retry-After"); !slices.Equal(got, []string{tt.want}) {
+					t.Errorf("rate %s: Retry-After = %q, want %q", tt.rate, got, tt.want)
+				}
+			}
+		})
+	}
+}
