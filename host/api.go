@@ -197,9 +197,15 @@ func query(r *http.Request) (url.Values, error) {
 // (route, its path as docs/management.md gives it) that takes the
 // parameters known, answering 400 itself for one it does not take (a
 // misspelt filter would widen the answer without a word) or one given
-// twice (the second would be dropped), naming them.
+// twice (the second would be dropped), naming them. A GET (or HEAD) may
+// add one cacheBuster parameter, which is ignored: it is not in the
+// values returned.
 func apiQuery(w http.ResponseWriter, r *http.Request, route string, known ...string) (url.Values, bool) {
 	q, err := query(r)
+	if err == nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		err = queryNames(url.Values{cacheBuster: q[cacheBuster]}, "", []string{cacheBuster})
+		delete(q, cacheBuster)
+	}
 	if err == nil {
 		err = queryNames(q, r.Method+" "+route, known)
 	}
@@ -250,6 +256,11 @@ func queryNames(q url.Values, what string, known []string) error {
 	}
 	return nil
 }
+
+// cacheBuster is the parameter a GET of the API may add once and is
+// ignored: jQuery's ?_=<time> against caches, which dashboards and
+// proxies add. Any other parameter an endpoint does not take is refused.
+const cacheBuster = "_"
 
 // maxNamed is how many unknown query parameters a refusal names.
 const maxNamed = 5

@@ -112,3 +112,60 @@ func TestAPIUnknownQueryParametersAreRefused(t *testing.T) {
 		t.Errorf("acme/echo: %v, want its 2 dead letters still pending", q)
 	}
 }
+
+// TestAPICacheBustingParameter: a GET (or HEAD) of the API takes one `_`
+// parameter and ignores it (jQuery's cache-busting ?_=1700000000, which
+// dashboards and proxies add); it was refused as an unknown parameter.
+// Everything else is still refused: `_` twice, `_` beside an unknown
+// parameter (named alone), and `_` on a POST.
+func TestAPICacheBustingParameter(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	entries, _ := testJournal()
+	writeJournal(t, fx.reg, entries...)
+	seedTwoQueues(t, fx)
+	seedDeadLetters(t, fx.root, "acme", "hello", `{"n":1}`)
+	for _, path := range []string{
+		"/api/flows",
+		"/api/queues",
+		"/api/queues?tenant=acme",
+		"/api/queues/acme/hello/dlq",
+		"/api/queues/acme/hello/dlq?limit=1",
+		"/api/queues/acme/hello/dlq/1/payload",
+		"/api/journal",
+		"/api/journal?tenant=acme&limit=2",
+	} {
+		busted := path + "?_=1700000000"
+		if strings.Contains(path, "?") {
+			busted = path + "&_=1700000000"
+		}
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			t.Run(method+" "+busted, func(t *testing.T) {
+				want := fx.admin(method, path)
+				if want.Code != http.StatusOK {
+					t.Fatalf("%s %s: %d %s", method, path, want.Code, want.Body)
+				}
+				got := fx.admin(method, busted)
+				if got.Code != http.StatusOK {
+					t.Fatalf("%d %s, want 200", got.Code, got.Body)
+				}
+				if diff := cmp.Diff(want.Body.String(), got.Body.String()); diff != "" {
+					t.Errorf("the answer with _ differs (-without +with):\n%s", diff)
+				}
+			})
+		}
+	}
+	for _, tc := range []struct{ method, path, want string }{
+		{"GET", "/api/queues?_=1&_=2", `_ is given twice ("1", then "2"): give it once`},
+		{"GET", "/api/queues?_=1&tennant=acme", `unknown query parameter "tennant": GET /api/queues takes tenant and flow`},
+		{"GET", "/api/flows?_=1&x", `unknown query parameter "x": GET /api/flows takes none`},
+		{"POST", "/api/queues/acme/hello/dlq/1/discard?_=1", `unknown query parameter "_": POST /api/queues/{tenant}/{flow}/dlq/{id}/{action} takes none`},
+		{"POST", "/api/queues/acme/hello/dlq/all/replay?_=1", `unknown query parameter "_": POST /api/queues/{tenant}/{flow}/dlq/{id}/{action} takes none`},
+	} {
+		t.Run("400 for "+tc.method+" "+tc.path, func(t *testing.T) {
+			wantRefusal(t, fx.admin(tc.method, tc.path), http.StatusBadRequest, tc.want)
+		})
+	}
+	if q := listedQueues(t, fx)["acme/hello"]; q["dead_letters"] != 1.0 {
+		t.Errorf("acme/hello: %v, want its dead letter still pending", q)
+	}
+}
