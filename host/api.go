@@ -147,11 +147,8 @@ func (s *Server) apiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.
 	out := struct {
 		Queues []queueEntry `json:"queues"`
 	}{[]queueEntry{}}
-	for _, e := range s.queueEntries() {
-		if (tenant == "" || e.Tenant == tenant) && (flowName == "" || e.Flow == flowName) {
-			out.Queues = append(out.Queues, e)
-		}
-	}
+	// the queues kept alone are read: the others' files are not counted
+	out.Queues = append(out.Queues, s.queueEntries(tenant, flowName)...)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -74,9 +74,15 @@ func TestQueuesSayWhatCannotBeRead(t *testing.T) {
 // listedQueues is GET /api/queues's queues by tenant/flow.
 func listedQueues(t *testing.T, fx *adminFixture) map[string]map[string]any {
 	t.Helper()
-	w := fx.admin(http.MethodGet, "/api/queues")
+	return listedQueuesQuery(t, fx, "")
+}
+
+// listedQueuesQuery is listedQueues for GET /api/queues?query.
+func listedQueuesQuery(t *testing.T, fx *adminFixture, query string) map[string]map[string]any {
+	t.Helper()
+	w := fx.admin(http.MethodGet, "/api/queues?"+query)
 	if w.Code != http.StatusOK {
-		t.Fatalf("GET /api/queues: %d %s, want 200", w.Code, w.Body)
+		t.Fatalf("GET /api/queues?%s: %d %s, want 200", query, w.Code, w.Body)
 	}
 	var doc struct {
 		Queues []map[string]any `json:"queues"`

@@ -265,14 +265,40 @@ func (s *Server) uiFlows(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	s.render(w, r, http.StatusOK, "flows", uiPage{Title: "Flows", Nav: "flows", CSRF: csrf, Data: v})
 }
 
+// queuesPage is the Queues page's data.
+type queuesPage struct {
+	Tenant, Flow string // the filters, as typed ("" for none)
+	Filtered     bool   // a filter was given
+	Refused      bool   // the filters were refused: nothing was read
+	Queues       []queueEntry
+}
+
+// uiQueues is the Queues page: every queue, or those of ?tenant= and
+// ?flow= as GET /api/queues takes them (an empty field is no filter, as on
+// the Journal page, since the page's form sends its empty fields).
 func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.Params, csrf string) {
 	p := uiPage{Title: "Queues", Nav: "queues", CSRF: csrf}
+	q, err := query(r)
+	data := queuesPage{Tenant: q.Get("tenant"), Flow: q.Get("flow")}
+	data.Filtered = data.Tenant != "" || data.Flow != ""
+	p.Data = &data
+	if err == nil {
+		err = filterError(nil, data.Tenant, data.Flow)
+	}
+	if err != nil {
+		// nothing was read: the page says so, and its form keeps what
+		// was typed
+		data.Refused = true
+		p.Error = querySentence(err)
+		s.render(w, r, http.StatusBadRequest, "queues", p)
+		return
+	}
 	if s.cfg.Queues == nil {
 		p.Error = "This host runs no queues."
 		s.render(w, r, http.StatusOK, "queues", p)
 		return
 	}
-	p.Data = s.queueEntries()
+	data.Queues = s.queueEntries(data.Tenant, data.Flow)
 	s.render(w, r, http.StatusOK, "queues", p)
 }
 

@@ -173,8 +173,8 @@ type queueEntry struct {
 }
 
 // queueEntries describes the queues on disk or open here, sorted.
-func (s *Server) queueEntries() []queueEntry {
-	infos := s.cfg.Queues.Queues()
+func (s *Server) queueEntries(tenant, flowName string) []queueEntry {
+	infos := s.cfg.Queues.QueuesOf(tenant, flowName)
 	out := make([]queueEntry, 0, len(infos))
 	for _, info := range infos {
 		out = append(out, s.queueEntry(info))

@@ -764,18 +764,30 @@ type QueueInfo struct {
 // files, the others on disk (so that their dead letters and retries are
 // seen after a restart too), sorted.
 func (m *Manager) Queues() []QueueInfo {
+	return m.QueuesOf("", "")
+}
+
+// QueuesOf is Queues for the queues of tenant and of flows named flow (""
+// for any): the others are left out before their files are read, so a
+// filtered listing costs the queues it lists, not every queue's counts.
+func (m *Manager) QueuesOf(tenant, flow string) []QueueInfo {
+	keep := func(k [2]string) bool {
+		return (tenant == "" || k[0] == tenant) && (flow == "" || k[1] == flow)
+	}
 	m.mu.Lock()
 	list := make([]*managed, 0, len(m.queues))
 	open := make(map[[2]string]bool, len(m.queues))
 	for k, e := range m.queues {
-		list = append(list, e)
+		if keep(k) {
+			list = append(list, e)
+		}
 		open[k] = true
 	}
 	m.mu.Unlock()
 	out := make([]QueueInfo, 0, len(list))
 	if names, err := QueueNames(m.cfg.Root, m.cfg.FS); err == nil {
 		for _, n := range names {
-			if !open[n] {
+			if !open[n] && keep(n) {
 				out = append(out, m.onDisk(n[0], n[1]))
 			}
 		}
