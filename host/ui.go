@@ -59,14 +59,17 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 		err = fmt.Errorf("the page template %q failed: %w", name, err)
 		if name == "error" {
 			s.logInternalError(w, r, err)
-			b.Reset()
-			b.WriteString(failedPage(w.Header().Get("X-Correlation-Id")))
-			status = http.StatusInternalServerError
+			writePage(w, http.StatusInternalServerError, []byte(failedPage(w.Header().Get("X-Correlation-Id"))))
 		} else {
 			s.pageError(w, r, err)
-			return
 		}
+		return
 	}
+	writePage(w, status, b.Bytes())
+}
+
+// writePage answers status with the page, under the UI's headers.
+func writePage(w http.ResponseWriter, status int, page []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -78,16 +81,23 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	w.WriteHeader(status)
-	w.Write(b.Bytes())
+	w.Write(page)
 }
 
 // pageError logs err and answers 500 with the UI's error page, which
 // names the request's correlation ID (the log's key to the details), not
-// the error.
+// the error. When the error page itself fails, the plain failedPage
+// answers, and the one internal_error line names both failures.
 func (s *Server) pageError(w http.ResponseWriter, r *http.Request, err error) {
+	cid := w.Header().Get("X-Correlation-Id")
+	var b bytes.Buffer
+	if perr := s.pages.ExecuteTemplate(&b, "error", uiPage{Title: "Internal error", Error: internalErrorText + cid + "."}); perr != nil {
+		err = fmt.Errorf("%w; then the page template \"error\" failed: %w", err, perr)
+		b.Reset()
+		b.WriteString(failedPage(cid))
+	}
 	s.logInternalError(w, r, err)
-	s.render(w, r, http.StatusInternalServerError, "error", uiPage{Title: "Internal error",
-		Error: internalErrorText + w.Header().Get("X-Correlation-Id") + "."})
+	writePage(w, http.StatusInternalServerError, b.Bytes())
 }
 
 // logInternalError logs a management request's failure as internal_error,

@@ -14,7 +14,9 @@ import (
 // request's correlation ID), never the half of the page written before
 // the failure, and logs internal_error. It answered the API's JSON
 // ({"ok":false,"error":"internal error"}), which a browser shows as text.
-// The error page failing too answers a plain HTML page, 500 all the same.
+// The error page failing too answers a plain HTML page, 500 all the same,
+// and the request logs one internal_error line naming both failures (it
+// logged two, one for each).
 func TestUITemplateFailureAnswersAnErrorPage(t *testing.T) {
 	for _, tc := range []struct {
 		broken []string // the templates made to fail
@@ -49,8 +51,13 @@ func TestUITemplateFailureAnswersAnErrorPage(t *testing.T) {
 				t.Errorf("the answer has the UI's layout: %v, want %v:\n%s", got, tc.layout, body)
 			}
 			lines := fx.logs.Events(t, "internal_error")
-			if len(lines) == 0 || lines[len(lines)-1]["correlation_id"] != cid || !strings.Contains(lines[len(lines)-1]["error"].(string), "the template is broken") {
-				t.Errorf("internal_error lines %v, want the last with correlation_id %s and the template's error", lines, cid)
+			if len(lines) != 1 || lines[0]["correlation_id"] != cid || !strings.Contains(lines[0]["error"].(string), "the template is broken") {
+				t.Fatalf("internal_error lines %v, want one with correlation_id %s and the template's error", lines, cid)
+			}
+			for _, name := range tc.broken {
+				if msg := lines[0]["error"].(string); !strings.Contains(msg, `the page template "`+name+`" failed`) {
+					t.Errorf("the internal_error line %q does not name the failure of the template %s", msg, name)
+				}
 			}
 		})
 	}
