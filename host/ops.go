@@ -157,11 +157,13 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		if len(sigs) > 1 {
 			// which one counts is a proxy's choice, as for the doors'
 			// X-Nexus-Signature: none does
+			w.Header().Set("WWW-Authenticate", HubSignatureChallenge)
 			refuseUnread(w, r, http.StatusUnauthorized, "more than one X-Hub-Signature-256 header: send one")
 			return
 		}
 		sig, ok := parseHubSignature(r.Header.Get("X-Hub-Signature-256"))
 		if !ok {
+			w.Header().Set("WWW-Authenticate", HubSignatureChallenge)
 			refuseUnread(w, r, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
 			return
 		}
@@ -190,6 +192,7 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 			return
 		}
 		if !slices.ContainsFunc(macs, func(mac hash.Hash) bool { return hmac.Equal(sig, mac.Sum(nil)) }) {
+			w.Header().Set("WWW-Authenticate", HubSignatureChallenge)
 			writeError(w, http.StatusUnauthorized, "missing or invalid X-Hub-Signature-256")
 			return
 		}

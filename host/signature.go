@@ -24,6 +24,18 @@ const (
 	SignatureWindow = 300 * time.Second
 )
 
+// The WWW-Authenticate challenges of a signature's 401 (RFC 9110 requires
+// one on every 401): the scheme the door expects, named after its header,
+// as Bearer names the key's.
+const (
+	// SignatureChallenge answers a door's request whose X-Nexus-Signature
+	// is refused.
+	SignatureChallenge = "Nexus-Signature"
+	// HubSignatureChallenge answers a POST /hooks/git whose
+	// X-Hub-Signature-256 is refused.
+	HubSignatureChallenge = "Hub-Signature-256"
+)
+
 // checkSignature verifies the body's signature after it is read and before
 // it is parsed; it answers 401 itself and returns false.
 func (s *Server) checkSignature(w http.ResponseWriter, r *http.Request, body []byte) bool {
@@ -31,6 +43,7 @@ func (s *Server) checkSignature(w http.ResponseWriter, r *http.Request, body []b
 		return true
 	}
 	if msg := verifySignature(s.cfg.Secrets, r.Header.Values("X-Nexus-Timestamp"), r.Header.Values("X-Nexus-Signature"), body, s.cfg.Now()); msg != "" {
+		w.Header().Set("WWW-Authenticate", SignatureChallenge)
 		writeError(w, http.StatusUnauthorized, msg)
 		return false
 	}

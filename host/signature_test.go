@@ -639,3 +639,45 @@ func TestSignatureWindowEdges(t *testing.T) {
 		})
 	}
 }
+
+// TestSignatureRefusalsChallenge: every 401 names the scheme the door
+// expects in WWW-Authenticate (RFC 9110 requires one on a 401): Bearer for
+// a missing or unknown key, Nexus-Signature for a door's signature,
+// Hub-Signature-256 for the git webhook's. The signature's 401s sent none.
+func TestSignatureRefusalsChallenge(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.Secrets = []string{secretNew} })
+	ts := strconv.FormatInt(t0.Unix(), 10)
+	old := strconv.FormatInt(t0.Unix()-301, 10)
+	hook := func(sig ...string) *http.Request {
+		return newRequest(http.MethodPost, "/hooks/git", `{}`, append([]string{"Content-Type", "application/json"}, sig...)...)
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		want string
+	}{
+		{"no key", runRequest("acme", "echo", "", `{}`), "Bearer"},
+		{"unsigned", signedRun(`{}`, "", ""), "Nexus-Signature"},
+		{"wrong signature", signedRun(`{}`, ts, "v1="+sign(secretOld, ts, `{}`)), "Nexus-Signature"},
+		{"stale timestamp", signedRun(`{}`, old, "v1="+sign(secretNew, old, `{}`)), "Nexus-Signature"},
+		{"malformed signature", signedRun(`{}`, ts, "v2=ab"), "Nexus-Signature"},
+		{"webhook unsigned", hook(), "Hub-Signature-256"},
+		{"webhook two signatures", hook("X-Hub-Signature-256", "sha256=00", "X-Hub-Signature-256", "sha256=00"), "Hub-Signature-256"},
+		{"webhook wrong signature", hook("X-Hub-Signature-256", "sha256="+strings.Repeat("00", 32)), "Hub-Signature-256"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := fx.serve(tc.r)
+			if w.Code != http.StatusUnauthorized {
+				t.Fatalf("%d %s, want 401", w.Code, w.Body)
+			}
+			if got := w.Header().Values("WWW-Authenticate"); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("WWW-Authenticate = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// a signed request is answered without a challenge
+	w := fx.serve(signedRun(`{}`, ts, "v1="+sign(secretNew, ts, `{}`)))
+	if w.Code != http.StatusOK || w.Header().Get("WWW-Authenticate") != "" {
+		t.Errorf("signed: %d, WWW-Authenticate %q, want 200 and none", w.Code, w.Header().Get("WWW-Authenticate"))
+	}
+}
