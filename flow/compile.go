@@ -110,6 +110,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		return nil
 	}
 	m := doc.Content[0]
+	markNonSpecificTags(m, strings.Split(raw.frontMatter, "\n"))
 	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
 	// keyLine is the line of the key of each value of the mapping: an
 	// error about a value is reported on its key's line, also when the
@@ -1360,6 +1361,86 @@ func tagError(n *yaml.Node) error {
 		return nil
 	}
 	return nodeErrorf(n, "the YAML tag %s is not JSON: write the value without it (a string in quotes)", clipped(n.Tag))
+}
+
+// markNonSpecificTags gives every value of n written with YAML's
+// non-specific tag `!` (`! 5`, `!<!> x`) the tag "!" and TaggedStyle, so
+// that a key refuses it as it refuses any other tag (`!foo x`). The YAML
+// library drops `!` without a trace (`! 5` reads as the number 5, where
+// YAML's rules make it the string "5"), so it is read in lines, the YAML
+// text n was parsed from: a value written with a tag begins where its
+// properties do, and a value without TaggedStyle whose properties hold a
+// tag holds that one.
+func markNonSpecificTags(n *yaml.Node, lines []string) {
+	(&yamlText{lines: lines, runes: map[int][]rune{}}).mark(n)
+}
+
+// yamlText is the YAML text of a front matter, by line, each line read
+// into characters once (a node's column counts characters): a flow
+// mapping on one line holds many values.
+type yamlText struct {
+	lines []string
+	runes map[int][]rune
+}
+
+// line is the line numbered l (from 1) as characters.
+func (t *yamlText) line(l int) []rune {
+	r, ok := t.runes[l]
+	if !ok {
+		r = []rune(t.lines[l-1])
+		t.runes[l] = r
+	}
+	return r
+}
+
+func (t *yamlText) mark(n *yaml.Node) {
+	if n.Kind == yaml.AliasNode {
+		return // the value it names is marked where it is written
+	}
+	if n.Style&yaml.TaggedStyle == 0 && t.startsWithTag(n) &&
+		!(len(n.Content) > 0 && n.Content[0].Line == n.Line && n.Content[0].Column == n.Column) {
+		// (a block mapping begins where its first key does: `! a: 1`
+		// tags the key)
+		n.Tag = "!"
+		n.Style |= yaml.TaggedStyle
+	}
+	for _, c := range n.Content {
+		t.mark(c)
+	}
+}
+
+// startsWithTag reports whether the text at n's line and column (counted
+// in characters from 1) holds a tag, after an anchor if any (`&a ! x`);
+// properties may be followed by blanks, a comment and line breaks.
+func (t *yamlText) startsWithTag(n *yaml.Node) bool {
+	if n.Line < 1 || n.Line > len(t.lines) || n.Column < 1 {
+		return false
+	}
+	text := t.line(n.Line)
+	if n.Column-1 >= len(text) {
+		return false
+	}
+	text = text[n.Column-1:]
+	if text[0] != '&' {
+		return text[0] == '!'
+	}
+	i := 1
+	for i < len(text) && !strings.ContainsRune(" \t,[]{}", text[i]) {
+		i++ // the anchor's name
+	}
+	for l := n.Line; ; {
+		for i < len(text) && (text[i] == ' ' || text[i] == '\t') {
+			i++
+		}
+		if i < len(text) && text[i] != '#' {
+			return text[i] == '!'
+		}
+		if l >= len(t.lines) {
+			return false
+		}
+		l++
+		text, i = t.line(l), 0
+	}
 }
 
 // yamlDocument converts a YAML value into a document value, within budget
