@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"net/textproto"
 	"net/url"
 	"regexp"
@@ -1506,6 +1507,17 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			}
 			return nil, nodeErrorf(n, "the number %s is not a JSON number", clipped(n.Value))
 		}
+		if x, ok := past64Bits(n); ok {
+			// 0x1ffffffffffffffff: a number to whoever wrote it, a
+			// string to YAML; refused as 0x10 is
+			if x.BitLen() <= maxPast64Bits {
+				dec := x.String()
+				if _, err := ParseJSON([]byte(dec), 1); err == nil {
+					return nil, nodeErrorf(n, "the number %s is not written as JSON writes numbers: write %s", clipped(n.Value), clipped(dec))
+				}
+			}
+			return nil, nodeErrorf(n, "number %s is out of range", clipped(n.Value))
+		}
 		switch n.Tag {
 		case "!!null":
 			return nil, nil
@@ -1553,6 +1565,30 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("unsupported YAML value")
+}
+
+// maxPast64Bits bounds the numbers past64Bits reads that are written in
+// decimal to be checked against a body's range: past it (2^1030 is about
+// 1.2e310), a number is out of that range, which ends near 1.8e308.
+const maxPast64Bits = 1030
+
+// past64Bits reads n when it is a hex, octal or binary number written
+// plainly (0x1ffffffffffffffff, -0o…, +0b…, with underscores) past what 64
+// bits hold: YAML reads such a number as an integer within 64 bits and as
+// a string past them, which whoever wrote the file did not write.
+func past64Bits(n *yaml.Node) (*big.Int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
+		return nil, false
+	}
+	// as YAML reads it: underscores dropped, then a Go integer literal
+	plain := strings.ReplaceAll(n.Value, "_", "")
+	digits := strings.TrimLeft(plain, "+-")
+	if len(plain)-len(digits) > 1 || len(digits) < 3 || digits[0] != '0' || !strings.ContainsRune("xXoObB", rune(digits[1])) ||
+		n.Value[0] == '_' {
+		return nil, false
+	}
+	x, ok := new(big.Int).SetString(plain, 0)
+	return x, ok
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line \d+: `)

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -78,4 +79,43 @@ func TestScheduleInputPastFloat(t *testing.T) {
 		}
 	}
 	checkTickDocument(t, "{a: \"1e400\", b: 1e300}", `{"a":"1e400","b":1e+300}`)
+}
+
+// TestScheduleInputPast64Bits: a hex, octal or binary number of
+// schedule_input past 64 bits (0x1ffffffffffffffff, -0x8000000000000001,
+// with a sign or underscores), which YAML reads as a string, is refused as
+// the same form within 64 bits is, naming the number to write, or as out
+// of range past what a body's number holds; it compiled as the string
+// "0x1ffffffffffffffff". Quoted, it is a string.
+func TestScheduleInputPast64Bits(t *testing.T) {
+	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
+	past := "0x1" + strings.Repeat("f", 256) // 2^1025 − 1, past float64's range
+	for _, c := range []struct {
+		input string
+		line  int
+		want  string
+	}{
+		{"{a: 0x1ffffffffffffffff}", 6, "the number 0x1ffffffffffffffff is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: 0x10000000000000000}", 6, "the number 0x10000000000000000 is not written as JSON writes numbers: write 18446744073709551616"},
+		{"{a: [-0x1ffffffffffffffff]}", 6, "the number -0x1ffffffffffffffff is not written as JSON writes numbers: write -36893488147419103231"},
+		{"{a: -0x8000000000000001}", 6, "the number -0x8000000000000001 is not written as JSON writes numbers: write -9223372036854775809"},
+		{"{a: +0x1ffffffffffffffff}", 6, "the number +0x1ffffffffffffffff is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: 0X1FFFFFFFFFFFFFFFF}", 6, "the number 0X1FFFFFFFFFFFFFFFF is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: 0x1_ffff_ffff_ffff_ffff}", 6, "the number 0x1_ffff_ffff_ffff_ffff is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: 0o3777777777777777777777}", 6, "the number 0o3777777777777777777777 is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: -0o3777777777777777777777}", 6, "the number -0o3777777777777777777777 is not written as JSON writes numbers: write -36893488147419103231"},
+		{"{a: 0b1" + strings.Repeat("1", 64) + "}", 6, "the number 0b" + strings.Repeat("1", 62) + "… is not written as JSON writes numbers: write 36893488147419103231"},
+		{"{a: -0b1" + strings.Repeat("0", 64) + "}", 6, "the number -0b1" + strings.Repeat("0", 60) + "… is not written as JSON writes numbers: write -18446744073709551616"},
+		{"{a: 0x" + strings.Repeat("f", 40) + "}", 6, "the number 0x" + strings.Repeat("f", 40) + " is not written as JSON writes numbers: write 1461501637330902918203684832716283019655932542975"},
+		{"{a: 0x" + strings.Repeat("f", 80) + "}", 6, "the number 0x" + strings.Repeat("f", 62) + "… is not written as JSON writes numbers: write 2135987035920910082395021706169552114602704522356652769947041607…"},
+		{"{a: " + past + "}", 6, "number 0x1" + strings.Repeat("f", 61) + "… is out of range"},
+		{"\n  a: 1\n  b: -0x1ffffffffffffffff", 8, "the number -0x1ffffffffffffffff is not written as JSON writes numbers: write -36893488147419103231"},
+	} {
+		errs := compileErrs(t, scheduledFlow(c.input))
+		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
+			t.Errorf("%s: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
+		}
+	}
+	checkTickDocument(t, "{a: \"0x1ffffffffffffffff\", b: 0x1g, c: 0x, d: _0x1ffffffffffffffff}",
+		`{"a":"0x1ffffffffffffffff","b":"0x1g","c":"0x","d":"_0x1ffffffffffffffff"}`)
 }
