@@ -1459,7 +1459,7 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 	case yaml.MappingNode:
 		obj := objectBuilder{keys: make([]string, 0, len(n.Content)/2), vals: make([]any, 0, len(n.Content)/2)}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
+			k, written := n.Content[i], n.Content[i]
 			if k.Kind == yaml.AliasNode && k.Alias != nil {
 				k = k.Alias // *k reads as the value &k names
 			}
@@ -1472,10 +1472,11 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			}
 			if k.Tag == "!!merge" {
 				// <<: *defaults would be a member named "<<"
-				return nil, errors.New("YAML's merge key (<<) is not followed: write the keys it would merge")
+				return nil, nodeErrorf(written, "YAML's merge key (<<) is not followed: write the keys it would merge")
 			}
 			if obj.find(k.Value) >= 0 {
-				return nil, fmt.Errorf("duplicate key %s", quoted(k.Value))
+				// on the line of the second, where the alias is (*k)
+				return nil, nodeErrorf(written, "duplicate key %s", quoted(k.Value))
 			}
 			if err := budget.spend(len(k.Value) + 3); err != nil {
 				return nil, err

@@ -91,3 +91,30 @@ func checkTickDocument(t *testing.T, input, want string) {
 		t.Errorf("%s: the tick's document (-want +got):\n%s", input, diff)
 	}
 }
+
+// TestScheduleInputKeyLines: in a schedule_input written over lines, a
+// merge key (<<) and a key set twice are reported on the key's own line
+// (the second one's, for a key set twice), as the input's other errors
+// are; they were reported on the line of schedule_input:.
+func TestScheduleInputKeyLines(t *testing.T) {
+	const obj = "schedule_input must be a JSON object, e.g. {\"source\": \"cron\"}: "
+	const merge = "YAML's merge key (<<) is not followed: write the keys it would merge"
+	for _, c := range []struct {
+		input string
+		line  int
+		want  string
+	}{
+		{"\n  defaults: &d {job: nightly}\n  run:\n    <<: *d\n    region: eu", 9, merge},
+		{"\n  defaults: &d {job: nightly}\n  run: {region: eu,\n    <<: *d}", 9, merge},
+		{"\n  job: nightly\n  region: eu\n  job: daily", 9, "duplicate key \"job\""},
+		{"\n  a:\n    b: 1\n    c: 2\n    b: 3", 10, "duplicate key \"b\""},
+		{"{a: 1,\n  a: 2}", 7, "duplicate key \"a\""},
+		{"{a: 1, a: 2}", 6, "duplicate key \"a\""},
+		{"\n  a: &k b\n  b: 1\n  *k : c", 9, "duplicate key \"b\""},
+	} {
+		errs := compileErrs(t, scheduledFlow(c.input))
+		if len(errs) != 1 || errs[0].Line != c.line || errs[0].Msg != obj+c.want {
+			t.Errorf("%q: errors %v, want one on line %d: %q", c.input, errs, c.line, obj+c.want)
+		}
+	}
+}
