@@ -1160,13 +1160,13 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 
 // str reads a key whose value is a string (description, schedule,
 // dedup_key…): a scalar YAML reads as a string, or a date written plainly
-// (2026-01-01, the text as written). A number (5, 0x10, and 1e400, which
-// YAML reads as a string), a boolean, an empty value, a list, a mapping and
-// a value with a tag other than !!str are refused, as a number key refuses
-// a string.
+// (2026-01-01, the text as written). A number (5, 0x10, and 1e400 or
+// 0x1ffffffffffffffff, which YAML reads as a string), a boolean, an empty
+// value, a list, a mapping and a value with a tag other than !!str are
+// refused, as a number key refuses a string.
 func (c *compiler) str(line int, key string, v *yaml.Node) (string, bool) {
 	switch {
-	case lineerr.PastFloat(v):
+	case lineerr.PastFloat(v) || isPast64Bits(v):
 		c.errorf(line, "%s must be a string, not the number %s", key, clipped(v.Value))
 		return "", false
 	case v.Kind == yaml.ScalarNode && v.Tag != "!!str" && v.Style&yaml.TaggedStyle != 0:
@@ -1193,16 +1193,17 @@ const maxAttempts = min(math.MaxUint32, math.MaxInt)
 
 // integer reads a whole-number key of at least min and at most max.
 // A number written plainly past what an int64 or a float64 holds
-// (99999999999999999999, 1e400) is too large, or below min when negative:
-// YAML reads it as a float or a string, and the error said "must be a
-// whole number" of a whole number, or "not the string".
+// (99999999999999999999, 1e400, 0x1ffffffffffffffff) is too large, or
+// below min when negative: YAML reads it as a float or a string, and the
+// error said "must be a whole number" of a whole number, or "not the
+// string".
 func (c *compiler) integer(line int, key string, v *yaml.Node, min, max int64) (int64, bool) {
 	var n int64
 	if belowLeast(v, float64(min)) {
 		c.errorf(line, "%s must be at least %d, not %s", key, min, clipped(v.Value))
 		return 0, false
 	}
-	if lineerr.PastInt(v) || lineerr.PastFloat(v) {
+	if lineerr.PastInt(v) || lineerr.PastFloat(v) || isPast64Bits(v) {
 		switch msg := lineerr.LeadingZero(key, v); {
 		case msg != "":
 			// 0777… past an int64, which YAML reads as a float: a
@@ -1253,6 +1254,15 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
 		return 0, false
 	}
+	if n, ok := past64Bits(v); ok {
+		// 0x1ffffffffffffffff: YAML reads it as a string
+		if x, _ := new(big.Float).SetInt(n).Float64(); !math.IsInf(x, 0) {
+			c.errorf(line, "%s", notPlainNumber(key, x, v.Value))
+		} else {
+			c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
+		}
+		return 0, false
+	}
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
 		c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 		return 0, false
@@ -1299,7 +1309,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 // since the least is what to mend, before saying how it is written. A
 // string ("-5" quoted), an infinity or NaN is not.
 func belowLeast(v *yaml.Node, min float64) bool {
-	if lineerr.PastInt(v) || lineerr.PastFloat(v) {
+	if lineerr.PastInt(v) || lineerr.PastFloat(v) || isPast64Bits(v) {
 		return strings.HasPrefix(v.Value, "-")
 	}
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" && v.Tag != "!!float" {
@@ -1590,6 +1600,12 @@ func past64Bits(n *yaml.Node) (*big.Int, bool) {
 	}
 	x, ok := new(big.Int).SetString(plain, 0)
 	return x, ok
+}
+
+// isPast64Bits reports whether n is a number past64Bits reads.
+func isPast64Bits(n *yaml.Node) bool {
+	_, ok := past64Bits(n)
+	return ok
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line \d+: `)
