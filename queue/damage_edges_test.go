@@ -436,3 +436,94 @@ func TestDamagedCarriedRetryIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// A damaged frame of segment.log.retry that a worker finds as it starts
+// is reported as one found while it runs is: queue_damage names the file
+// and the frame's offset, the retry it set is dropped (queue_dropped), and
+// every other retry is delivered. A frame the reader can pass (its CRC
+// fails, its marker is gone with a frame after it) and a damaged tail (no
+// frame verifies after it) are the same: the change is lost, reported,
+// and the worker rewrites the file without it. The worker did not start:
+// "segment.log.retry does not verify", at every start, for good, and
+// nothing of the queue was delivered.
+func TestDamagedRetryFoundAtStartIsDropped(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		damaged int // which of the 4 frames
+		marker  bool
+	}{
+		{"a frame in the middle fails its CRC", 1, false},
+		{"the first frame has no marker", 0, true},
+		{"the last frame fails its CRC", 3, false},
+		{"the last frame has no marker", 3, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, clk := t.TempDir(), clocktest.New(wt0)
+			q := openQ(t, root, clk, nil)
+			var ids []uint64
+			for _, p := range []string{`{"order":"A-1"}`, `{"order":"A-2"}`, `{"order":"A-3"}`, `{"order":"A-4"}`} {
+				ids = append(ids, put(t, q, p).ID)
+			}
+			rec := newRecorder(clk)
+			handler := rec.handler("w", func(ctx context.Context, d queue.Delivery) queue.Verdict {
+				if d.Attempt > 1 {
+					return ack(ctx, d)
+				}
+				return queue.Verdict{Kind: queue.VerdictRetry, Error: "HTTP 503", Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Minute, BackoffFactor: 1, MaxDelay: time.Minute}}
+			})
+			w1 := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: 10 * time.Second, Handler: handler})
+			eventually(t, "4 retries pending", func() bool { return w1.State().RetriesPending == 4 })
+			w1.Stop()
+
+			path := queueFile(root, "segment.log.retry")
+			b, err := os.ReadFile(path)
+			if err != nil || len(b)%4 != 0 {
+				t.Fatalf("segment.log.retry of %d bytes, %v", len(b), err)
+			}
+			frame := len(b) / 4
+			if c.marker {
+				b[c.damaged*frame] = 'x'
+			} else {
+				b[c.damaged*frame+frame-3] ^= 0x01
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			logs := &jsonlogtest.Buffer{}
+			w2 := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: 10 * time.Second, Logger: logs.Logger(slog.LevelInfo), Handler: handler})
+			stepFor(t, clk, 2*time.Minute)
+			if ev := logs.Events(t, "worker_failed"); len(ev) > 0 {
+				t.Fatalf("worker_failed %v, want the worker delivering", ev)
+			}
+			dropped := ids[c.damaged]
+			damage := logs.Events(t, "queue_damage")
+			if len(damage) != 1 || damage[0]["file"] != "segment.log.retry" || damage[0]["offset"] != float64(c.damaged*frame) || damage[0]["msg_id"] != float64(dropped) {
+				t.Fatalf("queue_damage %v, want the frame of message %d at %d", damage, dropped, c.damaged*frame)
+			}
+			if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(dropped) {
+				t.Fatalf("queue_dropped %v, want the retry of message %d", ev, dropped)
+			}
+			var want []string
+			for _, id := range ids {
+				if id != dropped {
+					want = append(want, fmt.Sprintf("w:%d/a2", id))
+				}
+			}
+			eventually(t, "the other retries delivered", func() bool { return w2.State().RetriesPending == 0 })
+			var got []string
+			for _, d := range rec.all() {
+				if d.Attempt == 2 {
+					got = append(got, fmt.Sprintf("w:%d/a2", d.ID))
+				}
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("second attempts (-want +got):\n%s", diff)
+			}
+			if rs := retries(t, q); len(rs) != 0 {
+				t.Errorf("retries %+v, want none", rs)
+			}
+		})
+	}
+}

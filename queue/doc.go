@@ -258,9 +258,20 @@
 // it starts (holding worker.lock), truncates that tail, syncs, and logs it
 // (queue_damage, torn). Any other damage, a damaged frame in the middle or
 // a whole last frame damaged after it was written, is an error for every
-// reader, as any damage to the old format was, and the file is left as it
-// is: the change it held may be a retry whose message the checkpoint has
-// passed, which skipping it would lose without a word. The worker does not
-// start on it (worker_failed names the file, the offset and the id when
-// readable), and the queue is neither drained nor deleted by the janitor.
+// reader but the worker (Retries, the janitor, Drain), and the file is
+// left as it is: the queue is neither drained nor deleted by the janitor.
+// The worker, as it starts, does as it does with a frame that does not
+// verify while it runs: the change the damage held is lost, and said. A
+// damaged frame the reader can pass (its CRC fails, its marker is gone,
+// with a frame that verifies after it) is reported (queue_damage: the
+// file, the offset, the length, and the id as the frame holds it, which
+// the damage may have changed); a tail where no frame verifies is
+// reported as one damaged region, to the end of the file, as segment.log
+// reports such a tail. A retry that no verified change sets after that is
+// dropped (queue_dropped, its id): the damaged change was its set. Every
+// other retry is delivered: one an earlier change set stays (its attempt
+// and due time from that change), and one the damaged change may have
+// cleared runs again (at least once, never lost). The worker then
+// rewrites the file with the entries that verified (the atomic write), so
+// that the damage is reported once and every reader reads the file again.
 package queue

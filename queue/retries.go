@@ -84,8 +84,8 @@ func (r *Retry) size() int64 {
 // Retries returns the pending retry schedule, in the order its entries were
 // last set. Any process may read it while the worker appends: a torn tail
 // is a change being written or one a crash cut short, never acted upon,
-// and is left out. A schedule that does not verify otherwise is an error:
-// retries would be lost.
+// and is left out. A schedule that does not verify otherwise is an error
+// (the queue's worker drops the retry it set, reporting it, as it starts).
 func (q *Queue) Retries() ([]Retry, error) {
 	rs, err := q.readRetries()
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -121,8 +121,12 @@ func (q *Queue) SaveRetries(rs []Retry) error {
 
 // openRetrySchedule reads the retry schedule for the queue's worker, as it
 // starts (it holds worker.lock: no other process writes the file). A torn
-// tail is cut (and synced) and returned as damage; damage of any other kind
-// is an error (see load). A schedule in the format of older versions (one
+// tail is cut (and synced) and returned as damage. Damage of any other kind
+// (a frame that does not verify, in the middle or a whole last one, or a
+// tail where no frame verifies) is returned too: the change it held is
+// lost, a retry that no verified change sets is in the schedule's lost
+// (takeLost) for the caller to report as dropped, and the file is
+// rewritten with the entries that verified (WriteAtomic). A schedule in the format of older versions (one
 // record, magic "NXR1", rewritten whole at each change) is carried over:
 // rewritten in the log format with WriteAtomic, so that a crash at any
 // point leaves the old file or the new one, holding the same entries.
@@ -139,6 +143,7 @@ func (q *Queue) openRetrySchedule() (*retrySchedule, []Damage, error) {
 	}
 	defer f.Close()
 	s := newRetrySchedule(q.fs, path)
+	s.salvage = true
 	fail := func(err error) (*retrySchedule, []Damage, error) { return nil, nil, err }
 	if created {
 		// its entry must survive a power cut, or the changes appended to
@@ -160,6 +165,13 @@ func (q *Queue) openRetrySchedule() (*retrySchedule, []Damage, error) {
 	case legacy:
 		if err := s.compact(); err != nil {
 			return fail(fmt.Errorf("carrying %s over to the log format: %w", retryFile, err))
+		}
+	case slices.ContainsFunc(damage, func(d Damage) bool { return !d.Torn }):
+		// damage the caller reports: the file is rewritten with the
+		// entries that verified, so that it is reported once and every
+		// reader reads the file again
+		if err := s.compact(); err != nil {
+			return fail(fmt.Errorf("rewriting %s without its damage: %w", retryFile, err))
 		}
 	case end < size:
 		if err := f.Truncate(end); err != nil {
@@ -196,12 +208,18 @@ type retrySchedule struct {
 	// the entry's Message (Retries); the worker's schedule keeps where its
 	// frame is only
 	heads bool
-	// lost is the retries a compaction left out, their frame damaged, for
-	// the worker to report and count as dropped (takeLost)
+	// salvage has load pass damage that is not a torn tail (the worker's
+	// schedule, as it starts): the change a damaged frame held is lost,
+	// and a retry no verified change sets goes to lost
+	salvage bool
+	// lost is the retries a compaction left out, their frame damaged, or
+	// load found set by a damaged frame only, for the worker to report
+	// and count as dropped (takeLost)
 	lost []lostRetry
 }
 
-// lostRetry is a retry whose carried message did not verify in the file.
+// lostRetry is a retry whose carried message did not verify in the file
+// (or, found by load, whose change did not: its ID only is known).
 type lostRetry struct {
 	Retry
 	Damage
@@ -573,7 +591,9 @@ func (s *retrySchedule) compact() error {
 // the middle or a whole last frame damaged after it was written, is an
 // error, as a damaged schedule of the old format was: the change it held
 // may be a retry whose message the checkpoint has passed, and skipping it
-// would lose that message without a word.
+// would lose that message without a word. The worker's schedule
+// (salvage) passes it instead: the damaged change is lost, and a retry no
+// verified change sets after it goes to lost, for the worker to report.
 func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64, damage []Damage, err error) {
 	var head [4]byte
 	if size >= 4 {
@@ -595,7 +615,14 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 		}
 		return true, size, nil, nil
 	}
-	end, damage, err = scan(r, retryFile, 0, size, func(rec []byte, off int64) error {
+	// the ids of the damaged changes that no verified change after them
+	// set or cleared: their retries are lost (salvage)
+	unsure := map[uint64]Damage{}
+	touch := func(id uint64) { delete(unsure, id) }
+	end, err = scanEach(r, retryFile, 0, size, func(rec []byte, off int64) error {
+		if len(rec) >= 9 {
+			touch(binary.BigEndian.Uint64(rec[1:9]))
+		}
 		switch {
 		case len(rec) == retrySetRecord && rec[0] == kindRetrySet:
 			s.put(Retry{
@@ -626,9 +653,26 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			return fmt.Errorf("%s holds a record this version does not know at offset %d (kind %d, %d bytes)", retryFile, off, rec[0], len(rec))
 		}
 		return nil
+	}, func(d Damage) {
+		damage = append(damage, d)
+		if !d.Torn && d.ID != 0 {
+			unsure[d.ID] = d
+		}
 	})
 	if err != nil {
 		return false, end, damage, err
+	}
+	if s.salvage {
+		// the changes the damage held are lost: a retry that no verified
+		// change sets is dropped (the worker reports it), the others stand
+		for _, d := range damage {
+			if u, ok := unsure[d.ID]; ok && !d.Torn && u.Offset == d.Offset {
+				if _, set := s.byID[d.ID]; !set {
+					s.lost = append(s.lost, lostRetry{Retry: Retry{ID: d.ID}, Damage: d})
+				}
+			}
+		}
+		return false, end, damage, nil
 	}
 	for _, d := range damage {
 		if !d.Torn {
@@ -636,7 +680,7 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			if d.ID != 0 {
 				id = fmt.Sprintf(", id=%d", d.ID)
 			}
-			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; retries would be lost (the file is left as it is)",
+			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; the retry it set is dropped, and reported, when the queue's worker starts",
 				retryFile, d.Offset, d.Length, id, d.Reason)
 		}
 	}

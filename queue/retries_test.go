@@ -219,8 +219,11 @@ var cmpIgnoreReasonAndID = cmp.Comparer(func(a, b Damage) bool {
 
 // TestRetryLogDamage flips each bit of a log of three frames: damage that
 // is no torn write (in the middle, or a whole last frame) is an error for
-// every reader and for the worker, which leaves the file as it is; no
-// retry is dropped without a word.
+// every reader but the worker, which leaves the file as it is. The worker,
+// as it starts, loses the damaged change only, reports it, and rewrites
+// the file with the entries that verified: a set lost drops its retry
+// (lost, for the worker to report), a clear lost keeps the retry it
+// cleared (delivered again, never lost).
 func TestRetryLogDamage(t *testing.T) {
 	q, path := retryQueue(t)
 	s, _ := mustOpenSchedule(t, q)
@@ -229,21 +232,59 @@ func TestRetryLogDamage(t *testing.T) {
 		model = c.apply(t, s, model)
 	}
 	good, _ := os.ReadFile(path)
+	// the frames: where each starts, what the worker keeps and loses when
+	// it is damaged
+	frames := []struct {
+		at   int
+		want []Retry
+		lost []uint64
+	}{
+		{0, []Retry{retryAt(2, 3, time.Hour)}, nil},                                             // set 1, cleared after it
+		{retrySetFrame, nil, []uint64{2}},                                                       // set 2
+		{2 * retrySetFrame, []Retry{retryAt(1, 2, time.Second), retryAt(2, 3, time.Hour)}, nil}, // clear 1
+	}
 	for i := range good {
+		f := len(frames) - 1
+		for frames[f].at > i {
+			f--
+		}
+		idByte := i-frames[f].at >= headerSize+1 && i-frames[f].at < headerSize+9
 		for bit := range 8 {
+			what := fmt.Sprintf("byte %d bit %d flipped", i, bit)
 			b := slices.Clone(good)
 			b[i] ^= 1 << bit
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if rs, err := q.Retries(); err == nil {
-				t.Errorf("byte %d bit %d flipped: Retries() = %v, want an error", i, bit, rs)
-			}
-			if _, _, err := q.openRetrySchedule(); err == nil {
-				t.Errorf("byte %d bit %d flipped: the worker's open succeeded, want an error", i, bit)
+				t.Errorf("%s: Retries() = %v, want an error", what, rs)
 			}
 			if got, _ := os.ReadFile(path); !bytes.Equal(got, b) {
-				t.Fatalf("byte %d bit %d flipped: the damaged file was changed", i, bit)
+				t.Fatalf("%s: the damaged file was changed by a reader", what)
+			}
+			w, damage, err := q.openRetrySchedule()
+			if err != nil {
+				t.Fatalf("%s: the worker's open: %v", what, err)
+			}
+			if len(damage) != 1 || damage[0].Torn || damage[0].Offset != int64(frames[f].at) {
+				t.Errorf("%s: damage %+v, want the frame at %d", what, damage, frames[f].at)
+			}
+			rs := mustRetries(t, q) // the file rewritten: it verifies
+			if diff := cmp.Diff(w.list(), rs); diff != "" {
+				t.Errorf("%s: the file rewritten holds (-worker +file):\n%s", what, diff)
+			}
+			if idByte {
+				continue // the id read from the damaged frame is not its own
+			}
+			if diff := cmp.Diff(frames[f].want, rs); diff != "" {
+				t.Errorf("%s: the entries kept (-want +got):\n%s", what, diff)
+			}
+			var lost []uint64
+			for _, x := range w.takeLost() {
+				lost = append(lost, x.Retry.ID)
+			}
+			if diff := cmp.Diff(frames[f].lost, lost); diff != "" {
+				t.Errorf("%s: the retries lost (-want +got):\n%s", what, diff)
 			}
 		}
 	}

@@ -550,8 +550,18 @@ func (w *Worker) deliver(ctx context.Context) error {
 		return err
 	}
 	for _, d := range damage {
-		// a torn tail: a change a crash cut short, which nothing acted upon
-		w.logger.Warn("the retry schedule ended in a torn write, cut", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
+		if d.Torn {
+			// a change a crash cut short, which nothing acted upon
+			w.logger.Warn("the retry schedule ended in a torn write, cut", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
+			continue
+		}
+		// bit rot: the change is lost (the file was rewritten without it)
+		w.logger.Error("a change of the retry schedule did not verify; it was left out", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
+	}
+	for _, x := range sched.takeLost() {
+		// set by the damaged change alone: its attempt and offset are not known
+		w.logger.Error("a scheduled retry's change is damaged: dropped", "event", "queue_dropped", "msg_id", x.Retry.ID, "file", retryFile, "frame_offset", x.Damage.Offset)
+		w.cfg.Counts.add("dropped")
 	}
 	w.sched.Store(sched)
 	retries := sched.list()
