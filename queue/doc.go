@@ -126,9 +126,12 @@
 // writer: a compaction copies each kind-6 frame from the old file to the
 // new one, one frame at a time (verified as it is read: one that does not
 // verify is left out and dropped the same way), and, once the new file is
-// renamed into place, the schedule keeps where each frame went. Other
-// readers (Retries, the janitor, Drain) check each frame's CRC over the
-// whole record and keep the message's fields but its payload.
+// renamed into place, the schedule keeps where each frame went. Every
+// reader of the file (Retries, the janitor, Drain, and the worker as it
+// starts) checks each frame's CRC over the whole record, read through a
+// buffer of 64 KiB a part at a time, never whole into memory, and decodes
+// the fields it needs from the record's first 4 KiB (a retry's, and a
+// carried message's fields but its payload).
 //
 // The schedule is the records applied in order; among entries due at the
 // same time, the one set first runs first. The worker appends one frame,

@@ -337,6 +337,59 @@ func frameAtBuf(r io.ReaderAt, off, size int64, buf []byte) (rec []byte, n int64
 	return rec, headerSize + length, "", nil
 }
 
+// Sizes of frameHeadAt's buffers: what it keeps of a record (enough for
+// the header fields of every record kind: a retry that carries its
+// message needs 29+9+255+2+1024 bytes), and the rest of the record is read
+// through, a part at a time, to check its CRC.
+const (
+	recordHead  = 4 << 10
+	crcStreamed = 64 << 10
+)
+
+// frameHeadAt verifies the frame at off of a file of the given size as
+// frameAt does, reading its record through stream (crcStreamed bytes at a
+// time) to check its CRC rather than whole into memory. It returns the
+// record's first bytes (up to len(head), in head), the record's length
+// and the frame's; head is non-nil when the record is whole in the file,
+// even when its CRC fails (as frameAt's record is), and length is -1
+// otherwise.
+func frameHeadAt(r io.ReaderAt, off, size int64, head, stream []byte) (rec []byte, length, n int64, reason string, err error) {
+	if size-off < headerSize {
+		return nil, -1, 0, "an incomplete frame header", nil
+	}
+	var h [headerSize]byte
+	if _, err := r.ReadAt(h[:], off); err != nil {
+		return nil, -1, 0, "", err
+	}
+	if !bytes.Equal(h[:4], frameMagic[:]) {
+		return nil, -1, 0, "no frame marker", nil
+	}
+	length = int64(binary.BigEndian.Uint32(h[4:8]))
+	if length > maxFrameRecord {
+		return nil, -1, 0, fmt.Sprintf("a length of %d bytes, over the limit", length), nil
+	}
+	if length > size-off-headerSize {
+		return nil, -1, 0, fmt.Sprintf("a length of %d bytes, past the end of the file", length), nil
+	}
+	rec = head[:min(length, int64(len(head)))]
+	if _, err := r.ReadAt(rec, off+headerSize); err != nil {
+		return nil, -1, 0, "", err
+	}
+	crc := crc32.Update(crc32.Update(0, castagnoli, h[4:8]), castagnoli, rec)
+	for pos := int64(len(rec)); pos < length; {
+		part := stream[:min(length-pos, int64(len(stream)))]
+		if _, err := r.ReadAt(part, off+headerSize+pos); err != nil {
+			return nil, -1, 0, "", err
+		}
+		crc = crc32.Update(crc, castagnoli, part)
+		pos += int64(len(part))
+	}
+	if crc != binary.BigEndian.Uint32(h[8:12]) {
+		return rec, length, 0, "a CRC that does not match", nil
+	}
+	return rec, length, headerSize + length, "", nil
+}
+
 // nextFrame finds the first offset after off where a frame verifies, or -1.
 func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
 	return nextFrameBuf(r, off, size, nil)
@@ -419,47 +472,106 @@ func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, o
 			off += n
 			continue
 		}
-		d := Damage{File: file, Offset: off, Reason: reason}
-		// the id where it is readable: the 8 bytes after the kind byte
-		// (read before the search, from the window that holds the frame)
-		var id [8]byte
-		if off+headerSize+9 <= size {
-			if _, err := window.ReadAt(id[:], off+headerSize+1); err == nil {
-				d.ID = binary.BigEndian.Uint64(id[:])
-			}
+		whole := int64(-1)
+		if rec != nil {
+			whole = int64(len(rec))
 		}
-		if searchBuf == nil {
-			searchBuf = make([]byte, nextFrameChunk+3)
-		}
-		// through the window too: the search's first reads are small, and
-		// the frames after a damaged one are most often in the window
-		// already, read once for the search and the scan
-		next, err := nextFrameBuf(window, off, size, searchBuf)
+		d, next, err := frameDamage(window, r, file, off, size, reason, whole, &searchBuf)
 		if err != nil {
 			return off, err
 		}
+		damaged(d)
 		if next < 0 {
-			d.Length = size - off
-			if d.Torn, err = tailTorn(r, off, size, rec); err != nil {
-				return off, err
-			}
-			damaged(d)
 			return off, nil
 		}
-		d.Length = next - off
-		damaged(d)
 		off = next
 	}
 	return off, nil
 }
 
+// scanHeads is scanEach for a reader that needs each record's first
+// bytes only: each frame's CRC is checked through a fixed buffer
+// (frameHeadAt), and fn gets the record's first recordHead bytes at most
+// (head, fn's until it returns) and its length. A scan of a file of
+// records of 64 MiB holds some 100 KiB, not one record.
+func scanHeads(r io.ReaderAt, file string, off, size int64, fn func(head []byte, length, off int64) error, damaged func(Damage)) (end int64, err error) {
+	window := &windowReader{r: r, size: size}
+	var searchBuf []byte // nextFrame's, made at the first damage
+	head := make([]byte, recordHead)
+	var stream []byte // made for the first record longer than head
+	for off < size {
+		if stream == nil && size-off > headerSize+recordHead {
+			stream = make([]byte, crcStreamed)
+		}
+		rec, length, n, reason, err := frameHeadAt(window, off, size, head, stream)
+		if err != nil {
+			return off, err
+		}
+		if n > 0 {
+			if err := fn(rec, length, off); err != nil {
+				return off, err
+			}
+			off += n
+			continue
+		}
+		d, next, err := frameDamage(window, r, file, off, size, reason, length, &searchBuf)
+		if err != nil {
+			return off, err
+		}
+		damaged(d)
+		if next < 0 {
+			return off, nil
+		}
+		off = next
+	}
+	return off, nil
+}
+
+// frameDamage is the damage a scan finds at off, where the frame does not
+// verify (reason; whole is the length of its record when it is whole in
+// the file, else -1), and where the scan goes on: the next frame that
+// verifies, or -1 when none does (a tail, torn or damaged, to the end).
+// window is the scan's reader of the file r; *searchBuf is the search's
+// buffer, made at the first call.
+func frameDamage(window, r io.ReaderAt, file string, off, size int64, reason string, whole int64, searchBuf *[]byte) (Damage, int64, error) {
+	d := Damage{File: file, Offset: off, Reason: reason}
+	// the id where it is readable: the 8 bytes after the kind byte
+	// (read before the search, from the window that holds the frame)
+	var id [8]byte
+	if off+headerSize+9 <= size {
+		if _, err := window.ReadAt(id[:], off+headerSize+1); err == nil {
+			d.ID = binary.BigEndian.Uint64(id[:])
+		}
+	}
+	if *searchBuf == nil {
+		*searchBuf = make([]byte, nextFrameChunk+3)
+	}
+	// through the window too: the search's first reads are small, and
+	// the frames after a damaged one are most often in the window
+	// already, read once for the search and the scan
+	next, err := nextFrameBuf(window, off, size, *searchBuf)
+	if err != nil {
+		return d, -1, err
+	}
+	if next < 0 {
+		d.Length = size - off
+		if d.Torn, err = tailTorn(r, off, size, whole); err != nil {
+			return d, -1, err
+		}
+		return d, -1, nil
+	}
+	d.Length = next - off
+	return d, next, nil
+}
+
 // tailTorn reports whether the tail of a file from off to size, where no
-// frame verifies, is a write a crash cut short; rec is frameAt's record
-// of the frame at off, non-nil when it is whole but fails its checksum.
-func tailTorn(r io.ReaderAt, off, size int64, rec []byte) (bool, error) {
-	if rec != nil {
+// frame verifies, is a write a crash cut short; whole is the length of
+// the record of the frame at off when it is whole in the file but fails
+// its checksum, else -1.
+func tailTorn(r io.ReaderAt, off, size int64, whole int64) (bool, error) {
+	if whole >= 0 {
 		// whole: torn only if a sector's part of it is zeros
-		return tornWrite(r, off, headerSize+int64(len(rec)))
+		return tornWrite(r, off, headerSize+whole)
 	}
 	return tornTail(r, off, size)
 }

@@ -1461,7 +1461,11 @@ func (q *Queue) read(offset int64) (Message, int64, error) {
 				// recovery will cut, is waited at; damage, which
 				// recovery keeps, is passed (EOF past it), so that the
 				// checkpoint passes it and the log drains
-				if torn, err := tailTorn(q.seg(), offset, size, rec); err == nil && !torn {
+				whole := int64(-1)
+				if rec != nil {
+					whole = int64(len(rec))
+				}
+				if torn, err := tailTorn(q.seg(), offset, size, whole); err == nil && !torn {
 					return Message{}, size, io.EOF
 				}
 				return Message{}, offset, io.EOF

@@ -619,19 +619,21 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 	// set or cleared: their retries are lost (salvage)
 	unsure := map[uint64]Damage{}
 	touch := func(id uint64) { delete(unsure, id) }
-	end, err = scanEach(r, retryFile, 0, size, func(rec []byte, off int64) error {
+	// each record's CRC is checked through a small buffer: what is decoded
+	// is in its first bytes (rec), even for a retry carrying 64 MiB
+	end, err = scanHeads(r, retryFile, 0, size, func(rec []byte, length, off int64) error {
 		if len(rec) >= 9 {
 			touch(binary.BigEndian.Uint64(rec[1:9]))
 		}
 		switch {
-		case len(rec) == retrySetRecord && rec[0] == kindRetrySet:
+		case length == retrySetRecord && rec[0] == kindRetrySet:
 			s.put(Retry{
 				ID:      binary.BigEndian.Uint64(rec[1:9]),
 				Offset:  int64(binary.BigEndian.Uint64(rec[9:17])),
 				Attempt: int(binary.BigEndian.Uint32(rec[17:21])),
 				Due:     time.Unix(0, int64(binary.BigEndian.Uint64(rec[21:29]))).UTC(),
 			}, 0, 0, nil)
-		case len(rec) >= retryCopyMin && rec[0] == kindRetryCopy:
+		case length >= retryCopyMin && rec[0] == kindRetryCopy:
 			r := Retry{
 				ID:      binary.BigEndian.Uint64(rec[1:9]),
 				Offset:  int64(binary.BigEndian.Uint64(rec[9:17])),
@@ -646,11 +648,11 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			if s.heads {
 				r.Message = &m
 			}
-			s.put(r, off, int64(headerSize+len(rec)), nil)
-		case len(rec) == retryClearRecord && rec[0] == kindRetryClear:
+			s.put(r, off, headerSize+length, nil)
+		case length == retryClearRecord && rec[0] == kindRetryClear:
 			s.remove(binary.BigEndian.Uint64(rec[1:9]))
 		default:
-			return fmt.Errorf("%s holds a record this version does not know at offset %d (kind %d, %d bytes)", retryFile, off, rec[0], len(rec))
+			return fmt.Errorf("%s holds a record this version does not know at offset %d (kind %d, %d bytes)", retryFile, off, rec[0], length)
 		}
 		return nil
 	}, func(d Damage) {
