@@ -443,7 +443,9 @@ func notHandled(ctx context.Context, tenant, flow string, id uint64, what string
 // open, or else a handle of its own, closed after, so that a discard
 // starts no worker (its recovery's findings logged as Queue logs them).
 // When ctx ends while that handle is being opened (Open waits for the
-// append lock), it returns at once; the handle is closed once opened.
+// append lock), it returns at once; the handle is closed once opened. The
+// handle waits for the append lock the manager's LockWait at most, as
+// every queue the manager opens does (it waited DefaultLockWait).
 func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, what string, mark func(*Queue) error) error {
 	m.mu.Lock()
 	e, open := m.queues[[2]string{tenant, flow}]
@@ -459,7 +461,7 @@ func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, w
 	ch := make(chan opened) // unbuffered: a handle is handed over, or closed by its opener
 	abandoned := make(chan struct{})
 	go func() {
-		q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, OnDamage: m.damageLogger(tenant, flow)})
+		q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, LockWait: m.cfg.LockWait, OnDamage: m.damageLogger(tenant, flow)})
 		select {
 		case ch <- opened{q, damage, err}:
 		case <-abandoned:

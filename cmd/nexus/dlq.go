@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/nexushq/nexus/flow"
@@ -305,8 +307,23 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 	// Open or as the replay takes its id: said, one line each; the
 	// replay or discard goes on
 	say := func(d queue.Damage) { fmt.Fprintf(stderr, "nexus dlq %s: %s/%s: %s\n", sub, tenant, flowName, d) }
-	q, damage, err := queue.Open(root, tenant, flowName, queue.Options{OnDamage: say})
-	if err != nil {
+	// an operator's Ctrl-C (or a SIGTERM) while the command waits for the
+	// append lock another process holds ends it, having written nothing
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	interrupted := func() int {
+		what := "replayed"
+		if sub == "discard" {
+			what = "discarded"
+		}
+		fmt.Fprintf(stderr, "nexus dlq %s: interrupted: nothing %s\n", sub, what)
+		return exitError
+	}
+	q, damage, err := openContext(ctx, root, tenant, flowName, queue.Options{OnDamage: say})
+	switch {
+	case ctx.Err() != nil:
+		return interrupted()
+	case err != nil:
 		fmt.Fprintf(stderr, "nexus dlq %s: %v\n", sub, err)
 		return exitError
 	}
@@ -315,14 +332,19 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		say(d)
 	}
 	if id == 0 {
+		// in chunks, each of which is done or not: a signal ends the
+		// command as it did (the default action)
+		stop()
 		return dlqMarkAll(sub, q, pending[len(pending)-1], tenant, flowName, stdout, stderr)
 	}
 	if sub == "replay" {
-		_, err = q.Replay(id, queue.SourceReplay, flow.NewUUID())
+		_, err = q.ReplayContext(ctx, id, queue.SourceReplay, flow.NewUUID())
 	} else {
-		err = q.Mark(id, queue.MarkDiscarded)
+		err = q.MarkContext(ctx, id, queue.MarkDiscarded)
 	}
 	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)):
+		return interrupted()
 	case errors.Is(err, queue.ErrNotPending):
 		fmt.Fprintln(stderr, &queue.NotPendingError{Tenant: tenant, Flow: flowName, ID: id})
 		return exitError
@@ -336,6 +358,33 @@ func dlqMark(sub, dbPath, root, tenant, flowName string, id uint64, stdout, stde
 		fmt.Fprintf(stdout, "discarded id=%d tenant=%s flow=%s\n%s\n", id, tenant, flowName, discardNote)
 	}
 	return exitOK
+}
+
+// openContext is queue.Open given up when ctx ends first (Open waits for
+// the append lock another process holds): it returns ctx's error then,
+// and the handle, opened later, is closed.
+func openContext(ctx context.Context, root, tenant, flowName string, opts queue.Options) (*queue.Queue, []queue.Damage, error) {
+	type opened struct {
+		q      *queue.Queue
+		damage []queue.Damage
+		err    error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		q, damage, err := queue.Open(root, tenant, flowName, opts)
+		ch <- opened{q, damage, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.q, o.damage, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.err == nil {
+				o.q.Close()
+			}
+		}()
+		return nil, nil, context.Cause(ctx)
+	}
 }
 
 // discardNote follows the lines of a discard.
