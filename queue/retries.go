@@ -626,6 +626,8 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			touch(binary.BigEndian.Uint64(rec[1:9]))
 		}
 		switch {
+		case length == 0:
+			return fmt.Errorf("%s holds a record this version does not know at offset %d (an empty one)", retryFile, off)
 		case length == retrySetRecord && rec[0] == kindRetrySet:
 			s.put(Retry{
 				ID:      binary.BigEndian.Uint64(rec[1:9]),
