@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -126,10 +127,12 @@ func (q *Queue) SaveRetries(rs []Retry) error {
 // tail where no frame verifies) is returned too: the change it held is
 // lost, a retry that no verified change sets is in the schedule's lost
 // (takeLost) for the caller to report as dropped, and the file is
-// rewritten with the entries that verified (WriteAtomic). A schedule in the format of older versions (one
-// record, magic "NXR1", rewritten whole at each change) is carried over:
-// rewritten in the log format with WriteAtomic, so that a crash at any
-// point leaves the old file or the new one, holding the same entries.
+// rewritten with the entries that verified (WriteAtomic); a rewrite that
+// fails is an error that names the damage. A schedule in the format of
+// older versions (one record, magic "NXR1", rewritten whole at each
+// change) is carried over: rewritten in the log format with WriteAtomic,
+// so that a crash at any point leaves the old file or the new one,
+// holding the same entries.
 func (q *Queue) openRetrySchedule() (*retrySchedule, []Damage, error) {
 	path := q.path(retryFile)
 	_, err := q.fs.Stat(path)
@@ -171,7 +174,15 @@ func (q *Queue) openRetrySchedule() (*retrySchedule, []Damage, error) {
 		// entries that verified, so that it is reported once and every
 		// reader reads the file again
 		if err := s.compact(); err != nil {
-			return fail(fmt.Errorf("rewriting %s without its damage: %w", retryFile, err))
+			// the damage is said here, or not at all: the caller reports
+			// what this returns
+			var found []string
+			for _, d := range damage {
+				if !d.Torn {
+					found = append(found, d.String())
+				}
+			}
+			return fail(fmt.Errorf("rewriting %s without the damage found (%s): %w", retryFile, strings.Join(found, "; "), err))
 		}
 	case end < size:
 		if err := f.Truncate(end); err != nil {

@@ -2,7 +2,10 @@ package queue
 
 import (
 	"os"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A frame of segment.log.retry that verifies but holds an empty record
@@ -25,5 +28,37 @@ func TestRetryLogEmptyRecordIsAnError(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != string(b) {
 		t.Errorf("the file was changed")
+	}
+}
+
+// A worker that finds a damaged frame in segment.log.retry as it starts
+// and cannot rewrite the file without it (a disk that fails) fails to
+// start with an error that names the damage, so that worker_failed says
+// what was found, not only that a rewrite failed; the next start finds it
+// again and reports it. The error named the failed rewrite alone.
+func TestRetryLogDamageNamedWhenTheRewriteFails(t *testing.T) {
+	m, root := settledMemQueue(t)
+	q, _ := openQueue(t, root, Options{FS: m})
+	s, _ := mustOpenSchedule(t, q)
+	for _, c := range []retryChange{setR(retryAt(1, 2, time.Second)), setR(retryAt(2, 2, time.Minute))} {
+		c.apply(t, s, nil)
+	}
+	f, err := m.OpenFile(q.path(retryFile), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, retrySetFrame-1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m.Fail(opRename, "", 1, syscall.EIO, false)
+	_, _, err = q.openRetrySchedule()
+	if err == nil || !strings.Contains(err.Error(), "at offset 0 (41 bytes id=1): a CRC that does not match") {
+		t.Errorf("the worker's open with the rewrite failing: %v, want an error naming the damaged frame", err)
+	}
+	m.Heal()
+	_, damage, err := q.openRetrySchedule()
+	if err != nil || len(damage) != 1 || damage[0].Offset != 0 {
+		t.Errorf("the next start: damage %+v, %v; want the frame at 0", damage, err)
 	}
 }
