@@ -113,3 +113,45 @@ func TestReplayAndDiscardStopWithTheirContext(t *testing.T) {
 		}
 	}
 }
+
+// TestStopWaitsForAGivenUpOpen: a discard given up while it waited for
+// the append lock leaves its Open waiting in the background; Stop waits for
+// it, so nothing of the manager's writes in the queue's folder after Stop
+// returns. Stop returned at once, and the Open went on once the lock was
+// let go: it wrote in a folder its owner was deleting ("directory not
+// empty", one run in a hundred of the test above).
+func TestStopWaitsForAGivenUpOpen(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	if _, err := q.Append(NewMessage{Source: "enqueue", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.MoveToDLQ(DeadLetter{ID: 1, Attempts: 1, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ack := HandlerFunc(func(context.Context, Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} })
+	m := NewManager(ManagerConfig{Root: root, LockWait: time.Minute, Poll: time.Hour, Handler: ack,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	release := holdAppendLock(t, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := m.DiscardContext(ctx, testTenant, testFlow, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DiscardContext with the lock held = %v, want the context's deadline", err)
+	}
+	stopped := make(chan struct{})
+	go func() { m.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while the given-up Open still waited for the lock")
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return within 30 s of the lock being let go")
+	}
+	// the Open that was given up has closed its handle: the lock is free
+	release = holdAppendLock(t, root)
+	release()
+}

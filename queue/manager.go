@@ -90,6 +90,9 @@ type Manager struct {
 
 	sweeper  lifecycle.Loop // the housekeeping of idle queues (Start)
 	retiring sync.WaitGroup // poisoned queues whose worker is stopping (reopen)
+	// marks are the Opens of a replay or discard (marking), which go on
+	// in the background when their caller gives up: Stop waits for them
+	marks sync.WaitGroup
 	// retired are the workers being retired (reopen) of each queue, and
 	// retiredN how many there are in all (read without m.mu by Append)
 	retired     map[[2]string][]*Worker
@@ -448,7 +451,14 @@ func notHandled(ctx context.Context, tenant, flow string, id uint64, what string
 // every queue the manager opens does (it waited DefaultLockWait).
 func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, what string, mark func(*Queue) error) error {
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errors.New("the queues are shut down")
+	}
 	e, open := m.queues[[2]string{tenant, flow}]
+	if !open {
+		m.marks.Add(1) // under m.mu, before Stop's Wait: it sets m.closed first
+	}
 	m.mu.Unlock()
 	if open {
 		return mark(e.q)
@@ -461,6 +471,7 @@ func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, w
 	ch := make(chan opened) // unbuffered: a handle is handed over, or closed by its opener
 	abandoned := make(chan struct{})
 	go func() {
+		defer m.marks.Done()
 		q, damage, err := Open(m.cfg.Root, tenant, flow, Options{FS: m.cfg.FS, Now: m.cfg.Now, LockWait: m.cfg.LockWait, OnDamage: m.damageLogger(tenant, flow)})
 		select {
 		case ch <- opened{q, damage, err}:
@@ -948,6 +959,7 @@ func (m *Manager) closeQueues() {
 	for _, o := range openings {
 		<-o.done
 	}
+	m.marks.Wait() // a replay or discard given up: its Open, LockWait at most
 }
 
 // each calls f for every entry of list at once and waits for them.
