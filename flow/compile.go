@@ -141,6 +141,10 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			c.errorf(at(k), "a front matter key is a name, not %s", lineerr.Describe(k))
 			continue
 		}
+		if tagged(k) {
+			// `!foo description: x`: refused, the value read all the same
+			c.errorf(at(k), "a front matter key is a name, not a value tagged %s", clipped(k.Tag))
+		}
 		if first, dup := seen[key]; dup {
 			c.errorf(at(k), "front matter key %s is set twice (first at line %d)", clipped(key), first)
 			continue
@@ -150,7 +154,9 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		keyLine[v] = line
 		switch key {
 		case "flowmarkdown_version":
-			if v.Kind != yaml.ScalarNode || v.Value != Version {
+			if tagged(v) {
+				c.errorf(line, "flowmarkdown_version must be a string, not a value tagged %s", clipped(v.Tag))
+			} else if v.Kind != yaml.ScalarNode || v.Value != Version {
 				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", quoted(v.Value))
 			}
 		case "flow":
@@ -239,12 +245,12 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	tenantVal, flowVal := nodeText(tenantNode), nodeText(flowNode)
 	if flowNode == nil {
 		c.errorf(1, "the front matter has no flow: key (the flow's name)")
-	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode {
+	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode || tagged(flowNode) {
 		c.nameError(lineOf(flowNode), flowNode, err, "flow")
 	}
 	if tenantNode == nil {
 		c.errorf(1, "the front matter has no tenant: key (the tenant that owns the flow)")
-	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode {
+	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode || tagged(tenantNode) {
 		c.nameError(lineOf(tenantNode), tenantNode, err, "tenant")
 	}
 	f.tenant, f.name = tenantVal, flowVal
@@ -299,6 +305,10 @@ var frontMatterKeys = []string{
 }
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
+	if tagged(n) {
+		c.errorf(line, "%s must be a name, not a value tagged %s", field, clipped(n.Tag))
+		return
+	}
 	if n.Kind != yaml.ScalarNode {
 		c.errorf(line, "%s must be a name, not %s", field, lineerr.Describe(n))
 		return
@@ -1140,6 +1150,10 @@ func exampleFor(key string) string {
 }
 
 func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
+	if tagged(v) {
+		c.errorf(line, "effects must be a list, e.g. [http_egress], not a value tagged %s", clipped(v.Tag))
+		return nil
+	}
 	if v.Kind != yaml.SequenceNode {
 		c.errorf(line, "effects must be a list, e.g. [http_egress], not %s", lineerr.Describe(v))
 		return nil
@@ -1147,6 +1161,8 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	var out []Effect
 	for _, e := range v.Content {
 		switch eff := Effect(e.Value); {
+		case tagged(e):
+			c.errorf(line, "effects must be a list of effect names, not a value tagged %s", clipped(e.Tag))
 		case e.Kind != yaml.ScalarNode:
 			c.errorf(line, "effects must be a list of effect names")
 		case eff == EffectHTTPEgress || eff == EffectQueuePublish:
@@ -1372,6 +1388,26 @@ func tagError(n *yaml.Node) error {
 		return nil
 	}
 	return nodeErrorf(n, "the YAML tag %s is not JSON: write the value without it (a string in quotes)", clipped(n.Tag))
+}
+
+// tagged reports whether n is written with a YAML tag other than the one
+// its kind has without it (!!str on a string, !!seq on a list, !!map on a
+// mapping): `!foo x`, `! x` (see markNonSpecificTags), `!!int 42`. A key
+// whose value is a name, a string or a list of names refuses it: read
+// without its tag, the value is not what was written.
+func tagged(n *yaml.Node) bool {
+	if n.Style&yaml.TaggedStyle == 0 {
+		return false
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Tag != "!!str"
+	case yaml.SequenceNode:
+		return n.Tag != "!!seq"
+	case yaml.MappingNode:
+		return n.Tag != "!!map"
+	}
+	return true
 }
 
 // markNonSpecificTags gives every value of n written with YAML's
