@@ -757,9 +757,18 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			return
 		}
 		m := n.Content[0]
+		markNonSpecificTags(m, strings.Split(k.value, "\n"))
+		if tagged(m) {
+			c.errorf(k.line, "headers must be a JSON object of names to values, not a value tagged %s", clipped(m.Tag))
+			return
+		}
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			name, val := m.Content[i].Value, m.Content[i+1]
+			if tagged(m.Content[i]) {
+				c.errorf(k.line, "headers: the header name %s must be a string, not a value tagged %s", clipped(name), clipped(m.Content[i].Tag))
+				continue
+			}
 			if err := CheckHeaderName(name); err != nil {
 				c.errorf(k.line, "headers: %s", err)
 				continue
@@ -772,6 +781,10 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				continue
 			}
 			seen[canon] = true
+			if tagged(val) {
+				c.errorf(k.line, "headers: the value of %s must be a string, not a value tagged %s", clipped(name), clipped(val.Tag))
+				continue
+			}
 			if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
 				c.errorf(k.line, "headers: the value of %s must be a string", clipped(name))
 				continue
@@ -1123,7 +1136,9 @@ func quoteEnd(v string) int {
 	return -1
 }
 
-// stepList reads a flow list value ([a, b]) of a step key.
+// stepList reads a flow list value ([a, b]) of a step key. A tag on the
+// list or an entry (`!foo [a]`, `[! a]`) is refused, as in the front
+// matter.
 func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
 	var n yaml.Node
 	err := yaml.Unmarshal([]byte(k.value), &n)
@@ -1131,8 +1146,18 @@ func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
 		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s]", k.key, quoted(s.name), exampleFor(k.key))
 		return nil, false
 	}
+	list := n.Content[0]
+	markNonSpecificTags(list, strings.Split(k.value, "\n"))
+	if tagged(list) {
+		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s], not a value tagged %s", k.key, quoted(s.name), exampleFor(k.key), clipped(list.Tag))
+		return nil, false
+	}
 	var out []string
-	for _, e := range n.Content[0].Content {
+	for _, e := range list.Content {
+		if tagged(e) {
+			c.errorf(k.line, "%s of step %s must be a list of names, not a value tagged %s", k.key, quoted(s.name), clipped(e.Tag))
+			return nil, false
+		}
 		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
 			c.errorf(k.line, "%s of step %s must be a list of names", k.key, quoted(s.name))
 			return nil, false
@@ -1422,9 +1447,9 @@ func markNonSpecificTags(n *yaml.Node, lines []string) {
 	(&yamlText{lines: lines, runes: map[int][]rune{}}).mark(n)
 }
 
-// yamlText is the YAML text of a front matter, by line, each line read
-// into characters once (a node's column counts characters): a flow
-// mapping on one line holds many values.
+// yamlText is the YAML text of a front matter or of a step key's value,
+// by line, each line read into characters once (a node's column counts
+// characters): a flow mapping on one line holds many values.
 type yamlText struct {
 	lines []string
 	runes map[int][]rune
