@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"regexp"
 	"slices"
 	"strconv"
@@ -373,6 +374,10 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	if rateNode != nil {
 		line := lines["rate"]
 		var rate float64
+		wide, isBig := lineerr.Past64Bits(rateNode) // 0x1ffffffffffffffff: YAML reads it as a string
+		if isBig {
+			rate, _ = new(big.Float).SetInt(wide).Float64()
+		}
 		switch {
 		case lineerr.LeadingZero("rate", rateNode) != "":
 			p.errorf(line, "%s", lineerr.LeadingZero("rate", rateNode))
@@ -380,6 +385,14 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", lineerr.Clip(rateNode.Value))
 		case lineerr.PastFloat(rateNode):
 			p.errorf(line, "rate %s is too large: leave rate out for no limit", lineerr.Clip(rateNode.Value))
+		case isBig && rate <= 0:
+			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", lineerr.Clip(rateNode.Value))
+		case isBig && math.IsInf(rate, 0):
+			p.errorf(line, "rate %s is too large: leave rate out for no limit", lineerr.Clip(rateNode.Value))
+		case isBig:
+			// read as 0x10 is
+			k.Rate = rate
+			k.Burst = defaultBurst(rate)
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
 			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
 		case rate <= 0:
@@ -399,9 +412,11 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		p.errorf(line, "burst without rate does nothing: add rate (requests per second), or remove burst")
 	case lineerr.LeadingZero("burst", burstNode) != "":
 		p.errorf(line, "%s", lineerr.LeadingZero("burst", burstNode))
-	case lineerr.PastInt(burstNode) && strings.HasPrefix(burstNode.Value, "-"):
+	case (lineerr.PastInt(burstNode) || isPast64Bits(burstNode)) && strings.HasPrefix(burstNode.Value, "-"):
 		p.errorf(line, "burst must be at least 1, not %s", lineerr.Clip(burstNode.Value))
-	case lineerr.PastInt(burstNode):
+	case lineerr.PastInt(burstNode) || isPast64Bits(burstNode):
+		// 99999999999999999999, which YAML reads as a float, and
+		// 0x1ffffffffffffffff, which it reads as a string
 		p.errorf(line, "burst %s is too large: at most %d", lineerr.Clip(burstNode.Value), math.MaxInt)
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
 		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
@@ -460,6 +475,13 @@ func (p *parser) line(n int) string {
 		return ""
 	}
 	return lines[n-1]
+}
+
+// isPast64Bits reports whether n is a hex, octal or binary number past 64
+// bits written plainly (lineerr.Past64Bits).
+func isPast64Bits(n *yaml.Node) bool {
+	_, ok := lineerr.Past64Bits(n)
+	return ok
 }
 
 func isScalar(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag != "!!null" }

@@ -111,7 +111,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		return nil
 	}
 	m := doc.Content[0]
-	markNonSpecificTags(m, strings.Split(raw.frontMatter, "\n"))
+	lineerr.MarkNonSpecificTags(m, strings.Split(raw.frontMatter, "\n"))
 	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
 	// keyLine is the line of the key of each value of the mapping: an
 	// error about a value is reported on its key's line, also when the
@@ -141,7 +141,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 			c.errorf(at(k), "a front matter key is a name, not %s", lineerr.Describe(k))
 			continue
 		}
-		if tagged(k) {
+		if lineerr.Tagged(k) {
 			// `!foo description: x`: refused, the value read all the same
 			c.errorf(at(k), "a front matter key is a name, not a value tagged %s", clipped(k.Tag))
 		}
@@ -154,7 +154,7 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 		keyLine[v] = line
 		switch key {
 		case "flowmarkdown_version":
-			if tagged(v) {
+			if lineerr.Tagged(v) {
 				c.errorf(line, "flowmarkdown_version must be a string, not a value tagged %s", clipped(v.Tag))
 			} else if v.Kind != yaml.ScalarNode || v.Value != Version {
 				c.errorf(line, "flowmarkdown_version %s is not supported: this compiler reads \"0.1\"", quoted(v.Value))
@@ -245,12 +245,12 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	tenantVal, flowVal := nodeText(tenantNode), nodeText(flowNode)
 	if flowNode == nil {
 		c.errorf(1, "the front matter has no flow: key (the flow's name)")
-	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode || tagged(flowNode) {
+	} else if err := naming.Check(flowVal, naming.Flow(tenantVal)); err != nil || flowNode.Kind != yaml.ScalarNode || lineerr.Tagged(flowNode) {
 		c.nameError(lineOf(flowNode), flowNode, err, "flow")
 	}
 	if tenantNode == nil {
 		c.errorf(1, "the front matter has no tenant: key (the tenant that owns the flow)")
-	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode || tagged(tenantNode) {
+	} else if err := naming.Check(tenantVal, naming.Tenant(flowVal)); err != nil || tenantNode.Kind != yaml.ScalarNode || lineerr.Tagged(tenantNode) {
 		c.nameError(lineOf(tenantNode), tenantNode, err, "tenant")
 	}
 	f.tenant, f.name = tenantVal, flowVal
@@ -305,7 +305,7 @@ var frontMatterKeys = []string{
 }
 
 func (c *compiler) nameError(line int, n *yaml.Node, err error, field string) {
-	if tagged(n) {
+	if lineerr.Tagged(n) {
 		c.errorf(line, "%s must be a name, not a value tagged %s", field, clipped(n.Tag))
 		return
 	}
@@ -757,15 +757,15 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 			return
 		}
 		m := n.Content[0]
-		markNonSpecificTags(m, strings.Split(k.value, "\n"))
-		if tagged(m) {
+		lineerr.MarkNonSpecificTags(m, strings.Split(k.value, "\n"))
+		if lineerr.Tagged(m) {
 			c.errorf(k.line, "headers must be a JSON object of names to values, not a value tagged %s", clipped(m.Tag))
 			return
 		}
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			name, val := m.Content[i].Value, m.Content[i+1]
-			if tagged(m.Content[i]) {
+			if lineerr.Tagged(m.Content[i]) {
 				c.errorf(k.line, "headers: the header name %s must be a string, not a value tagged %s", clipped(name), clipped(m.Content[i].Tag))
 				continue
 			}
@@ -781,7 +781,7 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 				continue
 			}
 			seen[canon] = true
-			if tagged(val) {
+			if lineerr.Tagged(val) {
 				c.errorf(k.line, "headers: the value of %s must be a string, not a value tagged %s", clipped(name), clipped(val.Tag))
 				continue
 			}
@@ -1147,14 +1147,14 @@ func (c *compiler) stepList(k rawKey, s *Step) ([]string, bool) {
 		return nil, false
 	}
 	list := n.Content[0]
-	markNonSpecificTags(list, strings.Split(k.value, "\n"))
-	if tagged(list) {
+	lineerr.MarkNonSpecificTags(list, strings.Split(k.value, "\n"))
+	if lineerr.Tagged(list) {
 		c.errorf(k.line, "%s of step %s must be a list, e.g. [%s], not a value tagged %s", k.key, quoted(s.name), exampleFor(k.key), clipped(list.Tag))
 		return nil, false
 	}
 	var out []string
 	for _, e := range list.Content {
-		if tagged(e) {
+		if lineerr.Tagged(e) {
 			c.errorf(k.line, "%s of step %s must be a list of names, not a value tagged %s", k.key, quoted(s.name), clipped(e.Tag))
 			return nil, false
 		}
@@ -1175,7 +1175,7 @@ func exampleFor(key string) string {
 }
 
 func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
-	if tagged(v) {
+	if lineerr.Tagged(v) {
 		c.errorf(line, "effects must be a list, e.g. [http_egress], not a value tagged %s", clipped(v.Tag))
 		return nil
 	}
@@ -1186,7 +1186,7 @@ func (c *compiler) effectList(line int, key string, v *yaml.Node) []Effect {
 	var out []Effect
 	for _, e := range v.Content {
 		switch eff := Effect(e.Value); {
-		case tagged(e):
+		case lineerr.Tagged(e):
 			c.errorf(line, "effects must be a list of effect names, not a value tagged %s", clipped(e.Tag))
 		case e.Kind != yaml.ScalarNode:
 			c.errorf(line, "effects must be a list of effect names")
@@ -1295,7 +1295,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
 		return 0, false
 	}
-	if n, ok := past64Bits(v); ok {
+	if n, ok := lineerr.Past64Bits(v); ok {
 		// 0x1ffffffffffffffff: YAML reads it as a string
 		if x, _ := new(big.Float).SetInt(n).Float64(); !math.IsInf(x, 0) {
 			c.errorf(line, "%s", notPlainNumber(key, x, v.Value))
@@ -1415,106 +1415,6 @@ func tagError(n *yaml.Node) error {
 	return nodeErrorf(n, "the YAML tag %s is not JSON: write the value without it (a string in quotes)", clipped(n.Tag))
 }
 
-// tagged reports whether n is written with a YAML tag other than the one
-// its kind has without it (!!str on a string, !!seq on a list, !!map on a
-// mapping): `!foo x`, `! x` (see markNonSpecificTags), `!!int 42`. A key
-// whose value is a name, a string or a list of names refuses it: read
-// without its tag, the value is not what was written.
-func tagged(n *yaml.Node) bool {
-	if n.Style&yaml.TaggedStyle == 0 {
-		return false
-	}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return n.Tag != "!!str"
-	case yaml.SequenceNode:
-		return n.Tag != "!!seq"
-	case yaml.MappingNode:
-		return n.Tag != "!!map"
-	}
-	return true
-}
-
-// markNonSpecificTags gives every value of n written with YAML's
-// non-specific tag `!` (`! 5`, `!<!> x`) the tag "!" and TaggedStyle, so
-// that a key refuses it as it refuses any other tag (`!foo x`). The YAML
-// library drops `!` without a trace (`! 5` reads as the number 5, where
-// YAML's rules make it the string "5"), so it is read in lines, the YAML
-// text n was parsed from: a value written with a tag begins where its
-// properties do, and a value without TaggedStyle whose properties hold a
-// tag holds that one.
-func markNonSpecificTags(n *yaml.Node, lines []string) {
-	(&yamlText{lines: lines, runes: map[int][]rune{}}).mark(n)
-}
-
-// yamlText is the YAML text of a front matter or of a step key's value,
-// by line, each line read into characters once (a node's column counts
-// characters): a flow mapping on one line holds many values.
-type yamlText struct {
-	lines []string
-	runes map[int][]rune
-}
-
-// line is the line numbered l (from 1) as characters.
-func (t *yamlText) line(l int) []rune {
-	r, ok := t.runes[l]
-	if !ok {
-		r = []rune(t.lines[l-1])
-		t.runes[l] = r
-	}
-	return r
-}
-
-func (t *yamlText) mark(n *yaml.Node) {
-	if n.Kind == yaml.AliasNode {
-		return // the value it names is marked where it is written
-	}
-	if n.Style&yaml.TaggedStyle == 0 && t.startsWithTag(n) &&
-		!(len(n.Content) > 0 && n.Content[0].Line == n.Line && n.Content[0].Column == n.Column) {
-		// (a block mapping begins where its first key does: `! a: 1`
-		// tags the key)
-		n.Tag = "!"
-		n.Style |= yaml.TaggedStyle
-	}
-	for _, c := range n.Content {
-		t.mark(c)
-	}
-}
-
-// startsWithTag reports whether the text at n's line and column (counted
-// in characters from 1) holds a tag, after an anchor if any (`&a ! x`);
-// properties may be followed by blanks, a comment and line breaks.
-func (t *yamlText) startsWithTag(n *yaml.Node) bool {
-	if n.Line < 1 || n.Line > len(t.lines) || n.Column < 1 {
-		return false
-	}
-	text := t.line(n.Line)
-	if n.Column-1 >= len(text) {
-		return false
-	}
-	text = text[n.Column-1:]
-	if text[0] != '&' {
-		return text[0] == '!'
-	}
-	i := 1
-	for i < len(text) && !strings.ContainsRune(" \t,[]{}", text[i]) {
-		i++ // the anchor's name
-	}
-	for l := n.Line; ; {
-		for i < len(text) && (text[i] == ' ' || text[i] == '\t') {
-			i++
-		}
-		if i < len(text) && text[i] != '#' {
-			return text[i] == '!'
-		}
-		if l >= len(t.lines) {
-			return false
-		}
-		l++
-		text, i = t.line(l), 0
-	}
-}
-
 // yamlDocument converts a YAML value into a document value, within budget
 // (bytes of JSON, about: aliases are followed). It is JSON written as
 // YAML: a YAML tag, and a number JSON does not write (0x10, 1_000, +5,
@@ -1579,7 +1479,7 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 			}
 			return nil, nodeErrorf(n, "the number %s is not a JSON number", clipped(n.Value))
 		}
-		if x, ok := past64Bits(n); ok {
+		if x, ok := lineerr.Past64Bits(n); ok {
 			// 0x1ffffffffffffffff: a number to whoever wrote it, a
 			// string to YAML; refused as 0x10 is
 			if x.BitLen() <= maxPast64Bits {
@@ -1639,33 +1539,14 @@ func yamlDocument(n *yaml.Node, budget *yamlBudget) (any, error) {
 	return nil, fmt.Errorf("unsupported YAML value")
 }
 
-// maxPast64Bits bounds the numbers past64Bits reads that are written in
+// maxPast64Bits bounds the numbers lineerr.Past64Bits reads that are written in
 // decimal to be checked against a body's range: past it (2^1030 is about
 // 1.2e310), a number is out of that range, which ends near 1.8e308.
 const maxPast64Bits = 1030
 
-// past64Bits reads n when it is a hex, octal or binary number written
-// plainly (0x1ffffffffffffffff, -0o…, +0b…, with underscores) past what 64
-// bits hold: YAML reads such a number as an integer within 64 bits and as
-// a string past them, which whoever wrote the file did not write.
-func past64Bits(n *yaml.Node) (*big.Int, bool) {
-	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
-		return nil, false
-	}
-	// as YAML reads it: underscores dropped, then a Go integer literal
-	plain := strings.ReplaceAll(n.Value, "_", "")
-	digits := strings.TrimLeft(plain, "+-")
-	if len(plain)-len(digits) > 1 || len(digits) < 3 || digits[0] != '0' || !strings.ContainsRune("xXoObB", rune(digits[1])) ||
-		n.Value[0] == '_' {
-		return nil, false
-	}
-	x, ok := new(big.Int).SetString(plain, 0)
-	return x, ok
-}
-
-// isPast64Bits reports whether n is a number past64Bits reads.
+// isPast64Bits reports whether n is a number lineerr.Past64Bits reads.
 func isPast64Bits(n *yaml.Node) bool {
-	_, ok := past64Bits(n)
+	_, ok := lineerr.Past64Bits(n)
 	return ok
 }
 

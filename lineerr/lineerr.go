@@ -6,6 +6,7 @@ package lineerr
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
@@ -139,4 +140,123 @@ func PastInt(n *yaml.Node) bool {
 	}
 	_, err := strconv.ParseInt(n.Value, 10, 64)
 	return errors.Is(err, strconv.ErrRange)
+}
+
+// Tagged reports whether n is written with a YAML tag other than the one
+// its kind has without it (!!str on a string, !!seq on a list, !!map on a
+// mapping): `!foo x`, `! x` (see MarkNonSpecificTags), `!!int 42`. A key
+// whose value is a name, a string or a list of names refuses it: read
+// without its tag, the value is not what was written.
+func Tagged(n *yaml.Node) bool {
+	if n.Style&yaml.TaggedStyle == 0 {
+		return false
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Tag != "!!str"
+	case yaml.SequenceNode:
+		return n.Tag != "!!seq"
+	case yaml.MappingNode:
+		return n.Tag != "!!map"
+	}
+	return true
+}
+
+// MarkNonSpecificTags gives every value of n written with YAML's
+// non-specific tag `!` (`! 5`, `!<!> x`) the tag "!" and TaggedStyle, so
+// that a key refuses it as it refuses any other tag (`!foo x`). The YAML
+// library drops `!` without a trace (`! 5` reads as the number 5, where
+// YAML's rules make it the string "5"), so it is read in lines, the YAML
+// text n was parsed from: a value written with a tag begins where its
+// properties do, and a value without TaggedStyle whose properties hold a
+// tag holds that one.
+func MarkNonSpecificTags(n *yaml.Node, lines []string) {
+	(&yamlText{lines: lines, runes: map[int][]rune{}}).mark(n)
+}
+
+// yamlText is the YAML text of a file or of a value (a flow's step key),
+// by line, each line read into characters once (a node's column counts
+// characters): a flow mapping on one line holds many values.
+type yamlText struct {
+	lines []string
+	runes map[int][]rune
+}
+
+// line is the line numbered l (from 1) as characters.
+func (t *yamlText) line(l int) []rune {
+	r, ok := t.runes[l]
+	if !ok {
+		r = []rune(t.lines[l-1])
+		t.runes[l] = r
+	}
+	return r
+}
+
+func (t *yamlText) mark(n *yaml.Node) {
+	if n.Kind == yaml.AliasNode {
+		return // the value it names is marked where it is written
+	}
+	if n.Style&yaml.TaggedStyle == 0 && t.startsWithTag(n) &&
+		!(len(n.Content) > 0 && n.Content[0].Line == n.Line && n.Content[0].Column == n.Column) {
+		// (a block mapping begins where its first key does: `! a: 1`
+		// tags the key)
+		n.Tag = "!"
+		n.Style |= yaml.TaggedStyle
+	}
+	for _, c := range n.Content {
+		t.mark(c)
+	}
+}
+
+// startsWithTag reports whether the text at n's line and column (counted
+// in characters from 1) holds a tag, after an anchor if any (`&a ! x`);
+// properties may be followed by blanks, a comment and line breaks.
+func (t *yamlText) startsWithTag(n *yaml.Node) bool {
+	if n.Line < 1 || n.Line > len(t.lines) || n.Column < 1 {
+		return false
+	}
+	text := t.line(n.Line)
+	if n.Column-1 >= len(text) {
+		return false
+	}
+	text = text[n.Column-1:]
+	if text[0] != '&' {
+		return text[0] == '!'
+	}
+	i := 1
+	for i < len(text) && !strings.ContainsRune(" \t,[]{}", text[i]) {
+		i++ // the anchor's name
+	}
+	for l := n.Line; ; {
+		for i < len(text) && (text[i] == ' ' || text[i] == '\t') {
+			i++
+		}
+		if i < len(text) && text[i] != '#' {
+			return text[i] == '!'
+		}
+		if l >= len(t.lines) {
+			return false
+		}
+		l++
+		text, i = t.line(l), 0
+	}
+}
+
+// Past64Bits reads n when it is a hex, octal or binary number written
+// plainly (0x1ffffffffffffffff, -0o…, +0b…, with underscores) past what 64
+// bits hold: YAML reads such a number as an integer within 64 bits and as
+// a string past them, which whoever wrote the file did not write.
+func Past64Bits(n *yaml.Node) (*big.Int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
+		return nil, false
+	}
+	// as YAML reads it: underscores dropped, then a Go integer literal
+	plain := strings.ReplaceAll(n.Value, "_", "")
+	digits := strings.TrimLeft(plain, "+-")
+	if len(plain)-len(digits) > 1 || len(digits) < 3 || digits[0] != '0' || !strings.ContainsRune("xXoObB", rune(digits[1])) ||
+		n.Value[0] == '_' {
+		return nil, false
+	}
+	x, ok := new(big.Int).SetString(plain, 0)
+	return x, ok
 }
