@@ -92,6 +92,9 @@ func (p *parser) parse() []Key {
 		return nil
 	}
 	top := doc.Content[0]
+	// YAML's non-specific tag ! (`! 5`), which the library drops, is a
+	// tag like any other: refused where a tag is
+	lineerr.MarkNonSpecificTags(top, strings.Split(string(p.src), "\n"))
 	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
 		p.errorf(1, "%s", emptyFile)
 		return nil
@@ -109,6 +112,9 @@ func (p *parser) parse() []Key {
 			p.errorf(k.Line, "a top-level key is a name, not %s", describe(k))
 			continue
 		}
+		if lineerr.Tagged(k) {
+			p.errorf(k.Line, "a top-level key is a name, not %s", tagged(k))
+		}
 		if first, dup := seen[k.Value]; dup {
 			p.errorf(k.Line, "%s is set twice (first at line %d)", quoteName(k.Value), first)
 			continue
@@ -123,7 +129,10 @@ func (p *parser) parse() []Key {
 			continue
 		}
 		list = v
-		if v.Kind != yaml.SequenceNode {
+		if lineerr.Tagged(v) {
+			p.errorf(k.Line, "keys must be a list of keys, not %s", tagged(v))
+			list = nil
+		} else if v.Kind != yaml.SequenceNode {
 			p.errorf(k.Line, "keys must be a list of keys, not %s (keys: [] lets nobody call)", describe(v))
 			list = nil
 		}
@@ -174,8 +183,8 @@ type parsedKey struct {
 // mapping; otherwise the fields read (ID empty when invalid) are returned
 // for the file-wide checks, with valid set when the whole entry is.
 func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
-	if e.Kind != yaml.MappingNode {
-		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", describe(e))
+	if e.Kind != yaml.MappingNode || lineerr.Tagged(e) {
+		p.errorf(e.Line, "each entry of keys must be a mapping with id, tenant, sha256 and flows, not %s", tagged(e))
 		return nil, false
 	}
 	before := len(p.errs)
@@ -188,6 +197,10 @@ func (p *parser) entry(e *yaml.Node) (k *parsedKey, ok bool) {
 			// a complex key (? [a]) names no field
 			p.errorf(name.Line, "a field of a key entry is a name, not %s", describe(name))
 			continue
+		}
+		if lineerr.Tagged(name) {
+			// `! id: a`: refused, the field read all the same
+			p.errorf(name.Line, "a field of a key entry is a name, not %s", tagged(name))
 		}
 		if first, dup := keyLines[name.Value]; dup {
 			p.errorf(name.Line, "field %s is set twice (first at line %d)", quoteName(name.Value), first)
@@ -229,8 +242,8 @@ func (p *parser) id(k *parsedKey, line int, v *yaml.Node) {
 	switch {
 	case v == nil:
 		p.errorf(k.Line, "the key entry has no id: add id: NAME (the name of the key in logs, e.g. acme-orders)")
-	case !isScalar(v):
-		p.errorf(line, "id must be a name, not %s", describe(v))
+	case !isScalar(v) || lineerr.Tagged(v):
+		p.errorf(line, "id must be a name, not %s", tagged(v))
 	case holdsKey(v.Value):
 		// Never echo it: it is likely a key (perhaps with its "Bearer "),
 		// and errors are logged.
@@ -262,8 +275,8 @@ func (p *parser) tenant(k *parsedKey, line int, v *yaml.Node) string {
 	case v == nil:
 		p.errorf(k.Line, "%s has no tenant: add tenant: NAME", who(k))
 		return ""
-	case !isScalar(v):
-		p.errorf(line, "tenant must be a name, not %s", describe(v))
+	case !isScalar(v) || lineerr.Tagged(v):
+		p.errorf(line, "tenant must be a name, not %s", tagged(v))
 		return ""
 	}
 	if holdsKey(v.Value) {
@@ -285,8 +298,8 @@ func (p *parser) hash(k *parsedKey, line int, v *yaml.Node) {
 	case v == nil:
 		p.errorf(k.Line, "%s has no sha256: add the hex SHA-256 of the key (nexus key generate prints the entry)", who(k))
 		return
-	case !isScalar(v):
-		p.errorf(line, "%s, not %s", want, describe(v))
+	case !isScalar(v) || lineerr.Tagged(v):
+		p.errorf(line, "%s, not %s", want, tagged(v))
 		return
 	case holdsKey(v.Value):
 		// Never echo the value: it is a key.
@@ -319,8 +332,8 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 	case v == nil:
 		p.errorf(k.Line, "%s has no flows: add flows: [NAME, …], or flows: [\"*\"] for every flow of the tenant", who(k))
 		return
-	case v.Kind != yaml.SequenceNode:
-		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", describe(v))
+	case v.Kind != yaml.SequenceNode || lineerr.Tagged(v):
+		p.errorf(line, "flows must be a list, e.g. [order-intake] or [\"*\"], not %s", tagged(v))
 		return
 	case len(v.Content) == 0:
 		p.errorf(line, "flows is empty: list the flows the key may call, or [\"*\"] for every flow of the tenant")
@@ -331,8 +344,8 @@ func (p *parser) flows(k *parsedKey, tenant string, line int, v *yaml.Node) {
 	star := false
 	for _, f := range v.Content {
 		switch {
-		case !isScalar(f):
-			p.errorf(f.Line, "each flow must be a name, not %s", describe(f))
+		case !isScalar(f) || lineerr.Tagged(f):
+			p.errorf(f.Line, "each flow must be a name, not %s", tagged(f))
 			continue
 		case holdsKey(f.Value):
 			// never echoed, twice or not: it is a key
@@ -497,6 +510,19 @@ func describe(n *yaml.Node) string {
 		return "an API key (replace it: it is now in the repository)"
 	}
 	return lineerr.Describe(n)
+}
+
+// tagged is describe, but a value written with a YAML tag (lineerr.Tagged:
+// `!foo x`, `! x`) is named by its tag: "a value tagged !foo", as a flow's
+// front matter names it.
+func tagged(n *yaml.Node) string {
+	if !lineerr.Tagged(n) {
+		return describe(n)
+	}
+	if holdsKey(n.Tag) {
+		return "a value tagged with an API key (replace it: it is now in the repository)"
+	}
+	return "a value tagged " + lineerr.Clip(n.Tag)
 }
 
 // quoteName quotes a name of the file for an error, but never an API key
