@@ -437,7 +437,8 @@ var cronDays = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, 
 //     crontab(5) read it (robfig/cron takes 0 to 6): 7 alone or as 7-7 is
 //     given as 0, 7-7/step as 0-0/step (its step read as any range's), a
 //     range ending at 7 (5-7, 1-7/2) as the range ending at 6 and 0 when
-//     its step reaches 7; a day past 7 is an error.
+//     its step reaches 7; a day past 7 is an error, and so is a range from
+//     7 that runs backwards (7-5, 7/2: see backwardsFromSeven).
 //
 // A descriptor, and a wrong count of fields, are left to robfig/cron.
 func cronFields(spec string) (cronSpec, string) {
@@ -464,6 +465,9 @@ func cronFields(spec string) (cronSpec, string) {
 		from, fromErr := strconv.Atoi(lo)
 		if d, named := cronDays[strings.ToLower(lo)]; named {
 			from, fromErr = d, nil
+		}
+		if msg := backwardsFromSeven(dow, e); msg != "" {
+			return cronSpec{}, msg
 		}
 		switch to, err := strconv.Atoi(hi); {
 		case !isRange && !hasStep && fromErr == nil && from == 7, isRange && !hasStep && err == nil && to == 7 && fromErr == nil && from == 7:
@@ -494,6 +498,45 @@ func cronFields(spec string) (cronSpec, string) {
 	out.fields[4] = strings.Join(elems, ",")
 	out.spec = strings.Join(out.fields, " ")
 	return out, ""
+}
+
+// backwardsFromSeven is the error of elem, an element of the day of week
+// field dow, when it is a range from 7 that runs backwards: 7-5 (7-fri,
+// 7-5/2), or 7/step, which runs from 7 to 6 as N/step does (decisions.md:
+// N/step keeps robfig/cron's meaning, N to 6); "" for any other element.
+// robfig/cron's own error ("beginning of range (7) beyond end of range
+// (6)") said 7 was past the days the compiler says are 0 to 7. A step
+// below 1 is refused as robfig/cron refuses it in 5-7/0; one that is not
+// a number is left to its error.
+func backwardsFromSeven(dow, elem string) string {
+	rng, step, hasStep := strings.Cut(elem, "/")
+	lo, hi, isRange := strings.Cut(rng, "-")
+	if from, err := strconv.Atoi(lo); err != nil || from != 7 || !isRange && !hasStep {
+		return ""
+	}
+	switch every, err := strconv.Atoi(step); {
+	case hasStep && err != nil:
+		return "" // robfig/cron's error names the step
+	case hasStep && every < 1:
+		// robfig/cron's words for 5-7/0, where it says 7/0 is past 6
+		return "step of range should be a positive number: " + clipped(elem)
+	}
+	to, err := strconv.Atoi(hi)
+	if d, named := cronDays[strings.ToLower(hi)]; named {
+		to, err = d, nil
+	}
+	end, why := hi, ""
+	switch {
+	case !isRange:
+		end, why = "6", ", where N/step ends"
+	case err != nil || to >= 7:
+		return "" // 7-7, or a day past 7: read elsewhere
+	}
+	what := "the day of week field " + clipped(dow)
+	if dow != elem {
+		what += " holds " + clipped(elem) + ", which"
+	}
+	return fmt.Sprintf("%s runs backwards from %s to %s%s: 7 is Sunday, write %s", what, clipped(lo), clipped(end), why, clipped("0"+elem[len(lo):]))
 }
 
 // scheduleProbe is the fixed time from which a schedule must fire within

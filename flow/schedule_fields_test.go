@@ -48,7 +48,11 @@ func TestScheduleListEmptyElement(t *testing.T) {
 // is, alone, in a list and at the end of a range (5-7, 1-7/2), as most
 // crons and crontab(5) read it; robfig/cron takes 0 to 6 only, so such a
 // schedule did not compile. Each ticks at the times of the same schedule
-// written with 0, in the flow's zone; a day past 7 is refused.
+// written with 0, in the flow's zone; a day past 7 is refused, and so is
+// a range from 7 that runs backwards (7-5, and 7/2, which runs from 7 to 6
+// as N/step does), saying why and what to write: robfig/cron's
+// "beginning of range (7) beyond end of range (6)" said 7 was past the
+// days the compiler says are 0 to 7.
 func TestScheduleDayOfWeekSeven(t *testing.T) {
 	from := time.Date(2026, 3, 23, 12, 0, 0, 0, time.UTC) // a Monday, a week before Berlin's change
 	to := from.AddDate(0, 0, 14)
@@ -82,7 +86,16 @@ func TestScheduleDayOfWeekSeven(t *testing.T) {
 		{"0 9 * * 8", `schedule "0 9 * * 8"` + notCron + "the day of week field 8 holds 8: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat"},
 		{"0 9 * * 5-8", `schedule "0 9 * * 5-8"` + notCron + "the day of week field 5-8 holds 8: days of the week are 0 to 7 (0 and 7 are Sunday) or sun to sat"},
 		{"0 9 * * 5-7/0", `schedule "0 9 * * 5-7/0"` + notCron + "step of range should be a positive number: 5-7/0"},
-		{"0 9 * * 7/2", `schedule "0 9 * * 7/2"` + notCron + "beginning of range (7) beyond end of range (6): 7/2"},
+		{"0 9 * * 7/2", `schedule "0 9 * * 7/2"` + notCron + "the day of week field 7/2 runs backwards from 7 to 6, where N/step ends: 7 is Sunday, write 0/2"},
+		{"0 9 * * 7-5", `schedule "0 9 * * 7-5"` + notCron + "the day of week field 7-5 runs backwards from 7 to 5: 7 is Sunday, write 0-5"},
+		{"0 9 * * 7-5/2", `schedule "0 9 * * 7-5/2"` + notCron + "the day of week field 7-5/2 runs backwards from 7 to 5: 7 is Sunday, write 0-5/2"},
+		{"0 9 * * 7-FRI", `schedule "0 9 * * 7-FRI"` + notCron + "the day of week field 7-FRI runs backwards from 7 to FRI: 7 is Sunday, write 0-FRI"},
+		{"0 9 * * 07-0", `schedule "0 9 * * 07-0"` + notCron + "the day of week field 07-0 runs backwards from 07 to 0: 7 is Sunday, write 0-0"},
+		{"0 9 * * 1,7-5", `schedule "0 9 * * 1,7-5"` + notCron + "the day of week field 1,7-5 holds 7-5, which runs backwards from 7 to 5: 7 is Sunday, write 0-5"},
+		{"0 9 * * 1,7/3", `schedule "0 9 * * 1,7/3"` + notCron + "the day of week field 1,7/3 holds 7/3, which runs backwards from 7 to 6, where N/step ends: 7 is Sunday, write 0/3"},
+		{"0 9 * * 7/0", `schedule "0 9 * * 7/0"` + notCron + "step of range should be a positive number: 7/0"},
+		{"0 9 * * 7/x", `schedule "0 9 * * 7/x"` + notCron + `failed to parse int from x: strconv.Atoi: parsing "x": invalid s…`},
+		{"0 9 * * 6-1", `schedule "0 9 * * 6-1"` + notCron + "beginning of range (6) beyond end of range (1): 6-1"},
 		{"0 9 * * 7-7/0", `schedule "0 9 * * 7-7/0"` + notCron + "step of range should be a positive number: 7-7/0"},
 		{"0 9 * * 7-7/x", `schedule "0 9 * * 7-7/x"` + notCron + `failed to parse int from x: strconv.Atoi: parsing "x": invalid s…`},
 		{"0 9 * * 1,7-7/0", `schedule "0 9 * * 1,7-7/0"` + notCron + "step of range should be a positive number: 7-7/0"},
