@@ -408,18 +408,7 @@ func TestDLQCorruptArtifact(t *testing.T) {
 		t.Fatalf("deploy: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	// one byte of the stored artifact flipped, with no server running
-	sqlDB, err := sql.Open("sqlite", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := sqlDB.Exec(`UPDATE flow_versions SET artifact = CAST(artifact AS BLOB) || x'00' WHERE tenant = 'acme' AND flow = 'forward-order' AND version = 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("%d artifacts changed", n)
-	}
-	sqlDB.Close()
+	corruptArtifact(t, db, "acme", "forward-order")
 
 	h := startHost(t, hostOptions{db: db})
 	waitGate(t, h, "acme", "forward-order", acmeKey)
@@ -490,18 +479,7 @@ func TestQueuePublishToACorruptArtifact(t *testing.T) {
 	if r := nexus(t, "", "deploy", "--db", db, dir); r.code != 0 {
 		t.Fatalf("deploy: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
-	sqlDB, err := sql.Open("sqlite", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := sqlDB.Exec(`UPDATE flow_versions SET artifact = CAST(artifact AS BLOB) || x'00' WHERE tenant = 'acme' AND flow = 'order-fulfilment' AND version = 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("%d artifacts changed", n)
-	}
-	sqlDB.Close()
+	corruptArtifact(t, db, "acme", "order-fulfilment")
 
 	h := startHost(t, hostOptions{db: db})
 	waitGate(t, h, "acme", "order-handoff", acmeKey)
@@ -628,5 +606,24 @@ func TestDLQReplayUnderAbsorb(t *testing.T) {
 	}
 	if r := dlqCLI(t, h.db, "list"); r.stdout != "DLQ is empty\n" {
 		t.Errorf("dlq list after the replays:\n%s", r.stdout)
+	}
+}
+
+// corruptArtifact appends a byte to the stored artifact of version 1 of
+// tenant/flow in the registry at db, with no server running: it fails its
+// integrity check when loaded.
+func corruptArtifact(t *testing.T, db, tenant, flow string) {
+	t.Helper()
+	sqlDB, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	res, err := sqlDB.Exec(`UPDATE flow_versions SET artifact = CAST(artifact AS BLOB) || x'00' WHERE tenant = ? AND flow = ? AND version = 1`, tenant, flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("%d artifacts of %s/%s changed", n, tenant, flow)
 	}
 }
