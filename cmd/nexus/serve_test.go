@@ -534,6 +534,106 @@ func TestSecondSignalWithAStalledLog(t *testing.T) {
 	}
 }
 
+// TestDevModeSaysWhatToDoWithWhatItSkips: the warning for an entry the
+// development mode does not serve says what to do for its kind: a link to
+// a file, copy the file in; a link to a folder, copy the folder in; a
+// special file (a FIFO, a socket), or a link leading nowhere or to the top
+// of the folder, remove it or move it out. Every one of them said "copy
+// the file in", even a link to a folder or a FIFO.
+func TestDevModeSaysWhatToDoWithWhatItSkips(t *testing.T) {
+	const lead = ": not served (a config repo holds regular files; "
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, src string) // makes src/flows/acme/e
+		want string
+	}{
+		{"link to a file", func(t *testing.T, src string) {
+			symlink(t, "x.md", filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to the file flows/acme/x.md" + lead + "copy the file in)"},
+		{"link to a file outside", func(t *testing.T, src string) {
+			out := filepath.Join(t.TempDir(), "y.md")
+			if err := os.WriteFile(out, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, out, filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to OUT, outside the folder" + lead + "copy the file in)"},
+		{"link to a folder", func(t *testing.T, src string) {
+			if err := os.Mkdir(filepath.Join(src, "flows/other"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, "../other", filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to the folder flows/other" + lead + "copy the folder in)"},
+		{"link to a folder outside", func(t *testing.T, src string) {
+			symlink(t, t.TempDir(), filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to OUT, outside the folder" + lead + "copy the folder in)"},
+		{"link to the top of the folder", func(t *testing.T, src string) {
+			symlink(t, "../..", filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to the top of the folder" + lead + "remove it)"},
+		{"link to nothing", func(t *testing.T, src string) {
+			symlink(t, "gone.md", filepath.Join(src, "flows/acme/e"))
+		}, "flows/acme/e is a symbolic link to gone.md, which does not exist" + lead + "remove it, or copy in the file it was meant to lead to)"},
+		{"FIFO", func(t *testing.T, src string) {
+			if err := syscall.Mkfifo(filepath.Join(src, "flows/acme/e"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "flows/acme/e is a special file (p---------), not a regular file" + lead + "remove it or move it out of the folder)"},
+		{"socket", func(t *testing.T, src string) {
+			l, err := net.Listen("unix", filepath.Join(src, "flows/acme/e"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+		}, "flows/acme/e is a special file (S---------), not a regular file" + lead + "remove it or move it out of the folder)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// short: a socket's path has room for about 100 bytes
+			src, err := os.MkdirTemp("", "nx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(src) })
+			if err := os.MkdirAll(filepath.Join(src, "flows", "acme"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"access.yaml", "flows/acme/x.md"} {
+				if err := os.WriteFile(filepath.Join(src, name), []byte("keys: []\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.make(t, src)
+			var log jsonlogtest.Buffer
+			_, _, unlock, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo))
+			if err != nil {
+				t.Fatal(err)
+			}
+			unlock()
+			var got []string
+			for _, ev := range log.Events(t, "dev_file_skipped") {
+				got = append(got, fmt.Sprint(ev["msg"]))
+			}
+			want := tc.want
+			if strings.Contains(want, "OUT") {
+				to, err := filepath.EvalSymlinks(filepath.Join(src, "flows/acme/e"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = strings.Replace(want, "OUT", to, 1)
+			}
+			if diff := cmp.Diff([]string{want}, got); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// symlink makes the symbolic link link to target.
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDevModeNamesTheLinksItSkips: a symbolic link in the folder the
 // development mode serves is not served, and one warning names each: to
 // a flow inside the folder, outside it, or to nothing. They were skipped
@@ -569,7 +669,7 @@ func TestDevModeNamesTheLinksItSkips(t *testing.T) {
 	}
 	const tail = ": not served (a config repo holds regular files; copy the file in)"
 	want := []string{
-		"WARN flows/acme/dangling.md is a symbolic link to gone.md, which does not exist" + tail,
+		"WARN flows/acme/dangling.md is a symbolic link to gone.md, which does not exist: not served (a config repo holds regular files; remove it, or copy in the file it was meant to lead to)",
 		"WARN flows/acme/inside.md is a symbolic link to the file flows/acme/x.md" + tail,
 		"WARN flows/acme/outside.md is a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder" + tail,
 	}
