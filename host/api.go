@@ -327,7 +327,7 @@ func (s *Server) findPayload(ps httprouter.Params) (queue.DeadLetter, int, error
 		// the files the listing could not read either (a folder or a
 		// disk that fails, a permission): no fault of the host, and it
 		// may pass once the operator sees to them
-		return d, http.StatusServiceUnavailable, fmt.Errorf("queue %s/%s: the payload of dead letter %d could not be read: its dead letters could not be read: %w",
+		return d, http.StatusServiceUnavailable, fmt.Errorf("queue %s/%s: the payload of dead letter %d could not be read: %w",
 			tenant, flowName, id, err)
 	}
 	return d, http.StatusOK, nil

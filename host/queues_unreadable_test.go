@@ -182,9 +182,10 @@ func TestQueueDetailWhenDeadLettersCannotBeRead(t *testing.T) {
 // TestPayloadWhenDeadLettersCannotBeRead: a dead letter's payload download
 // (the API's and the UI's link) over a dlq.log that cannot be read (an I/O
 // error; here a folder in its place) answers 503, one line naming the
-// queue and the system's error, as the listing says it in its "error": the
-// payload cannot be given, and the host is not at fault. It answered 500
-// "internal error", as for a defect of the host.
+// queue, the id and the system's error once, as the listing says it in its
+// "error": the payload cannot be given, and the host is not at fault. It
+// answered 500 "internal error", as for a defect of the host; then a line
+// that said "could not be read" twice.
 func TestPayloadWhenDeadLettersCannotBeRead(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	seedTwoQueues(t, fx)
@@ -195,12 +196,15 @@ func TestPayloadWhenDeadLettersCannotBeRead(t *testing.T) {
 	if err := os.Mkdir(p, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	const prefix = "queue acme/echo: the payload of dead letter 1 could not be read: its dead letters could not be read: "
+	const prefix = "queue acme/echo: the payload of dead letter 1 could not be read: read "
 
 	w := fx.admin(http.MethodGet, "/api/queues/acme/echo/dlq/1/payload")
 	wantRefusalPrefix(t, w, http.StatusServiceUnavailable, prefix)
 	if e := w.Body.String(); !strings.Contains(e, "dlq.log") || !strings.Contains(e, "is a directory") || strings.Contains(e, "\n") {
 		t.Errorf("body %q, want one line naming dlq.log and the system's error", e)
+	}
+	if e := w.Body.String(); strings.Count(e, "could not be read") != 1 {
+		t.Errorf("body %q says \"could not be read\" more than once", e)
 	}
 	if ct := w.Header().Get("Content-Disposition"); ct != "" {
 		t.Errorf("Content-Disposition = %q on a refusal", ct)
@@ -211,5 +215,8 @@ func TestPayloadWhenDeadLettersCannotBeRead(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("the payload link's page does not show %q", want)
 		}
+	}
+	if n := strings.Count(body, "could not be read"); n != 1 {
+		t.Errorf("the payload link's page says \"could not be read\" %d times, want once", n)
 	}
 }
