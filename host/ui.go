@@ -280,7 +280,10 @@ type queuesPage struct {
 	Tenant, Flow string // the filters, as typed ("" for none)
 	Filtered     bool   // a filter was given
 	Refused      bool   // the filters were refused: nothing was read
-	Queues       []queueEntry
+	// Keep is what a link to a Queue page adds to keep the filters
+	// ("?list_tenant=…&list_flow=…"), "" when there are none
+	Keep   string
+	Queues []queueEntry
 }
 
 // uiQueues is the Queues page: every queue, or those of ?tenant= and
@@ -308,6 +311,9 @@ func (s *Server) uiQueues(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		s.render(w, r, http.StatusOK, "queues", p)
 		return
 	}
+	if keep := listQuery(data.Tenant, data.Flow).Encode(); keep != "" {
+		data.Keep = "?" + keep
+	}
 	data.Queues = s.queueEntries(data.Tenant, data.Flow)
 	s.render(w, r, http.StatusOK, "queues", p)
 }
@@ -323,6 +329,79 @@ type queuePage struct {
 	// not live, or its artifact is corrupt), "" when they can: the page
 	// then offers Discard alone, rather than a Replay that answers 409
 	NoReplay string
+	// ListTenant and ListFlow are the Queues page's filters the operator
+	// came from (list_tenant, list_flow): the page's links and buttons
+	// keep them, and its link back leads to the list so filtered
+	ListTenant, ListFlow string
+}
+
+// ListLink is the Queues page as the operator filtered it.
+func (d queuePage) ListLink() string {
+	if q := (url.Values{"tenant": nonEmpty(d.ListTenant), "flow": nonEmpty(d.ListFlow)}).Encode(); q != "" {
+		return "/ui/queues?" + q
+	}
+	return "/ui/queues"
+}
+
+// PageLink is the link to the page of the queue's dead letters after
+// after (0: the first), keeping the page size and the list's filters.
+func (d queuePage) PageLink(after uint64) string {
+	q := listQuery(d.ListTenant, d.ListFlow)
+	if after != 0 {
+		q.Set("after", strconv.FormatUint(after, 10))
+	}
+	if d.Limit != 0 {
+		q.Set("limit", strconv.Itoa(d.Limit))
+	}
+	link := "/ui/queues/" + url.PathEscape(d.Tenant) + "/" + url.PathEscape(d.Flow)
+	if e := q.Encode(); e != "" {
+		link += "?" + e
+	}
+	return link
+}
+
+// Keep is what a link from the page adds to keep the list's filters
+// ("?list_tenant=…&list_flow=…"), "" when there are none.
+func (d queuePage) Keep() string {
+	if q := listQuery(d.ListTenant, d.ListFlow).Encode(); q != "" {
+		return "?" + q
+	}
+	return ""
+}
+
+// nonEmpty is v as a parameter's values: none when v is "".
+func nonEmpty(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return []string{v}
+}
+
+// listQuery is the query a Queue page's link adds to keep the Queues
+// page's filters tenant and flowName: list_tenant and list_flow, each
+// when given.
+func listQuery(tenant, flowName string) url.Values {
+	return url.Values{"list_tenant": nonEmpty(tenant), "list_flow": nonEmpty(flowName)}
+}
+
+// listFilters are the Queues page's filters a request to a Queue page
+// keeps (list_tenant and list_flow, of the link's query or a button's
+// form); a pair the list would refuse is dropped: it only leads back.
+func listFilters(r *http.Request) (tenant, flowName string) {
+	tenant, flowName = r.FormValue("list_tenant"), r.FormValue("list_flow")
+	if filterError(nil, tenant, flowName) != nil {
+		return "", ""
+	}
+	return tenant, flowName
+}
+
+// keepList is what a redirect to a Queue page whose query is not empty
+// adds to keep the list's filters of r ("&list_tenant=…"), "" for none.
+func keepList(r *http.Request) string {
+	if q := listQuery(listFilters(r)).Encode(); q != "" {
+		return "&" + q
+	}
+	return ""
 }
 
 // uiQueue is the Queue page: a queue's counts and its pending dead
@@ -372,6 +451,7 @@ func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, status int,
 		return
 	}
 	data := queuePage{Tenant: tenant, Flow: flowName, After: after}
+	data.ListTenant, data.ListFlow = listFilters(r)
 	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); err != nil {
 		data.NoReplay = err.Error()
 	}
@@ -488,7 +568,7 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 		if len(skipped) > 0 {
 			notice += fmt.Sprintf("&skipped=%d", len(skipped))
 		}
-		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+notice+pageLink(after, limit, "&"), http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(tenant)+"/"+url.PathEscape(flowName)+notice+pageLink(after, limit, "&")+keepList(r), http.StatusSeeOther)
 		return
 	}
 	newID, status, err := s.doDLQAction(w, r, action, tenant, flowName, id)
@@ -505,7 +585,7 @@ func (s *Server) uiDLQAction(w http.ResponseWriter, r *http.Request, ps httprout
 	} else {
 		back += fmt.Sprintf("?discarded=%d", id)
 	}
-	http.Redirect(w, r, back+pageLink(after, limit, "&"), http.StatusSeeOther)
+	http.Redirect(w, r, back+pageLink(after, limit, "&")+keepList(r), http.StatusSeeOther)
 }
 
 // actionError is the text a button that failed shows: a failure in the
@@ -531,12 +611,15 @@ func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter
 	}
 	tenant, flowName := ps.ByName("tenant"), ps.ByName("flow")
 	p := uiPage{Title: "Queue " + tenant + "/" + flowName, Nav: "queues", CSRF: csrf, Error: oneLine(err.Error())}
+	// back to the queue, keeping the list's filters the link carries
+	back := queuePage{Tenant: tenant, Flow: flowName}
+	back.ListTenant, back.ListFlow = listFilters(r)
 	switch {
 	case status == http.StatusNotFound && s.cfg.Queues != nil:
 		p.Title = "Dead letter not found"
-		p.Back = "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
+		p.Back = back.PageLink(0)
 	case status == http.StatusServiceUnavailable:
-		p.Back = "/ui/queues/" + url.PathEscape(tenant) + "/" + url.PathEscape(flowName)
+		p.Back = back.PageLink(0)
 	}
 	s.render(w, r, status, "error", p)
 }
