@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-billy/v5"
@@ -123,15 +123,12 @@ func (s *localSession) UploadPack(ctx context.Context, req *packp.UploadPackRequ
 		return nil, errors.New("one pack per session")
 	}
 	w, _ := ctx.Value(watchKey{}).(*fetchWatch)
-	ctx, cancel := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
+	r, pw := newLocalPack(ctx, w)
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		pw.CloseWithError(writeLocalPack(ctx, pw, s.st, req.Wants, req.Haves))
+		pw.CloseWithError(writeLocalPack(r.ctx, pw, s.st, req.Wants, req.Haves))
 	}()
-	r := &localPackReader{pr: pr, w: w, ctx: ctx, cancel: cancel}
-	r.stop = context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
 	return packp.NewUploadPackResponseWithPackfile(req, r), nil
 }
 
@@ -239,42 +236,136 @@ func (s ctxStorer) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbi
 }
 
 // localPackReader is the fetch's end of the pipe a local pack is written
-// into. A read that gets nothing for its watch's idle time fails, noted
-// as the fetch's timeout; so does one once the fetch's context ended.
+// into (localPackWriter the other). A read that gets nothing for its
+// watch's idle time fails, noted as the fetch's timeout; so does one once
+// the fetch's context ended. Whether a read got nothing is decided under
+// the pipe's lock, with the writes: bytes written, read or not yet, are
+// not silence, however late the read's timer fires.
 type localPackReader struct {
-	pr     *io.PipeReader
 	w      *fetchWatch // nil: no idle bound
 	ctx    context.Context
 	cancel context.CancelFunc
 	stop   func() bool
-	silent atomic.Bool
+	// afterFunc arms a read's timer: time.AfterFunc's, a test's own
+	afterFunc func(time.Duration, func()) func() bool
+
+	mu      sync.Mutex
+	moved   sync.Cond // bytes written or read, or an end
+	data    []byte    // written and not yet read
+	reads   uint64    // reads that got bytes: what a timer checks
+	written bool      // the writer is done: then end
+	end     error     // the writer's error, else io.EOF
+	closed  error     // the read side's end: a stall, the context's, Close
+}
+
+// localPackWriter is the end of the pipe the pack is written into.
+type localPackWriter struct{ r *localPackReader }
+
+// newLocalPack returns the two ends of a local pack's pipe, the fetch
+// under ctx reading it, watched by w (nil: no idle bound).
+func newLocalPack(ctx context.Context, w *fetchWatch) (*localPackReader, localPackWriter) {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &localPackReader{w: w, ctx: ctx, cancel: cancel,
+		afterFunc: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }}
+	r.moved.L = &r.mu
+	r.stop = context.AfterFunc(ctx, func() { r.closeRead(ctx.Err()) })
+	return r, localPackWriter{r}
 }
 
 func (r *localPackReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.mu.Lock()
 	if r.w != nil {
-		t := time.AfterFunc(r.w.idle, func() {
-			r.silent.Store(true)
-			r.w.timedOut.Store(true)
-			r.pr.CloseWithError(errLocalStalled)
-		})
-		defer t.Stop()
+		armed := r.reads
+		stop := r.afterFunc(r.w.idle, func() { r.expire(armed) })
+		defer stop() // after the unlock: a timer firing now takes the lock
 	}
-	n, err := r.pr.Read(p)
+	defer r.mu.Unlock()
+	for len(r.data) == 0 && !r.written && r.closed == nil {
+		r.moved.Wait()
+	}
 	switch {
-	case err == nil || err == io.EOF:
-	case r.silent.Load():
-		err = errLocalStalled
-	case r.ctx.Err() != nil:
-		err = r.ctx.Err()
+	case r.closed != nil:
+		return 0, r.closed
+	case len(r.data) > 0:
+		n := copy(p, r.data)
+		r.data = r.data[n:]
+		r.reads++
+		r.moved.Broadcast()
+		return n, nil
+	default:
+		return 0, r.end
 	}
-	return n, err
+}
+
+// expire ends the reads as stalled if none got bytes since the timer
+// armed at reads was, none are waiting to be read, and the pack did not
+// end.
+func (r *localPackReader) expire(armed uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reads != armed || len(r.data) > 0 || r.written || r.closed != nil {
+		return
+	}
+	r.w.timedOut.Store(true)
+	r.closed = errLocalStalled
+	r.moved.Broadcast()
+}
+
+// closeRead ends the reads, and the writes, with err.
+func (r *localPackReader) closeRead(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed == nil {
+		r.closed = err
+		r.moved.Broadcast()
+	}
 }
 
 // Close stops the writing of the pack.
 func (r *localPackReader) Close() error {
 	r.stop()
 	r.cancel()
-	return r.pr.Close()
+	r.closeRead(io.ErrClosedPipe)
+	return nil
+}
+
+// Write hands p to the reads, returning once they took it all, or the
+// reads ended (with their error).
+func (w localPackWriter) Write(p []byte) (int, error) {
+	r := w.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed != nil {
+		return 0, r.closed
+	}
+	r.data = p
+	r.moved.Broadcast()
+	for len(r.data) > 0 && r.closed == nil {
+		r.moved.Wait()
+	}
+	n := len(p) - len(r.data)
+	r.data = nil
+	if n < len(p) {
+		return n, r.closed
+	}
+	return n, nil
+}
+
+// CloseWithError ends the pack: the reads end with err, or io.EOF.
+func (w localPackWriter) CloseWithError(err error) {
+	r := w.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		err = io.EOF
+	}
+	if !r.written {
+		r.written, r.end = true, err
+		r.moved.Broadcast()
+	}
 }
 
 func closeStorer(st storer.Storer) {
