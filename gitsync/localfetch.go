@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,9 +17,10 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/hash"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
-	"github.com/go-git/go-git/v5/plumbing/revlist"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
@@ -164,11 +166,7 @@ func writeLocalPack(ctx context.Context, w io.Writer, st storer.EncodedObjectSto
 		}
 	}
 	cst := ctxStorer{EncodedObjectStorer: st, ctx: ctx}
-	have, err := revlist.Objects(cst, known, nil)
-	if err != nil {
-		return err
-	}
-	objs, err := revlist.Objects(cst, wants, have)
+	objs, err := localPackObjects(cst, wants, known)
 	if err != nil {
 		return err
 	}
@@ -190,6 +188,138 @@ func writeLocalPack(ctx context.Context, w io.Writer, st storer.EncodedObjectSto
 	}
 	_, err = w.Write(sum.Sum(nil))
 	return err
+}
+
+// localPackObjects returns the objects wants reach that haves do not, as
+// git's upload-pack finds them: the commits the haves reach are walked
+// once, reading commits only (a missing parent, of a shallow repo, ends
+// its line); the commits wants reach are walked down to those; and the
+// trees and files of the new commits are sent but for those of the
+// commits the walk stopped at (the ones the clone has that the new ones
+// build on), whose trees are walked once, their files not read. An
+// object the clone has from an older commit may be sent again, which
+// the pack may hold; none it needs is left out.
+func localPackObjects(st storer.EncodedObjectStorer, wants, haves []plumbing.Hash) ([]plumbing.Hash, error) {
+	// the commits the haves reach
+	old := map[plumbing.Hash]plumbing.Hash{} // a commit's tree; zero: not a commit
+	var oldTrees []plumbing.Hash
+	for todo := haves; len(todo) > 0; {
+		h := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if _, ok := old[h]; ok {
+			continue
+		}
+		o, err := st.EncodedObject(plumbing.AnyObject, h)
+		if errors.Is(err, plumbing.ErrObjectNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		old[h] = plumbing.ZeroHash
+		switch o.Type() {
+		case plumbing.CommitObject:
+			c, err := object.DecodeCommit(st, o)
+			if err != nil {
+				return nil, err
+			}
+			old[h] = c.TreeHash
+			todo = append(todo, c.ParentHashes...)
+		case plumbing.TagObject:
+			t, err := object.DecodeTag(st, o)
+			if err != nil {
+				return nil, err
+			}
+			todo = append(todo, t.Target)
+		case plumbing.TreeObject:
+			oldTrees = append(oldTrees, h)
+		}
+	}
+	// the commits the wants reach and the haves do not, and the trees of
+	// the commits of the haves they stop at
+	sent := map[plumbing.Hash]bool{}
+	var objs, trees []plumbing.Hash
+	for todo := wants; len(todo) > 0; {
+		h := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if sent[h] {
+			continue
+		}
+		if tree, ok := old[h]; ok {
+			if !tree.IsZero() {
+				oldTrees = append(oldTrees, tree)
+			}
+			sent[h] = true // not sent: not walked twice
+			continue
+		}
+		o, err := st.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			return nil, fmt.Errorf("object %s: %w", h, err)
+		}
+		sent[h] = true
+		switch o.Type() {
+		case plumbing.CommitObject:
+			c, err := object.DecodeCommit(st, o)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, h)
+			trees = append(trees, c.TreeHash)
+			todo = append(todo, c.ParentHashes...)
+		case plumbing.TagObject:
+			t, err := object.DecodeTag(st, o)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, h)
+			todo = append(todo, t.Target)
+		case plumbing.TreeObject:
+			trees = append(trees, h)
+			delete(sent, h) // walked with the trees
+		default:
+			objs = append(objs, h)
+		}
+	}
+	seen := map[plumbing.Hash]bool{}
+	if _, err := walkTrees(st, oldTrees, seen); err != nil {
+		return nil, err
+	}
+	more, err := walkTrees(st, trees, seen)
+	if err != nil {
+		return nil, err
+	}
+	return append(objs, more...), nil
+}
+
+// walkTrees returns the trees and files trees reach that are not in
+// seen, and adds them to it; a tree in seen is not read again, nor its
+// entries. The files are not read; nor are submodules' commits named.
+func walkTrees(st storer.EncodedObjectStorer, trees []plumbing.Hash, seen map[plumbing.Hash]bool) ([]plumbing.Hash, error) {
+	var objs []plumbing.Hash
+	for todo := slices.Clone(trees); len(todo) > 0; {
+		h := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		objs = append(objs, h)
+		t, err := object.GetTree(st, h)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s: %w", h, err)
+		}
+		for _, e := range t.Entries {
+			switch {
+			case e.Mode == filemode.Submodule || seen[e.Hash]:
+			case e.Mode == filemode.Dir:
+				todo = append(todo, e.Hash)
+			default:
+				seen[e.Hash] = true
+				objs = append(objs, e.Hash)
+			}
+		}
+	}
+	return objs, nil
 }
 
 // writeLocalObject writes the object h of st to bw as a pack entry: its

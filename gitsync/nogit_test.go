@@ -43,6 +43,7 @@ func TestLocalRepoWithoutGit(t *testing.T) {
 			e.src.write("flows/acme/y.md", flowtest.Marked("acme", "y", "one"))
 			b := e.src.commit("two")
 			withoutGit(func() { e.mustApply(b, "published acme/x v2", "published acme/y v1") })
+			runGit(t, e.cfg.Dir, "fsck", "--strict", "--no-dangling") // the clone has all it needs
 
 			// b dropped and pruned: the clone still has it, and says so
 			os.Setenv("PATH", gitPath)
@@ -52,6 +53,7 @@ func TestLocalRepoWithoutGit(t *testing.T) {
 			e.src.git("reflog", "expire", "--expire=now", "--all")
 			e.src.git("gc", "-q", "--prune=now")
 			withoutGit(func() { e.mustApply(c, "published acme/x v3", "withdrawn acme/y v1") })
+			runGit(t, e.cfg.Dir, "fsck", "--strict", "--no-dangling")
 
 			// no such repo: an unreachable repo, as with git
 			e.follow(t, scheme+e.src.dir+"-missing")
