@@ -47,30 +47,38 @@ func (localTransport) NewUploadPackSession(ep *transport.Endpoint, auth transpor
 	if _, ok := errors.AsType[*exec.Error](err); !ok {
 		return s, err // git's session, or its error
 	}
-	// no git command: the repo (a checkout, a bare one, or a linked work
-	// tree, whose refs and objects are its main repository's) read here
+	// no git command: the repo is read here, opened when its references
+	// are asked for (AdvertisedReferencesContext), under the fetch's
+	// timeout
+	return &localSession{ep: ep, auth: auth}, nil
+}
+
+// openLocal opens the repo at ep (a checkout, a bare one, or a linked
+// work tree, whose refs and objects are its main repository's) and
+// returns go-git's upload-pack session over it, and its storage.
+func openLocal(ep *transport.Endpoint, auth transport.AuthMethod) (transport.UploadPackSession, storer.Storer, error) {
 	repo, err := git.PlainOpenWithOptions(ep.Path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if errors.Is(err, git.ErrRepositoryNotExists) {
-		return nil, transport.ErrRepositoryNotFound
+		return nil, nil, transport.ErrRepositoryNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	closeStorer(repo.Storer)
 	fs, ok := repo.Storer.(interface{ Filesystem() billy.Filesystem })
 	if !ok {
-		return nil, fmt.Errorf("repo %s: unexpected storage %T", ep.Path, repo.Storer)
+		return nil, nil, fmt.Errorf("repo %s: unexpected storage %T", ep.Path, repo.Storer)
 	}
 	// an object over largeObjectBytes is streamed from its file, not read
 	// into memory whole
 	st := filesystem.NewStorageWithOptions(fs.Filesystem(), cache.NewObjectLRU(localCacheBytes),
 		filesystem.Options{LargeObjectThreshold: largeObjectBytes})
-	s, err = server.NewServer(storerLoader{st}).NewUploadPackSession(ep, auth)
+	s, err := server.NewServer(storerLoader{st}).NewUploadPackSession(ep, auth)
 	if err != nil {
 		closeStorer(st)
-		return nil, err
+		return nil, nil, err
 	}
-	return &localSession{UploadPackSession: s, st: st}, nil
+	return s, st, nil
 }
 
 func (localTransport) NewReceivePackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.ReceivePackSession, error) {
@@ -87,12 +95,79 @@ func (l storerLoader) Load(*transport.Endpoint) (storer.Storer, error) { return 
 // go-git's default (96 MB) only held what had been sent.
 const localCacheBytes = 1 * cache.MiByte
 
-// localSession is go-git's upload-pack over a local repo: its session
-// advertises the references; UploadPack is this file's.
+// localSession is go-git's upload-pack over a local repo, opened when
+// its references are asked for: go-git's session advertises them;
+// UploadPack is this file's.
 type localSession struct {
-	transport.UploadPackSession
-	st   storer.Storer
-	done chan struct{} // closed when the pack is written (nil before UploadPack)
+	transport.UploadPackSession // nil before the references are read
+	ep                          *transport.Endpoint
+	auth                        transport.AuthMethod
+	st                          storer.Storer
+	done                        chan struct{} // closed when the pack is written (nil before UploadPack)
+}
+
+// AdvertisedReferences is AdvertisedReferencesContext without a fetch.
+func (s *localSession) AdvertisedReferences() (*packp.AdvRefs, error) {
+	return s.AdvertisedReferencesContext(context.Background())
+}
+
+// AdvertisedReferencesContext opens the repo and reads its references,
+// in the background: if that gives nothing for the fetch's FetchTimeout
+// (a hung disk or network file system), or the fetch's context ends
+// first, it fails as a read of the pack does, and the repo is closed
+// once the file answers.
+func (s *localSession) AdvertisedReferencesContext(ctx context.Context) (*packp.AdvRefs, error) {
+	if s.UploadPackSession != nil {
+		return s.UploadPackSession.AdvertisedReferencesContext(ctx)
+	}
+	type opened struct {
+		s   transport.UploadPackSession
+		st  storer.Storer
+		ar  *packp.AdvRefs
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		var o opened
+		o.s, o.st, o.err = openLocal(s.ep, s.auth)
+		if o.err == nil {
+			o.ar, o.err = o.s.AdvertisedReferencesContext(ctx)
+		}
+		ch <- o
+	}()
+	giveUp := func(err error) (*packp.AdvRefs, error) {
+		go func() {
+			if o := <-ch; o.s != nil {
+				o.s.Close()
+				closeStorer(o.st)
+			}
+		}()
+		return nil, err
+	}
+	var idle <-chan time.Time
+	w, _ := ctx.Value(watchKey{}).(*fetchWatch)
+	if w != nil {
+		t := time.NewTimer(w.idle)
+		defer t.Stop()
+		idle = t.C
+	}
+	var o opened
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		return giveUp(ctx.Err())
+	case <-idle:
+		select {
+		case o = <-ch: // answered as the timer fired
+		default:
+			w.timedOut.Store(true)
+			return giveUp(errLocalStalled)
+		}
+	}
+	if o.s != nil {
+		s.UploadPackSession, s.st = o.s, o.st
+	}
+	return o.ar, o.err
 }
 
 // errLocalStalled is the error of a fetch from a local repo whose files
@@ -124,6 +199,9 @@ func (s *localSession) UploadPack(ctx context.Context, req *packp.UploadPackRequ
 	if s.done != nil {
 		return nil, errors.New("one pack per session")
 	}
+	if s.st == nil {
+		return nil, errors.New("the references were not read")
+	}
 	w, _ := ctx.Value(watchKey{}).(*fetchWatch)
 	r, pw := newLocalPack(ctx, w)
 	s.done = make(chan struct{})
@@ -138,6 +216,9 @@ func (s *localSession) UploadPack(ctx context.Context, req *packp.UploadPackRequ
 // written from it (a read blocked on a hung file system ends when the
 // file answers; the fetch does not wait for it).
 func (s *localSession) Close() error {
+	if s.UploadPackSession == nil {
+		return nil // never opened, or left to close itself
+	}
 	err := s.UploadPackSession.Close()
 	if s.done == nil {
 		closeStorer(s.st)

@@ -198,14 +198,66 @@ func TestLocalRepoWithoutGitWhoseHaveStalls(t *testing.T) {
 	}
 }
 
+// TestLocalRepoWithoutGitWhoseReferencesStall: on a host without git, a
+// fetch of a local repo whose configuration or references stop answering
+// as the repo is opened or its references read (here the file made a
+// named pipe, whose open blocks) costs one FetchTimeout, or ends as soon
+// as the round's context does, as a stalled object of the pack does. The
+// repo was opened and its references read outside both: the round, and
+// the sync lock, were held until the file answered.
+func TestLocalRepoWithoutGitWhoseReferencesStall(t *testing.T) {
+	for _, tc := range []struct {
+		file    string // in .git, made a named pipe
+		timeout time.Duration
+		cancel  bool   // the round's context is cancelled 300ms in
+		want    string // in the error
+	}{
+		{"config", 300 * time.Millisecond, false, "no answer within 300ms"},
+		{"packed-refs", 300 * time.Millisecond, false, "no answer within 300ms"},
+		{"packed-refs", time.Hour, true, "context canceled"},
+	} {
+		t.Run(fmt.Sprintf("%s cancel %v", tc.file, tc.cancel), func(t *testing.T) {
+			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			e.src.gitCommit("one")
+			stallFile(t, filepath.Join(e.src.dir, ".git", tc.file))
+			t.Setenv("PATH", t.TempDir())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(300*time.Millisecond, cancel)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.s.Sync(ctx)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Sync of a local repo whose %s never opens: %v, want an error with %q", tc.file, err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Sync of a local repo whose %s never opens was still running after 5 s (FetchTimeout %v)", tc.file, tc.timeout)
+			}
+		})
+	}
+}
+
 // stallObject makes the loose object hash of the repo in dir a named pipe,
 // so that opening it blocks until something opens its other end: a hung
 // disk or network file system. The cleanup lets the blocked open through
 // (it reads nothing) before the syncer stops.
 func stallObject(t *testing.T, dir, hash string) {
 	t.Helper()
-	obj := filepath.Join(dir, ".git", "objects", hash[:2], hash[2:])
-	if err := os.Remove(obj); err != nil {
+	stallFile(t, filepath.Join(dir, ".git", "objects", hash[:2], hash[2:]))
+}
+
+// stallFile makes the file obj a named pipe (whether it was there or
+// not), so that opening it blocks, as stallObject does.
+func stallFile(t *testing.T, obj string) {
+	t.Helper()
+	if err := os.Remove(obj); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(obj, 0o644); err != nil {
