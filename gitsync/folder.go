@@ -18,6 +18,7 @@ import (
 type SkippedEntry struct {
 	Path   string // slash-separated, relative to the folder
 	Reason string // what it is, and where it leads: one line
+	Advice string // what to do with it for the folder to be served whole: one phrase
 }
 
 // CommitFolder makes the git repository at repoDir hold exactly the files of
@@ -95,7 +96,8 @@ func CommitFolder(repoDir, srcDir string) (head string, skipped []SkippedEntry, 
 			return os.MkdirAll(filepath.Join(repoDir, rel), 0o700)
 		}
 		if !d.Type().IsRegular() {
-			skipped = append(skipped, SkippedEntry{Path: filepath.ToSlash(rel), Reason: notCopied(absSrc, p, d.Type())})
+			reason, advice := notCopied(absSrc, p, d.Type())
+			skipped = append(skipped, SkippedEntry{Path: filepath.ToSlash(rel), Reason: reason, Advice: advice})
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -131,35 +133,51 @@ func CommitFolder(repoDir, srcDir string) (head string, skipped []SkippedEntry, 
 
 // notCopied says what the entry p of the folder src, of type typ, is: a
 // symbolic link and where it leads (inside the folder, outside it, or
-// nowhere), or a special file.
-func notCopied(src, p string, typ fs.FileMode) string {
+// nowhere), or a special file; and what to do with it: a link to a file
+// or a folder, copy it in; a link leading nowhere, remove it or copy in
+// its file; a link to the folder or a folder holding it, remove it; a
+// special file (a FIFO, a socket, a device), remove it or move it out.
+func notCopied(src, p string, typ fs.FileMode) (reason, advice string) {
 	if typ&fs.ModeSymlink == 0 {
-		return fmt.Sprintf("a special file (%v), not a regular file", typ)
+		what := "a special file"
+		switch {
+		case typ&fs.ModeNamedPipe != 0:
+			what = "a named pipe (FIFO)"
+		case typ&fs.ModeSocket != 0:
+			what = "a socket"
+		case typ&fs.ModeDevice != 0:
+			what = "a device"
+		}
+		return what + ", not a regular file", "remove it or move it out of the folder"
 	}
 	target, err := os.Readlink(p)
 	if err != nil {
-		return fmt.Sprintf("a symbolic link that cannot be read: %v", pathError(err))
+		return fmt.Sprintf("a symbolic link that cannot be read: %v", pathError(err)), "remove it"
 	}
 	to, err := filepath.EvalSymlinks(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Sprintf("a symbolic link to %s, which does not exist", target)
+		return fmt.Sprintf("a symbolic link to %s, which does not exist", target), "remove it, or copy in the file it was meant to lead to"
 	case err != nil:
-		return fmt.Sprintf("a symbolic link to %s, which cannot be followed: %v", target, pathError(err))
+		return fmt.Sprintf("a symbolic link to %s, which cannot be followed: %v", target, pathError(err)), "remove it"
+	}
+	what, advice := "the file", "copy the file in"
+	if info, err := os.Stat(to); err == nil && info.IsDir() {
+		what, advice = "the folder", "copy the folder in"
 	}
 	rel, err := filepath.Rel(src, to)
 	switch {
-	case err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
-		return fmt.Sprintf("a symbolic link to %s, outside the folder", to)
 	case rel == ".":
 		// named as a path it would be "the folder ."
-		return "a symbolic link to the top of the folder"
+		return "a symbolic link to the top of the folder", "remove it"
+	case err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
+		if up, err := filepath.Rel(to, src); err == nil && up != ".." && !strings.HasPrefix(up, ".."+string(filepath.Separator)) {
+			// copied in, the folder would hold itself
+			advice = "remove it: it leads to a folder holding this one"
+		}
+		return fmt.Sprintf("a symbolic link to %s, outside the folder", to), advice
 	}
-	what := "the file"
-	if info, err := os.Stat(to); err == nil && info.IsDir() {
-		what = "the folder"
-	}
-	return fmt.Sprintf("a symbolic link to %s %s", what, filepath.ToSlash(rel))
+	return fmt.Sprintf("a symbolic link to %s %s", what, filepath.ToSlash(rel)), advice
 }
 
 // pathError is err without the path a *fs.PathError repeats.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,11 +204,15 @@ func TestCommitFolderReportsLinks(t *testing.T) {
 		"flows/acme/dangling.md": "gone.md",
 		"flows/shared":           "acme",
 		"flows/all":              "..",
+		"flows/up":               filepath.Dir(src),
 	}
 	for p, target := range links {
 		if err := os.Symlink(target, filepath.Join(src, filepath.FromSlash(p))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(src, "flows", "pipe"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	repoDir := filepath.Join(t.TempDir(), "dev-repo")
 	commit, skipped, err := gitsync.CommitFolder(repoDir, src)
@@ -220,11 +225,13 @@ func TestCommitFolderReportsLinks(t *testing.T) {
 		t.Errorf("the commit holds %q, want %q", got, want)
 	}
 	want := []gitsync.SkippedEntry{
-		{Path: "flows/acme/dangling.md", Reason: "a symbolic link to gone.md, which does not exist"},
-		{Path: "flows/acme/inside.md", Reason: "a symbolic link to the file flows/acme/x.md"},
-		{Path: "flows/acme/outside.md", Reason: "a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder"},
-		{Path: "flows/all", Reason: "a symbolic link to the top of the folder"},
-		{Path: "flows/shared", Reason: "a symbolic link to the folder flows/acme"},
+		{Path: "flows/acme/dangling.md", Reason: "a symbolic link to gone.md, which does not exist", Advice: "remove it, or copy in the file it was meant to lead to"},
+		{Path: "flows/acme/inside.md", Reason: "a symbolic link to the file flows/acme/x.md", Advice: "copy the file in"},
+		{Path: "flows/acme/outside.md", Reason: "a symbolic link to " + filepath.Join(outside, "y.md") + ", outside the folder", Advice: "copy the file in"},
+		{Path: "flows/all", Reason: "a symbolic link to the top of the folder", Advice: "remove it"},
+		{Path: "flows/pipe", Reason: "a named pipe (FIFO), not a regular file", Advice: "remove it or move it out of the folder"},
+		{Path: "flows/shared", Reason: "a symbolic link to the folder flows/acme", Advice: "copy the folder in"},
+		{Path: "flows/up", Reason: "a symbolic link to " + filepath.Dir(src) + ", outside the folder", Advice: "remove it: it leads to a folder holding this one"},
 	}
 	if diff := cmp.Diff(want, skipped); diff != "" {
 		t.Errorf("skipped entries (-want +got):\n%s", diff)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log"
 	"log/slog"
 	"net"
@@ -1031,7 +1030,7 @@ func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, un
 		return "", "", nil, err
 	}
 	for _, e := range skipped {
-		logger.Warn(fmt.Sprintf("%s is %s: not served (a config repo holds regular files; %s)", e.Path, e.Reason, skippedAdvice(src, e.Path)),
+		logger.Warn(fmt.Sprintf("%s is %s: not served (a config repo holds regular files; %s)", e.Path, e.Reason, e.Advice),
 			"event", "dev_file_skipped", "path", e.Path)
 	}
 	if keys, err := access.Parse("access.yaml", data); err == nil {
@@ -1040,30 +1039,6 @@ func prepareDev(src, stateDir string, logger *slog.Logger) (repo, key string, un
 		}
 	}
 	return repo, key, unlock, nil
-}
-
-// skippedAdvice says what to do with the entry path (slash-separated,
-// relative to src) that CommitFolder did not copy, for its kind: a link to
-// a file, copy the file in; a link to a folder, copy the folder in; a link
-// to the top of the folder, remove it; a link leading nowhere, remove it
-// or copy in its file; a special file (a FIFO, a socket, a device), remove
-// it or move it out of the folder.
-func skippedAdvice(src, path string) string {
-	p := filepath.Join(src, filepath.FromSlash(path))
-	if info, err := os.Lstat(p); err != nil || info.Mode()&fs.ModeSymlink == 0 {
-		return "remove it or move it out of the folder"
-	}
-	to, err := os.Stat(p)
-	switch {
-	case err != nil:
-		return "remove it, or copy in the file it was meant to lead to"
-	case !to.IsDir():
-		return "copy the file in"
-	}
-	if top, err := os.Stat(src); err == nil && os.SameFile(to, top) {
-		return "remove it"
-	}
-	return "copy the folder in"
 }
 
 // lockDevRepo takes the lock of the development mode's repo, the file

@@ -576,14 +576,14 @@ func TestDevModeSaysWhatToDoWithWhatItSkips(t *testing.T) {
 			if err := syscall.Mkfifo(filepath.Join(src, "flows/acme/e"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "flows/acme/e is a special file (p---------), not a regular file" + lead + "remove it or move it out of the folder)"},
+		}, "flows/acme/e is a named pipe (FIFO), not a regular file" + lead + "remove it or move it out of the folder)"},
 		{"socket", func(t *testing.T, src string) {
 			l, err := net.Listen("unix", filepath.Join(src, "flows/acme/e"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { l.Close() })
-		}, "flows/acme/e is a special file (S---------), not a regular file" + lead + "remove it or move it out of the folder)"},
+		}, "flows/acme/e is a socket, not a regular file" + lead + "remove it or move it out of the folder)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// short: a socket's path has room for about 100 bytes
