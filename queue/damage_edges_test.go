@@ -527,3 +527,60 @@ func TestDamagedRetryFoundAtStartIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// A damaged retry the running worker drops, read back when due, leaves
+// segment.log.retry readable at once: the worker rewrites the file
+// without the damaged frame as it drops it, as it does when it finds one
+// as it starts. Retries (the Queues page, the janitor) answered an error
+// naming the frame until the next compaction, which, with most of the
+// file still live, could be long in coming.
+func TestDroppedDamagedRetryLeavesTheScheduleReadable(t *testing.T) {
+	root, clk := t.TempDir(), clocktest.New(wt0)
+	q := openQ(t, root, clk, nil)
+	var ids []uint64
+	for _, p := range []string{`{"order":"A-1"}`, `{"order":"B-1"}`, `{"order":"B-2"}`, `{"order":"B-3"}`} {
+		ids = append(ids, put(t, q, p).ID)
+	}
+	logs := &jsonlogtest.Buffer{}
+	w := startWorker(t, q, queue.WorkerConfig{Clock: clk, Poll: 10 * time.Second, Logger: logs.Logger(slog.LevelInfo), Handler: queue.HandlerFunc(func(ctx context.Context, d queue.Delivery) queue.Verdict {
+		delay := time.Hour
+		if d.ID == ids[0] {
+			delay = time.Minute
+		}
+		return queue.Verdict{Kind: queue.VerdictRetry, Error: "HTTP 503", Policy: queue.RetryPolicy{MaxAttempts: 3, InitialDelay: delay, BackoffFactor: 1, MaxDelay: delay}}
+	})})
+	clk.WaitCalls(t, 1)
+	if n := w.State().RetriesPending; n != 4 {
+		t.Fatalf("RetriesPending = %d, want 4", n)
+	}
+	// the first of the four frames (of one size), due first, damaged
+	path := queueFile(root, "segment.log.retry")
+	b, err := os.ReadFile(path)
+	if err != nil || len(b)%4 != 0 {
+		t.Fatalf("segment.log.retry of %d bytes, %v", len(b), err)
+	}
+	b[len(b)/4-3] ^= 0x01
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stepFor(t, clk, 2*time.Minute)
+	eventually(t, "the damaged retry dropped", func() bool { return w.State().RetriesPending == 3 })
+	if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(ids[0]) {
+		t.Fatalf("queue_dropped %v, want the retry of message %d", ev, ids[0])
+	}
+	rs, err := q.Retries()
+	if err != nil {
+		t.Fatalf("Retries after the drop: %v", err)
+	}
+	var got []uint64
+	for _, r := range rs {
+		got = append(got, r.ID)
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff(ids[1:], got); diff != "" {
+		t.Errorf("retries (-want +got):\n%s", diff)
+	}
+	if ev := logs.Events(t, "queue_damage"); len(ev) != 1 {
+		t.Errorf("queue_damage %v, want the one frame, once", ev)
+	}
+}

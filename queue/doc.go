@@ -122,7 +122,10 @@
 // it as a reader does (its marker, length and CRC, a kind 6 of the
 // retry's id) and decodes the message. A frame that does not verify is
 // damage (queue_damage) and the retry is dropped (queue_dropped), as one
-// whose message is gone from segment.log is. The worker is the file's one
+// whose message is gone from segment.log is, and the file is rewritten
+// without the damaged frame at once (a compaction), so that every reader
+// reads it again (a clear appended after it left Retries an error until
+// the next compaction). The worker is the file's one
 // writer: a compaction copies each kind-6 frame from the old file to the
 // new one, one frame at a time (verified as it is read: one that does not
 // verify is left out and dropped the same way), and, once the new file is

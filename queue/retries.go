@@ -436,6 +436,16 @@ func (s *retrySchedule) clear(id uint64) error {
 	return s.append(closeFrame(appendRetryClear(b, id), at), nil)
 }
 
+// drop takes message id's entry out of the schedule, its frame damaged,
+// durably: the log is rewritten without it (compact), so that the damage
+// goes with it and every reader reads the file again at once (a clear
+// appended after it left the frame there until the next compaction, and
+// Retries an error until then). It may be called again after it failed.
+func (s *retrySchedule) drop(id uint64) error {
+	s.remove(id)
+	return s.compact()
+}
+
 // append writes a change's frame at the end of the log and syncs it; the
 // change is in memory already. After a write that failed, the log is
 // rewritten whole instead, with the change. A log grown past twice its
@@ -695,7 +705,7 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 			if d.ID != 0 {
 				id = fmt.Sprintf(", id=%d", d.ID)
 			}
-			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; the retry it set is dropped, and reported, when the queue's worker starts",
+			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; the retry it set is dropped, and reported, by the queue's worker (as it starts, or when the retry is due)",
 				retryFile, d.Offset, d.Length, id, d.Reason)
 		}
 	}

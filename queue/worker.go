@@ -849,8 +849,10 @@ func (l *deliveryLoop) retryDue() (bool, error) {
 		return true, err // the schedule could not be read: the retry stays scheduled
 	}
 	if damage != nil {
+		// the file rewritten without the damaged frame: Retries reads it
+		// again at once
 		l.dropDamaged(r, *damage)
-		return true, l.clearRetry(r.ID)
+		return true, l.changeRetries(func() error { return l.retries.drop(r.ID) })
 	}
 	if !carried {
 		m, _, err = l.q.Read(r.Offset)
