@@ -441,7 +441,8 @@ func (s *Server) apiDLQActionAll(w http.ResponseWriter, r *http.Request, action,
 // cannot be replayed (queue.Skipped). The statuses are doDLQAction's: 409
 // for a replay into a flow that is not live, 503 when no worker can be
 // started, 500 for a failure (its error names how many were done before
-// it, which stand). It is logged as one admin_action line, and each dead
+// it, which stand), 503 when the request ends during the run (it stops
+// between two chunks: those done stand, the rest stay pending). It is logged as one admin_action line, and each dead
 // letter left pending as a dlq_replay_skipped warning.
 func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, tenant, flowName string) ([][2]uint64, []queue.Skipped, int, error) {
 	if err := s.cfg.Live.Live().CanReplay(tenant, flowName); action == "replay" && err != nil {
@@ -460,7 +461,7 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 	var err error
 	if action == "replay" {
 		var rs []queue.Replayed
-		rs, skipped, err = s.cfg.Queues.ReplayAll(tenant, flowName, queue.SourceReplay, flow.NewUUID)
+		rs, skipped, err = s.cfg.Queues.ReplayAllContext(r.Context(), tenant, flowName, queue.SourceReplay, flow.NewUUID)
 		for _, r := range rs {
 			if r.Unmarked {
 				unmarked = append(unmarked, [2]uint64{r.ID, r.Message.ID})
@@ -470,7 +471,7 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 		}
 	} else {
 		var ids []uint64
-		ids, err = s.cfg.Queues.DiscardAll(tenant, flowName)
+		ids, err = s.cfg.Queues.DiscardAllContext(r.Context(), tenant, flowName)
 		for _, id := range ids {
 			done = append(done, [2]uint64{id, 0})
 		}
@@ -497,6 +498,13 @@ func (s *Server) doDLQActionAll(w http.ResponseWriter, r *http.Request, action, 
 			err = fmt.Errorf("%d dead letters were handled, then %w", len(done), err)
 		}
 		return nil, nil, status, err
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// the request ended (its client gone): the run stopped between
+		// two chunks, those done stand (logged above), the rest pending
+		if len(done) > 0 {
+			return nil, nil, http.StatusServiceUnavailable, fmt.Errorf("%d dead letters were handled, then the request ended: the rest are still pending", len(done))
+		}
+		return nil, nil, http.StatusServiceUnavailable, errors.New("the request ended before any dead letter was handled: nothing was written")
 	}
 	s.cfg.Logger.Error("dead letters could not be handled", "event", "internal_error", "action", "dlq_"+action+"_all",
 		"tenant", tenant, "flow", flowName, "done", len(done), "unmarked", len(unmarked), "auth", auth.String(), "remote", r.RemoteAddr,

@@ -796,9 +796,21 @@ const (
 // MaxPayload) is left pending, and skip, when not nil, is called once for
 // it; the others are replayed all the same.
 func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() string, each func(Replayed), skip func(Skipped)) (int, error) {
+	return q.ReplayAllContext(context.Background(), upTo, source, correlationID, each, skip)
+}
+
+// ReplayAllContext is ReplayAll for a caller with a context of its own (an
+// operator's request): when ctx has ended, it stops before the next chunk
+// (a chunk begun is made whole) and returns how many it made, with an
+// error that says so and wraps context.Cause(ctx). ReplayAll took no
+// context: a run whose request had ended went on to the last chunk.
+func (q *Queue) ReplayAllContext(ctx context.Context, upTo uint64, source string, correlationID func() string, each func(Replayed), skip func(Skipped)) (int, error) {
 	n := 0
 	told := map[uint64]bool{}
 	for {
+		if ctx.Err() != nil {
+			return n, q.allGivenUp(ctx, n, "replayed")
+		}
 		got, skipped, err := q.ReplayPending(upTo, allChunk, allChunkBytes, source, correlationID)
 		for _, s := range skipped {
 			if !told[s.ID] && skip != nil {
@@ -820,8 +832,23 @@ func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() strin
 // action, oldest first, in chunks (MarkPending), calling each for every
 // id marked; it returns how many it marked.
 func (q *Queue) MarkAll(upTo uint64, action byte, each func(uint64)) (int, error) {
+	return q.MarkAllContext(context.Background(), upTo, action, each)
+}
+
+// MarkAllContext is MarkAll for a caller with a context of its own: when
+// ctx has ended, it stops before the next chunk and returns how many it
+// marked, with an error that says so and wraps context.Cause(ctx), as
+// ReplayAllContext does.
+func (q *Queue) MarkAllContext(ctx context.Context, upTo uint64, action byte, each func(uint64)) (int, error) {
 	n := 0
+	what := "discarded"
+	if action == MarkReplayed {
+		what = "marked replayed"
+	}
 	for {
+		if ctx.Err() != nil {
+			return n, q.allGivenUp(ctx, n, what)
+		}
 		got, err := q.MarkPending(upTo, allChunk, action)
 		for _, id := range got {
 			each(id)
@@ -831,6 +858,15 @@ func (q *Queue) MarkAll(upTo uint64, action byte, each func(uint64)) (int, error
 			return n, err
 		}
 	}
+}
+
+// allGivenUp is the error of a run of ReplayAllContext or MarkAllContext
+// given up between two chunks, n dead letters done (what), as ctx ended.
+func (q *Queue) allGivenUp(ctx context.Context, n int, what string) error {
+	if n == 0 {
+		return fmt.Errorf("queue %s/%s: no dead letter was %s, nothing was written: %w", q.Tenant, q.Flow, what, context.Cause(ctx))
+	}
+	return fmt.Errorf("queue %s/%s: %d dead letters were %s, then the rest were left pending: %w", q.Tenant, q.Flow, n, what, context.Cause(ctx))
 }
 
 // MarkPending marks the oldest pending dead letters whose ids are at most

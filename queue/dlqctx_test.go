@@ -3,10 +3,12 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -154,4 +156,81 @@ func TestStopWaitsForAGivenUpOpen(t *testing.T) {
 	// the Open that was given up has closed its handle: the lock is free
 	release = holdAppendLock(t, root)
 	release()
+}
+
+// A run over every pending dead letter (ReplayAll, MarkAll, and the
+// manager's ReplayAll and DiscardAll) whose caller's context ends partway
+// stops before its next chunk: the chunk done stands, the rest stay
+// pending, and the error says how many were done and wraps the context's.
+// One whose context has ended before it begins writes nothing. They took
+// no context: the API's "replay all" went on to the last dead letter after
+// its request had ended.
+func TestRunsOverAllDeadLettersStopWithTheirContext(t *testing.T) {
+	type run func(ctx context.Context, cancel func(), q *Queue, m *Manager) (int, error)
+	for _, c := range []struct {
+		name    string
+		partway bool // cancel once the first chunk is under way, else before
+		do      run
+	}{
+		{"Queue.ReplayAllContext", true, func(ctx context.Context, cancel func(), q *Queue, _ *Manager) (int, error) {
+			return q.ReplayAllContext(ctx, 1<<40, SourceReplay, func() string { return "c" }, func(Replayed) { cancel() }, nil)
+		}},
+		{"Queue.MarkAllContext", true, func(ctx context.Context, cancel func(), q *Queue, _ *Manager) (int, error) {
+			return q.MarkAllContext(ctx, 1<<40, MarkDiscarded, func(uint64) { cancel() })
+		}},
+		{"Manager.ReplayAllContext", true, func(ctx context.Context, cancel func(), _ *Queue, m *Manager) (int, error) {
+			rs, _, err := m.ReplayAllContext(ctx, testTenant, testFlow, SourceReplay, func() string { cancel(); return "c" })
+			return len(rs), err
+		}},
+		{"Manager.ReplayAllContext", false, func(ctx context.Context, _ func(), _ *Queue, m *Manager) (int, error) {
+			rs, _, err := m.ReplayAllContext(ctx, testTenant, testFlow, SourceReplay, func() string { return "c" })
+			return len(rs), err
+		}},
+		{"Manager.DiscardAllContext", false, func(ctx context.Context, _ func(), _ *Queue, m *Manager) (int, error) {
+			ids, err := m.DiscardAllContext(ctx, testTenant, testFlow)
+			return len(ids), err
+		}},
+	} {
+		name := c.name + "/cancelled before"
+		if c.partway {
+			name = c.name + "/cancelled partway"
+		}
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			q, _ := openQueue(t, root, Options{})
+			const total = allChunk + 2
+			for id := uint64(1); id <= total; id++ {
+				if err := q.MoveToDLQ(DeadLetter{ID: id, Attempts: 1, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ack := HandlerFunc(func(context.Context, Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} })
+			m := NewManager(ManagerConfig{Root: root, Poll: time.Hour, Handler: ack, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			t.Cleanup(m.Stop)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			want := allChunk
+			if !c.partway {
+				cancel()
+				want = 0
+			}
+			n, err := c.do(ctx, cancel, q, m)
+			if n != want || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%d done, error %v; want %d and the context's error", n, err, want)
+			}
+			if wantText := fmt.Sprintf("%d dead letters were", want); want > 0 && !strings.Contains(err.Error(), wantText) {
+				t.Errorf("error %q does not say %q", err, wantText)
+			}
+			if want == 0 && !strings.Contains(err.Error(), "nothing was written") {
+				t.Errorf("error %q does not say nothing was written", err)
+			}
+			pending, err := q.PendingIDs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pending) != total-want || (len(pending) > 0 && pending[0] != uint64(want+1)) {
+				t.Errorf("pending %v, want ids %d to %d", pending, want+1, total)
+			}
+		})
+	}
 }

@@ -506,17 +506,31 @@ func (m *Manager) marking(ctx context.Context, tenant, flow string, id uint64, w
 // pending because they cannot be replayed (Skipped). With none pending it
 // opens nothing and starts no worker.
 func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
+	return m.ReplayAllContext(context.Background(), tenant, flow, source, correlationID)
+}
+
+// ReplayAllContext is ReplayAll for a caller with a context of its own (an
+// operator's request): when ctx has ended, or ends while the queue is
+// being opened, it returns at once having written nothing; when it ends
+// during the run, the run stops before its next chunk and returns the
+// replays made, with an error that says how many and wraps
+// context.Cause(ctx) (Queue.ReplayAllContext). ReplayAll took no context:
+// a run whose request had ended went on to the last dead letter.
+func (m *Manager) ReplayAllContext(ctx context.Context, tenant, flow, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
+	if ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("queue %s/%s: no dead letter was replayed, nothing was written: %w", tenant, flow, context.Cause(ctx))
+	}
 	upTo, err := m.newestPending(tenant, flow)
 	if err != nil || upTo == 0 {
 		return nil, nil, err
 	}
-	q, w, err := m.Queue(tenant, flow)
+	q, w, err := m.queueContext(ctx, tenant, flow)
 	if err != nil {
 		return nil, nil, err
 	}
 	var out []Replayed
 	var skipped []Skipped
-	_, err = q.ReplayAll(upTo, source, correlationID, func(r Replayed) { out = append(out, r) }, func(s Skipped) { skipped = append(skipped, s) })
+	_, err = q.ReplayAllContext(ctx, upTo, source, correlationID, func(r Replayed) { out = append(out, r) }, func(s Skipped) { skipped = append(skipped, s) })
 	if errors.Is(err, ErrPoisoned) {
 		m.reopen(tenant, flow, q, err)
 	}
@@ -530,13 +544,23 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 // it begins (Queue.MarkAll), and returns the ids discarded. Like Discard,
 // it starts no worker.
 func (m *Manager) DiscardAll(tenant, flow string) ([]uint64, error) {
+	return m.DiscardAllContext(context.Background(), tenant, flow)
+}
+
+// DiscardAllContext is DiscardAll for a caller with a context of its own:
+// it stops as ReplayAllContext does (Queue.MarkAllContext), returning the
+// ids discarded before. DiscardAll took no context.
+func (m *Manager) DiscardAllContext(ctx context.Context, tenant, flow string) ([]uint64, error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("queue %s/%s: no dead letter was discarded, nothing was written: %w", tenant, flow, context.Cause(ctx))
+	}
 	upTo, err := m.newestPending(tenant, flow)
 	if err != nil || upTo == 0 {
 		return nil, err
 	}
 	var out []uint64
-	err = m.marking(context.Background(), tenant, flow, 0, "discarded", func(q *Queue) error {
-		_, err := q.MarkAll(upTo, MarkDiscarded, func(id uint64) { out = append(out, id) })
+	err = m.marking(ctx, tenant, flow, 0, "discarded", func(q *Queue) error {
+		_, err := q.MarkAllContext(ctx, upTo, MarkDiscarded, func(id uint64) { out = append(out, id) })
 		return err
 	})
 	return out, err
