@@ -864,7 +864,7 @@ func (q *Queue) MarkAllContext(ctx context.Context, upTo uint64, action byte, ea
 // given up between two chunks, n dead letters done (what), as ctx ended.
 func (q *Queue) allGivenUp(ctx context.Context, n int, what string) error {
 	if n == 0 {
-		return fmt.Errorf("queue %s/%s: no dead letter was %s, nothing was written: %w", q.Tenant, q.Flow, what, context.Cause(ctx))
+		return notHandled(ctx, q.Tenant, q.Flow, 0, what)
 	}
 	return fmt.Errorf("queue %s/%s: %d dead letters were %s, then the rest were left pending: %w", q.Tenant, q.Flow, n, what, context.Cause(ctx))
 }

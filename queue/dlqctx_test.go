@@ -234,3 +234,34 @@ func TestRunsOverAllDeadLettersStopWithTheirContext(t *testing.T) {
 		})
 	}
 }
+
+// A DiscardAllContext given up while its handle of the queue waits for the
+// append lock another process holds writes nothing and says no dead
+// letter was discarded: it named "dead letter 0", an id no dead letter
+// has.
+func TestDiscardAllGivenUpAtTheLockNamesNoID(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	for id := uint64(1); id <= 2; id++ {
+		if err := q.MoveToDLQ(DeadLetter{ID: id, Attempts: 1, LastError: "boom", Payload: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack := HandlerFunc(func(context.Context, Delivery) Verdict { return Verdict{Kind: VerdictAck, Outcome: "succeeded"} })
+	m := NewManager(ManagerConfig{Root: root, LockWait: time.Minute, Poll: time.Hour, Handler: ack, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(m.Stop)
+	release := holdAppendLock(t, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	ids, err := m.DiscardAllContext(ctx, testTenant, testFlow)
+	release()
+	if len(ids) != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DiscardAllContext with the lock held = %v, %v; want none and the context's deadline", ids, err)
+	}
+	if want := "no dead letter was discarded, nothing was written"; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "dead letter 0") {
+		t.Errorf("error %q, want it to say %q", err, want)
+	}
+	if pending, err := q.PendingIDs(); err != nil || len(pending) != 2 {
+		t.Errorf("pending %v, %v; want both", pending, err)
+	}
+}

@@ -437,8 +437,12 @@ func (m *Manager) DiscardContext(ctx context.Context, tenant, flow string, id ui
 }
 
 // notHandled is the error of a replay or discard of tenant/flow's dead
-// letter id given up, having written nothing, as ctx ended.
+// letter id given up, having written nothing, as ctx ended; id 0 is a run
+// over every dead letter (ReplayAllContext, DiscardAllContext).
 func notHandled(ctx context.Context, tenant, flow string, id uint64, what string) error {
+	if id == 0 {
+		return fmt.Errorf("queue %s/%s: no dead letter was %s, nothing was written: %w", tenant, flow, what, context.Cause(ctx))
+	}
 	return fmt.Errorf("queue %s/%s: dead letter %d was not %s, nothing was written: %w", tenant, flow, id, what, context.Cause(ctx))
 }
 
@@ -518,7 +522,7 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 // a run whose request had ended went on to the last dead letter.
 func (m *Manager) ReplayAllContext(ctx context.Context, tenant, flow, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
 	if ctx.Err() != nil {
-		return nil, nil, fmt.Errorf("queue %s/%s: no dead letter was replayed, nothing was written: %w", tenant, flow, context.Cause(ctx))
+		return nil, nil, notHandled(ctx, tenant, flow, 0, "replayed")
 	}
 	upTo, err := m.newestPending(tenant, flow)
 	if err != nil || upTo == 0 {
@@ -552,7 +556,7 @@ func (m *Manager) DiscardAll(tenant, flow string) ([]uint64, error) {
 // ids discarded before. DiscardAll took no context.
 func (m *Manager) DiscardAllContext(ctx context.Context, tenant, flow string) ([]uint64, error) {
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("queue %s/%s: no dead letter was discarded, nothing was written: %w", tenant, flow, context.Cause(ctx))
+		return nil, notHandled(ctx, tenant, flow, 0, "discarded")
 	}
 	upTo, err := m.newestPending(tenant, flow)
 	if err != nil || upTo == 0 {
