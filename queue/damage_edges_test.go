@@ -411,22 +411,7 @@ func TestDamagedCarriedRetryIsDropped(t *testing.T) {
 				t.Fatalf("queue_dropped %v, want the retry of message %d", ev, dropped)
 			}
 			stepFor(t, clk, time.Hour)
-			var want []string
-			for _, id := range ids {
-				if id != dropped {
-					want = append(want, fmt.Sprintf("w:%d/a2", id))
-				}
-			}
-			var got []string
-			for _, d := range rec.all() {
-				if d.Attempt == 2 {
-					got = append(got, fmt.Sprintf("w:%d/a2", d.ID))
-				}
-			}
-			slices.Sort(got)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("second attempts (-want +got):\n%s", diff)
-			}
+			checkSecondAttempts(t, rec, ids, dropped)
 			if rs := retries(t, q); len(rs) != 0 {
 				t.Errorf("retries %+v, want none", rs)
 			}
@@ -504,23 +489,8 @@ func TestDamagedRetryFoundAtStartIsDropped(t *testing.T) {
 			if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(dropped) {
 				t.Fatalf("queue_dropped %v, want the retry of message %d", ev, dropped)
 			}
-			var want []string
-			for _, id := range ids {
-				if id != dropped {
-					want = append(want, fmt.Sprintf("w:%d/a2", id))
-				}
-			}
 			eventually(t, "the other retries delivered", func() bool { return w2.State().RetriesPending == 0 })
-			var got []string
-			for _, d := range rec.all() {
-				if d.Attempt == 2 {
-					got = append(got, fmt.Sprintf("w:%d/a2", d.ID))
-				}
-			}
-			slices.Sort(got)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("second attempts (-want +got):\n%s", diff)
-			}
+			checkSecondAttempts(t, rec, ids, dropped)
 			if rs := retries(t, q); len(rs) != 0 {
 				t.Errorf("retries %+v, want none", rs)
 			}
@@ -582,5 +552,27 @@ func TestDroppedDamagedRetryLeavesTheScheduleReadable(t *testing.T) {
 	}
 	if ev := logs.Events(t, "queue_damage"); len(ev) != 1 {
 		t.Errorf("queue_damage %v, want the one frame, once", ev)
+	}
+}
+
+// checkSecondAttempts checks that every message of ids but dropped was
+// delivered a second time, and dropped was not.
+func checkSecondAttempts(t *testing.T, rec *recorder, ids []uint64, dropped uint64) {
+	t.Helper()
+	var want, got []string
+	for _, id := range ids {
+		if id != dropped {
+			want = append(want, fmt.Sprintf("w:%d/a2", id))
+		}
+	}
+	for _, d := range rec.all() {
+		if d.Attempt == 2 {
+			got = append(got, fmt.Sprintf("w:%d/a2", d.ID))
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("second attempts (-want +got):\n%s", diff)
 	}
 }
