@@ -115,23 +115,8 @@ func TestLocalRepoWithoutGitThatStalls(t *testing.T) {
 			e.src.gitCommit("one")
 			stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
 			t.Setenv("PATH", t.TempDir())
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tc.cancel {
-				time.AfterFunc(300*time.Millisecond, cancel)
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := e.s.Sync(ctx)
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("Sync of a local repo whose object never opens was still running after 5 s (FetchTimeout %v)", tc.timeout)
+			if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
 			}
 		})
 	}
@@ -222,25 +207,34 @@ func TestLocalRepoWithoutGitWhoseReferencesStall(t *testing.T) {
 			e.src.gitCommit("one")
 			stallFile(t, filepath.Join(e.src.dir, ".git", tc.file))
 			t.Setenv("PATH", t.TempDir())
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tc.cancel {
-				time.AfterFunc(300*time.Millisecond, cancel)
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := e.s.Sync(ctx)
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("Sync of a local repo whose %s never opens: %v, want an error with %q", tc.file, err, tc.want)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("Sync of a local repo whose %s never opens was still running after 5 s (FetchTimeout %v)", tc.file, tc.timeout)
+			if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Sync of a local repo whose %s never opens: %v, want an error with %q", tc.file, err, tc.want)
 			}
 		})
+	}
+}
+
+// syncStalled runs a round of e's sync over a repo whose files stall,
+// its context cancelled 300 ms in when cancel is set, and returns its
+// error; it fails the test if the round is still running after 5 s.
+func syncStalled(t *testing.T, e *env, cancel bool) error {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if cancel {
+		time.AfterFunc(300*time.Millisecond, stop)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.s.Sync(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sync round was still running after 5 s")
+		return nil
 	}
 }
 
