@@ -509,6 +509,9 @@ func describe(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode && holdsKey(n.Value) {
 		return "an API key (replace it: it is now in the repository)"
 	}
+	if lineerr.Tagged(n) && holdsKey(n.Tag) {
+		return "a value tagged with an API key (replace it: it is now in the repository)"
+	}
 	return lineerr.Describe(n)
 }
 

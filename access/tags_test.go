@@ -18,9 +18,12 @@ func TestTags(t *testing.T) {
 		fields []string
 		want   string
 	}{
-		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: 1", "burst: ! 5"}, `access.yaml:7: burst must be a whole number, not "5"`},
-		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: 1", "burst: !foo 5"}, `access.yaml:7: burst must be a whole number, not "5"`},
-		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: ! 1"}, `access.yaml:6: rate must be a number of requests per second, not "1"`},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: 1", "burst: ! 5"}, "access.yaml:7: burst must be a whole number, not a value tagged !"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: 1", "burst: !foo 5"}, "access.yaml:7: burst must be a whole number, not a value tagged !foo"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: ! 1"}, "access.yaml:6: rate must be a number of requests per second, not a value tagged !"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: !foo 0x1ffffffffffffffff"}, "access.yaml:6: rate must be a number of requests per second, not a value tagged !foo"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: 1", "burst: !nxk_0123456789abcdef 5"}, "access.yaml:7: burst must be a whole number, not a value tagged with an API key (replace it: it is now in the repository)"},
+		{[]string{"id: a", "tenant: acme", hash, `flows: ["*"]`, "rate: !!float 1", "burst: !!int 5"}, ""},
 		{[]string{"id: a", "tenant: acme", hash, "flows: [! x]"}, "access.yaml:5: each flow must be a name, not a value tagged !"},
 		{[]string{"id: a", "tenant: acme", hash, "flows: [x, !foo y]"}, "access.yaml:5: each flow must be a name, not a value tagged !foo"},
 		{[]string{"id: a", "tenant: acme", hash, "flows: ! [x]"}, `access.yaml:5: flows must be a list, e.g. [order-intake] or ["*"], not a value tagged !`},

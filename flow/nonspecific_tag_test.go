@@ -35,8 +35,9 @@ func TestNonSpecificTag(t *testing.T) {
 		{"schedule: \"@daily\"\nschedule_timezone: ! UTC\n", 6, "schedule_timezone must be a string, not a value tagged !"},
 		{"dedup_key: ! \"{{ $.id }}\"\n", 5, "dedup_key must be a string, not a value tagged !"},
 		{"dedup_key: \"{{ $.id }}\"\ndedup_on_failure: ! rerun\n", 6, "dedup_on_failure must be a string, not a value tagged !"},
-		{"timeout_ms: ! 5\n", 5, "timeout_ms must be a whole number, not \"5\""},
-		{"queue_backoff_factor: ! 2\n", 5, "queue_backoff_factor must be a number, not \"2\""},
+		{"timeout_ms: ! 5\n", 5, "timeout_ms must be a whole number, not a value tagged !"},
+		{"queue_backoff_factor: ! 2\n", 5, "queue_backoff_factor must be a number, not a value tagged !"},
+		{"timeout_ms: !foo 5\n", 5, "timeout_ms must be a whole number, not a value tagged !foo"},
 	} {
 		var got []string
 		for _, e := range compileErrs(t, head+c.lines+steps) {

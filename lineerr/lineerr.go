@@ -37,7 +37,8 @@ func (l List) Error() string {
 }
 
 // Describe names a YAML value for an error: the string "fast", the number
-// 0.5, a list, an empty value.
+// 0.5, a list, an empty value, a value tagged !foo (a scalar written with a
+// tag other than those above, `! 5` once MarkNonSpecificTags marked it).
 func Describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.SequenceNode:
@@ -56,6 +57,10 @@ func Describe(n *yaml.Node) string {
 		return "the number " + Clip(n.Value)
 	case "!!bool":
 		return n.Value
+	}
+	if Tagged(n) {
+		// `! 5`, `!foo 5`: "not \"5\"" would name a value a key takes
+		return "a value tagged " + Clip(n.Tag)
 	}
 	return Quote(n.Value)
 }
