@@ -284,7 +284,9 @@ func localPackObjects(st storer.EncodedObjectStorer, wants, haves []plumbing.Has
 	// the commits the haves reach
 	old := map[plumbing.Hash]plumbing.Hash{} // a commit's tree; zero: not a commit
 	var oldTrees []plumbing.Hash
-	for todo := haves; len(todo) > 0; {
+	// the walks' own stacks: wants and haves are the caller's (wants
+	// go-git's request's)
+	for todo := slices.Clone(haves); len(todo) > 0; {
 		h := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
 		if _, ok := old[h]; ok {
@@ -320,7 +322,7 @@ func localPackObjects(st storer.EncodedObjectStorer, wants, haves []plumbing.Has
 	// the commits of the haves they stop at
 	sent := map[plumbing.Hash]bool{}
 	var objs, trees []plumbing.Hash
-	for todo := wants; len(todo) > 0; {
+	for todo := slices.Clone(wants); len(todo) > 0; {
 		h := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
 		if sent[h] {

@@ -217,3 +217,27 @@ func BenchmarkLocalPackOfALongHistory(b *testing.B) {
 		}
 	}
 }
+
+// TestLocalPackObjectsLeavesItsArguments: finding a pack's objects leaves
+// the wants and haves it is given as they were (the wants are go-git's
+// request's, written in the background while the fetch holds it); its
+// walks pushed the parents they found into the arrays holding them,
+// overwriting their callers' entries.
+func TestLocalPackObjectsLeavesItsArguments(t *testing.T) {
+	h := newHistory()
+	for i := range 100 { // every folder made
+		h.commit(i)
+	}
+	wants := []plumbing.Hash{h.commits[99], h.commits[98]}
+	haves := []plumbing.Hash{h.commits[97]}
+	wantsBefore, havesBefore := slices.Clone(wants), slices.Clone(haves)
+	if _, err := localPackObjects(h.st, wants, haves); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantsBefore, wants); diff != "" {
+		t.Errorf("wants (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(havesBefore, haves); diff != "" {
+		t.Errorf("haves (-before +after):\n%s", diff)
+	}
+}
