@@ -486,7 +486,8 @@ func TestDamagedRetryFoundAtStartIsDropped(t *testing.T) {
 			if len(damage) != 1 || damage[0]["file"] != "segment.log.retry" || damage[0]["offset"] != float64(c.damaged*frame) || damage[0]["msg_id"] != float64(dropped) {
 				t.Fatalf("queue_damage %v, want the frame of message %d at %d", damage, dropped, c.damaged*frame)
 			}
-			if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(dropped) {
+			if ev := logs.Events(t, "queue_dropped"); len(ev) != 1 || ev[0]["msg_id"] != float64(dropped) ||
+				!strings.Contains(fmt.Sprint(ev[0]["msg"]), "its id as the damaged frame holds it") {
 				t.Fatalf("queue_dropped %v, want the retry of message %d", ev, dropped)
 			}
 			eventually(t, "the other retries delivered", func() bool { return w2.State().RetriesPending == 0 })

@@ -559,8 +559,10 @@ func (w *Worker) deliver(ctx context.Context) error {
 		w.logger.Error("a change of the retry schedule did not verify; it was left out", append([]any{"event", "queue_damage"}, d.logAttrs()...)...) // tenant and flow: the logger's
 	}
 	for _, x := range sched.takeLost() {
-		// set by the damaged change alone: its attempt and offset are not known
-		w.logger.Error("a scheduled retry's change is damaged: dropped", "event", "queue_dropped", "msg_id", x.Retry.ID, "file", retryFile, "frame_offset", x.Damage.Offset)
+		// set by the damaged change alone: its attempt and offset are not
+		// known, and its id is as the damaged frame holds it, which its
+		// CRC did not vouch for (queue_damage names the frame either way)
+		w.logger.Error("a scheduled retry's change is damaged: dropped (its id as the damaged frame holds it)", "event", "queue_dropped", "msg_id", x.Retry.ID, "file", retryFile, "frame_offset", x.Damage.Offset)
 		w.cfg.Counts.add("dropped")
 	}
 	w.sched.Store(sched)
