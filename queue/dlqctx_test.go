@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -154,8 +155,14 @@ func TestStopWaitsForAGivenUpOpen(t *testing.T) {
 		t.Fatal("Stop did not return within 30 s of the lock being let go")
 	}
 	// the Open that was given up has closed its handle: the lock is free
-	release = holdAppendLock(t, root)
-	release()
+	f, err := os.OpenFile(filepath.Join(root, testTenant, testFlow, lockFile), os.O_RDWR, FileMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Errorf("the append lock after Stop: %v, want it free (the given-up Open still holds it)", err)
+	}
 }
 
 // A run over every pending dead letter (ReplayAll, MarkAll, and the
