@@ -601,14 +601,8 @@ func TestDevModeSaysWhatToDoWithWhatItSkips(t *testing.T) {
 				}
 			}
 			tc.make(t, src)
-			var log jsonlogtest.Buffer
-			_, _, unlock, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo))
-			if err != nil {
-				t.Fatal(err)
-			}
-			unlock()
 			var got []string
-			for _, ev := range log.Events(t, "dev_file_skipped") {
+			for _, ev := range devSkipped(t, src) {
 				got = append(got, fmt.Sprint(ev["msg"]))
 			}
 			want := tc.want
@@ -657,14 +651,8 @@ func TestDevModeNamesTheLinksItSkips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var log jsonlogtest.Buffer
-	_, _, unlock, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlock()
 	var got []string
-	for _, ev := range log.Events(t, "dev_file_skipped") {
+	for _, ev := range devSkipped(t, src) {
 		got = append(got, fmt.Sprint(ev["level"], " ", ev["msg"]))
 	}
 	const tail = ": not served (a config repo holds regular files; copy the file in)"
@@ -676,4 +664,17 @@ func TestDevModeNamesTheLinksItSkips(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
+}
+
+// devSkipped prepares the development mode's repo from the folder src and
+// returns the dev_file_skipped events it logged.
+func devSkipped(t *testing.T, src string) []map[string]any {
+	t.Helper()
+	var log jsonlogtest.Buffer
+	_, _, unlock, err := prepareDev(src, t.TempDir(), log.Logger(slog.LevelInfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	return log.Events(t, "dev_file_skipped")
 }
