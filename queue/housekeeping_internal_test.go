@@ -45,13 +45,23 @@ func TestHousekeepingFailuresBackOff(t *testing.T) {
 	handler := rec.handler(func(Delivery) Verdict { return Verdict{Kind: VerdictDeadLetter, Error: "corrupt"} })
 	m := NewManager(ManagerConfig{Root: root, FS: mfs, Handler: handler, Clock: clk, Logger: logs.Logger(0), Poll: poll, Now: clk.Now, StopGrace: 50 * time.Millisecond})
 	t.Cleanup(m.Stop)
+	// the worker started and idle (housekept, waiting for the next Poll)
+	// before the message comes, so that its wait after dead-lettering it is
+	// the second on that Poll: a worker that found the message at its start
+	// waited once, and a test waiting for any wait on the Poll could
+	// discard before the worker's idle pass after dead-lettering (taken
+	// late, across the clock's advance, it tried the rewrite a Poll late)
+	boundary := epoch.Truncate(poll).Add(poll)
+	if _, _, err := m.Queue(testTenant, testFlow); err != nil {
+		t.Fatal(err)
+	}
+	clk.WaitDeadline(t, boundary)
 	msg, err := m.Append(testTenant, testFlow, NewMessage{Source: "enqueue", Payload: []byte("bad")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// dead-lettered and housekept at once; idle until the next Poll (the
-	// worker may wait for it before the message arrives: the dead letter
-	// is waited for first)
+	// dead-lettered, then idle until the next Poll (housekept already in
+	// this Poll)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if dl, _, err := ReadDeadLetters(root, testTenant, testFlow, mfs); err == nil && len(dl) == 1 {
 			break
@@ -60,8 +70,7 @@ func TestHousekeepingFailuresBackOff(t *testing.T) {
 			t.Fatal("the message was not dead-lettered within 10 s")
 		}
 	}
-	boundary := epoch.Truncate(poll).Add(poll)
-	clk.WaitDeadline(t, boundary)
+	clk.WaitDeadlines(t, boundary, 2)
 	// until healed; the rewrite has nothing to write (its one dead letter
 	// discarded), and a full disk's delayed allocation fails the sync
 	mfs.Fail(opSync, dlqFile+".tmp", 1, syscall.ENOSPC, true)
