@@ -70,7 +70,7 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
 
 // status answers what is deployed:
 // {"commit":…,"synced_at":…,"flows":N,"last_error":null|{"commit":…,"errors":[…]},
-// "generation":G,"schedules":[…]}.
+// "sync_error":null|{…},"access_error":null|"…","generation":G,"schedules":[…]}.
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	// the refusals too: the answer holds a refused commit's errors
 	w.Header().Set("Cache-Control", "no-store")
@@ -101,7 +101,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		lastError = flow.NewObject([]string{"commit", "errors"}, []any{le.Commit, errs})
 	}
 	var schedules []any
+	accessErr := any(nil)
 	if live := s.cfg.Live.Live(); live != nil {
+		if err := live.AccessErr(); err != nil {
+			accessErr = err.Error()
+		}
 		// the set this process serves, which may trail the registry's by
 		// the moment between a publication and its swap: its commit,
 		// flows and generation together, never one set's commit with
@@ -123,8 +127,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	// server.md's four keys first, in its order; what this host adds after
 	doc := flow.NewObject(
-		[]string{"commit", "synced_at", "flows", "last_error", "sync_error", "generation", "schedules"},
-		[]any{str(st.Commit), syncedAt, st.Flows, lastError, syncError, int(st.Generation), schedules},
+		[]string{"commit", "synced_at", "flows", "last_error", "sync_error", "access_error", "generation", "schedules"},
+		[]any{str(st.Commit), syncedAt, st.Flows, lastError, syncError, accessErr, int(st.Generation), schedules},
 	)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header()["X-Content-Type-Options"] = nosniff

@@ -35,6 +35,9 @@ type flowsView struct {
 	SyncError *syncFailure `json:"sync_error"`
 	Flows     []flowEntry  `json:"flows"`
 	Keys      []keyEntry   `json:"keys"`
+	// KeysError is why the stored access keys were not taken (keys an
+	// earlier build stored that this one refuses): Keys is then empty.
+	KeysError string `json:"keys_error,omitempty"`
 }
 
 // keyEntry is an access key of the live set, named by its id (never the
@@ -128,6 +131,9 @@ func (s *Server) flowsView(ctx context.Context) (flowsView, error) {
 			}
 		}
 		v.Flows = append(v.Flows, e)
+	}
+	if err := live.AccessErr(); err != nil {
+		v.KeysError = err.Error()
 	}
 	for _, k := range live.Access().Keys() {
 		flows := k.Flows

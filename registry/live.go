@@ -25,6 +25,7 @@ type LiveSet struct {
 	flows      map[flowKey]*LiveFlow
 	list       []*LiveFlow
 	access     *access.Set
+	accessErr  error // why the stored keys were not taken (access is then empty)
 }
 
 type flowKey struct{ tenant, flow string }
@@ -94,6 +95,13 @@ func (l *LiveSet) Flows() []*LiveFlow { return l.list }
 // Access is the access keys of the set (an empty set when none were
 // published).
 func (l *LiveSet) Access() *access.Set { return l.access }
+
+// AccessErr is why the access keys stored in the registry were not taken,
+// nil when they were: keys an earlier build stored that this build's
+// parser refuses. Access is then empty (every door answers 401, as with
+// keys: []) until keys are published again, by a sync or nexus deploy; the
+// flows are served as stored.
+func (l *LiveSet) AccessErr() error { return l.accessErr }
 
 // Schedule describes one cron flow of a live set.
 type Schedule struct {
@@ -222,8 +230,15 @@ func (r *Registry) buildIn(ctx context.Context, tx *sql.Tx, prev *LiveSet) (*Liv
 		return nil, fmt.Errorf("reading the registry: %w", err)
 	}
 	if set.access, err = access.Parse("access.yaml", src); err != nil {
+		// Stored keys this build refuses (written by an earlier one) stopped
+		// nexus serve at start, and with it the sync that could bring the
+		// mended file: the set accepts no key instead, and says why.
 		if len(src) > 0 {
-			return nil, fmt.Errorf("the stored access keys do not parse: %w", err)
+			set.accessErr = fmt.Errorf("the stored access keys do not parse: %w", err)
+			if r.log != nil && r.firstAccessReport(src) {
+				r.log.Error("the stored access keys do not parse: no key is accepted until a sync or nexus deploy publishes keys again",
+					"event", "access_unreadable", "error", err.Error())
+			}
 		}
 		set.access, _ = access.Parse("access.yaml", []byte("keys: []\n"))
 	}
@@ -293,6 +308,20 @@ func (r *Registry) firstCorruptReport(lf *LiveFlow) bool {
 		r.corruptLogged = map[corruptKey]bool{}
 	}
 	r.corruptLogged[k] = true
+	return true
+}
+
+// firstAccessReport reports whether the stored access keys src are news to
+// this process's access_unreadable line: builds race and repeat, as for
+// firstCorruptReport.
+func (r *Registry) firstAccessReport(src []byte) bool {
+	sum := sha256.Sum256(src)
+	r.corruptMu.Lock()
+	defer r.corruptMu.Unlock()
+	if r.accessLogged == sum {
+		return false
+	}
+	r.accessLogged = sum
 	return true
 }
 

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -33,9 +34,12 @@ type Registry struct {
 	now  func() time.Time
 	log  *slog.Logger // nil: nothing logged
 	// corruptLogged holds the versions artifact_corrupt was logged for,
-	// so that racing or failed builds do not log one twice
+	// so that racing or failed builds do not log one twice; accessLogged
+	// the SHA-256 of the stored access keys access_unreadable was last
+	// logged for
 	corruptMu     sync.Mutex
 	corruptLogged map[corruptKey]bool
+	accessLogged  [sha256.Size]byte
 	live          atomic.Pointer[LiveSet]
 	// published is the generation this handle's last publication made
 	// (0 before one): the watcher leaves it to the publisher to report

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nexushq/nexus/flow"
@@ -19,7 +20,8 @@ const statusUsage = `Usage: nexus status [--db FILE]
 Prints what is deployed, read from the registry (no server needed), as
 key: value lines: the registry's path, the live commit, the time of the last
 sync, the number of flows, the generation, the last refused commit with its
-errors, a schedule: line per cron flow (its next tick in UTC), then a
+errors, access_error when the stored access keys do not parse (no key is
+accepted until keys are published again), a schedule: line per cron flow (its next tick in UTC), then a
 flow: line per flow (tenant/name and version).
 
 Flags:
@@ -51,6 +53,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	var st registry.Status
 	var flows []*registry.LiveFlow
 	var schedules []registry.Schedule
+	var accessErr error
 	if reg != nil {
 		defer reg.Close()
 		// the sync's record and the set it lists in one read: a
@@ -65,6 +68,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		// an @every schedule's next tick counts from its last one, which
 		// the scheduler records in the state directory
 		cronDir := filepath.Join(filepath.Dir(path), "cron")
+		accessErr = live.AccessErr()
 		flows, schedules = live.Flows(), live.Schedules(time.Now(), func(tenant, name string, sc *flow.Schedule, now time.Time) time.Time {
 			return scheduler.NextTick(cronDir, tenant, name, sc, now)
 		})
@@ -80,6 +84,15 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "last_error: commit %s refused at %s\n", st.LastError.Commit, formatTime(st.LastError.At))
 		for _, e := range st.LastError.Errors {
 			fmt.Fprintf(stdout, "  %s\n", e)
+		}
+	}
+	if accessErr != nil {
+		// keys an earlier build stored that this one refuses: no key is
+		// accepted until keys are published again
+		lines := strings.Split(accessErr.Error(), "\n")
+		fmt.Fprintf(stdout, "access_error: %s\n", lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(stdout, "  %s\n", l)
 		}
 	}
 	for _, sc := range schedules {
