@@ -349,3 +349,39 @@ func TestDocAuditManagementDLQ(t *testing.T) {
 		t.Errorf("admin_action lines (-want +got):\n%s", diff)
 	}
 }
+
+// TestDocAuditReplayLoggedWhileItsRetriesWait covers the README's "nexus
+// dlq" paragraph: a running server logs a replay (dlq_replayed, naming the
+// new message as replay_msg_id) when its worker applies it to dlq.log, at
+// the queue's next idle moment, whether or not a retry waits; so a replay
+// into a downstream that still refuses is logged while its retry waits,
+// before its second attempt, not after its own retries.
+func TestDocAuditReplayLoggedWhileItsRetriesWait(t *testing.T) {
+	t.Parallel()
+	be := newLoopback(t)
+	be.setStatus(http.StatusServiceUnavailable)
+	h, _ := queueHost(t, map[string]string{
+		"flows/acme/forward-order.md": queueExample(t, "forward-order", be.URL,
+			"queue_max_attempts: 5", "queue_max_attempts: 2",
+			"queue_initial_delay_ms: 500", "queue_initial_delay_ms: 3000"),
+	}, hostOptions{}, "forward-order")
+	mustEnqueue(t, h, "acme", "forward-order", acmeKey, `{"orderId":"A-1"}`)
+	waitEvents(t, h, "dlq_moved", 1, field("msg_id", 1), 15*time.Second)
+
+	if r := dlqCLI(t, h.db, "replay", "--tenant", "acme", "--flow", "forward-order", "--id", "1"); r.code != 0 || r.stdout != "replayed  id=1 tenant=acme flow=forward-order\n" {
+		t.Fatalf("dlq replay: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	ev := waitEvents(t, h, "dlq_replayed", 1, nil, 10*time.Second)[0]
+	if fmt.Sprint(ev["msg_id"]) != "1" || fmt.Sprint(ev["replay_msg_id"]) != "2" {
+		t.Errorf("dlq_replayed: %v, want dead letter 1 replayed as message 2", ev)
+	}
+	// logged while the replay's retry waited: its second attempt, 3 s
+	// after its first, had not run
+	if n := len(h.events("dlq_moved")); n != 1 {
+		t.Errorf("dlq_replayed logged after the replay was dead-lettered again (%d dlq_moved lines)", n)
+	}
+	waitEvents(t, h, "dlq_moved", 1, field("msg_id", 2), 15*time.Second)
+	if n := len(h.events("dlq_replayed")); n != 1 {
+		t.Errorf("%d dlq_replayed lines, want 1", n)
+	}
+}
