@@ -451,6 +451,11 @@ func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (
 		}
 		out, serr := x.step(ctx, s, doc)
 		if serr != nil {
+			if serr.filtered {
+				// the document the fence read: a call's answer, when the
+				// step called out first (a fault sequence answers with it)
+				doc = out
+			}
 			return doc, x.pastCeiling(ctx, s, serr)
 		}
 		last = s.Name()
