@@ -117,6 +117,9 @@ type entry struct {
 	began time.Time
 	lock  *flock.Flock
 	held  bool
+	// heldFile is the file this process holds locked (when held), to
+	// tell whether it is still the file at the lock's path (checkLock)
+	heldFile fs.FileInfo
 	// fresh is true in the pass of the loop that made the entry. Its lock
 	// is first tried at the next pass (a poll or its first due time), not
 	// at once: nothing is due or pending yet, and processes started
@@ -217,6 +220,9 @@ func (s *Scheduler) run(ctx context.Context) {
 		for _, e := range entries {
 			if e.next.IsZero() {
 				continue // a schedule that never fires (30 February)
+			}
+			if e.held {
+				s.checkLock(e)
 			}
 			if e.held && !e.unchecked.IsZero() {
 				// before the takeover below: a flow taken over in this
@@ -454,9 +460,79 @@ func (s *Scheduler) tryLock(e *entry) (bool, error) {
 	held, err := e.lock.TryLock()
 	e.held = held
 	if held && !was {
+		e.heldFile, _ = e.lock.Stat() // nil: checkLock asks again
 		s.resume(e)
 	}
 	return held, err
+}
+
+// checkLock makes sure the lock this process holds for the flow is on the
+// file at the lock's path. A lock file deleted by hand (taken for a stale
+// one) or replaced excludes no one: another process would find a new file
+// free and tick the flow alongside this one, both queueing a tick whose
+// append failed here, and both ticking a due time when they read the
+// .last record before either wrote it. When the file was deleted or
+// replaced, the process locks the file at the path and goes on (logged as
+// cron_lock_replaced), or, when another process holds it already (or it
+// cannot be locked), lets the flow go and stands by (logged as
+// cron_failed): a due time it could not record is pending, as one passed
+// standing by, and a tick it could not queue is the holder's to queue
+// (resume), as after a stop.
+func (s *Scheduler) checkLock(e *entry) {
+	if e.heldFile == nil {
+		info, err := e.lock.Stat()
+		if err != nil {
+			return // cannot tell: the lock is kept
+		}
+		e.heldFile = info
+	}
+	path := e.lock.Path()
+	atPath, err := os.Lstat(path)
+	if err == nil && os.SameFile(e.heldFile, atPath) {
+		return
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return // cannot tell (an I/O error): the lock is kept
+	}
+	log := s.cfg.Logger.With("tenant", e.tenant, "flow", e.flow)
+	lock := queue.NewFileLock(path)
+	held := false
+	err = queue.MakeDir(nil, s.cfg.Dir, e.tenant)
+	if err == nil {
+		held, err = lock.TryLock()
+	}
+	var info fs.FileInfo
+	if held {
+		if info, err = lock.Stat(); err != nil {
+			lock.Unlock()
+			held = false
+		}
+	}
+	e.lock.Unlock()
+	e.lock = lock
+	if held {
+		e.heldFile = info
+		log.Warn("the cron lock was deleted or replaced; the file at its path is locked again", "event", "cron_lock_replaced", "file", path)
+		return
+	}
+	e.held, e.heldFile = false, nil
+	why := fmt.Sprintf("%s was deleted or replaced, and another process holds the file at its path", path)
+	if err != nil {
+		why = fmt.Sprintf("%s was deleted or replaced, and the file at its path cannot be locked: %v", path, err)
+	}
+	log.Error("the cron lock was lost: this process stands by", "event", "cron_failed", "file", path, "error", why)
+	if !e.unrecorded.IsZero() {
+		if e.unrecorded.After(e.pending) {
+			e.pending = e.unrecorded
+		}
+		e.unrecorded = time.Time{}
+	}
+	if !e.unqueued.IsZero() {
+		log.Error("a cron tick could not be queued before this process lost the flow's lock; the process holding it queues it if the queue's log can tell it was not, and no later tick is due by then", "event", "cron_failed",
+			"scheduled_for", e.unqueued.UTC().Format(time.RFC3339), "correlation_id", e.unqueuedCID)
+		e.unqueued, e.unqueuedCID = time.Time{}, ""
+	}
+	e.unchecked, e.uncheckedCID = time.Time{}, ""
 }
 
 // resume runs when this process takes a flow's lock: if the flow's last
