@@ -403,13 +403,17 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 		case isBig && math.IsInf(rate, 0):
 			p.errorf(line, "rate %s is too large: leave rate out for no limit", lineerr.Clip(rateNode.Value))
 		case isBig:
-			// read as 0x10 is
-			k.Rate = rate
-			k.Burst = defaultBurst(rate)
+			// not written plainly, as 0x10 is not
+			p.errorf(line, "%s", lineerr.NotPlainNumber("rate", rate, rateNode.Value))
 		case !isScalar(rateNode) || rateNode.Tag != "!!int" && rateNode.Tag != "!!float" || rateNode.Decode(&rate) != nil || math.IsNaN(rate) || math.IsInf(rate, 0):
 			p.errorf(line, "rate must be a number of requests per second, not %s", describe(rateNode))
 		case rate <= 0:
 			p.errorf(line, "rate must be more than 0, not %s: leave rate out for no limit", lineerr.Clip(rateNode.Value))
+		case !lineerr.PlainNumber(rateNode.Value):
+			// +5, 0x10, 1_000, .5, 1.: YAML reads them as numbers, a flow's
+			// front matter refuses them, and a reader may not see the
+			// number YAML does
+			p.errorf(line, "%s", lineerr.NotPlainNumber("rate", rate, rateNode.Value))
 		default:
 			k.Rate = rate
 			k.Burst = defaultBurst(rate)
@@ -434,7 +438,11 @@ func (p *parser) rate(k *parsedKey, lines map[string]int, fields map[string]*yam
 	case !isScalar(burstNode) || burstNode.Tag != "!!int" || burstNode.Decode(&burst) != nil:
 		p.errorf(line, "burst must be a whole number, not %s", describe(burstNode))
 	case burst < 1:
-		p.errorf(line, "burst must be at least 1, not %d", burst)
+		// as written: +0 and -0x5 are below the least, however written
+		p.errorf(line, "burst must be at least 1, not %s", lineerr.Clip(burstNode.Value))
+	case !lineerr.PlainWhole(burstNode.Value):
+		// +5, 0x10, 1_000: refused as a flow's whole-number keys refuse them
+		p.errorf(line, "%s", lineerr.NotPlainWhole("burst", int64(burst), burstNode.Value))
 	case k.Rate > 0:
 		k.Burst = burst
 	}

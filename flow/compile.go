@@ -865,10 +865,10 @@ func (c *compiler) httpKey(s *Step, k rawKey) {
 		case below:
 			c.errorf(k.line, "%s must be at least 1, not %s", k.key, clipped(k.value))
 			return
-		case err == nil && !plainDecimal(scalar(k.value)):
+		case err == nil && !lineerr.PlainWhole(scalar(k.value)):
 			// 0500 or +500: front matter refuses these (YAML reads 0500
 			// as octal); a step key says the number as it is read
-			c.errorf(k.line, "%s", notPlain(k.key, n, k.value))
+			c.errorf(k.line, "%s", lineerr.NotPlainWhole(k.key, n, k.value))
 			return
 		case err != nil && !errors.Is(err, strconv.ErrRange):
 			c.errorf(k.line, "%s must be a whole number of milliseconds, not %s", k.key, quoted(k.value))
@@ -898,7 +898,7 @@ func (c *compiler) status(s *Step, k rawKey) {
 	}
 	n, ok := ParseStatus(v)
 	switch {
-	case !plainDecimal(v):
+	case !lineerr.PlainWhole(v):
 		c.errorf(k.line, "%s must be a status code from 100 to 599 or a {{ }} template, not %s", k.key, quoted(v))
 		return
 	case !ok:
@@ -1310,10 +1310,10 @@ func (c *compiler) integer(line int, key string, v *yaml.Node, min, max int64) (
 		c.errorf(line, "%s %s is too large: at most %d", key, clipped(v.Value), max)
 		return 0, false
 	}
-	if !plainDecimal(v.Value) {
+	if !lineerr.PlainWhole(v.Value) {
 		// +500, 0x3, 1_000, 0o17: YAML reads them as integers, a step
 		// key refuses them, and a reader may not see the number YAML does
-		c.errorf(line, "%s", notPlain(key, n, v.Value))
+		c.errorf(line, "%s", lineerr.NotPlainWhole(key, n, v.Value))
 		return 0, false
 	}
 	if n > max {
@@ -1341,7 +1341,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	if n, ok := lineerr.Past64Bits(v); ok {
 		// 0x1ffffffffffffffff: YAML reads it as a string
 		if x, _ := new(big.Float).SetInt(n).Float64(); !math.IsInf(x, 0) {
-			c.errorf(line, "%s", notPlainNumber(key, x, v.Value))
+			c.errorf(line, "%s", lineerr.NotPlainNumber(key, x, v.Value))
 		} else {
 			c.errorf(line, "%s %s is too large: at most %g", key, clipped(v.Value), math.MaxFloat64)
 		}
@@ -1361,7 +1361,7 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 	if err := v.Decode(&x); err != nil {
 		// !!float 0x1p3: YAML does not read a hex float, Go does
 		y, perr := strconv.ParseFloat(v.Value, 64)
-		if perr != nil || plainNumber(v.Value) {
+		if perr != nil || lineerr.PlainNumber(v.Value) {
 			c.errorf(line, "%s must be a number, not %s", key, lineerr.Describe(v))
 			return 0, false
 		}
@@ -1377,10 +1377,10 @@ func (c *compiler) number(line int, key string, v *yaml.Node, min float64) (floa
 		c.errorf(line, "%s must be at least %s, not %s", key, strconv.FormatFloat(min, 'f', 1, 64), clipped(v.Value))
 		return 0, false
 	}
-	if !plainNumber(v.Value) {
+	if !lineerr.PlainNumber(v.Value) {
 		// +2, 0x3, 1_000, 2.: YAML reads them as numbers, a reader may
 		// not see the number YAML does
-		c.errorf(line, "%s", notPlainNumber(key, x, v.Value))
+		c.errorf(line, "%s", lineerr.NotPlainNumber(key, x, v.Value))
 		return 0, false
 	}
 	return x, true
@@ -1658,45 +1658,4 @@ func nesting(v any) int {
 		return 0
 	}
 	return deepest + 1
-}
-
-// notPlain is the error of a whole-number key whose value reads as the
-// number n but is not written as digits alone (+500, 0500, 0x3, 1_000),
-// in the front matter and in a step alike.
-func notPlain(key string, n int64, written string) string {
-	unit := ""
-	if strings.HasSuffix(key, "_ms") {
-		unit = " of milliseconds"
-	}
-	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, quoted(written))
-}
-
-// notPlainNumber is notPlain's error for a number key that need not be
-// whole (queue_backoff_factor) whose value reads as x but is not written
-// plainly (+2, 0x3, 1_000, 2.).
-func notPlainNumber(key string, x float64, written string) string {
-	return fmt.Sprintf("%s must be written as a plain number (%s), not %s", key, strconv.FormatFloat(x, 'g', -1, 64), quoted(written))
-}
-
-// plainNumberText is a number written plainly, as JSON writes it without
-// its sign: digits without a leading zero, a point followed by digits, an
-// exponent.
-var plainNumberText = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
-
-// plainNumber reports whether s is a number written plainly (2, 1.5, 2e0).
-func plainNumber(s string) bool { return plainNumberText.MatchString(s) }
-
-// plainDecimal reports whether s is a whole number written as digits alone,
-// without a sign or a leading zero (0 itself aside), as a status code and
-// the milliseconds of a step are written.
-func plainDecimal(s string) bool {
-	if s == "" || len(s) > 1 && s[0] == '0' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/nexushq/nexus/lineerr"
 )
 
 // Effect is something a step does outside the flow.
@@ -235,7 +237,7 @@ type Status struct {
 // codes). ok is false for anything else; n is the number read when the
 // text is plain digits, so that a caller can say a code is out of range.
 func ParseStatus(text string) (n int, ok bool) {
-	if !plainDecimal(text) || len(text) > 3 {
+	if !lineerr.PlainWhole(text) || len(text) > 3 {
 		return 0, false
 	}
 	n, _ = strconv.Atoi(text)

@@ -265,3 +265,48 @@ func Past64Bits(n *yaml.Node) (*big.Int, bool) {
 	x, ok := new(big.Int).SetString(plain, 0)
 	return x, ok
 }
+
+// plainNumberText is a number written plainly, as JSON writes it without
+// its sign: digits without a leading zero, a point followed by digits, an
+// exponent.
+var plainNumberText = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+
+// PlainNumber reports whether s is a number written plainly (2, 1.5, 2e0),
+// as a number key of a flow's front matter and access.yaml's rate are
+// written: not +2, 0x3, 1_000, .5 or 2., which YAML reads as numbers too
+// and a reader may not.
+func PlainNumber(s string) bool { return plainNumberText.MatchString(s) }
+
+// PlainWhole reports whether s is a whole number written as digits alone,
+// without a sign or a leading zero (0 itself aside), as a whole-number key
+// (timeout_ms, a status code, access.yaml's burst) is written.
+func PlainWhole(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// NotPlainWhole is the error of a whole-number key whose value reads as the
+// number n but is not written as digits alone (+500, 0500, 0x3, 1_000),
+// in a flow's front matter, a step and access.yaml alike. A key ending in
+// _ms is said to hold milliseconds.
+func NotPlainWhole(key string, n int64, written string) string {
+	unit := ""
+	if strings.HasSuffix(key, "_ms") {
+		unit = " of milliseconds"
+	}
+	return fmt.Sprintf("%s must be written as a plain whole number%s (%d), not %s", key, unit, n, Quote(written))
+}
+
+// NotPlainNumber is NotPlainWhole's error for a number key that need not be
+// whole (queue_backoff_factor, rate) whose value reads as x but is not
+// written plainly (+2, 0x3, 1_000, 2.).
+func NotPlainNumber(key string, x float64, written string) string {
+	return fmt.Sprintf("%s must be written as a plain number (%s), not %s", key, strconv.FormatFloat(x, 'g', -1, 64), Quote(written))
+}
