@@ -99,8 +99,10 @@ func (p *parser) parse() []Key {
 		p.errorf(1, "%s", emptyFile)
 		return nil
 	}
-	if top.Kind != yaml.MappingNode {
-		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", describe(top))
+	if top.Kind != yaml.MappingNode || lineerr.Tagged(top) {
+		// `--- !foo` tags the whole document: refused as a tag on any
+		// other value of the file is
+		p.errorf(top.Line, "the file must be a mapping with a keys: list, not %s", tagged(top))
 		return nil
 	}
 	var list *yaml.Node
