@@ -10,7 +10,7 @@ import (
 
 // CompilerVersion names this compiler in artifacts. It changes whenever the
 // compiler would compile the same source differently.
-const CompilerVersion = "flowmarkdown-0.1/12"
+const CompilerVersion = "flowmarkdown-0.1/13"
 
 // The artifact format, byte by byte:
 //

@@ -113,6 +113,12 @@ func (c *compiler) frontMatter(f *Flow, raw *rawFile) map[Effect]bool {
 	m := doc.Content[0]
 	lineerr.MarkNonSpecificTags(m, strings.Split(raw.frontMatter, "\n"))
 	at := func(n *yaml.Node) int { return raw.frontMatterLine + n.Line - 1 }
+	if lineerr.Tagged(m) {
+		// `!foo` on a line of its own tags the whole front matter: refused
+		// as a tag on any of its values is
+		c.errorf(at(m), "front matter must be a YAML mapping of keys to values, not a value tagged %s", clipped(m.Tag))
+		return nil
+	}
 	// keyLine is the line of the key of each value of the mapping: an
 	// error about a value is reported on its key's line, also when the
 	// value is written on the lines below the key
