@@ -643,6 +643,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				c.errorf(k.line, "%s: belongs to an http_egress step: add effects: [http_egress] to step %s", key, quoted(s.name))
 				continue
 			}
+			if key != "headers" && !c.untag(&k) {
+				continue
+			}
 			c.httpKey(s, k)
 		case key == "queue":
 			if effectsUnreadable {
@@ -652,6 +655,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				c.errorf(k.line, "queue: belongs to a queue_publish step: add effects: [queue_publish] to step %s", quoted(s.name))
 				continue
 			}
+			if !c.untag(&k) {
+				continue
+			}
 			q := scalar(k.value)
 			if err := naming.Check(q, naming.Queue(f.tenant, f.name)); err != nil {
 				c.errorf(k.line, "%s", err)
@@ -659,6 +665,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 			}
 			s.queue = q
 		case key == "save_body":
+			if !c.untag(&k) {
+				continue
+			}
 			name := scalar(k.value)
 			switch {
 			case !ctxName.MatchString(name):
@@ -693,7 +702,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				continue
 			}
 			statusKey = key
-			c.status(s, k)
+			if c.untag(&k) {
+				c.status(s, k)
+			}
 		case key == "response_header_remove" || key == "fault_header_remove":
 			if key == "fault_header_remove" && !s.fault {
 				c.errorf(k.line, "fault_header_remove is only allowed in a ## Fault: section: use response_header_remove")
@@ -731,6 +742,9 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 				c.errorf(k.line, "%s: %s", clipped(key), err)
 				continue
 			}
+			if !c.untag(&k) {
+				continue
+			}
 			value := scalar(k.value)
 			if strings.ContainsFunc(value, isControl) {
 				// net/http would write a NUL as it is, and a line break
@@ -751,6 +765,47 @@ func (c *compiler) step(f *Flow, sec *rawSection, declared map[Effect]bool) *Ste
 		s.http = nil // checked above, but the step has no (declared) effect
 	}
 	return s
+}
+
+// untag reads the YAML tag a step key's value begins with: a step key's
+// value is a YAML scalar (flow-file.md), which a tag makes something else
+// than the text after it (`! 5` is a string, `!foo x` a value of a kind
+// the compiler does not know). A tag the value has without it (!!str on a
+// string key, !!int on a whole-number key, either on response_status) is
+// dropped from k.value; any other is refused, naming it, as the front
+// matter refuses it. when: is not read here: it is an expression, in
+// which ! is the negation. false when the value is refused.
+func (c *compiler) untag(k *rawKey) bool {
+	v := strings.TrimSpace(k.value)
+	if !strings.HasPrefix(v, "!") {
+		return true
+	}
+	end := strings.IndexAny(v, " \t")
+	if strings.HasPrefix(v, "!<") {
+		end = strings.IndexByte(v, '>') + 1 // a verbatim tag holds no blank
+	}
+	if end <= 0 {
+		end = len(v)
+	}
+	tag := v[:end]
+	if t, ok := strings.CutPrefix(tag, "!<tag:yaml.org,2002:"); ok && strings.HasSuffix(t, ">") {
+		tag = "!!" + strings.TrimSuffix(t, ">") // !<tag:yaml.org,2002:str> is !!str
+	}
+	kind, taken := "a string", []string{"!!str"}
+	switch {
+	case k.key == "queue" || k.key == "save_body":
+		kind = "a name"
+	case strings.HasSuffix(k.key, "_ms"):
+		kind, taken = "a whole number", []string{"!!int"}
+	case k.key == "response_status" || k.key == "fault_status":
+		kind, taken = "a status code from 100 to 599 or a {{ }} template", []string{"!!int", "!!str"}
+	}
+	if !slices.Contains(taken, tag) {
+		c.errorf(k.line, "%s must be %s, not a value tagged %s", clipped(k.key), kind, clipped(tag))
+		return false
+	}
+	k.value = strings.TrimSpace(v[end:])
+	return true
 }
 
 var stepKeys = []string{
