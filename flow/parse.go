@@ -94,7 +94,7 @@ var topLevelKey = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*)\s*:`)
 // brace or a comma, so that Compile reports its YAML error rather than
 // the file being skipped.
 func hasVersionKey(frontMatter string) bool {
-	if t := strings.TrimSpace(frontMatter); !strings.HasPrefix(t, "{") || !strings.Contains(t, "flowmarkdown_version") {
+	if t := leadingProperties.ReplaceAllString(strings.TrimSpace(frontMatter), ""); !strings.HasPrefix(t, "{") || !strings.Contains(t, "flowmarkdown_version") {
 		return false // most Markdown: no YAML to parse
 	}
 	var doc yaml.Node
@@ -112,6 +112,11 @@ func hasVersionKey(frontMatter string) bool {
 	}
 	return false
 }
+
+// leadingProperties are the YAML tags and anchors a value may begin with
+// (`! {…}`, `&fm !!map {…}`): a front matter in braces so written is one in
+// flow style too, whose tag the compiler refuses (`!!map` aside).
+var leadingProperties = regexp.MustCompile(`^(?:(?:![^\s,\[\]{}]*|&[^\s,\[\]{}]+)\s*)+`)
 
 // flowStyleKey is the key after a brace or a comma, bare or quoted.
 var flowStyleKey = regexp.MustCompile(`[{,]\s*("flowmarkdown_version"|'flowmarkdown_version'|flowmarkdown_version)\s*:`)
