@@ -97,8 +97,10 @@ func inFolder(dir string, errs []string) []string {
 }
 
 // TestValidateRefusesWhatGitSyncRefuses: a config repo git sync refuses
-// (a broken access.yaml, a file over the size limit in flows/, a broken
-// flow in a hidden folder of flows/) is refused by nexus validate and
+// (a broken access.yaml, one with a number YAML reads and a reader may
+// not or a tag on the whole file, a flow whose version is not the string
+// "0.1" or whose step value is tagged, a file over the size limit in
+// flows/, a broken flow in a hidden folder of flows/) is refused by nexus validate and
 // nexus deploy, with git sync's errors; validate once passed the first
 // two (and deploy published the second), and skipped hidden folders.
 func TestValidateRefusesWhatGitSyncRefuses(t *testing.T) {
@@ -108,6 +110,14 @@ func TestValidateRefusesWhatGitSyncRefuses(t *testing.T) {
 		want  string // git sync's error, the commit's path
 	}{
 		{"a broken access.yaml", map[string]string{"access.yaml": brokenAccess}, "access.yaml:2: not valid YAML"},
+		{"a rate not written plainly", map[string]string{"access.yaml": "keys:\n  - {id: a, tenant: acme, flows: [\"*\"], rate: 0x10,\n     sha256: " + strings.Repeat("ab", 32) + "}\n"},
+			`access.yaml:2: rate must be written as a plain number (16), not "0x10"`},
+		{"a tag on the whole access.yaml", map[string]string{"access.yaml": "--- !foo\nkeys: []\n"},
+			"access.yaml:1: the file must be a mapping with a keys: list, not a value tagged !foo"},
+		{"a flow version unquoted", map[string]string{"flows/acme/hello.md": strings.Replace(parityFlow, `"0.1"`, "0.1", 1)},
+			`flows/acme/hello.md:2: flowmarkdown_version must be the string "0.1", not the number 0.1: quote it`},
+		{"a step value tagged", map[string]string{"flows/acme/hello.md": strings.Replace(parityFlow, "## Step: answer\n", "## Step: answer\nresponse_header_x_a: !foo b\n", 1)},
+			"flows/acme/hello.md:8: response_header_x_a must be a string, not a value tagged !foo"},
 		{"a file over the limit in flows/", map[string]string{"flows/big.txt": strings.Repeat("x", 1_100_000)},
 			"flows/big.txt: 1100000 bytes, over the limit of 1048576"},
 		{"a broken flow in a hidden folder", map[string]string{"flows/.wip/broken.md": strings.Replace(parityFlow, "flow: hello", "flow: Broken", 1)},
