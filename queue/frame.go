@@ -372,22 +372,36 @@ func frameHeadAt(r io.ReaderAt, off, size int64, head, stream []byte) (rec []byt
 		return nil, -1, 0, fmt.Sprintf("a length of %d bytes, past the end of the file", length), nil
 	}
 	rec = head[:min(length, int64(len(head)))]
-	if _, err := r.ReadAt(rec, off+headerSize); err != nil {
-		return nil, -1, 0, "", err
-	}
-	crc := crc32.Update(crc32.Update(0, castagnoli, h[4:8]), castagnoli, rec)
-	for pos := int64(len(rec)); pos < length; {
-		part := stream[:min(length-pos, int64(len(stream)))]
-		if _, err := r.ReadAt(part, off+headerSize+pos); err != nil {
+	if len(rec) > 0 {
+		if _, err := r.ReadAt(rec, off+headerSize); err != nil {
 			return nil, -1, 0, "", err
 		}
-		crc = crc32.Update(crc, castagnoli, part)
-		pos += int64(len(part))
+	}
+	crc := crc32.Update(crc32.Update(0, castagnoli, h[4:8]), castagnoli, rec)
+	crc, err = crcThrough(r, off+headerSize+int64(len(rec)), length-int64(len(rec)), crc, stream)
+	if err != nil {
+		return nil, -1, 0, "", err
 	}
 	if crc != binary.BigEndian.Uint32(h[8:12]) {
 		return rec, length, 0, "a CRC that does not match", nil
 	}
 	return rec, length, headerSize + length, "", nil
+}
+
+// crcThrough is crc updated with the n bytes of r at off, read through
+// stream a part at a time: a check of a record of 64 MiB holds no more
+// than stream. A read that ends at the end of the file may say io.EOF
+// with all its bytes (io.ReaderAt allows it), which is no error.
+func crcThrough(r io.ReaderAt, off, n int64, crc uint32, stream []byte) (uint32, error) {
+	for pos := int64(0); pos < n; {
+		part := stream[:min(n-pos, int64(len(stream)))]
+		if k, err := r.ReadAt(part, off+pos); err != nil && (k < len(part) || !errors.Is(err, io.EOF)) {
+			return crc, err
+		}
+		crc = crc32.Update(crc, castagnoli, part)
+		pos += int64(len(part))
+	}
+	return crc, nil
 }
 
 // nextFrame finds the first offset after off where a frame verifies, or -1.
@@ -402,15 +416,22 @@ func nextFrame(r io.ReaderAt, off, size int64) (int64, error) {
 const (
 	nextFrameChunk = 64 << 10
 	nextFrameFirst = 4 << 10
+	// nextFrameBufSize is the size of nextFrameBuf's buffer: a chunk and
+	// the 3 bytes after it, and a buffer to check a candidate's CRC
+	nextFrameBufSize = nextFrameChunk + 3 + crcStreamed
 )
 
 // nextFrameBuf is nextFrame reading into buf, when it holds
-// nextFrameChunk+3 bytes, else into a buffer of its own: a scan past
-// many damaged frames reuses one.
+// nextFrameBufSize bytes, else into a buffer of its own: a scan past many
+// damaged frames reuses one. The file is searched nextFrameChunk+3 bytes
+// at a time, and each candidate's CRC checked through the rest of buf
+// (crcStreamed bytes, as frameHeadAt does): a candidate whose record is
+// 64 MiB, valid or damaged, is not read into memory.
 func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
-	if len(buf) < nextFrameChunk+3 {
-		buf = make([]byte, nextFrameChunk+3)
+	if len(buf) < nextFrameBufSize {
+		buf = make([]byte, nextFrameBufSize)
 	}
+	buf, stream := buf[:nextFrameChunk+3], buf[nextFrameChunk+3:nextFrameBufSize]
 	chunk := int64(nextFrameFirst)
 	for pos := off + 1; pos < size; pos, chunk = pos+chunk, min(2*chunk, nextFrameChunk) {
 		// 3 bytes more than the chunk: a marker that begins in its last 3
@@ -425,7 +446,7 @@ func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
 				break
 			}
 			cand := pos + int64(i+j)
-			if _, fn, _, err := frameAt(r, cand, size); err != nil {
+			if _, _, fn, _, err := frameHeadAt(r, cand, size, nil, stream); err != nil {
 				return -1, err
 			} else if fn > 0 {
 				return cand, nil
@@ -544,7 +565,7 @@ func frameDamage(window, r io.ReaderAt, file string, off, size int64, reason str
 		}
 	}
 	if *searchBuf == nil {
-		*searchBuf = make([]byte, nextFrameChunk+3)
+		*searchBuf = make([]byte, nextFrameBufSize)
 	}
 	// through the window too: the search's first reads are small, and
 	// the frames after a damaged one are most often in the window
@@ -612,13 +633,19 @@ func tornTail(r io.ReaderAt, off, size int64) (bool, error) {
 	}
 	// a length past the end: torn, a record that did not all arrive,
 	// unless the rest of the file is the whole record and only the length
-	// is damaged (its checksum verifies with the length the file has)
-	rest := make([]byte, size-off-headerSize)
-	if _, err := r.ReadAt(rest, off+headerSize); err != nil && !errors.Is(err, io.EOF) {
+	// is damaged (its checksum verifies with the length the file has),
+	// read through a buffer (crcThrough), not into memory whole
+	rest := size - off - headerSize
+	binary.BigEndian.PutUint32(h[4:8], uint32(rest))
+	crc, err := crcThrough(r, off+headerSize, rest, crc32.Update(0, castagnoli, h[4:8]), make([]byte, min(rest, crcStreamed)))
+	if errors.Is(err, io.EOF) {
+		// the file cut short meanwhile: the record did not all arrive
+		return true, nil
+	}
+	if err != nil {
 		return false, err
 	}
-	binary.BigEndian.PutUint32(h[4:8], uint32(len(rest)))
-	return frameCRC(h[:], rest) != binary.BigEndian.Uint32(h[8:12]), nil
+	return crc != binary.BigEndian.Uint32(h[8:12]), nil
 }
 
 // nextAppend is where the next frame goes in a file of size bytes whose
@@ -645,18 +672,27 @@ const sectorSize = 512
 // bytes in each 512-byte sector of the file, so the first and the last
 // may be short: a frame whose own last bytes past a boundary are zeros
 // cannot be told from a torn one (etcd's rule has the same limit). The
-// frame is at the end of the file: at most a record's length is read.
+// frame is at the end of the file. It is read crcStreamed bytes at a
+// time, whole sectors each (but the first and the last), not into memory
+// whole.
 func tornWrite(r io.ReaderAt, off, n int64) (bool, error) {
-	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, off); err != nil {
-		return false, err
-	}
-	for start := off; start < off+n; {
-		end := min((start/sectorSize+1)*sectorSize, off+n)
-		if !slices.ContainsFunc(buf[start-off:end-off], func(b byte) bool { return b != 0 }) {
-			return true, nil
+	// whole sectors, one more than a small frame spans at most
+	buf := make([]byte, min(crcStreamed, (n/sectorSize+2)*sectorSize))
+	for pos := off; pos < off+n; {
+		// to a sector boundary (crcStreamed is a multiple of sectorSize)
+		// or the frame's end
+		part := buf[:min(pos/sectorSize*sectorSize+int64(len(buf)), off+n)-pos]
+		if k, err := r.ReadAt(part, pos); err != nil && (k < len(part) || !errors.Is(err, io.EOF)) {
+			return false, err
 		}
-		start = end
+		for start := pos; start < pos+int64(len(part)); {
+			end := min((start/sectorSize+1)*sectorSize, pos+int64(len(part)))
+			if !slices.ContainsFunc(part[start-pos:end-pos], func(b byte) bool { return b != 0 }) {
+				return true, nil
+			}
+			start = end
+		}
+		pos += int64(len(part))
 	}
 	return false, nil
 }
