@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -187,6 +188,21 @@ func (q *Queue) eachRecordDamage(name string, fn func(rec []byte) error, damaged
 	return err
 }
 
+// eachHeadDamage is eachRecordDamage for a reader that needs each
+// record's first bytes only: fn gets the first recordHead bytes of each
+// verified record (head, fn's until it returns) and its length, each
+// frame's CRC checked through a small buffer (scanHeads), so a frame of
+// 64 MiB is read, not held.
+func (q *Queue) eachHeadDamage(name string, fn func(head []byte, length int64) error, damaged func(Damage)) error {
+	f, size, err := q.openToRead(name)
+	if f == nil || err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = scanHeads(f, name, 0, size, func(head []byte, length, _ int64) error { return fn(head, length) }, damaged)
+	return err
+}
+
 // openToRead opens a file of the queue for reading, with its size; a
 // missing file is a nil File and no error.
 func (q *Queue) openToRead(name string) (File, int64, error) {
@@ -228,8 +244,13 @@ func (q *Queue) marks() (map[uint64]mark, []Damage, error) {
 // dlq.log.acked instead of returning them.
 func (q *Queue) marksDamage(damaged func(Damage)) (map[uint64]mark, error) {
 	out := map[uint64]mark{}
-	if err := q.eachRecordDamage(ackedFile, func(rec []byte) error {
-		if m, err := decodeMark(rec); err == nil {
+	// a mark is a few bytes: a frame larger than a head is none, and is
+	// checked, not held
+	if err := q.eachHeadDamage(ackedFile, func(head []byte, length int64) error {
+		if length != int64(len(head)) {
+			return nil
+		}
+		if m, err := decodeMark(head); err == nil {
 			out[m.id] = m
 		}
 		return nil
@@ -276,6 +297,23 @@ func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage
 // in dlq.log too, and returning the description of the dlq.log it read
 // (nil when there is none).
 func (q *Queue) eachPendingAt(fn func(rec []byte, off int64) error, damaged func(Damage)) (fs.FileInfo, error) {
+	return q.eachPendingScan(false, func(rec []byte, _, off int64, _ io.ReaderAt) error { return fn(rec, off) }, damaged)
+}
+
+// eachPendingHeads is eachPendingDamage for a reader that needs each dead
+// letter's first bytes only: each frame's CRC is checked through a small
+// buffer (scanHeads), and fn gets the record's first recordHead bytes
+// (head, fn's until it returns), its length, its offset in dlq.log and
+// the file, to read more of it. A dlq.log of dead letters of 64 MiB is
+// read holding some 100 KiB, not one of them.
+func (q *Queue) eachPendingHeads(fn func(head []byte, length, off int64, f io.ReaderAt) error, damaged func(Damage)) error {
+	_, err := q.eachPendingScan(true, fn, damaged)
+	return err
+}
+
+// eachPendingScan is eachPendingAt (heads false: rec is the whole
+// record) and eachPendingHeads (heads true).
+func (q *Queue) eachPendingScan(heads bool, fn func(rec []byte, length, off int64, f io.ReaderAt) error, damaged func(Damage)) (fs.FileInfo, error) {
 	// the marks first: a rewrite between the two reads then leaves marks
 	// of entries gone, not entries unmarked. Their damage is reported only
 	// beside a dlq.log (a marks file without one marks no dead letter
@@ -292,13 +330,14 @@ func (q *Queue) eachPendingAt(fn func(rec []byte, off int64) error, damaged func
 	}
 	defer f.Close()
 	if markDamage > 0 {
-		if err := q.eachRecordDamage(ackedFile, func([]byte) error { return nil }, damaged); err != nil {
+		if err := q.eachHeadDamage(ackedFile, func([]byte, int64) error { return nil }, damaged); err != nil {
 			return nil, err
 		}
 	}
 	seen := map[uint64]struct{}{}
-	_, err = scanEach(f, dlqFile, 0, info.Size(), func(rec []byte, off int64) error {
-		if len(rec) < 33 || rec[0] != kindDeadLetter {
+	pending := func(rec []byte, length, off int64) error {
+		// rec holds the first 33 bytes at least when length does
+		if length < deadLetterFields || rec[0] != kindDeadLetter {
 			return nil
 		}
 		id := binary.BigEndian.Uint64(rec[1:9])
@@ -309,12 +348,42 @@ func (q *Queue) eachPendingAt(fn func(rec []byte, off int64) error, damaged func
 			return nil // dead-lettered again after a crash: see above
 		}
 		seen[id] = struct{}{}
-		return fn(rec, off)
-	}, damaged)
+		return fn(rec, length, off, f)
+	}
+	if heads {
+		_, err = scanHeads(f, dlqFile, 0, info.Size(), pending, damaged)
+	} else {
+		_, err = scanEach(f, dlqFile, 0, info.Size(), func(rec []byte, off int64) error {
+			return pending(rec, int64(len(rec)), off)
+		}, damaged)
+	}
 	if errors.Is(err, errStop) {
 		err = nil
 	}
 	return info, err
+}
+
+// deadLetterHead is the verified dead-letter record at off in dlq.log (f),
+// of length bytes, whose first bytes are head, up to its payload: within
+// head when head holds it, else read from f (a last error longer than
+// head leaves room for, which a version before MaxLastError could write).
+// It is nil when the record is no dead letter whole to its payload.
+func deadLetterHead(head []byte, length, off int64, f io.ReaderAt) ([]byte, error) {
+	if len(head) < deadLetterFields || head[0] != kindDeadLetter {
+		return nil, nil
+	}
+	at := deadLetterFields + int64(binary.BigEndian.Uint32(head[29:33]))
+	switch {
+	case at > length:
+		return nil, nil
+	case at <= int64(len(head)):
+		return head[:at], nil
+	}
+	rec := make([]byte, at)
+	if k, err := f.ReadAt(rec, off+headerSize); err != nil && (k < len(rec) || !errors.Is(err, io.EOF)) {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // DeadLetters returns the pending dead letters (not marked), by id, with
@@ -328,23 +397,31 @@ func (q *Queue) DeadLetters() ([]DeadLetter, []Damage, error) {
 // withPayload.
 func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	var out []DeadLetter
-	damage, err := q.eachPending(func(rec []byte) error {
-		if !withPayload {
-			// the record up to its payload: the payload is not copied
-			head, err := deadLetterPayload(rec)
-			if err != nil {
-				return nil
+	var damage []Damage
+	keep := func(d Damage) { damage = append(damage, d) }
+	var err error
+	if withPayload {
+		err = q.eachPendingDamage(func(rec []byte) error {
+			if d, err := decodeDeadLetter(rec); err == nil {
+				out = append(out, d)
 			}
-			rec = rec[:head]
-		}
-		if d, err := decodeDeadLetter(rec); err == nil {
-			if !withPayload {
+			return nil
+		}, keep)
+	} else {
+		// the record up to its payload, each frame's CRC checked through a
+		// small buffer: the payload is neither held nor copied
+		err = q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
+			rec, err := deadLetterHead(head, length, off, f)
+			if rec == nil || err != nil {
+				return err
+			}
+			if d, err := decodeDeadLetter(rec); err == nil {
 				d.Payload = nil
+				out = append(out, d)
 			}
-			out = append(out, d)
-		}
-		return nil
-	})
+			return nil
+		}, keep)
+	}
 	if err != nil {
 		return nil, damage, err
 	}
