@@ -789,7 +789,13 @@ type Replayed struct {
 // pending, and is returned among the skipped ones (each call returns those
 // its read came across, so a caller calling it again meets them again).
 func (q *Queue) ReplayPending(upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
-	unlock, err := q.lockAppendBounded()
+	return q.replayPending(context.Background(), upTo, limit, maxBytes, source, correlationID)
+}
+
+// replayPending is ReplayPending giving up, having written nothing, when
+// ctx ends while it waits for the append lock (lockForChunk).
+func (q *Queue) replayPending(ctx context.Context, upTo uint64, limit, maxBytes int, source string, correlationID func() string) ([]Replayed, []Skipped, error) {
+	unlock, err := q.lockForChunk(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -878,9 +884,11 @@ func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() strin
 
 // ReplayAllContext is ReplayAll for a caller with a context of its own (an
 // operator's request): when ctx has ended, it stops before the next chunk
-// (a chunk begun is made whole) and returns how many it made, with an
-// error that says so and wraps context.Cause(ctx). ReplayAll took no
-// context: a run whose request had ended went on to the last chunk.
+// (a chunk begun is made whole), or as the chunk waits for the append
+// lock (having written nothing of it), and returns how many it made, with
+// an error that says so and wraps context.Cause(ctx). ReplayAll took no
+// context: a run whose request had ended went on to the last chunk, and a
+// chunk waited LockWait for the lock whatever ctx said.
 func (q *Queue) ReplayAllContext(ctx context.Context, upTo uint64, source string, correlationID func() string, each func(Replayed), skip func(Skipped)) (int, error) {
 	n := 0
 	told := map[uint64]bool{}
@@ -888,7 +896,10 @@ func (q *Queue) ReplayAllContext(ctx context.Context, upTo uint64, source string
 		if ctx.Err() != nil {
 			return n, q.allGivenUp(ctx, n, "replayed")
 		}
-		got, skipped, err := q.ReplayPending(upTo, allChunk, allChunkBytes, source, correlationID)
+		got, skipped, err := q.replayPending(ctx, upTo, allChunk, allChunkBytes, source, correlationID)
+		if errors.Is(err, errGaveUp) {
+			return n, q.allGivenUp(ctx, n, "replayed")
+		}
 		for _, s := range skipped {
 			if !told[s.ID] && skip != nil {
 				skip(s)
@@ -926,7 +937,10 @@ func (q *Queue) MarkAllContext(ctx context.Context, upTo uint64, action byte, ea
 		if ctx.Err() != nil {
 			return n, q.allGivenUp(ctx, n, what)
 		}
-		got, err := q.MarkPending(upTo, allChunk, action)
+		got, err := q.markPending(ctx, upTo, allChunk, action)
+		if errors.Is(err, errGaveUp) {
+			return n, q.allGivenUp(ctx, n, what)
+		}
 		for _, id := range got {
 			each(id)
 		}
@@ -935,6 +949,24 @@ func (q *Queue) MarkAllContext(ctx context.Context, upTo uint64, action byte, ea
 			return n, err
 		}
 	}
+}
+
+// lockForChunk takes the append lock for a chunk of ReplayAllContext or
+// MarkAllContext, giving up, having taken neither lock, when ctx ends
+// first (see lockAppendUntil), or ended as it was taken: the error then
+// wraps errGaveUp, and the run says how many it did (allGivenUp). With a
+// context that never ends it is lockAppendBounded. Once the lock is held,
+// the chunk's writes go on whatever ctx does (see lockForMark).
+func (q *Queue) lockForChunk(ctx context.Context) (func(), error) {
+	unlock, err := q.lockAppendUntil(ctx.Done())
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		unlock()
+		return nil, fmt.Errorf("taking the append lock %s: %w", q.lockPath, errGaveUp)
+	}
+	return unlock, nil
 }
 
 // allGivenUp is the error of a run of ReplayAllContext or MarkAllContext
@@ -952,7 +984,13 @@ func (q *Queue) allGivenUp(ctx context.Context, n int, what string) error {
 // the ids marked; a caller marking thousands calls it until it returns
 // none.
 func (q *Queue) MarkPending(upTo uint64, limit int, action byte) ([]uint64, error) {
-	unlock, err := q.lockAppendBounded()
+	return q.markPending(context.Background(), upTo, limit, action)
+}
+
+// markPending is MarkPending giving up, having written nothing, when ctx
+// ends while it waits for the append lock (lockForChunk).
+func (q *Queue) markPending(ctx context.Context, upTo uint64, limit int, action byte) ([]uint64, error) {
+	unlock, err := q.lockForChunk(ctx)
 	if err != nil {
 		return nil, err
 	}

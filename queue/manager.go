@@ -516,7 +516,8 @@ func (m *Manager) ReplayAll(tenant, flow, source string, correlationID func() st
 // ReplayAllContext is ReplayAll for a caller with a context of its own (an
 // operator's request): when ctx has ended, or ends while the queue is
 // being opened, it returns at once having written nothing; when it ends
-// during the run, the run stops before its next chunk and returns the
+// during the run, the run stops before its next chunk (or as that chunk
+// waits for the append lock, having written nothing of it) and returns the
 // replays made, with an error that says how many and wraps
 // context.Cause(ctx) (Queue.ReplayAllContext). ReplayAll took no context:
 // a run whose request had ended went on to the last dead letter.
