@@ -472,9 +472,11 @@ func (q *Queue) DeadLetterCount() (int, error) {
 // it is being written, or a crash cut it short before it was durable).
 //
 // The damage is counted as it is read, not kept: a file damaged wholesale
-// can hold millions of damaged frames.
+// can hold millions of damaged frames. Each frame's CRC is checked through
+// a small buffer (eachPendingHeads): a dead letter of 64 MiB is counted,
+// not held.
 func (q *Queue) deadLetterCounts() (pending, damaged int, err error) {
-	err = q.eachPendingDamage(func([]byte) error {
+	err = q.eachPendingHeads(func([]byte, int64, int64, io.ReaderAt) error {
 		pending++
 		return nil
 	}, func(d Damage) {
