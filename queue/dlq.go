@@ -124,9 +124,10 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 		// a torn tail left by a crash is cut first, so that new frames
 		// follow the last good one; a damaged last frame is kept, after
 		// which they follow (it is reported, and left out when dlq.log is
-		// rewritten)
+		// rewritten); each frame's CRC is checked through a small buffer
+		// (scanHeads): a dead letter of 64 MiB is read, not held
 		var damage []Damage
-		if end, damage, err = scan(f, name, 0, size, func([]byte, int64) error { return nil }); err != nil {
+		if end, err = scanHeads(f, name, 0, size, func([]byte, int64, int64) error { return nil }, func(d Damage) { damage = append(damage, d) }); err != nil {
 			return err
 		}
 		end = nextAppend(end, size, damage)

@@ -94,3 +94,31 @@ func TestDeadLetterCountReadsLargeDeadLettersStreaming(t *testing.T) {
 		t.Errorf("DeadLetterCount allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 	}
 }
+
+// TestDeadLetterAppendFindsTheEndStreaming: an append to dlq.log by a
+// handle that did not write its end last (another process's, or a new
+// one) finds the end checking each frame's CRC through a small buffer: a
+// dlq.log holding a dead letter of 8 MiB takes another with less than
+// 1 MiB allocated. It read each whole record into memory to find the end.
+func TestDeadLetterAppendFindsTheEndStreaming(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	if err := q.MoveToDLQ(big); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	q, _ = openQueue(t, root, Options{})
+	n := allocated(func() {
+		if err := q.MoveToDLQ(deadLetter(8)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > streamLimit {
+		t.Errorf("MoveToDLQ allocated %d bytes (%.1f MiB) after a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+	if got, err := q.DeadLetterCount(); err != nil || got != 2 {
+		t.Errorf("DeadLetterCount() = %d, %v; want 2", got, err)
+	}
+}
