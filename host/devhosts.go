@@ -14,7 +14,8 @@ import (
 // it by DNS rebinding (its own name made to resolve to 127.0.0.1, so that
 // the browser lets it send that key and read the answers); the Host header
 // is the only trace of it the host sees. IP addresses, localhost and names
-// under .localhost (which resolve to the loopback without DNS) pass.
+// under .localhost (which resolve to the loopback without DNS) pass. The
+// 421 carries X-Correlation-ID, as every answer does.
 func LoopbackNamesOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.Host
@@ -26,6 +27,7 @@ func LoopbackNamesOnly(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		correlationID(w, r) // as on every answer, refusals included
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusMisdirectedRequest, "host "+naming.Quote(r.Host)+" is not this host: --dev listens on the loopback and answers localhost and IP addresses only")
 	})

@@ -50,3 +50,42 @@ func TestLoopbackNamesOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackRefusalCarriesTheCorrelationID: the 421 of a name other than
+// localhost carries X-Correlation-ID like every other answer (server.md,
+// Precise answers): the caller's when it sent a valid one, else a new
+// lowercase UUID v4; a real server answers it, the request's body unread.
+func TestLoopbackRefusalCarriesTheCorrelationID(t *testing.T) {
+	srv := httptest.NewServer(host.LoopbackNamesOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })))
+	defer srv.Close()
+	for _, tt := range []struct {
+		name, sent string
+		want       func(string) bool
+	}{
+		{"the caller's", "trace-42", func(id string) bool { return id == "trace-42" }},
+		{"a new one", "", uuidV4.MatchString},
+		{"a new one for an invalid one", "a b", uuidV4.MatchString},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/flows/acme/hello/run", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = "rebind.attacker.example"
+			if tt.sent != "" {
+				req.Header.Set("X-Correlation-ID", tt.sent)
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMisdirectedRequest {
+				t.Fatalf("status %d, want 421", resp.StatusCode)
+			}
+			if id := resp.Header.Get("X-Correlation-Id"); !tt.want(id) {
+				t.Errorf("X-Correlation-Id = %q, sent %q", id, tt.sent)
+			}
+		})
+	}
+}
