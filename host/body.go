@@ -153,14 +153,19 @@ func bodyKind(contentType string) (contentKind, error) {
 	if err != nil {
 		return 0, fmt.Errorf("unsupported content type %s", naming.Quote(contentType))
 	}
+	// the type first: a type the doors do not take is named, whatever its
+	// charset (told to send UTF-8, a text/csv caller would be refused again)
+	var kind contentKind
+	switch {
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		kind = kindJSON
+	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
+		kind = kindXML
+	default:
+		return 0, fmt.Errorf("unsupported content type %s", naming.Quote(mt))
+	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
 		return 0, fmt.Errorf("unsupported charset %s: send UTF-8", naming.Quote(cs))
 	}
-	switch {
-	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		return kindJSON, nil
-	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
-		return kindXML, nil
-	}
-	return 0, fmt.Errorf("unsupported content type %s", naming.Quote(mt))
+	return kind, nil
 }

@@ -253,6 +253,16 @@ func TestContentTypes(t *testing.T) {
 	t.Run("text/csv with a charset", func(t *testing.T) {
 		wantRefusal(t, send("text/csv; charset=utf-8", "a,b\n"), http.StatusUnsupportedMediaType, `unsupported content type "text/csv"`)
 	})
+	// a type the doors do not take is named whatever its charset: told to
+	// send UTF-8, a caller sending text/csv would be refused again
+	for _, ct := range []string{"text/csv; charset=iso-8859-1", "text/csv; charset=utf-16"} {
+		t.Run(ct, func(t *testing.T) {
+			wantRefusal(t, send(ct, "a,b\n"), http.StatusUnsupportedMediaType, `unsupported content type "text/csv"`)
+		})
+	}
+	t.Run("application/json with another charset", func(t *testing.T) {
+		wantRefusal(t, send("application/json; charset=iso-8859-1", `{"a":1}`), http.StatusUnsupportedMediaType, `unsupported charset "iso-8859-1": send UTF-8`)
+	})
 	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/", "application/json; charset=iso-8859-1"} {
 		t.Run(ct, func(t *testing.T) {
 			if w := send(ct, `{"a":1}`); w.Code != http.StatusUnsupportedMediaType {
