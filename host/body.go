@@ -122,8 +122,15 @@ func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, ra
 	} else {
 		// RFC 8259 lets a parser ignore a byte order mark, which some
 		// clients write; XML accepts one too
-		body = bytes.TrimPrefix(body, utf8BOM)
+		bom := bytes.HasPrefix(body, utf8BOM)
+		if bom {
+			body = body[len(utf8BOM):]
+		}
 		doc, err = flow.ParseJSON(body, maxJSONDepth)
+		if jerr, isJSON := errors.AsType[*flow.JSONError](err); isJSON && bom {
+			// the byte named is the body's as sent, the mark counted
+			jerr.Offset += len(utf8BOM)
+		}
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

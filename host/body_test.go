@@ -247,6 +247,18 @@ func TestContentTypes(t *testing.T) {
 		})
 	}
 
+	// the byte a refusal names is the body's as sent, its byte order mark
+	// counted: it was counted from after the mark, 3 bytes short
+	for _, tc := range []struct{ body, want string }{
+		{"\uFEFF" + `{"a":}`, `invalid JSON at byte 8: unexpected character '}'`},
+		{"\uFEFF", `invalid JSON at byte 3: unexpected end of input`},
+		{"\uFEFF" + `{"a":1}{}`, `invalid JSON at byte 10: unexpected data after the document`},
+	} {
+		t.Run("byte order mark then "+tc.body[3:], func(t *testing.T) {
+			wantRefusal(t, send("application/json", tc.body), http.StatusBadRequest, tc.want)
+		})
+	}
+
 	t.Run("text/csv", func(t *testing.T) {
 		wantRefusal(t, send("text/csv", "a,b\n1,2\n"), http.StatusUnsupportedMediaType, `unsupported content type "text/csv"`)
 	})
