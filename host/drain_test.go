@@ -165,7 +165,17 @@ func TestShutdownListenerLosesNoConnection(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// the switch once the main server has answered (a fixed 50 ms was
+	// not always enough on a loaded machine for its first answer, and the
+	// test saw the drain server's alone)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		main := counts["main"]
+		mu.Unlock()
+		if main >= 8 || time.Now().After(deadline) {
+			break
+		}
+	}
 	sl.Drain()
 	sl.Main().Close()
 	close(switched)
