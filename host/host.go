@@ -200,6 +200,14 @@ func New(cfg Config) *Server {
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
+		if req.URL.Path == "*" && req.Method != http.MethodOptions {
+			// the asterisk-form is a server-wide OPTIONS's alone (RFC
+			// 9112 §3.2.4): the router would answer 405 with an Allow
+			// naming every method, the one refused included
+			w.Header().Del("Allow")
+			refuseUnread(w, req, http.StatusBadRequest, "the request target * is for OPTIONS only, not "+req.Method)
+			return
+		}
 		if s.apiUnauthorized(w, req) {
 			return
 		}

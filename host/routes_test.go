@@ -1,7 +1,12 @@
 package host_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -100,5 +105,44 @@ func TestEveryRouteNeedsTheAdminKey(t *testing.T) {
 	}
 	if got := fx.pendingIDsFromFiles(t, "acme", "echo"); !slices.Equal(got, []uint64{1}) {
 		t.Errorf("pending dead letters after the refused requests: %v, want [1]", got)
+	}
+}
+
+// TestAsteriskTargetIsForOptionsOnly: the request target "*" is for a
+// server-wide OPTIONS alone (RFC 9112 §3.2.4). OPTIONS * is a 405 as every
+// OPTIONS is, its Allow the methods the server answers; any other method
+// with it is a malformed request, 400, with no Allow: it was a 405 whose
+// Allow named the very method refused (GET * "not allowed", Allow: GET,
+// HEAD, POST).
+func TestAsteriskTargetIsForOptionsOnly(t *testing.T) {
+	fx := newFixture(t, nil)
+	srv := httptest.NewUnstartedServer(fx.handler)
+	srv.Config.DisableGeneralOptionsHandler = true // as nexus serve's server
+	srv.Start()
+	defer srv.Close()
+	ask := func(method string) (status int, allow, cid, body string) {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "%s * HTTP/1.1\r\nHost: nexus.test\r\nConnection: close\r\n\r\n", method)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("X-Correlation-Id"), string(b)
+	}
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		status, allow, cid, body := ask(m)
+		if status != http.StatusBadRequest || allow != "" || cid == "" ||
+			body != `{"ok":false,"error":"the request target * is for OPTIONS only, not `+m+`"}` {
+			t.Errorf("%s *: %d, Allow %q, X-Correlation-Id %q, %s; want 400 naming the method, no Allow", m, status, allow, cid, body)
+		}
+	}
+	if status, allow, cid, _ := ask(http.MethodOptions); status != http.StatusMethodNotAllowed || allow != "GET, HEAD, POST" || cid == "" {
+		t.Errorf("OPTIONS *: %d, Allow %q, X-Correlation-Id %q; want 405, Allow: GET, HEAD, POST", status, allow, cid)
 	}
 }
