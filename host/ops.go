@@ -150,8 +150,15 @@ var webhookTooLarge = "the webhook body exceeds " + strconv.Itoa(maxWebhookBytes
 func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
 	if s.cfg.Sync == nil {
-		writeError(w, http.StatusNotFound, "no config repo is synced by this host (start it with --repo)")
+		refuseUnread(w, r, http.StatusNotFound, "no config repo is synced by this host (start it with --repo)")
 		return
+	}
+	if len(s.cfg.Secrets) == 0 && r.ContentLength != 0 {
+		// the body is of no use unsigned and is not read: the connection
+		// closes after the 202, as after a refusal made before the body
+		// (refuseUnread), rather than net/http reading up to 256 KiB of it
+		// first, which a caller that announced it and sends it late waits for
+		w.Header().Set("Connection", "close")
 	}
 	if len(s.cfg.Secrets) > 0 {
 		// the header first: an unsigned request is refused before a byte

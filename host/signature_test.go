@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bufio"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -10,7 +11,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -679,5 +682,43 @@ func TestSignatureRefusalsChallenge(t *testing.T) {
 	w := fx.serve(signedRun(`{}`, ts, "v1="+sign(secretNew, ts, `{}`)))
 	if w.Code != http.StatusOK || w.Header().Get("WWW-Authenticate") != "" {
 		t.Errorf("signed: %d, WWW-Authenticate %q, want 200 and none", w.Code, w.Header().Get("WWW-Authenticate"))
+	}
+}
+
+// TestWebhookWithoutASecretAnswersBeforeItsBody: POST /hooks/git on a
+// host without a secret, which has no use for the body (the 202 of a host
+// that follows a repo, the 404 of one that follows none), answers at once
+// with Connection: close, over a real connection whose caller announced a
+// body and has not sent it. net/http read up to 256 KiB of it before the
+// answer, so that caller waited for the server's read timeout.
+func TestWebhookWithoutASecretAnswersBeforeItsBody(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		edit   func(*host.Config)
+		status string
+	}{
+		{"a host that follows a repo", nil, "202 Accepted"},
+		{"a host that follows none", func(c *host.Config) { c.Sync = nil }, "404 Not Found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := newFixture(t, tt.edit)
+			srv := httptest.NewServer(fx.handler)
+			defer srv.Close()
+			c, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			fmt.Fprintf(c, "POST /hooks/git HTTP/1.1\r\nHost: nexus.test\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer while the body is not sent: %v", err)
+			}
+			resp.Body.Close()
+			if resp.Status != tt.status || !resp.Close || resp.Header.Get("X-Correlation-Id") == "" {
+				t.Errorf("%s, Connection: close %v, X-Correlation-Id %q; want %s, the connection closed", resp.Status, resp.Close, resp.Header.Get("X-Correlation-Id"), tt.status)
+			}
+		})
 	}
 }
