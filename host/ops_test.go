@@ -1,11 +1,14 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -565,5 +568,31 @@ func TestSyncErrorShown(t *testing.T) {
 	health.Observe(true, nil, time.Date(2026, 8, 9, 14, 0, 10, 0, time.UTC))
 	if body := get("/status"); !strings.Contains(body, `"sync_error":null`) {
 		t.Errorf("GET /status after a round that ran: %s, want sync_error null", body)
+	}
+}
+
+// TestStatusRefusalAnswersBeforeTheBody: GET /status without the admin
+// key, from a caller that announced a body and has not sent it, is
+// answered 401 at once with Connection: close over a real connection, as
+// the API's refusals are (refuseUnread): net/http read up to 256 KiB of
+// the body before the answer, so the caller waited for the read timeout.
+func TestStatusRefusalAnswersBeforeTheBody(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.AdminKey = adminKey })
+	srv := httptest.NewServer(fx.handler)
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "GET /status HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer wrong-key\r\nContent-Length: 100000\r\n\r\n{")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body is not sent: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close || resp.Header.Get("WWW-Authenticate") != "Bearer" {
+		t.Errorf("%s, Connection: close %v, WWW-Authenticate %q; want 401, the connection closed, Bearer", resp.Status, resp.Close, resp.Header.Get("WWW-Authenticate"))
 	}
 }
