@@ -331,6 +331,7 @@ type execution struct {
 	// map itself: {{ ctx }} in a document): the next write copies it
 	// first, so what was handed out never changes, and never holds itself
 	varsOut bool
+	last    string      // the last step that ran to its end, "" before any
 	status  int         // the declared status, 0 when none
 	header  http.Header // response headers collected from the steps that ran
 	envBuf  flow.Env    // what env returns, reused from one expression to the next
@@ -458,7 +459,7 @@ func (x *execution) sequence(ctx context.Context, steps []*flow.Step, doc any) (
 			}
 			return doc, x.pastCeiling(ctx, s, serr)
 		}
-		last = s.Name()
+		last, x.last = s.Name(), s.Name()
 		if err := x.collect(s, out); err != nil {
 			return doc, x.pastCeiling(ctx, s, &stepError{err: err})
 		}
@@ -516,7 +517,7 @@ func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *step
 	}
 	switch s.Block() {
 	case flow.BlockNTD:
-		out, err := s.NTD().Render(x.env(doc))
+		out, err := s.NTD().RenderLimit(x.env(doc), x.docLimit())
 		if err != nil {
 			return nil, &stepError{err: &Error{Kind: KindDefect, Step: s.Name(), Msg: "ntd: " + err.Error()}}
 		}
@@ -555,6 +556,16 @@ func (x *execution) step(ctx context.Context, s *flow.Step, doc any) (any, *step
 		}
 	}
 	return doc, nil
+}
+
+// docLimit is the most bytes of JSON a document a step renders, and the
+// answer, may hold: the ceiling of a call's answer (DefaultMaxResponseBytes
+// unless configured), or the flow's max_body_bytes when that is larger, so
+// that a flow can answer with the message it takes. A template that
+// repeats its document doubled it at each step: 16 steps made a 1 KB
+// message a 64 MB answer.
+func (x *execution) docLimit() int {
+	return int(max(x.e.maxBody, x.req.Flow.MaxBodyBytes()))
 }
 
 // collect takes the step's declared status and headers, once it ran.
@@ -608,7 +619,19 @@ func (x *execution) answer(doc any, outcome Outcome, failure *Error) Result {
 	case string:
 		body, contentType = []byte(d), "text/plain; charset=utf-8"
 	default:
-		body = flow.AppendJSON(make([]byte, 0, 256), doc)
+		var ok bool
+		if body, ok = flow.AppendJSONLimit(make([]byte, 0, 256), doc, x.docLimit()); !ok {
+			// the document came whole from a door or a call, or its
+			// strings' escapes took it past the limit: the last step
+			// that ran fails
+			over := &Error{Kind: KindDefect, Step: x.last, Msg: "answer: " + (&flow.LimitError{Limit: x.docLimit()}).Error()}
+			res := x.e.errorResult(x.req, over, nil)
+			if failure != nil {
+				// the main sequence's failure stays the delivery's
+				res.Err, res.HandlerErr = failure, over
+			}
+			return res
+		}
 	}
 	noBody := status == http.StatusNoContent || status == http.StatusNotModified
 	// an answer without a body has no type of its own to carry (one the

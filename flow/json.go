@@ -38,6 +38,7 @@ type jsonParser struct {
 	data     []byte
 	pos      int
 	maxDepth int
+	space    int // the bytes of white space skipped so far
 }
 
 // JSONError is a refused JSON document.
@@ -55,14 +56,17 @@ func (p *jsonParser) errorf(format string, args ...any) error {
 }
 
 func (p *jsonParser) skipSpace() {
+	start := p.pos
 	for p.pos < len(p.data) {
 		switch p.data[p.pos] {
 		case ' ', '\t', '\n', '\r':
 			p.pos++
 		default:
+			p.space += p.pos - start
 			return
 		}
 	}
+	p.space += p.pos - start
 }
 
 func (p *jsonParser) value(depth int) (any, error) {
@@ -112,6 +116,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 	if depth > p.maxDepth {
 		return nil, p.errorf("nesting deeper than %d levels", p.maxDepth)
 	}
+	start, space := p.pos, p.space
 	p.pos++ // {
 	var obj objectBuilder
 	p.skipSpace()
@@ -156,7 +161,9 @@ func (p *jsonParser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			return obj.object(), nil
+			o := obj.object()
+			o.size = p.pos - start - (p.space - space) // as written, compact
+			return o, nil
 		default:
 			return nil, p.errorf("expected ',' or '}' in an object, found %s", quoteByte(p.data[p.pos]))
 		}

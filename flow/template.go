@@ -120,7 +120,7 @@ func (t *Template) Literal() (string, bool) {
 
 // Render evaluates the holes and returns the text.
 func (t *Template) Render(env *Env) (string, error) {
-	s, _, err := t.render(env)
+	s, _, err := t.render(env, unbounded)
 	return s, err
 }
 
@@ -129,7 +129,7 @@ func (t *Template) Render(env *Env) (string, error) {
 // blank (null, missing, spaces) is the template's literal text alone, the
 // same for every such message: filled is false then.
 func (t *Template) RenderKey(env *Env) (key string, filled bool, err error) {
-	return t.render(env)
+	return t.render(env, unbounded)
 }
 
 // literalHas reports whether the template's literal text (its parts
@@ -331,9 +331,13 @@ func dotSegment(u string) (string, bool) {
 }
 
 // render is Render's and RenderKey's: the text, and whether a hole
-// produced any of it that is not blank.
-func (t *Template) render(env *Env) (text string, filled bool, err error) {
+// produced any of it that is not blank. It stops with errOver as soon as
+// the text passes limit bytes.
+func (t *Template) render(env *Env, limit int) (text string, filled bool, err error) {
 	if s, ok := t.Literal(); ok {
+		if len(s) > limit {
+			return "", false, errOver
+		}
 		return s, false, nil
 	}
 	var b strings.Builder
@@ -344,6 +348,9 @@ func (t *Template) render(env *Env) (text string, filled bool, err error) {
 	b.Grow(size)
 	for _, p := range t.parts {
 		if p.expr == nil {
+			if len(p.lit) > limit-b.Len() {
+				return "", false, errOver
+			}
 			b.WriteString(p.lit)
 			continue
 		}
@@ -351,13 +358,43 @@ func (t *Template) render(env *Env) (text string, filled bool, err error) {
 		if err != nil {
 			return "", false, err
 		}
-		s := Text(v)
-		if !filled && strings.TrimSpace(s) != "" {
+		n := b.Len()
+		if !appendText(&b, v, limit) {
+			return "", false, errOver
+		}
+		if !filled && strings.TrimSpace(b.String()[n:]) != "" {
 			filled = true
 		}
-		b.WriteString(s)
 	}
 	return b.String(), filled, nil
+}
+
+// appendText writes Text(v) to b when b then holds at most limit bytes;
+// false otherwise, found without writing more than limit bytes. An array
+// or an object is written once, into a buffer of its counted size.
+func appendText(b *strings.Builder, v any, limit int) bool {
+	switch v.(type) {
+	case []any, *Object, map[string]any:
+		if limit == unbounded {
+			break
+		}
+		n := jsonSize(v, limit-b.Len())
+		if n > limit-b.Len() {
+			return false
+		}
+		buf, ok := AppendJSONLimit(make([]byte, 0, n+n/8), v, limit-b.Len())
+		if !ok {
+			return false
+		}
+		b.Write(buf)
+		return true
+	}
+	s := Text(v)
+	if len(s) > limit-b.Len() {
+		return false
+	}
+	b.WriteString(s)
+	return true
 }
 
 func escapeURLComponent(s string) string {
@@ -382,11 +419,17 @@ type NTD struct {
 }
 
 type ntdNode interface {
-	render(env *Env) (any, error)
+	// render renders the node under left bytes of compact JSON and
+	// returns what is left of them: errOver as soon as the node's size
+	// passes left.
+	render(env *Env, left int) (v any, rest int, err error)
 }
 
 type (
-	ntdStatic struct{ v any }
+	ntdStatic struct {
+		v    any
+		size int // of v's JSON
+	}
 	ntdHole   struct{ e *Expr }
 	ntdString struct{ t *Template }
 	ntdArray  struct{ items []ntdNode }
@@ -401,52 +444,94 @@ type (
 	ntdKeys struct {
 		keys  []string
 		index map[string]int
+		size  int // of the keys' text, without their quotes
 	}
 )
 
-func (n ntdStatic) render(*Env) (any, error)     { return n.v, nil }
-func (n ntdHole) render(env *Env) (any, error)   { return n.e.Eval(env) }
-func (n ntdString) render(env *Env) (any, error) { return n.t.Render(env) }
+// newStatic is the node of a value without holes.
+func newStatic(v any) ntdStatic { return ntdStatic{v: v, size: len(AppendJSON(nil, v))} }
 
-func (n ntdArray) render(env *Env) (any, error) {
-	out := make([]any, len(n.items))
-	for i, it := range n.items {
-		v, err := it.render(env)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v
+func (n ntdStatic) render(_ *Env, left int) (any, int, error) {
+	if left -= n.size; left < 0 {
+		return nil, left, errOver
 	}
-	return out, nil
+	return n.v, left, nil
 }
 
-func (n ntdObject) render(env *Env) (any, error) {
+func (n ntdHole) render(env *Env, left int) (any, int, error) {
+	v, err := n.e.Eval(env)
+	if err != nil {
+		return nil, left, err
+	}
+	if left -= jsonSize(v, left); left < 0 {
+		return nil, left, errOver
+	}
+	return v, left, nil
+}
+
+func (n ntdString) render(env *Env, left int) (any, int, error) {
+	if left -= 2; left < 0 { // the quotes
+		return nil, left, errOver
+	}
+	s, _, err := n.t.render(env, left)
+	if err != nil {
+		return nil, left, err
+	}
+	return s, left - len(s), nil
+}
+
+func (n ntdArray) render(env *Env, left int) (any, int, error) {
+	if left -= 1 + len(n.items); left < 0 { // the brackets and commas
+		return nil, left, errOver
+	}
+	out := make([]any, len(n.items))
+	for i, it := range n.items {
+		var err error
+		if out[i], left, err = it.render(env, left); err != nil {
+			return nil, left, err
+		}
+	}
+	return out, left, nil
+}
+
+func (n ntdObject) render(env *Env, left int) (any, int, error) {
+	// the braces, commas and colons (a key counts itself)
+	start := left
+	if left -= 1 + len(n.keys)*2; left < 0 {
+		return nil, left, errOver
+	}
 	if n.static != nil {
+		if left -= n.static.size + len(n.keys)*2; left < 0 { // the keys and their quotes
+			return nil, left, errOver
+		}
 		vals := make([]any, len(n.vals))
 		for i, v := range n.vals {
 			var err error
-			if vals[i], err = v.render(env); err != nil {
-				return nil, err
+			if vals[i], left, err = v.render(env, left); err != nil {
+				return nil, left, err
 			}
 		}
-		return &Object{keys: n.static.keys, vals: vals, index: n.static.index}, nil
+		return &Object{keys: n.static.keys, vals: vals, index: n.static.index, size: start - left}, left, nil
 	}
 	obj := objectBuilder{keys: make([]string, 0, len(n.keys)), vals: make([]any, 0, len(n.vals))}
 	for i := range n.keys {
-		k, err := n.keys[i].render(env)
+		k, rest, err := n.keys[i].render(env, left)
 		if err != nil {
-			return nil, err
+			return nil, rest, err
 		}
 		if obj.find(k.(string)) >= 0 {
-			return nil, fmt.Errorf("the rendered JSON has the key %s twice", quoted(k.(string)))
+			return nil, rest, fmt.Errorf("the rendered JSON has the key %s twice", quoted(k.(string)))
 		}
-		v, err := n.vals[i].render(env)
+		v, rest, err := n.vals[i].render(env, rest)
 		if err != nil {
-			return nil, err
+			return nil, rest, err
 		}
+		left = rest
 		obj.add(k.(string), v)
 	}
-	return obj.object(), nil
+	o := obj.object()
+	o.size = start - left
+	return o, left, nil
 }
 
 // String returns the block as written.
@@ -454,7 +539,20 @@ func (t *NTD) String() string { return t.src }
 
 // Render evaluates the holes and returns the document. The only failures
 // are an expression that fails and a rendered object with a duplicate key.
-func (t *NTD) Render(env *Env) (any, error) { return t.root.render(env) }
+func (t *NTD) Render(env *Env) (any, error) { return t.RenderLimit(env, unbounded) }
+
+// RenderLimit is Render stopped as soon as the document passes limit
+// bytes of compact JSON, with a *LimitError. The document is counted as
+// it is built, each part once: a part that holds the same large value
+// twice counts it twice without writing it (strings count their bytes,
+// not their escapes).
+func (t *NTD) RenderLimit(env *Env, limit int) (any, error) {
+	v, _, err := t.root.render(env, limit)
+	if err == errOver {
+		return nil, &LimitError{Limit: limit}
+	}
+	return v, err
+}
 
 // CompileNTD compiles an ntd block. Its error joins (errors.Join) a
 // *TemplateError for each hole that does not compile and one for the JSON
@@ -579,7 +677,7 @@ func (p *ntdParser) value() (ntdNode, error) {
 			p.pos = start
 			return nil, p.errorf("unexpected %s, expected a value", strconv.Quote(p.token(start)))
 		}
-		return ntdStatic{v: v}, nil
+		return newStatic(v), nil
 	}
 }
 
@@ -640,7 +738,7 @@ func (p *ntdParser) stringNode(start, end int) (ntdNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		return ntdStatic{v: s}, nil
+		return newStatic(s), nil
 	}
 	t := &Template{src: lit}
 	body, at := lit[1:len(lit)-1], start+1
@@ -677,7 +775,7 @@ func (p *ntdParser) object() (ntdNode, error) {
 	p.space()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
 		p.pos++
-		return ntdStatic{v: NewObject(nil, nil)}, nil
+		return newStatic(NewObject(nil, nil)), nil
 	}
 	for {
 		p.space()
@@ -729,8 +827,8 @@ func (p *ntdParser) object() (ntdNode, error) {
 		case '}':
 			p.pos++
 			if static {
-				v, _ := obj.render(nil)
-				return ntdStatic{v: v}, nil
+				v, _, _ := obj.render(nil, unbounded)
+				return newStatic(v), nil
 			}
 			if len(seen) == len(obj.keys) { // every key is static
 				keys := make([]string, len(obj.keys))
@@ -738,7 +836,11 @@ func (p *ntdParser) object() (ntdNode, error) {
 					keys[i] = k.(ntdStatic).v.(string)
 				}
 				shared := NewObject(keys, nil)
-				obj.static = &ntdKeys{keys: shared.keys, index: shared.index}
+				size := 0
+				for _, k := range keys {
+					size += len(k)
+				}
+				obj.static = &ntdKeys{keys: shared.keys, index: shared.index, size: size}
 			}
 			return obj, nil
 		default:
@@ -754,7 +856,7 @@ func (p *ntdParser) array() (ntdNode, error) {
 	p.space()
 	if p.pos < len(p.src) && p.src[p.pos] == ']' {
 		p.pos++
-		return ntdStatic{v: []any{}}, nil
+		return newStatic([]any{}), nil
 	}
 	for {
 		v, err := p.value()
@@ -775,8 +877,8 @@ func (p *ntdParser) array() (ntdNode, error) {
 		case ']':
 			p.pos++
 			if static {
-				v, _ := arr.render(nil)
-				return ntdStatic{v: v}, nil
+				v, _, _ := arr.render(nil, unbounded)
+				return newStatic(v), nil
 			}
 			return arr, nil
 		default:

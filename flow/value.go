@@ -22,6 +22,11 @@ type Object struct {
 	keys  []string
 	vals  []any
 	index map[string]int // built for larger objects only
+	// size is the length of the object's compact JSON when it was counted
+	// as the object was built (jsonSize), 0 when it was not: a template
+	// counts what it renders, the JSON parser what it reads (escapes as
+	// written). Set once, before the object is shared.
+	size int
 }
 
 // objectIndexMin is the size from which an Object keeps a map index;

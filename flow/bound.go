@@ -1,0 +1,154 @@
+package flow
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// LimitError is a document that grew past the limit it is rendered or
+// written under (NTD.RenderLimit, AppendJSONLimit).
+type LimitError struct {
+	Limit int // in bytes
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("the document is larger than the limit of %d bytes", e.Limit)
+}
+
+// errOver stops a render whose budget is spent; RenderLimit reports it as
+// a *LimitError.
+var errOver = &LimitError{}
+
+// unbounded is the budget of a render without a limit.
+const unbounded = math.MaxInt
+
+// jsonSize is the size of v's compact JSON, counted up to max: past max
+// it returns a number larger than max, without looking further. A string
+// counts its bytes and its quotes (escapes are not counted); an Object a
+// template rendered or the JSON parser read knows its size (see
+// Object.size) and is not walked, so a document that holds the same large
+// part many times costs no more to count than to build.
+func jsonSize(v any, max int) int {
+	switch x := v.(type) {
+	case nil:
+		return 4
+	case bool:
+		if x {
+			return 4
+		}
+		return 5
+	case int:
+		var buf [24]byte
+		return len(strconv.AppendInt(buf[:0], int64(x), 10))
+	case float64:
+		var buf [32]byte
+		return len(appendFloat(buf[:0], x))
+	case exactNumber:
+		return len(x.d.digits) + 8 // a sign, a point, an exponent
+	case string:
+		return len(x) + 2
+	case *XMLDocument:
+		return len(x.raw) + 2
+	case []any:
+		n := 1 + len(x)
+		if len(x) == 0 {
+			n = 2
+		}
+		for _, e := range x {
+			if n > max {
+				return n
+			}
+			n += jsonSize(e, max-n)
+		}
+		return n
+	case *Object:
+		if x.size > 0 {
+			return x.size
+		}
+		n := 1 + len(x.keys)
+		if len(x.keys) == 0 {
+			n = 2
+		}
+		for i, k := range x.keys {
+			if n > max {
+				return n
+			}
+			n += len(k) + 3 + jsonSize(x.vals[i], max-n-len(k)-3)
+		}
+		return n
+	case map[string]any:
+		n := 1 + len(x)
+		if len(x) == 0 {
+			n = 2
+		}
+		for k, e := range x {
+			if n > max {
+				return n
+			}
+			n += len(k) + 3 + jsonSize(e, max-n-len(k)-3)
+		}
+		return n
+	}
+	return 4
+}
+
+// AppendJSONLimit is AppendJSON stopped as soon as what it appends to dst
+// passes limit bytes: it returns false then, and dst holds a part of the
+// document. A string is not written when its bytes alone would pass the
+// limit (its escapes only add to them), so no more than the limit and a
+// number's digits is ever written.
+func AppendJSONLimit(dst []byte, v any, limit int) ([]byte, bool) {
+	end := len(dst) + limit
+	if limit > math.MaxInt-len(dst) {
+		end = math.MaxInt
+	}
+	return appendJSONUpTo(dst, v, end)
+}
+
+// appendJSONUpTo is AppendJSON that stops once dst would be longer than
+// end: false then.
+func appendJSONUpTo(dst []byte, v any, end int) ([]byte, bool) {
+	switch x := v.(type) {
+	case string:
+		if len(x) > end-len(dst)-2 {
+			return dst, false
+		}
+		dst = appendString(dst, x)
+	case *XMLDocument:
+		return appendJSONUpTo(dst, string(x.raw), end)
+	case []any:
+		dst = append(dst, '[')
+		for i, e := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			var ok bool
+			if dst, ok = appendJSONUpTo(dst, e, end); !ok {
+				return dst, false
+			}
+		}
+		dst = append(dst, ']')
+	case *Object:
+		dst = append(dst, '{')
+		for i, k := range x.keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if len(k) > end-len(dst)-3 {
+				return dst, false
+			}
+			dst = append(appendString(dst, k), ':')
+			var ok bool
+			if dst, ok = appendJSONUpTo(dst, x.vals[i], end); !ok {
+				return dst, false
+			}
+		}
+		dst = append(dst, '}')
+	case map[string]any:
+		return appendJSONUpTo(dst, objectFromMap(x), end)
+	default:
+		dst = AppendJSON(dst, v)
+	}
+	return dst, len(dst) <= end
+}

@@ -1,0 +1,77 @@
+package flow
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// RenderLimit counts the document it renders as its compact JSON, each
+// part once, a string's escapes aside (the quotes a string hole's object
+// text holds): a limit of exactly that many bytes renders it, one byte
+// less fails with a *LimitError, whatever the parts (static values, keys
+// with holes, whole-value holes of a parsed object, of a rendered one, of
+// an array, string holes of objects).
+func TestRenderLimitCountsTheCompactJSON(t *testing.T) {
+	doc, err := ParseJSON([]byte(`{ "id" : "A-1", "n": 12.5, "tags": ["x", "y"], "deep": {"k": [1, {"z": null}]}, "ok": true }`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{
+		`{"a": 1, "b": [true, null, "s"], "c": {}}`,
+		`{{ $ }}`,
+		`{"a": {{ $ }}, "b": {{ $ }}}`,
+		`[{{ $.tags }}, {{ $.tags }}, {{ $.n }}, {{ $.id }}]`,
+		`{"{{ $.id }}-key": {{ $.deep }}, "x": "id {{ $.id }} and {{ $.deep }}"}`,
+		`{"s": "{{ $ }}{{ $.tags }}", "t": "{{ $.ok }}{{ $.missing }}"}`,
+		`{"inner": {"again": {"a": {{ $.deep }}}}, "list": [[], {}, [{{ $.n }}]]}`,
+	} {
+		t.Run(src, func(t *testing.T) {
+			ntd, err := CompileNTD(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := &Env{Doc: doc}
+			out, err := ntd.Render(env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(AppendJSON(nil, out))
+			n := len(text) - strings.Count(text, `\"`)
+			if _, err := ntd.RenderLimit(env, n); err != nil {
+				t.Errorf("under a limit of its own size %d: %v", n, err)
+			}
+			var le *LimitError
+			if _, err := ntd.RenderLimit(env, n-1); !errors.As(err, &le) || le.Limit != n-1 {
+				t.Errorf("under a limit of %d, one byte less than its size: %v, want a *LimitError", n-1, err)
+			}
+			// a document made by the template counts as it was made when a
+			// hole of the next step holds it
+			wrap, _ := CompileNTD(`[{{ $ }}]`)
+			if _, err := wrap.RenderLimit(&Env{Doc: out}, n+2); err != nil {
+				t.Errorf("the document wrapped under a limit of %d: %v", n+2, err)
+			}
+			if _, err := wrap.RenderLimit(&Env{Doc: out}, n+1); !errors.As(err, &le) {
+				t.Errorf("the document wrapped under a limit of %d: %v, want a *LimitError", n+1, err)
+			}
+		})
+	}
+}
+
+// AppendJSONLimit writes a document that fits whole, and stops one that
+// does not before it writes the string that would pass the limit.
+func TestAppendJSONLimit(t *testing.T) {
+	doc, _ := ParseJSON([]byte(`{"a": ["`+strings.Repeat("x", 1000)+`", 1], "b": "\u2028"}`), 0)
+	want := AppendJSON(nil, doc)
+	if got, ok := AppendJSONLimit([]byte("pre"), doc, len(want)); !ok || string(got) != "pre"+string(want) {
+		t.Errorf("a limit of its size: %v %.40s", ok, got)
+	}
+	got, ok := AppendJSONLimit(nil, doc, len(want)-1)
+	if ok {
+		t.Errorf("a limit one byte short: written whole")
+	}
+	if got, _ := AppendJSONLimit(nil, doc, 500); len(got) > 500 {
+		t.Errorf("a limit of 500 wrote %d bytes", len(got))
+	}
+	_ = got
+}
