@@ -14,13 +14,7 @@ import (
 // server keeps serving: 24 such steps took a 1 KB message to 16 GB before.
 func TestRunOfADoublingFlowAnswers500AndTheServerServes(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
-	var steps strings.Builder
-	for i := 1; i <= 24; i++ {
-		steps.WriteString("## Step: double" + strconv.Itoa(i) + "\n```ntd\n{\"a\": {{ $ }}, \"b\": {{ $ }}}\n```\n\n")
-	}
-	files := adminFlows()
-	files["flows/acme/doubling.md"] = flowFile("acme", "doubling", "", steps.String())
-	fx.publish(files, testAccessYAML(), "c2")
+	fx.publishWith("doubling", "", doublingSteps(24))
 
 	w := fx.serve(runRequest("acme", "doubling", keyAcmeAll, `{"text":"`+strings.Repeat("x", 1000)+`"}`, "X-Correlation-ID", "dbl-1"))
 	if w.Code != http.StatusInternalServerError || w.Body.String() != `{"ok":false,"error":"flow execution failed"}` {
@@ -42,4 +36,36 @@ func TestRunOfADoublingFlowAnswers500AndTheServerServes(t *testing.T) {
 	if len(entries) != 1 || entries[0].Error != want || entries[0].Status != 500 || entries[0].Outcome != "failed" {
 		t.Errorf("the journal: %+v", entries)
 	}
+}
+
+// A queued message of the doubling flow fails as any defect does: its
+// delivery is journaled with the step and the limit, and with
+// queue_max_attempts: 1 it is dead-lettered.
+func TestQueuedMessageOfADoublingFlowIsDeadLettered(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	fx.publishWith("doubling", "queue_max_attempts: 1\n", doublingSteps(24))
+	fx.enqueue(t, "doubling", `{"text":"`+strings.Repeat("x", 1000)+`"}`)
+	if e := fx.waitJournal(t, "acme", "doubling", 1); e.Error != "step 'double14': ntd: the document is larger than the limit of 10485760 bytes" ||
+		e.Status != 500 || e.Outcome != "failed" {
+		t.Errorf("the delivery's journal entry: %+v", e)
+	}
+	var got []uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got = fx.pendingIDs(t, "acme", "doubling"); len(got) > 0 {
+			break
+		}
+	}
+	if len(got) != 1 || got[0] != 1 {
+		t.Errorf("dead letters: %v, want [1]", got)
+	}
+}
+
+// doublingSteps are n ntd steps double1…doubleN, each holding its
+// document twice.
+func doublingSteps(n int) string {
+	var steps strings.Builder
+	for i := 1; i <= n; i++ {
+		steps.WriteString("## Step: double" + strconv.Itoa(i) + "\n```ntd\n{\"a\": {{ $ }}, \"b\": {{ $ }}}\n```\n\n")
+	}
+	return steps.String()
 }
