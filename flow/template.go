@@ -120,16 +120,25 @@ func (t *Template) Literal() (string, bool) {
 
 // Render evaluates the holes and returns the text.
 func (t *Template) Render(env *Env) (string, error) {
-	s, _, err := t.render(env, unbounded)
+	s, _, err := t.RenderKey(env)
 	return s, err
 }
+
+// errTextTooLarge is a text template (Render, RenderKey, RenderURL) whose
+// text passed maxStringBytes, the most a string + makes: a header value
+// of a thousand holes of a 10 MiB message was 10 GB.
+var errTextTooLarge = fmt.Errorf("the rendered text is larger than the limit of %d bytes", maxStringBytes)
 
 // RenderKey renders a key (dedup_key): the text, as Render's, and whether a
 // hole produced any of it that is not blank. A key whose holes all rendered
 // blank (null, missing, spaces) is the template's literal text alone, the
 // same for every such message: filled is false then.
 func (t *Template) RenderKey(env *Env) (key string, filled bool, err error) {
-	return t.render(env, unbounded)
+	key, filled, err = t.render(env, maxStringBytes)
+	if err == errOver {
+		return "", false, errTextTooLarge
+	}
+	return key, filled, err
 }
 
 // literalHas reports whether the template's literal text (its parts
@@ -208,7 +217,13 @@ func (t *Template) RenderURL(env *Env) (string, error) {
 		if inPath && segHole == nil && b.Len() == segStart {
 			segHole = p.expr
 		}
-		appendURLHole(&b, Text(v))
+		text, ok := textUpTo(v, maxStringBytes-b.Len())
+		if !ok {
+			return "", errTextTooLarge
+		}
+		if appendURLHole(&b, text); b.Len() > maxStringBytes {
+			return "", errTextTooLarge
+		}
 	}
 	if inPath {
 		if err := endSegment(); err != nil {
@@ -367,6 +382,21 @@ func (t *Template) render(env *Env, limit int) (text string, filled bool, err er
 		}
 	}
 	return b.String(), filled, nil
+}
+
+// textUpTo is Text(v) when it holds at most limit bytes; false otherwise,
+// found without writing more than limit bytes of it.
+func textUpTo(v any, limit int) (string, bool) {
+	switch v.(type) {
+	case []any, *Object, map[string]any:
+		var b strings.Builder
+		if !appendText(&b, v, limit) {
+			return "", false
+		}
+		return b.String(), true
+	}
+	s := Text(v)
+	return s, len(s) <= limit
 }
 
 // appendText writes Text(v) to b when b then holds at most limit bytes;
