@@ -348,7 +348,7 @@ func (c *compiler) schedule(line int, v, tzNode, inputNode *yaml.Node, at func(*
 		c.errorf(line, "schedule %s never fires (no such date)", quoted(spec))
 		ok = false
 	} else {
-		s.sched = sched
+		s.sched, s.fixed = sched, cronFixedTime(parsed.spec)
 	}
 	if tzNode != nil {
 		if name, isStr := c.str(at(tzNode), "schedule_timezone", tzNode); isStr {

@@ -241,3 +241,81 @@ func TestOracleSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestNextWallFixedTimeOracle compares Next for fixed-time schedules with
+// a walk a minute at a time over five days around each offset change of
+// 2011 and 2026 of zones whose clocks move in odd ways: a wall time that
+// happens ticks at its first occurrence only, and one that happens at no
+// minute of the walk ticks at the first minute whose wall clock reads
+// past it (the instant the clock jumped over it), once however many did.
+func TestNextWallFixedTimeOracle(t *testing.T) {
+	specs := []string{"30 1 * * *", "0 2 * * *", "59 23 * * *", "0 0 * * *", "15 3 * * 1-5", "0,30 2 * * *", "45 2 * * 0", "0 1-3 * * *", "@daily"}
+	for _, zone := range oracleZones {
+		loc, err := loadZone(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range offsetChanges(loc) {
+			if y := time.Unix(c, 0).Year(); y != 2011 && y != 2026 {
+				continue
+			}
+			from, to := c/60*60-2*86400, c/60*60+2*86400
+			wallOf := func(n int64) int64 {
+				_, off := time.Unix(n, 0).In(loc).Zone()
+				return n + int64(off)
+			}
+			// each wall minute's first instant, from a day before the window
+			first := map[int64]int64{}
+			var walk []int64
+			for n := from - 86400; n <= to+86400; n += 60 {
+				if _, seen := first[wallOf(n)]; !seen {
+					first[wallOf(n)] = n
+				}
+				walk = append(walk, n)
+			}
+			for _, spec := range specs {
+				if !cronFixedTime(spec) {
+					t.Fatalf("%s is not a fixed-time spec", spec)
+				}
+				sched, _ := cron.ParseStandard(spec)
+				s := sched.(*cron.SpecSchedule)
+				matches := func(wall int64) bool {
+					at := time.Unix(wall, 0).UTC()
+					return s.Month&(1<<uint(at.Month())) != 0 && oracleDay(s, at) && s.Hour&(1<<uint(at.Hour())) != 0 && s.Minute&(1<<uint(at.Minute())) != 0
+				}
+				set := map[int64]bool{}
+				for _, n := range walk {
+					if w := wallOf(n); n > from && n <= to && matches(w) && first[w] == n {
+						set[n] = true
+					}
+				}
+				for w := wallOf(from) - 86400; w <= wallOf(to)+86400; w += 60 {
+					if _, happens := first[w]; happens || !matches(w) {
+						continue
+					}
+					for _, n := range walk {
+						if wallOf(n) > w {
+							if n > from && n <= to {
+								set[n] = true
+							}
+							break
+						}
+					}
+				}
+				var want, got []string
+				for _, n := range walk {
+					if set[n] {
+						want = append(want, fmtWall(time.Unix(n, 0), loc))
+					}
+				}
+				sc := &Schedule{spec: spec, location: loc, sched: sched, fixed: true}
+				for n := sc.Next(time.Unix(from, 0)); !n.IsZero() && n.Unix() <= to; n = sc.Next(n) {
+					got = append(got, fmtWall(n, loc))
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s in %s from %s: minute walk -, Next +\n%s", spec, zone, time.Unix(from, 0).UTC(), diff)
+				}
+			}
+		}
+	}
+}

@@ -122,6 +122,7 @@ type Schedule struct {
 	location *time.Location
 	input    any
 	sched    cron.Schedule
+	fixed    bool // a fixed-time cron expression (see cronFixedTime)
 }
 
 // Spec is the schedule as written (five fields or a descriptor).
@@ -134,14 +135,19 @@ func (s *Schedule) Location() *time.Location { return s.location }
 func (s *Schedule) Input() any { return s.input }
 
 // Next returns the first tick strictly after t, in the schedule's zone
-// (the zero time when there is none). A cron expression ticks at the
-// times the zone's wall clock reads it: a time the clock jumps over is
-// skipped, one it shows twice ticks twice (see nextWall; robfig/cron's
-// Next, which it replaces, erred in zones whose clock moves by less than
-// an hour).
+// (the zero time when there is none). Across a change of the zone's
+// offset (daylight saving), a cron expression ticks as Vixie cron runs a
+// job: a fixed-time one (neither its minute nor its hour field begins
+// with *, e.g. 30 2 * * *, @daily) ticks once at a time the clock shows
+// twice, at its first occurrence, and ticks at a time the clock jumps
+// over right after the jump, at the first instant that exists, once; a
+// wildcard one (*/15 * * * *, 0 * * * *, @hourly) ticks at the times the
+// wall clock reads: twice in a repeated hour, not in a skipped one (see
+// nextWall; robfig/cron's Next, which it replaces, erred in zones whose
+// clock moves by less than an hour). @every counts elapsed time.
 func (s *Schedule) Next(t time.Time) time.Time {
 	if spec, ok := s.sched.(*cron.SpecSchedule); ok {
-		return nextWall(spec, s.location, t)
+		return nextWall(spec, s.location, t, s.fixed)
 	}
 	return s.sched.Next(t.In(s.location))
 }

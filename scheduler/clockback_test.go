@@ -73,25 +73,36 @@ func TestClockSetBack(t *testing.T) {
 
 // TestChathamFallBackDoesNotSpin: in Pacific/Chatham the clock falls
 // back at 03:45 (+1345) to 02:45 (+1245), so 03:00 happens twice (13:15 and
-// 14:15 UTC on 2026-04-04); both tick (docs: a time that happens twice
-// ticks twice). Between 14:00 and 14:15 UTC robfig/cron's Next returns
-// 13:15 UTC, a time in the past. A set back is now read from the clock
-// itself; when it was read from Next going back, this was one (a false
-// cron_clock_set_back), the next time became 13:15 UTC, and the loop
-// waited 0 at every pass until 14:15: it spun.
+// 14:15 UTC on 2026-04-04): a fixed-time 0 3 * * * ticks at the first
+// only, a wildcard 0 * * * * at both (docs: Daylight saving). Between
+// 14:00 and 14:15 UTC robfig/cron's Next returned 13:15 UTC, a time in
+// the past. A set back is now read from the clock itself; when it was
+// read from Next going back, this was one (a false cron_clock_set_back),
+// the next time became 13:15 UTC, and the loop waited 0 at every pass
+// until 14:15: it spun. 0 3 * * * ticked at both.
 func TestChathamFallBackDoesNotSpin(t *testing.T) {
-	e := newEnv(t)
-	logs := e.captureLog()
-	e.publish(cronFlow("acme", "nightly", "0 3 * * *", "Pacific/Chatham", ""))
-	start := time.Date(2026, 4, 4, 13, 0, 0, 0, time.UTC)
-	clk := clocktest.New(start)
-	e.start("a", clk, time.Minute)
-	clk.WaitCalls(t, 1)
-	clk.StepUntil(t, start.Add(80*time.Minute), 200)
-	if got, want := tickTimes(e.ticks.all()), []string{"a@13:15:00", "a@14:15:00"}; !cmp.Equal(got, want) {
-		t.Errorf("ticks %v, want %v", got, want)
+	for _, c := range []struct {
+		spec string
+		want []string
+	}{
+		{"0 3 * * *", []string{"a@13:15:00"}},
+		{"0 * * * *", []string{"a@13:15:00", "a@14:15:00"}},
+	} {
+		t.Run(c.spec, func(t *testing.T) {
+			e := newEnv(t)
+			logs := e.captureLog()
+			e.publish(cronFlow("acme", "nightly", c.spec, "Pacific/Chatham", ""))
+			start := time.Date(2026, 4, 4, 13, 0, 0, 0, time.UTC)
+			clk := clocktest.New(start)
+			e.start("a", clk, time.Minute)
+			clk.WaitCalls(t, 1)
+			clk.StepUntil(t, start.Add(80*time.Minute), 200)
+			if got := tickTimes(e.ticks.all()); !cmp.Equal(got, c.want) {
+				t.Errorf("ticks %v, want %v", got, c.want)
+			}
+			wantNoSetBack(t, logs)
+		})
 	}
-	wantNoSetBack(t, logs)
 }
 
 // TestLordHoweNoFalseClockSetBack: in Australia/Lord_Howe robfig/cron

@@ -20,8 +20,9 @@ func TestLiveSetSchedules(t *testing.T) {
 	)
 	now := time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC) // a Saturday, the eve of Berlin's change
 	want := []registry.Schedule{
-		// 29 March has no 02:30 in Berlin: the next one is on the 30th, CEST
-		{Tenant: "acme", Flow: "nightly", Spec: "30 2 * * *", Zone: "Europe/Berlin", Next: time.Date(2026, 3, 30, 0, 30, 0, 0, time.UTC)},
+		// 29 March has no 02:30 in Berlin: a fixed-time schedule ticks
+		// right after the jump, at 03:00 CEST (docs: Daylight saving)
+		{Tenant: "acme", Flow: "nightly", Spec: "30 2 * * *", Zone: "Europe/Berlin", Next: time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)},
 		{Tenant: "acme", Flow: "ping", Spec: "@every 30s", Zone: "UTC", Next: now.Add(30 * time.Second)},
 		// Monday 09:00 in New York, already on EDT (UTC−4)
 		{Tenant: "beta", Flow: "report", Spec: "0 9 * * 1-5", Zone: "America/New_York", Next: time.Date(2026, 3, 30, 13, 0, 0, 0, time.UTC)},
@@ -41,7 +42,7 @@ func TestLiveSetSchedules(t *testing.T) {
 			}
 		}
 	}
-	if got := fmt.Sprint(ls.Schedules(now, nil)[0].Next); got != "2026-03-30 02:30:00 +0200 CEST" {
+	if got := fmt.Sprint(ls.Schedules(now, nil)[0].Next); got != "2026-03-29 03:00:00 +0200 CEST" {
 		t.Errorf("nightly's next tick reads %s", got)
 	}
 
