@@ -158,22 +158,18 @@ func logHead(r io.ReaderAt, size int64) (head [headerSize]byte, headed bool, err
 
 // countMessages adds to n the messages of the log from off to size, and
 // returns where the last whole frame ends, where it begins and its header
-// (made from the record the scan verified, not read again: a batch cut
-// and replaced meanwhile would pass for the one counted).
+// (the one the scan verified, not read again: a batch cut and replaced
+// meanwhile would pass for the one counted). Each frame's CRC is checked
+// through a small buffer (scanFrameHeads): a message of 64 MiB is read,
+// not held, and only its kind is kept.
 func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, tail [headerSize]byte, err error) {
-	var rec0 []byte // the last record verified, copied (scan reuses its buffer)
-	end, _, err = scan(f, segmentFile, off, size, func(rec []byte, at int64) error {
-		if len(rec) > 0 && rec[0] == kindMessage {
+	end, err = scanFrameHeads(f, segmentFile, off, size, func(h *[headerSize]byte, head []byte, _, at int64) error {
+		if len(head) > 0 && head[0] == kindMessage {
 			*n++
 		}
-		last, rec0 = at, append(rec0[:0], rec...)
+		last, tail = at, *h
 		return nil
-	})
-	if rec0 != nil {
-		copy(tail[:4], frameMagic[:])
-		binary.BigEndian.PutUint32(tail[4:8], uint32(len(rec0)))
-		binary.BigEndian.PutUint32(tail[8:12], frameCRC(tail[:], rec0))
-	}
+	}, func(Damage) {})
 	return end, last, tail, err
 }
 

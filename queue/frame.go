@@ -352,12 +352,15 @@ const (
 // record's first bytes (up to len(head), in head), the record's length
 // and the frame's; head is non-nil when the record is whole in the file,
 // even when its CRC fails (as frameAt's record is), and length is -1
-// otherwise.
-func frameHeadAt(r io.ReaderAt, off, size int64, head, stream []byte) (rec []byte, length, n int64, reason string, err error) {
+// otherwise. The frame's header is read into h (a new one when h is
+// nil): the frame's, as it verified, when n > 0.
+func frameHeadAt(r io.ReaderAt, off, size int64, h *[headerSize]byte, head, stream []byte) (rec []byte, length, n int64, reason string, err error) {
 	if size-off < headerSize {
 		return nil, -1, 0, "an incomplete frame header", nil
 	}
-	var h [headerSize]byte
+	if h == nil {
+		h = new([headerSize]byte)
+	}
 	if _, err := r.ReadAt(h[:], off); err != nil {
 		return nil, -1, 0, "", err
 	}
@@ -446,7 +449,7 @@ func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
 				break
 			}
 			cand := pos + int64(i+j)
-			if _, _, fn, _, err := frameHeadAt(r, cand, size, nil, stream); err != nil {
+			if _, _, fn, _, err := frameHeadAt(r, cand, size, nil, nil, stream); err != nil {
 				return -1, err
 			} else if fn > 0 {
 				return cand, nil
@@ -516,20 +519,29 @@ func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, o
 // (head, fn's until it returns) and its length. A scan of a file of
 // records of 64 MiB holds some 100 KiB, not one record.
 func scanHeads(r io.ReaderAt, file string, off, size int64, fn func(head []byte, length, off int64) error, damaged func(Damage)) (end int64, err error) {
+	return scanFrameHeads(r, file, off, size, func(_ *[headerSize]byte, head []byte, length, off int64) error {
+		return fn(head, length, off)
+	}, damaged)
+}
+
+// scanFrameHeads is scanHeads calling fn with each verified frame's
+// header too (h, fn's until it returns), as it was read and verified.
+func scanFrameHeads(r io.ReaderAt, file string, off, size int64, fn func(h *[headerSize]byte, head []byte, length, off int64) error, damaged func(Damage)) (end int64, err error) {
 	window := &windowReader{r: r, size: size}
 	var searchBuf []byte // nextFrame's, made at the first damage
 	head := make([]byte, recordHead)
+	var h [headerSize]byte
 	var stream []byte // made for the first record longer than head
 	for off < size {
 		if stream == nil && size-off > headerSize+recordHead {
 			stream = make([]byte, crcStreamed)
 		}
-		rec, length, n, reason, err := frameHeadAt(window, off, size, head, stream)
+		rec, length, n, reason, err := frameHeadAt(window, off, size, &h, head, stream)
 		if err != nil {
 			return off, err
 		}
 		if n > 0 {
-			if err := fn(rec, length, off); err != nil {
+			if err := fn(&h, rec, length, off); err != nil {
 				return off, err
 			}
 			off += n
