@@ -174,9 +174,15 @@ func countMessages(f io.ReaderAt, off, size int64, n *int64) (end, last int64, t
 }
 
 // firstMessageID is the id of the first frame of a log of size bytes, if
-// it is a whole message; 0 otherwise.
+// it is a whole message; 0 otherwise. The frame's CRC is checked through a
+// small buffer (frameHeadAt): a first message of 64 MiB is read, not held.
 func firstMessageID(r io.ReaderAt, size int64) (uint64, error) {
-	rec, n, _, err := frameAt(r, 0, size)
+	var head [9]byte // the kind and the id
+	var stream []byte
+	if rest := size - headerSize - int64(len(head)); rest > 0 {
+		stream = make([]byte, min(rest, crcStreamed))
+	}
+	rec, _, n, _, err := frameHeadAt(r, 0, size, nil, head[:], stream)
 	if err != nil || n == 0 || len(rec) < 9 || rec[0] != kindMessage {
 		return 0, err
 	}

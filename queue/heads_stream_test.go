@@ -61,3 +61,45 @@ func TestCountsReadLargeMessagesStreaming(t *testing.T) {
 		t.Fatalf("Manager.Counts again = %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// TestAppendedReadsLargeMessagesStreaming: Appended (a standby cron
+// scheduler's check of a tick) reads the log's first message id and each
+// message's correlation ID checking each frame's CRC through a small
+// buffer: a log whose first message is of 8 MiB is read with less than
+// 1 MiB allocated, and says what it said. The first record was read whole
+// for its id (twice), and each record whole for its correlation ID.
+func TestAppendedReadsLargeMessagesStreaming(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	var msgs []Message
+	for i, p := range [][]byte{bytes.Repeat([]byte("x"), largeRecord), []byte(`{"n":2}`)} {
+		m, err := q.Append(NewMessage{Source: "cron", CorrelationID: "c" + itoa(int64(i)), Payload: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	q.Close()
+	m := NewManager(ManagerConfig{Root: root})
+	for _, tc := range []struct {
+		from uint64
+		cid  string
+		want Presence
+	}{
+		{msgs[0].ID, "c1", Present},
+		{msgs[0].ID, "c0", Present},
+		{msgs[1].ID, "c0", Absent}, // before from: not it
+		{msgs[0].ID, "none", Absent},
+		{msgs[1].ID + 1, "c1", Absent},
+	} {
+		var got Presence
+		var err error
+		n := allocated(func() { got, err = m.Appended(testTenant, testFlow, tc.from, tc.cid) })
+		if err != nil || got != tc.want {
+			t.Errorf("Appended(%d, %q) = %v, %v; want %v", tc.from, tc.cid, got, err, tc.want)
+		}
+		if n > streamLimit {
+			t.Errorf("Appended(%d, %q) allocated %d bytes (%.1f MiB) for a message of %d MiB, want at most %d", tc.from, tc.cid, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+		}
+	}
+}

@@ -106,16 +106,20 @@ func appended(fsys FS, dir string, from uint64, cid string, wait time.Duration) 
 	}
 	defer f.Close()
 	found := false
-	_, _, err = scan(f, segmentFile, 0, size, func(rec []byte, off int64) error {
-		if len(rec) < 9 || rec[0] != kindMessage || binary.BigEndian.Uint64(rec[1:9]) < from {
+	// each frame's CRC checked through a small buffer, and a message's
+	// fields read from its first bytes (scanHeads): a message of 64 MiB
+	// is read, not held
+	_, err = scanHeads(f, segmentFile, 0, size, func(head []byte, _, _ int64) error {
+		if len(head) < 18 || head[0] != kindMessage || binary.BigEndian.Uint64(head[1:9]) < from {
 			return nil
 		}
-		if msg, err := decodeMessage(rec, off); err == nil && msg.CorrelationID == cid {
+		var msg Message
+		if _, err := decodeMessageHead(head[9:], &msg); err == nil && msg.CorrelationID == cid {
 			found = true
 			return errStopScan
 		}
 		return nil
-	})
+	}, func(Damage) {})
 	if again, aerr := firstMessageID(f, size); aerr != nil || again != first {
 		return Gone, errCountMoved
 	}
