@@ -999,14 +999,16 @@ func (q *Queue) markPending(ctx context.Context, upTo uint64, limit int, action 
 	}
 	defer unlock()
 	var ids []uint64
-	if _, err := q.eachPending(func(rec []byte) error {
-		if id := binary.BigEndian.Uint64(rec[1:9]); id <= upTo {
+	// the ids only: each frame's CRC checked through a small buffer
+	// (eachPendingHeads), a dead letter of 64 MiB read, not held
+	if err := q.eachPendingHeads(func(head []byte, _, _ int64, _ io.ReaderAt) error {
+		if id := binary.BigEndian.Uint64(head[1:9]); id <= upTo {
 			if ids = append(ids, id); len(ids) >= limit {
 				return errStop
 			}
 		}
 		return nil
-	}); err != nil || len(ids) == 0 {
+	}, func(Damage) {}); err != nil || len(ids) == 0 {
 		return nil, err
 	}
 	var marks []byte

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 )
 
@@ -100,6 +101,42 @@ func TestAppendedReadsLargeMessagesStreaming(t *testing.T) {
 		}
 		if n > streamLimit {
 			t.Errorf("Appended(%d, %q) allocated %d bytes (%.1f MiB) for a message of %d MiB, want at most %d", tc.from, tc.cid, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+		}
+	}
+}
+
+// TestMarkPendingReadsLargeDeadLettersStreaming: MarkPending (discard
+// all) reads the pending dead letters' ids checking each frame's CRC
+// through a small buffer: a dlq.log holding a dead letter of 8 MiB is
+// marked with less than 1 MiB allocated, the same ids as before. Each
+// whole record was read into memory for its id.
+func TestMarkPendingReadsLargeDeadLettersStreaming(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	for _, d := range []DeadLetter{deadLetter(3), big, deadLetter(8), deadLetter(9)} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		upTo  uint64
+		limit int
+		want  []uint64
+	}{
+		{8, 1, []uint64{3}},
+		{8, 100, []uint64{7, 8}},
+		{8, 100, nil},
+		{^uint64(0), 100, []uint64{9}},
+	} {
+		var got []uint64
+		var err error
+		n := allocated(func() { got, err = q.MarkPending(tc.upTo, tc.limit, MarkDiscarded) })
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("MarkPending(%d, %d) = %v, %v; want %v", tc.upTo, tc.limit, got, err, tc.want)
+		}
+		if n > streamLimit {
+			t.Errorf("MarkPending(%d, %d) allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", tc.upTo, tc.limit, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 		}
 	}
 }
