@@ -1197,10 +1197,15 @@ func (q *Queue) checkUnchanged(name string, read fs.FileInfo) error {
 // another offset than reported's is new: a marking process that died
 // midway since.
 func (q *Queue) marksSince(applied map[uint64]mark, reported []Damage) (frames []byte, damage []Damage, err error) {
-	err = q.eachRecordDamage(ackedFile, func(rec []byte) error {
-		if m, err := decodeMark(rec); err == nil {
+	// a mark is a few bytes: a frame larger than a head is none, and is
+	// checked through a small buffer (eachHeadDamage), not held
+	err = q.eachHeadDamage(ackedFile, func(head []byte, length int64) error {
+		if length != int64(len(head)) {
+			return nil
+		}
+		if m, err := decodeMark(head); err == nil {
 			if _, done := applied[m.id]; !done {
-				frames = appendFrame(frames, rec)
+				frames = appendFrame(frames, head)
 			}
 		}
 		return nil

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"testing"
 )
@@ -138,5 +139,49 @@ func TestMarkPendingReadsLargeDeadLettersStreaming(t *testing.T) {
 		if n > streamLimit {
 			t.Errorf("MarkPending(%d, %d) allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", tc.upTo, tc.limit, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 		}
+	}
+}
+
+// TestCompactDLQReadsLargeMarkFramesStreaming: CompactDLQ's second read
+// of dlq.log.acked (the marks made since the first, kept) checks each
+// frame's CRC through a small buffer: a frame of 8 MiB there that is no
+// mark is passed over with less than 1 MiB allocated, and the marks apply
+// as before. It read each whole record into memory to tell it is no mark.
+func TestCompactDLQReadsLargeMarkFramesStreaming(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	for _, id := range []uint64{3, 4, 5} {
+		if err := q.MoveToDLQ(deadLetter(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Mark(3, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(q.path(ackedFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(appendFrame(nil, bytes.Repeat([]byte{kindMark}, largeRecord))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := q.Mark(4, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	var applied []Marked
+	var damage []Damage
+	n := allocated(func() { applied, damage, err = q.CompactDLQ() })
+	if err != nil || len(damage) != 0 {
+		t.Fatalf("CompactDLQ: %v, damage %v", err, damage)
+	}
+	if got := []uint64{applied[0].ID, applied[1].ID}; len(applied) != 2 || !slices.Equal(got, []uint64{3, 4}) {
+		t.Errorf("CompactDLQ applied %+v, want the marks of 3 and 4", applied)
+	}
+	if n > streamLimit {
+		t.Errorf("CompactDLQ allocated %d bytes (%.1f MiB) beside a frame of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+	dls, _, err := q.DeadLetters()
+	if err != nil || len(dls) != 1 || dls[0].ID != 5 {
+		t.Errorf("pending after CompactDLQ: %+v, %v; want 5 only", dls, err)
 	}
 }
