@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -183,5 +184,51 @@ func TestCompactDLQReadsLargeMarkFramesStreaming(t *testing.T) {
 	dls, _, err := q.DeadLetters()
 	if err != nil || len(dls) != 1 || dls[0].ID != 5 {
 		t.Errorf("pending after CompactDLQ: %+v, %v; want 5 only", dls, err)
+	}
+}
+
+// TestLostCounterReadsLargeDeadLettersStreaming: a queue whose id counter
+// was lost is opened reading the ids its dead letters and marks keep
+// checking each frame's CRC through a small buffer: a dlq.log holding a
+// dead letter of 8 MiB, and a frame of 8 MiB in dlq.log.acked that is no
+// mark, are read with less than 1 MiB allocated, and the counter is
+// raised past the same ids. Each whole record was read into memory for
+// its id.
+func TestLostCounterReadsLargeDeadLettersStreaming(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	for _, d := range []DeadLetter{deadLetter(3), big} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a replay's mark (its message's id, past the dead letters'), then a
+	// frame that verifies but is no mark (its "id" past them all)
+	frames := appendFrame(nil, appendMarkRecord(nil, mark{id: 3, at: epoch, action: MarkReplayed, replayID: 12}))
+	frames = appendFrame(frames, bytes.Repeat([]byte{kindMark}, largeRecord))
+	if err := q.appendDurable(ackedFile, frames); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if err := os.Remove(filepath.Join(root, testTenant, testFlow, seqFile)); err != nil {
+		t.Fatal(err)
+	}
+	var next uint64
+	var err error
+	n := allocated(func() {
+		q, _, err = Open(root, testTenant, testFlow, Options{})
+		if err != nil {
+			return
+		}
+		next, err = q.NextID()
+		q.Close()
+	})
+	if err != nil || next != 13 {
+		t.Fatalf("NextID after the counter was lost = %d, %v; want 13", next, err)
+	}
+	if n > streamLimit {
+		t.Errorf("Open and NextID allocated %d bytes (%.1f MiB) beside records of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 	}
 }

@@ -828,18 +828,21 @@ func (q *Queue) highestKeptID() (uint64, error) {
 		}
 		top = max(next, 1) - 1
 	}
+	// the ids only: each frame's CRC checked through a small buffer
+	// (eachHeadDamage), a dead letter of 64 MiB read, not held; a mark is
+	// a few bytes, so a frame longer than its head is none
 	for _, name := range []string{dlqFile, ackedFile} {
-		if _, err := q.eachRecord(name, func(rec []byte) error {
+		if err := q.eachHeadDamage(name, func(head []byte, length int64) error {
 			switch {
-			case len(rec) >= 9 && rec[0] == kindDeadLetter:
-				top = max(top, binary.BigEndian.Uint64(rec[1:9]))
-			case len(rec) > 0 && rec[0] == kindMark:
-				if m, err := decodeMark(rec); err == nil {
+			case len(head) >= 9 && head[0] == kindDeadLetter:
+				top = max(top, binary.BigEndian.Uint64(head[1:9]))
+			case length == int64(len(head)) && len(head) > 0 && head[0] == kindMark:
+				if m, err := decodeMark(head); err == nil {
 					top = max(top, m.id, m.replayID)
 				}
 			}
 			return nil
-		}); err != nil {
+		}, func(Damage) {}); err != nil {
 			return 0, err
 		}
 	}
