@@ -133,7 +133,7 @@
 // reader of the file (Retries, the janitor, Drain, and the worker as it
 // starts) checks each frame's CRC over the whole record, read through a
 // buffer of 64 KiB a part at a time, never whole into memory, and decodes
-// the fields it needs from the record's first 4 KiB (a retry's, and a
+// the fields it needs from the record's first bytes (a retry's, and a
 // carried message's fields but its payload).
 //
 // The schedule is the records applied in order; among entries due at the

@@ -338,11 +338,12 @@ func frameAtBuf(r io.ReaderAt, off, size int64, buf []byte) (rec []byte, n int64
 }
 
 // Sizes of frameHeadAt's buffers: what it keeps of a record (enough for
-// the header fields of every record kind: a retry that carries its
-// message needs 29+9+255+2+1024 bytes), and the rest of the record is read
+// the header fields of every record kind: a dead letter's, its last error
+// at MaxLastError, need the most, 33+4096 bytes; a retry that carries its
+// message needs 29+9+255+2+1024), and the rest of the record is read
 // through, a part at a time, to check its CRC.
 const (
-	recordHead  = 4 << 10
+	recordHead  = deadLetterFields + MaxLastError
 	crcStreamed = 64 << 10
 )
 

@@ -2,10 +2,14 @@ package queue
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // appendLarge appends a small message, one with a payload of largeRecord
@@ -230,5 +234,40 @@ func TestLostCounterReadsLargeDeadLettersStreaming(t *testing.T) {
 	}
 	if n > streamLimit {
 		t.Errorf("Open and NextID allocated %d bytes (%.1f MiB) beside records of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+}
+
+// failingReader fails t at any read: what a reader must not need.
+type failingReader struct{ t *testing.T }
+
+func (r failingReader) ReadAt([]byte, int64) (int, error) {
+	r.t.Error("a read past the head of the record")
+	return 0, io.EOF
+}
+
+// TestRecordHeadHoldsDeadLetterFields: the head a scan keeps of a record
+// holds a dead letter's fields before its payload whole, its last error
+// at MaxLastError: it is decoded without another read. A head of 4 KiB
+// left the last 33 bytes of such an error out, read again from the file.
+func TestRecordHeadHoldsDeadLetterFields(t *testing.T) {
+	long := deadLetter(8)
+	long.LastError = strings.Repeat("e", MaxLastError)
+	long.Payload = bytes.Repeat([]byte("x"), 3*recordHead)
+	file := appendFrame(nil, appendDeadLetterRecord(nil, &long))
+	var got []DeadLetter
+	if _, err := scanHeads(bytes.NewReader(file), dlqFile, 0, int64(len(file)), func(head []byte, length, off int64) error {
+		rec, err := deadLetterHead(head, length, off, failingReader{t})
+		if err != nil {
+			return err
+		}
+		d, err := decodeDeadLetter(rec)
+		got = append(got, d)
+		return err
+	}, func(d Damage) { t.Errorf("damage: %v", d) }); err != nil {
+		t.Fatal(err)
+	}
+	long.Payload = []byte{}
+	if diff := cmp.Diff([]DeadLetter{long}, got); diff != "" {
+		t.Errorf("the dead letter read from its head (-want +got):\n%s", diff)
 	}
 }

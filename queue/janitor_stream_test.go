@@ -23,7 +23,7 @@ func TestJanitorReadsLargeDeadLettersStreaming(t *testing.T) {
 	big := deadLetter(7)
 	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
 	long := deadLetter(8)
-	long.LastError = strings.Repeat("e", MaxLastError) // past the first 4 KiB of its record
+	long.LastError = strings.Repeat("e", MaxLastError) // its fields before the payload at their longest
 	for _, d := range []DeadLetter{deadLetter(3), big, long} {
 		if err := q.MoveToDLQ(d); err != nil {
 			t.Fatal(err)
