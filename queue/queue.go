@@ -1816,13 +1816,15 @@ func resolveCheckpoint(b []byte, seg File, size int64) (int64, error) {
 		return 0, nil
 	}
 	at := int64(-1)
-	end, _, err := scan(seg, segmentFile, 0, size, func(rec []byte, off int64) error {
-		if len(rec) >= 9 && rec[0] == kindMessage && binary.BigEndian.Uint64(rec[1:9]) >= next {
+	// the ids only: each frame's CRC checked through a small buffer
+	// (scanHeads), a message of 64 MiB read, not held
+	end, err := scanHeads(seg, segmentFile, 0, size, func(head []byte, _, off int64) error {
+		if len(head) >= 9 && head[0] == kindMessage && binary.BigEndian.Uint64(head[1:9]) >= next {
 			at = off
 			return errStopScan
 		}
 		return nil
-	})
+	}, func(Damage) {})
 	switch {
 	case at >= 0:
 		return at, nil
