@@ -170,7 +170,7 @@ func (q *Queue) appendDurable(name string, frames []byte) error {
 
 // eachRecord calls fn with each verified record of a file of the queue, in
 // file order, one in memory at a time (rec is fn's until it returns, as
-// scan's), and returns the damage found. A missing file has none.
+// scanEach's), and returns the damage found. A missing file has none.
 func (q *Queue) eachRecord(name string, fn func(rec []byte) error) ([]Damage, error) {
 	var damage []Damage
 	err := q.eachRecordDamage(name, fn, func(d Damage) { damage = append(damage, d) })
@@ -267,7 +267,7 @@ var errStop = errors.New("stop")
 // eachPending calls fn with each verified dead-letter record of dlq.log
 // whose entry is pending (not marked), the first of each id, in file
 // order: one record is in memory at a time (rec is fn's until it returns,
-// as scan's), so a large dlq.log costs reading (and 8 bytes or so per id),
+// as scanEach's), so a large dlq.log costs reading (and 8 bytes or so per id),
 // not payloads' memory. fn may return
 // errStop to end the scan. The damage returned is that of dlq.log.acked,
 // then dlq.log's.

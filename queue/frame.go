@@ -461,23 +461,18 @@ func nextFrameBuf(r io.ReaderAt, off, size int64, buf []byte) (int64, error) {
 	return -1, nil
 }
 
-// scan walks the frames of a file from off, calling fn for each verified
-// record. It reports damage: a torn tail (nothing verifies up to the end)
-// ends the scan at its start; a damaged frame followed by a valid one is
-// skipped. It returns the end of the last verified frame. The frames are
-// read readAhead bytes at a time (two reads a frame took a system call
-// each: 0.3 s for a log of 200,000 messages), and each record into one
-// buffer, the largest so far: rec is fn's until fn returns, and a caller
-// that keeps it copies it (a new record for each frame allocated as much
-// as the file held: 1.2 GB for a dlq.log of 1,200 dead letters of 1 MiB).
-func scan(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error) (end int64, damage []Damage, err error) {
-	end, err = scanEach(r, file, off, size, fn, func(d Damage) { damage = append(damage, d) })
-	return end, damage, err
-}
-
-// scanEach is scan, calling damaged with each damage it finds, in file
-// order, instead of returning them: a reader that keeps only some holds
-// no more, whatever the file holds.
+// scanEach walks the frames of a file from off, calling fn for each
+// verified record and damaged with each damage it finds, in file order (a
+// reader that keeps only some holds no more, whatever the file holds): a
+// torn tail (nothing verifies up to the end) ends the scan at its start; a
+// damaged frame followed by a valid one is skipped. It returns the end of
+// the last verified frame. The frames are read readAhead bytes at a time
+// (two reads a frame took a system call each: 0.3 s for a log of 200,000
+// messages), and each record into one buffer, the largest so far: rec is
+// fn's until fn returns, and a caller that keeps it copies it (a new
+// record for each frame allocated as much as the file held: 1.2 GB for a
+// dlq.log of 1,200 dead letters of 1 MiB). A reader that needs a record's
+// first bytes only scans with scanHeads, which holds no whole record.
 func scanEach(r io.ReaderAt, file string, off, size int64, fn func(rec []byte, off int64) error, damaged func(Damage)) (end int64, err error) {
 	window := &windowReader{r: r, size: size}
 	var searchBuf []byte // nextFrame's, made at the first damage

@@ -805,14 +805,16 @@ func decodeValue(magic [4]byte, b []byte) (uint64, bool) {
 }
 
 // scanIDs scans the first size bytes of a segment.log: the highest message
-// id in it, the end of its last good frame, and the damage found.
+// id in it, the end of its last good frame, and the damage found. Each
+// frame's CRC is checked through a small buffer (scanHeads): a message of
+// 64 MiB is read, not held.
 func scanIDs(seg File, size int64) (maxID uint64, end int64, damage []Damage, err error) {
-	end, damage, err = scan(seg, segmentFile, 0, size, func(rec []byte, _ int64) error {
-		if len(rec) >= 9 && rec[0] == kindMessage {
-			maxID = max(maxID, binary.BigEndian.Uint64(rec[1:9]))
+	end, err = scanHeads(seg, segmentFile, 0, size, func(head []byte, _, _ int64) error {
+		if len(head) >= 9 && head[0] == kindMessage {
+			maxID = max(maxID, binary.BigEndian.Uint64(head[1:9]))
 		}
 		return nil
-	})
+	}, func(d Damage) { damage = append(damage, d) })
 	return maxID, end, damage, err
 }
 
