@@ -641,13 +641,15 @@ func (h *pageHeap) Pop() any {
 
 // PendingIDs returns the ids of the pending dead letters, sorted: one scan
 // of dlq.log that decodes no record and keeps 8 bytes a dead letter (the
-// DeadLetterPage keeps as much besides its page).
+// DeadLetterPage keeps as much besides its page), each frame's CRC checked
+// through a small buffer (eachPendingHeads): a dead letter of 64 MiB is
+// read, not held.
 func (q *Queue) PendingIDs() ([]uint64, error) {
 	var ids []uint64
-	if _, err := q.eachPending(func(rec []byte) error {
-		ids = append(ids, binary.BigEndian.Uint64(rec[1:9]))
+	if err := q.eachPendingHeads(func(head []byte, _, _ int64, _ io.ReaderAt) error {
+		ids = append(ids, binary.BigEndian.Uint64(head[1:9]))
 		return nil
-	}); err != nil {
+	}, func(Damage) {}); err != nil {
 		return nil, err
 	}
 	slices.Sort(ids)

@@ -325,3 +325,28 @@ func TestOpenReadsLargeMessagesIDsStreaming(t *testing.T) {
 		t.Errorf("Open allocated %d bytes (%.1f MiB) for a message of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 	}
 }
+
+// TestPendingIDsReadLargeDeadLettersStreaming: PendingIDs (nexus dlq,
+// the UI, the API) reads the pending dead letters' ids checking each
+// frame's CRC through a small buffer: a dlq.log holding a dead letter of
+// 8 MiB is read with less than 1 MiB allocated, the same ids as before.
+// Each whole record was read into memory for its id.
+func TestPendingIDsReadLargeDeadLettersStreaming(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	for _, d := range []DeadLetter{deadLetter(9), big, deadLetter(3)} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []uint64
+	var err error
+	n := allocated(func() { got, err = q.PendingIDs() })
+	if err != nil || !slices.Equal(got, []uint64{3, 7, 9}) {
+		t.Fatalf("PendingIDs() = %v, %v; want [3 7 9]", got, err)
+	}
+	if n > streamLimit {
+		t.Errorf("PendingIDs allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+}
