@@ -59,17 +59,28 @@ func xmlErrorf(format string, args ...any) error {
 // deeper than XMLMaxDepth, more than XMLMaxAttributes attributes on an
 // element, a duplicate attribute, more than one root element, text outside
 // the root, an encoding other than UTF-8, and anything encoding/xml finds
-// malformed. A UTF-8 byte order mark at the start is allowed (XML 1.0,
+// malformed. A document declared US-ASCII (see IsASCIICharset) is read as
+// UTF-8, of which ASCII is a part, and refused when it holds a byte that is
+// not ASCII. A UTF-8 byte order mark at the start is allowed (XML 1.0,
 // 4.3.3) and skipped.
 func FlattenXML(data []byte) (any, error) {
+	sent := len(data)
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	if name, ok := tooManyAttributes(data); ok {
 		return nil, xmlErrorf("element <%s> has more than %d attributes", name, XMLMaxAttributes)
 	}
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	dec.Strict = true
-	dec.CharsetReader = func(label string, _ io.Reader) (io.Reader, error) {
-		return nil, xmlErrorf("encoding %q is not supported: send UTF-8", label)
+	dec.CharsetReader = func(label string, r io.Reader) (io.Reader, error) {
+		if !IsASCIICharset(label) {
+			return nil, xmlErrorf("encoding %q is not supported: send UTF-8", label)
+		}
+		if i := NonASCII(data); i >= 0 {
+			// the byte named is the document's as sent, a byte order
+			// mark counted
+			return nil, xmlErrorf("encoding %q is declared, but byte %d is 0x%02X, which is not ASCII", label, i+sent-len(data), data[i])
+		}
+		return r, nil
 	}
 	var (
 		stack []*xmlElem
@@ -148,6 +159,24 @@ func FlattenXML(data []byte) (any, error) {
 		return nil, xmlErrorf("no root element")
 	}
 	return root, nil
+}
+
+// IsASCIICharset reports whether label names US-ASCII ("US-ASCII" or
+// "ascii", in any case): text in it is UTF-8 as it is, when its bytes are
+// all below 0x80.
+func IsASCIICharset(label string) bool {
+	return strings.EqualFold(label, "us-ascii") || strings.EqualFold(label, "ascii")
+}
+
+// NonASCII returns the index of the first byte of b that is 0x80 or more
+// (not ASCII), or -1 when there is none.
+func NonASCII(b []byte) int {
+	for i, c := range b {
+		if c >= 0x80 {
+			return i
+		}
+	}
+	return -1
 }
 
 func firstWord(b []byte) string {

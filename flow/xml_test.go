@@ -186,3 +186,47 @@ func TestFlattenXMLHostileShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestFlattenXMLEncodings holds which encoding declarations are taken: ASCII
+// is UTF-8's first 128 characters, so a document declared US-ASCII (or
+// ascii) whose bytes are all ASCII is read as it is; one holding a byte of
+// 0x80 or more contradicts its declaration and is refused, naming the
+// byte. Another encoding is refused. US-ASCII was refused with "send UTF-8",
+// though its bytes already were.
+func TestFlattenXMLEncodings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, doc, want, wantErr string }{
+		{"US-ASCII", `<?xml version="1.0" encoding="US-ASCII"?><o><id>A-1</id></o>`, `{"id":"A-1"}`, ""},
+		{"us-ascii", `<?xml version="1.0" encoding="us-ascii"?><o id="7"/>`, `{"@id":"7"}`, ""},
+		{"ascii", `<?xml version='1.0' encoding='ascii'?><o><id>&#233;</id></o>`, `{"id":"é"}`, ""},
+		{"ASCII", `<?xml version="1.0" encoding="ASCII"?><o>x</o>`, `"x"`, ""},
+		{"UTF-8", `<?xml version="1.0" encoding="UTF-8"?><o>é</o>`, `"é"`, ""},
+		{"US-ASCII holding UTF-8", `<?xml version="1.0" encoding="US-ASCII"?><o>é</o>`, "",
+			`invalid XML: encoding "US-ASCII" is declared, but byte 44 is 0xC3, which is not ASCII`},
+		{"ascii holding Latin-1", "<?xml version=\"1.0\" encoding=\"ascii\"?><o a=\"\xe9\"/>", "",
+			`invalid XML: encoding "ascii" is declared, but byte 44 is 0xE9, which is not ASCII`},
+		{"ISO-8859-1", `<?xml version="1.0" encoding="ISO-8859-1"?><o>x</o>`, "",
+			`invalid XML: encoding "ISO-8859-1" is not supported: send UTF-8`},
+		{"US-ASCII7", `<?xml version="1.0" encoding="US-ASCII7"?><o>x</o>`, "",
+			`invalid XML: encoding "US-ASCII7" is not supported: send UTF-8`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := FlattenXML([]byte(tc.doc))
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("FlattenXML(%q) = %v, want the error %q", tc.doc, err, tc.wantErr)
+				}
+				if _, ok := err.(*XMLError); !ok {
+					t.Errorf("error is %T, want *XMLError", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("FlattenXML(%q): %v", tc.doc, err)
+			}
+			if got := string(AppendJSON(nil, v)); got != tc.want {
+				t.Errorf("FlattenXML(%q) = %s, want %s", tc.doc, got, tc.want)
+			}
+		})
+	}
+}

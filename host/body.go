@@ -109,13 +109,21 @@ func parseBody(w http.ResponseWriter, r *http.Request, body []byte) (doc any, ra
 		writeError(w, http.StatusBadRequest, "more than one Content-Type header")
 		return nil, nil, false
 	}
-	kind, err := bodyKind(headerValue(r, "Content-Type"))
+	kind, ascii, err := bodyKind(headerValue(r, "Content-Type"))
 	if err != nil {
 		writeError(w, http.StatusUnsupportedMediaType, err.Error())
 		return nil, nil, false
 	}
 	if len(body) == 0 {
 		return flow.NewObject(nil, nil), nil, true
+	}
+	if ascii != "" {
+		// ASCII is read as the UTF-8 it is; a byte past it is not what
+		// the label says
+		if i := flow.NonASCII(body); i >= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("charset %s is declared, but byte %d of the body is 0x%02X, which is not ASCII", naming.Quote(ascii), i, body[i]))
+			return nil, nil, false
+		}
 	}
 	if kind == kindXML {
 		doc, err = flow.FlattenXML(body)
@@ -152,27 +160,34 @@ const (
 	kindXML
 )
 
-func bodyKind(contentType string) (contentKind, error) {
+// bodyKind reads a Content-Type: the kind of body it names, and its charset
+// when that is US-ASCII (flow.IsASCIICharset), whose body must then hold
+// ASCII alone. A type the doors do not take, or a charset but UTF-8 and
+// US-ASCII, is an error.
+func bodyKind(contentType string) (kind contentKind, ascii string, err error) {
 	if contentType == "" || contentType == "application/json" {
-		return kindJSON, nil // the usual case, without parsing
+		return kindJSON, "", nil // the usual case, without parsing
 	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
-		return 0, fmt.Errorf("unsupported content type %s", naming.Quote(contentType))
+		return 0, "", fmt.Errorf("unsupported content type %s", naming.Quote(contentType))
 	}
 	// the type first: a type the doors do not take is named, whatever its
 	// charset (told to send UTF-8, a text/csv caller would be refused again)
-	var kind contentKind
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		kind = kindJSON
 	case mt == "application/xml" || mt == "text/xml" || strings.HasSuffix(mt, "+xml"):
 		kind = kindXML
 	default:
-		return 0, fmt.Errorf("unsupported content type %s", naming.Quote(mt))
+		return 0, "", fmt.Errorf("unsupported content type %s", naming.Quote(mt))
 	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
-		return 0, fmt.Errorf("unsupported charset %s: send UTF-8", naming.Quote(cs))
+	cs, ok := params["charset"]
+	switch {
+	case !ok || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8"):
+		return kind, "", nil
+	case flow.IsASCIICharset(cs):
+		return kind, cs, nil
 	}
-	return kind, nil
+	return 0, "", fmt.Errorf("unsupported charset %s: send UTF-8", naming.Quote(cs))
 }

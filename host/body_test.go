@@ -241,6 +241,11 @@ func TestContentTypes(t *testing.T) {
 		{"application/soap+xml", `<order><id>A-1</id></order>`, `{"id":"A-1"}`},
 		// RFC 8259 lets a parser ignore a byte order mark; it was a 400
 		{"application/json", "\uFEFF" + `{"a":1}`, `{"a":1}`},
+		// ASCII is UTF-8's first 128 characters: a body so labelled is
+		// read as it is (it was 415, "send UTF-8")
+		{"application/json; charset=us-ascii", `{"a":"\u00e9"}`, `{"a":"é"}`},
+		{"application/json; charset=US-ASCII", `{"a":1}`, `{"a":1}`},
+		{"text/xml; charset=ascii", `<order><id>A-1</id></order>`, `{"id":"A-1"}`},
 	} {
 		t.Run("accepted "+tc.contentType, func(t *testing.T) {
 			wantJSON(t, send(tc.contentType, tc.body), tc.want)
@@ -259,6 +264,16 @@ func TestContentTypes(t *testing.T) {
 		})
 	}
 
+	// a body labelled US-ASCII that holds a byte of 0x80 or more is not
+	// what its label says: 400, naming the byte as sent
+	t.Run("charset=us-ascii holding UTF-8", func(t *testing.T) {
+		wantRefusal(t, send("application/json; charset=us-ascii", `{"a":"é"}`), http.StatusBadRequest,
+			`charset "us-ascii" is declared, but byte 6 of the body is 0xC3, which is not ASCII`)
+	})
+	t.Run("charset=ascii holding Latin-1", func(t *testing.T) {
+		wantRefusal(t, send("application/xml; charset=ascii", "<o>\xe9</o>"), http.StatusBadRequest,
+			`charset "ascii" is declared, but byte 3 of the body is 0xE9, which is not ASCII`)
+	})
 	t.Run("text/csv", func(t *testing.T) {
 		wantRefusal(t, send("text/csv", "a,b\n1,2\n"), http.StatusUnsupportedMediaType, `unsupported content type "text/csv"`)
 	})
