@@ -1097,7 +1097,16 @@ func printDevBanner(w io.Writer, addr net.Addr, key string, keyShown bool, cfg s
 		fmt.Fprintf(w, "  admin key (/status, UI):  the one given (--admin-key or NEXUS_ADMIN_KEY; not shown)\n")
 	}
 	fmt.Fprintf(w, "  management UI:            http://localhost:%s/ui/ (log in with the admin key)\n", port)
-	if key != "" {
+	switch {
+	case key != "" && cfg.Secret != "":
+		// every door wants a signature: the request is signed as the
+		// README signs it, the secret read from NEXUS_SECRET (a secret
+		// is not printed); unsigned, it answered 401
+		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it (--secret is set, so every door wants a signature: run this in a shell whose NEXUS_SECRET holds the secret, one of them when several are given):\n\n", key)
+		fmt.Fprintf(w, "  ts=$(date +%%s) body='{\"name\":\"Ada\"}'\n")
+		fmt.Fprintf(w, "  sig=$(printf '%%s.%%s' \"$ts\" \"$body\" | openssl dgst -sha256 -hmac \"$NEXUS_SECRET\" -r | cut -d' ' -f1)\n")
+		fmt.Fprintf(w, "  curl -X POST http://localhost:%s/flows/acme/hello/run \\\n    -H \"Authorization: Bearer %s\" \\\n    -H 'Content-Type: application/json' -H \"X-Nexus-Timestamp: $ts\" -H \"X-Nexus-Signature: v1=$sig\" -d \"$body\"\n\n", port, key)
+	case key != "":
 		fmt.Fprintf(w, "  example key (tenant acme): %s\n\nTry it:\n\n", key)
 		fmt.Fprintf(w, "  curl -X POST http://localhost:%s/flows/acme/hello/run \\\n    -H \"Authorization: Bearer %s\" \\\n    -H 'Content-Type: application/json' -d '{\"name\":\"Ada\"}'\n\n", port, key)
 	}
