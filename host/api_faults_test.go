@@ -172,8 +172,8 @@ func TestPublishOnAFullDiskNamesNoFile(t *testing.T) {
 		t.Errorf("Publish on a full disk: %v, want %q", err, want)
 	}
 	evs := fx.logs.Events(t, "queue_enqueue_failed")
-	if len(evs) != 1 || evs[0]["tenant"] != "acme" || evs[0]["flow"] != "echo" || evs[0]["correlation_id"] != "cid-full" ||
+	if len(evs) != 1 || evs[0]["level"] != "ERROR" || evs[0]["tenant"] != "acme" || evs[0]["flow"] != "echo" || evs[0]["correlation_id"] != "cid-full" ||
 		!strings.Contains(fmt.Sprint(evs[0]["error"]), "segment.log") {
-		t.Errorf("queue_enqueue_failed lines %v, want one for acme/echo, cid-full, its error naming segment.log", evs)
+		t.Errorf("queue_enqueue_failed lines %v, want one at ERROR for acme/echo, cid-full, its error naming segment.log", evs)
 	}
 }

@@ -74,10 +74,16 @@ func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName
 // submitter is told: the system's error without the files it names (see
 // appendFailure). Lines are logged at most as refusals are: a full disk
 // under load refuses every submission (15,000 lines a second on the log,
-// which may be on the disk that is full).
+// which may be on the disk that is full). A message over queue.MaxPayload
+// is logged as a warning: its submitter sent too much, and the queue did
+// not fail.
 func (s *Server) enqueueFailed(tenant, flowName, correlationID string, err error) string {
 	if ok, suppressed := s.enqueueFailures.allow(s.cfg.Now()); ok {
-		s.cfg.Logger.Error("a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
+		level := slog.LevelError
+		if errors.Is(err, queue.ErrTooLarge) {
+			level = slog.LevelWarn
+		}
+		s.cfg.Logger.Log(context.Background(), level, "a message could not be queued", "event", "queue_enqueue_failed", "tenant", tenant, "flow", flowName,
 			"correlation_id", correlationID, "error", err.Error(), "suppressed", suppressed)
 	}
 	if errors.Is(err, queue.ErrTooLarge) {

@@ -25,7 +25,8 @@ import (
 // (max_body_bytes) past what a queued message holds (queue.MaxPayload). A
 // body under the flow's ceiling but over that answers 413 without
 // Retry-After (it will never fit), not the 503 of a failed write, which
-// would have its caller retry for ever.
+// would have its caller retry for ever; its queue_enqueue_failed line is a
+// warning, the caller's doing.
 func TestEnqueueOverAFrameIs413(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	files := adminFlows()
@@ -40,6 +41,12 @@ func TestEnqueueOverAFrameIs413(t *testing.T) {
 	if w.Code != http.StatusRequestEntityTooLarge || w.Header().Get("Retry-After") != "" || w.Body.String() != want {
 		t.Errorf("a message too large for a queue frame: %d with Retry-After %q, body %s; want 413 %s",
 			w.Code, w.Header().Get("Retry-After"), w.Body, want)
+	}
+	// the caller sent too much: logged as the event it is, at warn, not
+	// at error (the queue did not fail); it was an error
+	evs := fx.logs.Events(t, "queue_enqueue_failed")
+	if len(evs) != 1 || evs[0]["level"] != "WARN" || evs[0]["tenant"] != "acme" || evs[0]["flow"] != "big" {
+		t.Errorf("queue_enqueue_failed lines %v, want one for acme/big at WARN", evs)
 	}
 }
 
