@@ -641,7 +641,7 @@ func nameError(tenant, flowName string) error {
 // hasQueues answers 404 when this host runs no queues.
 func (s *Server) hasQueues(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.Queues == nil {
-		writeError(w, http.StatusNotFound, "this host runs no queues: no such endpoint: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "this host runs no queues: no such endpoint: "+r.Method+" "+r.URL.EscapedPath())
 		return false
 	}
 	return true
@@ -733,7 +733,7 @@ func (s *Server) apiJournal(w http.ResponseWriter, r *http.Request, _ httprouter
 		return
 	}
 	if s.cfg.History == nil {
-		writeError(w, http.StatusNotFound, "this host keeps no journal: no such endpoint: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "this host keeps no journal: no such endpoint: "+r.Method+" "+r.URL.EscapedPath())
 		return
 	}
 	entries, next, err := s.journalEntries(r.Context(), jq)

@@ -322,6 +322,32 @@ func TestRouterAnswers(t *testing.T) {
 	}
 }
 
+// TestRouterNamesThePathAsSent: the router's 404 and 405 name the path as
+// the request sent it, escapes kept: an encoded slash in a name is told
+// from a slash between names. They named the decoded path
+// (/flows/a/b/echo/run for /flows/a%2Fb/echo/run), a path no one sent.
+func TestRouterNamesThePathAsSent(t *testing.T) {
+	fx := newFixture(t, nil)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		want         string
+	}{
+		{http.MethodPost, "/flows/a%2Fb/echo/run", http.StatusNotFound, "no such endpoint: POST /flows/a%2Fb/echo/run"},
+		{http.MethodPost, "/flows/acme/echo%2fx/run", http.StatusNotFound, "no such endpoint: POST /flows/acme/echo%2fx/run"},
+		{http.MethodGet, "/nope%2Fx", http.StatusNotFound, "no such endpoint: GET /nope%2Fx"},
+		{http.MethodGet, "/no%20pe", http.StatusNotFound, "no such endpoint: GET /no%20pe"},
+		{http.MethodGet, "/nope", http.StatusNotFound, "no such endpoint: GET /nope"},
+		{http.MethodGet, "/flows/acme%2Fx/run", http.StatusMethodNotAllowed, "method GET is not allowed on /flows/acme%2Fx/run"},
+		{http.MethodGet, "/flows/acme/echo/run", http.StatusMethodNotAllowed, "method GET is not allowed on /flows/acme/echo/run"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := newRequest(tc.method, tc.path, `{}`, "Authorization", "Bearer "+keyAcmeAll)
+			wantRefusal(t, fx.serve(r), tc.status, tc.want)
+		})
+	}
+}
+
 // TestGateRateUnderConcurrency: 64 clients against a bucket of rate 1 and
 // burst 1 while the clock moves 10 s in 10 ms steps (RELIABILITY F.24): at
 // most burst + rate·T (+1 for the step in flight) requests pass.

@@ -196,7 +196,9 @@ func New(cfg Config) *Server {
 		if s.apiUnauthorized(w, req) {
 			return
 		}
-		refuseUnread(w, req, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.Path)
+		// the path as sent, escapes kept: /flows/a%2Fb/echo/run, not the
+		// decoded /flows/a/b/echo/run, which no one sent
+		refuseUnread(w, req, http.StatusNotFound, "no such endpoint: "+req.Method+" "+req.URL.EscapedPath())
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		correlationID(w, req)
@@ -212,7 +214,7 @@ func New(cfg Config) *Server {
 			return
 		}
 		allowWithoutOptions(w.Header())
-		refuseUnread(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.Path)
+		refuseUnread(w, req, http.StatusMethodNotAllowed, "method "+req.Method+" is not allowed on "+req.URL.EscapedPath())
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, p any) {
 		cfg.Logger.Error("a request failed in the platform", "event", "internal_error", "path", req.URL.Path,

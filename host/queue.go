@@ -29,7 +29,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, ps httprouter.P
 func (s *Server) serveEnqueue(w *statusWriter, r *http.Request, tenant, flowName string) {
 	if s.cfg.Queues == nil {
 		correlationID(w, r)
-		refuseUnread(w, r, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		refuseUnread(w, r, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.EscapedPath())
 		return
 	}
 	a, doc, ok := s.admit(w, r, tenant, flowName)
