@@ -607,7 +607,8 @@ func (w *Worker) deliver(ctx context.Context) error {
 	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.StopGrace, cancel) })()
 	// The checkpoint is rewritten in place as the cursor moves (every
 	// CheckpointEvery messages, once CheckpointAfter has passed since the
-	// last write, and whenever the queue goes idle), without
+	// last write, after a message dead-lettered at its first attempt, and
+	// whenever the queue goes idle), without
 	// fsync: a process that dies leaves it in the page cache. It is synced
 	// when the worker stops and by a drain; a power cut in between only
 	// means deliveries again.
@@ -870,7 +871,7 @@ func (l *deliveryLoop) retryDue() (bool, error) {
 		l.w.cfg.Counts.add("dropped")
 		return true, nil
 	}
-	next, err := l.w.attempt(l.hctx, m, r.Attempt)
+	next, _, err := l.w.attempt(l.hctx, m, r.Attempt)
 	if err != nil {
 		return true, err
 	}
@@ -905,7 +906,7 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 		l.cursor = after
 		return true, nil
 	}
-	next, err := l.w.attempt(l.hctx, m, 1)
+	next, deadLettered, err := l.w.attempt(l.hctx, m, 1)
 	if err != nil {
 		return true, err
 	}
@@ -916,6 +917,13 @@ func (l *deliveryLoop) deliverNext() (bool, error) {
 		}
 	}
 	l.cursor = after
+	if deadLettered {
+		// written past it at once (its dead letter is durable already):
+		// a process killed before the next write ran it again at its
+		// next start, an attempt past its budget, and dead-lettered it
+		// twice; a dead letter costs an fdatasync, this write none
+		return true, l.saveCheckpoint(false)
+	}
 	if l.sinceSave++; l.sinceSave >= l.w.cfg.CheckpointEvery || l.w.cfg.Clock.Now().Sub(l.savedAt) >= l.w.cfg.CheckpointAfter {
 		return true, l.saveCheckpoint(false)
 	}
@@ -1040,11 +1048,12 @@ func (w *Worker) logMarked(m Marked) {
 }
 
 // attempt delivers m and acts on the verdict. It returns the retry to
-// schedule, if any. ctx is the deliveries' context (see deliver).
+// schedule, if any, and whether m was moved to the dead-letter queue
+// (deadLettered). ctx is the deliveries' context (see deliver).
 // errInterrupted is attempt's answer for a delivery the stop cut short.
 var errInterrupted = errors.New("the delivery was cut short by the stop")
 
-func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, error) {
+func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (next *Retry, deadLettered bool, err error) {
 	w.update(func(s *WorkerState) { s.InFlight++ })
 	v := w.handle(ctx, Delivery{Message: m, Tenant: w.q.Tenant, Flow: w.q.Flow, Attempt: attempt})
 	w.update(func(s *WorkerState) { s.InFlight-- })
@@ -1060,7 +1069,7 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 		// delivers it again, as after a kill
 		w.logger.Warn("the shutdown cut the delivery short; it is made again at the next start", "event", "queue_interrupted",
 			"msg_id", m.ID, "correlation_id", m.CorrelationID, "attempt", attempt, "error", v.Error)
-		return nil, errInterrupted
+		return nil, false, errInterrupted
 	}
 	log := func(level slog.Level, msg, event string, attrs ...slog.Attr) {
 		var buf [12]slog.Attr // on the stack: a line's attributes fit, as a rule
@@ -1082,20 +1091,20 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 			log(level, "message processed", "queue_processed", slog.String("outcome", v.Outcome))
 		}
 		count(v.Outcome)
-		return nil, nil
+		return nil, false, nil
 	}
 	now := w.cfg.Clock.Now() // after the attempt: a retry's delay counts from its end
 	switch v.Kind {
 	case VerdictRetryLater:
 		log(slog.LevelWarn, "the message could not run now; retrying in 1 s without using an attempt", "queue_retry_scheduled",
 			slog.Int64("delay_ms", RetryLaterDelay.Milliseconds()), slog.String("error", v.Error))
-		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay), Message: carry(m)}, nil
+		return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt, Due: now.Add(RetryLaterDelay), Message: carry(m)}, false, nil
 	case VerdictRetry:
 		if int64(attempt) < min(int64(v.Policy.MaxAttempts), MaxAttempts) { // the next attempt's number fits its record (int64: MaxAttempts overflows a 32-bit int)
 			d := Delay(v.Policy, attempt)
 			log(slog.LevelWarn, "attempt failed; retry scheduled", "queue_retry_scheduled",
 				slog.Int64("delay_ms", d.Milliseconds()), slog.Int("next_attempt", attempt+1), slog.String("error", v.Error))
-			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d), Message: carry(m)}, nil
+			return &Retry{ID: m.ID, Offset: m.Offset, Attempt: attempt + 1, Due: now.Add(d), Message: carry(m)}, false, nil
 		}
 		fallthrough
 	case VerdictDeadLetter:
@@ -1110,20 +1119,20 @@ func (w *Worker) attempt(ctx context.Context, m Message, attempt int) (*Retry, e
 			log(slog.LevelError, "message dropped: too large to keep as a dead letter", "queue_dropped",
 				slog.String("error", v.Error), slog.String("reason", err.Error()))
 			count("dropped")
-			return nil, nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("moving message %d to the dead-letter queue: %w", m.ID, err)
+			return nil, false, fmt.Errorf("moving message %d to the dead-letter queue: %w", m.ID, err)
 		}
 		log(slog.LevelError, "message moved to the dead-letter queue", "dlq_moved", slog.Int("attempts", attempt), slog.String("last_error", v.Error))
 		count("dead_lettered")
-		return nil, nil
+		return nil, true, nil
 	case VerdictDrop:
 		log(slog.LevelError, "message dropped: it can never succeed", "queue_dropped", slog.String("error", v.Error))
 		count("dropped")
-		return nil, nil
+		return nil, false, nil
 	}
-	return nil, fmt.Errorf("handler returned verdict kind %d", v.Kind)
+	return nil, false, fmt.Errorf("handler returned verdict kind %d", v.Kind)
 }
 
 // carry is the copy of m a retry carries (see Retry.Message): made only
