@@ -325,7 +325,10 @@ func TestRouterAnswers(t *testing.T) {
 // TestRouterNamesThePathAsSent: the router's 404 and 405 name the path as
 // the request sent it, escapes kept: an encoded slash in a name is told
 // from a slash between names. They named the decoded path
-// (/flows/a/b/echo/run for /flows/a%2Fb/echo/run), a path no one sent.
+// (/flows/a/b/echo/run for /flows/a%2Fb/echo/run), a path no one sent. A
+// path with an encoded slash names no endpoint: the router routed its
+// decoded form, so /flows/acme%2Fecho/run ran acme/echo, past a proxy
+// rule written for /flows/acme/echo/run.
 func TestRouterNamesThePathAsSent(t *testing.T) {
 	fx := newFixture(t, nil)
 	for _, tc := range []struct {
@@ -338,7 +341,12 @@ func TestRouterNamesThePathAsSent(t *testing.T) {
 		{http.MethodGet, "/nope%2Fx", http.StatusNotFound, "no such endpoint: GET /nope%2Fx"},
 		{http.MethodGet, "/no%20pe", http.StatusNotFound, "no such endpoint: GET /no%20pe"},
 		{http.MethodGet, "/nope", http.StatusNotFound, "no such endpoint: GET /nope"},
-		{http.MethodGet, "/flows/acme%2Fx/run", http.StatusMethodNotAllowed, "method GET is not allowed on /flows/acme%2Fx/run"},
+		// an encoded slash is part of a name, which no name holds: the
+		// router matched the decoded path, ran acme/echo for the first
+		// and answered the second 405 as a door
+		{http.MethodPost, "/flows/acme%2Fecho/run", http.StatusNotFound, "no such endpoint: POST /flows/acme%2Fecho/run"},
+		{http.MethodGet, "/flows/acme%2Fx/run", http.StatusNotFound, "no such endpoint: GET /flows/acme%2Fx/run"},
+		{http.MethodGet, "/ui%2Fqueues", http.StatusNotFound, "no such endpoint: GET /ui%2Fqueues"},
 		{http.MethodGet, "/flows/acme/echo/run", http.StatusMethodNotAllowed, "method GET is not allowed on /flows/acme/echo/run"},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {

@@ -235,17 +235,30 @@ func get(r *httprouter.Router, path string, h httprouter.Handle) {
 
 // Handler is the server's HTTP handler: the UI's router for the paths
 // under /ui/ (a host with an admin key), the main router for the others.
+//
+// A path with an encoded slash (%2F) names no endpoint (no name holds a
+// slash): it is the router's 404. The routers match the decoded path, so
+// /flows/acme%2Fecho/run ran acme/echo, past a proxy rule written for the
+// path as sent.
 func (s *Server) Handler() http.Handler {
-	if s.ui == nil {
-		return s.router
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/ui/") {
+		ui := s.ui != nil && strings.HasPrefix(r.URL.Path, "/ui/")
+		switch {
+		case r.URL.RawPath != "" && encodedSlash(r.URL.RawPath) && ui:
+			s.ui.NotFound.ServeHTTP(w, r)
+		case r.URL.RawPath != "" && encodedSlash(r.URL.RawPath):
+			s.router.NotFound.ServeHTTP(w, r)
+		case ui:
 			s.ui.ServeHTTP(w, r)
-			return
+		default:
+			s.router.ServeHTTP(w, r)
 		}
-		s.router.ServeHTTP(w, r)
 	})
+}
+
+// encodedSlash reports whether an escaped path holds %2F (or %2f).
+func encodedSlash(raw string) bool {
+	return strings.Contains(raw, "%2F") || strings.Contains(raw, "%2f")
 }
 
 // apiUnauthorized answers a request under /api/ that no endpoint takes as

@@ -627,7 +627,7 @@ func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter
 // uiNotFound answers a path under /ui/ that is no page with the UI's 404
 // page (the API's paths keep their JSON).
 func (s *Server) uiNotFound(w http.ResponseWriter, r *http.Request) {
-	s.uiRefusal(w, r, http.StatusNotFound, "Page not found", "There is no page at "+r.URL.Path+".")
+	s.uiRefusal(w, r, http.StatusNotFound, "Page not found", "There is no page at "+r.URL.EscapedPath()+".")
 }
 
 // uiMethodNotAllowed answers a method a page of the UI does not take
@@ -636,7 +636,7 @@ func (s *Server) uiNotFound(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	allow := allowWithoutOptions(w.Header())
 	s.uiRefusal(w, r, http.StatusMethodNotAllowed, "Method not allowed",
-		"The page "+r.URL.Path+" does not answer "+r.Method+" (it answers "+allow+").")
+		"The page "+r.URL.EscapedPath()+" does not answer "+r.Method+" (it answers "+allow+").")
 }
 
 // uiRefusal is the UI's error page for a request no page takes, made
