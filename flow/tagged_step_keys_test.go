@@ -16,11 +16,7 @@ import (
 func TestTaggedStepKeys(t *testing.T) {
 	const head = "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\neffects: [http_egress]\n---\n\n## Step: s\n"
 	const http = "effects: [http_egress]\nendpoint: https://api.example.com/\n"
-	for _, c := range []struct {
-		lines string
-		line  int
-		want  string
-	}{
+	checkStepLineErrors(t, head, []stepLineError{
 		{http + "headers: {X-A: !foo x}\n", 11, "headers: the value of X-A must be a string, not a value tagged !foo"},
 		{http + "headers: {X-A: ok, X-B: ! 5}\n", 11, "headers: the value of X-B must be a string, not a value tagged !"},
 		{http + "headers: {X-A: !!int 5}\n", 11, "headers: the value of X-A must be a string, not a value tagged !!int"},
@@ -34,18 +30,7 @@ func TestTaggedStepKeys(t *testing.T) {
 		{"response_header_remove: [!foo x-a]\n", 9, "response_header_remove of step \"s\" must be a list of names, not a value tagged !foo"},
 		{"response_header_remove: [x-a, ! x-b]\n", 9, "response_header_remove of step \"s\" must be a list of names, not a value tagged !"},
 		{"response_header_remove: !foo [x-a]\n", 9, "response_header_remove of step \"s\" must be a list, e.g. [x-internal, x-ephemeral], not a value tagged !foo"},
-	} {
-		var got []string
-		for _, e := range compileErrs(t, head+c.lines+"```ntd\n{}\n```\n") {
-			if e.Line != c.line {
-				t.Errorf("%q: error on line %d, want %d: %s", c.lines, e.Line, c.line, e.Msg)
-			}
-			got = append(got, e.Msg)
-		}
-		if diff := cmp.Diff([]string{c.want}, got); diff != "" {
-			t.Errorf("%q: errors (-want +got):\n%s", c.lines, diff)
-		}
-	}
+	})
 
 	// an exclamation mark inside a value, or quoted, is text; !!str, !!seq
 	// and !!map change nothing
@@ -64,5 +49,31 @@ func TestTaggedStepKeys(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"X-A: ! x", "X-B: y!", "X-C: z", "remove !x", "remove X-Y"}, got); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+}
+
+// stepLineError is a step's lines (after head's "## Step: s") and the one
+// compile error they make, on its line.
+type stepLineError struct {
+	lines string
+	line  int
+	want  string
+}
+
+// checkStepLineErrors compiles head followed by each case's lines and an
+// ntd block, and checks the one error each makes and its line.
+func checkStepLineErrors(t *testing.T, head string, cases []stepLineError) {
+	t.Helper()
+	for _, c := range cases {
+		var got []string
+		for _, e := range compileErrs(t, head+c.lines+"```ntd\n{}\n```\n") {
+			if e.Line != c.line {
+				t.Errorf("%q: error on line %d, want %d: %s", c.lines, e.Line, c.line, e.Msg)
+			}
+			got = append(got, e.Msg)
+		}
+		if diff := cmp.Diff([]string{c.want}, got); diff != "" {
+			t.Errorf("%q: errors (-want +got):\n%s", c.lines, diff)
+		}
 	}
 }

@@ -21,11 +21,7 @@ func TestTaggedStepScalars(t *testing.T) {
 	const head = "---\nflowmarkdown_version: \"0.1\"\nflow: f\ntenant: acme\neffects: [http_egress, queue_publish]\n---\n\n## Step: s\n"
 	const http = "effects: [http_egress]\n"
 	const endpoint = "endpoint: https://api.example.com/\n"
-	for _, c := range []struct {
-		lines string
-		line  int
-		want  string
-	}{
+	checkStepLineErrors(t, head, []stepLineError{
 		{http + "endpoint: !foo https://api.example.com/\n", 10, "endpoint must be a string, not a value tagged !foo"},
 		{http + endpoint + "method: ! POST\n", 11, "method must be a string, not a value tagged !"},
 		{http + endpoint + "method: !!int 5\n", 11, "method must be a string, not a value tagged !!int"},
@@ -39,18 +35,7 @@ func TestTaggedStepScalars(t *testing.T) {
 		{"response_header_x_a: !\n", 9, "response_header_x_a must be a string, not a value tagged !"},
 		{"response_header_x_a: !<tag:yaml.org,2002:int> 5\n", 9, "response_header_x_a must be a string, not a value tagged !!int"},
 		{"response_header_x_a: !<x> 5\n", 9, "response_header_x_a must be a string, not a value tagged !<x>"},
-	} {
-		var got []string
-		for _, e := range compileErrs(t, head+c.lines+"```ntd\n{}\n```\n") {
-			if e.Line != c.line {
-				t.Errorf("%q: error on line %d, want %d: %s", c.lines, e.Line, c.line, e.Msg)
-			}
-			got = append(got, e.Msg)
-		}
-		if diff := cmp.Diff([]string{c.want}, got); diff != "" {
-			t.Errorf("%q: errors (-want +got):\n%s", c.lines, diff)
-		}
-	}
+	})
 
 	// !!str on a string and !!int on a whole number change nothing; an
 	// exclamation mark inside a value, or quoted, is text

@@ -578,21 +578,30 @@ func TestSyncErrorShown(t *testing.T) {
 // the body before the answer, so the caller waited for the read timeout.
 func TestStatusRefusalAnswersBeforeTheBody(t *testing.T) {
 	fx := newFixture(t, func(c *host.Config) { c.AdminKey = adminKey })
-	srv := httptest.NewServer(fx.handler)
-	defer srv.Close()
+	resp := answerBeforeTheBody(t, fx.handler, "GET /status HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer wrong-key\r\nContent-Length: 100000\r\n\r\n{")
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close || resp.Header.Get("WWW-Authenticate") != "Bearer" {
+		t.Errorf("%s, Connection: close %v, WWW-Authenticate %q; want 401, the connection closed, Bearer", resp.Status, resp.Close, resp.Header.Get("WWW-Authenticate"))
+	}
+}
+
+// answerBeforeTheBody sends head (a request announcing a body it does not
+// send) to handler over a real connection and returns the answer, failing
+// the test when none comes within 2 s.
+func answerBeforeTheBody(t *testing.T, handler http.Handler, head string) *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	fmt.Fprintf(c, "GET /status HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer wrong-key\r\nContent-Length: 100000\r\n\r\n{")
+	fmt.Fprint(c, head)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("no answer while the body is not sent: %v", err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || !resp.Close || resp.Header.Get("WWW-Authenticate") != "Bearer" {
-		t.Errorf("%s, Connection: close %v, WWW-Authenticate %q; want 401, the connection closed, Bearer", resp.Status, resp.Close, resp.Header.Get("WWW-Authenticate"))
-	}
+	return resp
 }

@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bufio"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -11,9 +10,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -702,20 +699,7 @@ func TestWebhookWithoutASecretAnswersBeforeItsBody(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fx := newFixture(t, tt.edit)
-			srv := httptest.NewServer(fx.handler)
-			defer srv.Close()
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(2 * time.Second))
-			fmt.Fprintf(c, "POST /hooks/git HTTP/1.1\r\nHost: nexus.test\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatalf("no answer while the body is not sent: %v", err)
-			}
-			resp.Body.Close()
+			resp := answerBeforeTheBody(t, fx.handler, "POST /hooks/git HTTP/1.1\r\nHost: nexus.test\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
 			if resp.Status != tt.status || !resp.Close || resp.Header.Get("X-Correlation-Id") == "" {
 				t.Errorf("%s, Connection: close %v, X-Correlation-Id %q; want %s, the connection closed", resp.Status, resp.Close, resp.Header.Get("X-Correlation-Id"), tt.status)
 			}
