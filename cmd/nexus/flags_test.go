@@ -93,3 +93,62 @@ func TestDBWithAControlCharacterIsBadUsage(t *testing.T) {
 		t.Errorf("a refused command made %q (%v)", db, err)
 	}
 }
+
+// TestAFlagIsNotTheValueOfTheFlagBefore: a flag given without its value
+// and followed by another flag of the command is bad usage naming the one
+// without a value, exit 2, in every command, and nothing is made. The flag
+// package took the next flag as the value: nexus serve --db --dev made a
+// registry named "--dev" in the working folder and served it, not
+// development mode; nexus serve --admin-key --dev served with the admin
+// key "--dev"; nexus key generate --tenant --flows a said `unexpected
+// argument "a"`, naming neither flag.
+func TestAFlagIsNotTheValueOfTheFlagBefore(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	db := filepath.Join(dir, "state", "registry.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", "--dev"}, `nexus serve: --db needs a value (--dev is a flag)`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--admin-key", "--dev"}, `nexus serve: --admin-key needs a value (--dev is a flag)`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--admin-key", "--log-format", "text"}, `nexus serve: --admin-key needs a value (--log-format is a flag)`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--secret", "-poll=1s"}, `nexus serve: --secret needs a value (-poll=1s is a flag)`},
+		{[]string{"key", "generate", "--tenant", "--flows", "a"}, `nexus key generate: --tenant needs a value (--flows is a flag)`},
+		{[]string{"dlq", "list", "--db", db, "--tenant", "--flow", "x"}, `nexus dlq list: --tenant needs a value (--flow is a flag)`},
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "--all"}, `nexus dlq replay: --flow needs a value (--all is a flag)`},
+		{[]string{"journal", "--db", db, "--tenant", "--limit", "3"}, `nexus journal: --tenant needs a value (--limit is a flag)`},
+		{[]string{"status", "--db", "--help"}, `nexus status: --db needs a value (--help is a flag)`},
+		{[]string{"deploy", "--db", "-h", "x.md"}, `nexus deploy: --db needs a value (-h is a flag)`},
+	} {
+		args := c.args
+		if args[0] == "serve" {
+			// a host taken wrongly stops at its bad --log-format,
+			// serving nothing
+			args = append(args, "--log-format", "bogus")
+		}
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitUsage || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus %q: exit %d, stderr %q, stdout %q; want exit 2 and %q", args, code, stderr.String(), stdout.String(), c.want)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("refused commands left %v in the working folder (%v)", entries, err)
+	}
+	// a value that only looks like a flag is still a value: a negative
+	// number, a lone dash, a flag of another command; and --flag=value
+	// takes anything
+	for _, args := range [][]string{
+		{"journal", "--db", db, "--limit", "-1"},
+		{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "-1"},
+		{"journal", "--db", db, "--tenant", "--all"},
+		{"journal", "--db", db, "--tenant=--flow"},
+	} {
+		var stdout, stderr bytes.Buffer
+		run(args, &stdout, &stderr)
+		if strings.Contains(stderr.String(), "needs a value") {
+			t.Errorf("nexus %q: %q; want the value taken", args, stderr.String())
+		}
+	}
+}

@@ -385,6 +385,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 
 func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	decimalNumbers(fs)
+	if err := flagAsValue(fs, args); err != nil {
+		return nil, err
+	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -405,6 +408,51 @@ func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// flagAsValue refuses a flag of fs given without its value and followed by
+// another flag of fs (or -h, --help): the flag package took that flag as
+// the value, so that nexus serve --db --dev made a registry named "--dev"
+// and served it, and nexus key generate --tenant --flows a said
+// `unexpected argument "a"`, naming neither flag. A value that only looks
+// like a flag (-1, a lone dash, a flag fs does not have) is taken, and so
+// is any value given as --flag=value.
+func flagAsValue(fs *flag.FlagSet, args []string) error {
+	for i := 0; i < len(args)-1; i++ {
+		name, ok := flagArgName(args[i])
+		if !ok {
+			if args[i] == "--" {
+				return nil
+			}
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil || strings.Contains(args[i], "=") {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if next, ok := flagArgName(args[i+1]); ok && (fs.Lookup(next) != nil || isHelp(next) || isHelp("-"+next)) {
+			return fmt.Errorf("--%s needs a value (%s is a flag)", name, args[i+1])
+		}
+		i++ // its value
+	}
+	return nil
+}
+
+// flagArgName is the name of the flag arg spells (-name, --name or either
+// with =value), or false when arg is no flag.
+func flagArgName(arg string) (string, bool) {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return "", false
+	}
+	name := strings.TrimPrefix(arg[1:], "-")
+	name, _, _ = strings.Cut(name, "=")
+	if name == "" || name[0] == '-' {
+		return "", false
+	}
+	return name, true
 }
 
 func plural(n int) string {
