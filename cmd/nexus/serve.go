@@ -90,7 +90,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the `address` to listen on (env NEXUS_LISTEN)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the `address` to listen on; 127.0.0.1:9090 with --dev unless given (env NEXUS_LISTEN)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "the registry `file`; the state directory is its folder (env NEXUS_DB)")
 	fs.StringVar(&cfg.Repo, "repo", cfg.Repo, "the config repo: an https://, http://, ssh:// or file:// URL, or a local `path` (env NEXUS_REPO)")
 	fs.StringVar(&cfg.Branch, "branch", cfg.Branch, "the `branch` to follow (env NEXUS_BRANCH)")
@@ -101,7 +101,7 @@ func serveFlags() (*serveConfig, *flag.FlagSet, envProblems) {
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "the message-size ceiling, in `bytes`, of flows that set none (env NEXUS_MAX_BODY_BYTES)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", cfg.MaxWorkers, "the residency budget: the most queues (`N`) with a worker in this process (env NEXUS_MAX_WORKERS)")
 	fs.IntVar(&cfg.MaxRuns, "max-runs", cfg.MaxRuns, "the most /run executions (`N`) in progress at once, one more answered 503; 0 sets no limit (env NEXUS_MAX_RUNS)")
-	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "the log's `format`: json or text (env NEXUS_LOG_FORMAT)")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "the log's `format`: json or text; text when stderr is a terminal unless given (env NEXUS_LOG_FORMAT)")
 	fs.DurationVar(&cfg.JournalRetention, "journal-retention", cfg.JournalRetention, "how long (a `duration`) journal entries are kept: 0 keeps them forever, otherwise at least 1m (env NEXUS_JOURNAL_RETENTION)")
 	fs.Int64Var(&cfg.JournalMax, "journal-max-entries", cfg.JournalMax, "the most journal entries (`N`) kept, the oldest deleted first whatever the retention; 0 keeps any number (env NEXUS_JOURNAL_MAX_ENTRIES)")
 	fs.StringVar(&cfg.SSHKey, "ssh-key", cfg.SSHKey, "a private key `file` for an ssh:// repo; default the ssh agent (env NEXUS_SSH_KEY)")

@@ -678,3 +678,28 @@ func devSkipped(t *testing.T, src string) []map[string]any {
 	unlock()
 	return log.Events(t, "dev_file_skipped")
 }
+
+// TestServeHelpSaysTheDefaultsOfATerminalAndOfDev: nexus serve --help
+// says the defaults as they are taken, server.md's `json` (`text` for a
+// terminal) and the README's :9090 (with --dev, 127.0.0.1:9090): it said
+// (default "json") and (default ":9090") alone, where a log going to a
+// terminal is text and --dev listens on the loopback.
+func TestServeHelpSaysTheDefaultsOfATerminalAndOfDev(t *testing.T) {
+	for _, v := range []string{"NEXUS_LOG_FORMAT", "NEXUS_LISTEN"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"serve", "--help"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("nexus serve --help: exit %d %s", code, stderr.String())
+	}
+	for flagName, want := range map[string]string{
+		"log-format": "text when stderr is a terminal",
+		"listen":     "127.0.0.1:9090 with --dev",
+	} {
+		m := regexp.MustCompile(`(?m)^  -` + flagName + ` \S+\n\s+(.*)$`).FindStringSubmatch(stdout.String())
+		if m == nil || !strings.Contains(m[1], want) {
+			t.Errorf("nexus serve --help, --%s: %q; want it to say %q", flagName, m, want)
+		}
+	}
+}
