@@ -152,3 +152,25 @@ func TestAFlagIsNotTheValueOfTheFlagBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestABoolFlagTakesItsValueAfterAnEqualsSign: a flag that is on or off
+// given a separate true or false (--dev false) is bad usage naming the
+// flag and how to write it, exit 2; the flag package turned it on and left
+// the word, said as `unexpected argument "false"`, naming no flag.
+func TestABoolFlagTakesItsValueAfterAnEqualsSign(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "registry.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", db, "--dev", "false", "--log-format", "bogus"}, `nexus serve: --dev takes true or false after an equals sign: write --dev=false`},
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "1", "-all", "true"}, `nexus dlq replay: --all takes true or false after an equals sign: write --all=true`},
+		{[]string{"dlq", "discard", "--db", db, "--tenant", "acme", "--flow", "f", "--all", "0"}, `nexus dlq discard: --all takes true or false after an equals sign: write --all=0`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		if code != exitUsage || stderr.String() != c.want+"\n" || stdout.Len() != 0 {
+			t.Errorf("nexus %q: exit %d, stderr %q, stdout %q; want exit 2 and %q", c.args, code, stderr.String(), stdout.String(), c.want)
+		}
+	}
+}

@@ -416,7 +416,8 @@ func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // and served it, and nexus key generate --tenant --flows a said
 // `unexpected argument "a"`, naming neither flag. A value that only looks
 // like a flag (-1, a lone dash, a flag fs does not have) is taken, and so
-// is any value given as --flag=value.
+// is any value given as --flag=value. A flag that is on or off followed by
+// a separate true or false (--dev false) is refused too, naming the flag.
 func flagAsValue(fs *flag.FlagSet, args []string) error {
 	for i := 0; i < len(args)-1; i++ {
 		name, ok := flagArgName(args[i])
@@ -431,6 +432,12 @@ func flagAsValue(fs *flag.FlagSet, args []string) error {
 			continue
 		}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			// --dev false turned --dev on and left the word, said as an
+			// unexpected argument (no command takes one that reads as
+			// true or false after such a flag)
+			if _, err := strconv.ParseBool(args[i+1]); err == nil {
+				return fmt.Errorf("--%s takes true or false after an equals sign: write --%s=%s", name, name, args[i+1])
+			}
 			continue
 		}
 		if next, ok := flagArgName(args[i+1]); ok && (fs.Lookup(next) != nil || isHelp(next) || isHelp("-"+next)) {
