@@ -793,7 +793,12 @@ func TestFlagValueErrors(t *testing.T) {
 		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "0"}, `nexus dlq replay: --id "0" is not a message id (a whole number from nexus dlq list)`},
 		{[]string{"dlq", "discard", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "-1"}, `nexus dlq discard: --id "-1" is not a message id (a whole number from nexus dlq list)`},
 		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "abc"}, `nexus dlq replay: --id "abc" is not a message id (a whole number from nexus dlq list)`},
-		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f"}, `nexus dlq replay: replay needs --tenant, --flow and --id (or --all)`},
+		// the flags left out are named, not all three
+		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f"}, `nexus dlq replay: replay needs --id (or --all)`},
+		{[]string{"dlq", "discard", "--db", db, "--tenant", "acme", "--id", "7"}, `nexus dlq discard: discard needs --flow`},
+		{[]string{"dlq", "replay", "--db", db, "--flow", "f", "--all"}, `nexus dlq replay: replay needs --tenant`},
+		{[]string{"dlq", "replay", "--db", db, "--id", "7"}, `nexus dlq replay: replay needs --tenant and --flow`},
+		{[]string{"dlq", "discard", "--db", db}, `nexus dlq discard: discard needs --tenant, --flow and --id (or --all)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(c.args, &stdout, &stderr)

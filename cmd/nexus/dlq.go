@@ -69,8 +69,19 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		case *all && *id != "":
 			err = fmt.Errorf("%s takes --id or --all, not both", sub)
 		case *tenant == "" && !flagGiven(fs, "tenant") || *flowName == "" && !flagGiven(fs, "flow") || *id == "" && !*all:
-			// left out: bad usage; given empty, the name rule's (below)
-			err = fmt.Errorf("%s needs --tenant, --flow and --id (or --all)", sub)
+			// left out: bad usage, naming what is missing; given empty,
+			// the name rule's (below)
+			var missing []string
+			if *tenant == "" && !flagGiven(fs, "tenant") {
+				missing = append(missing, "--tenant")
+			}
+			if *flowName == "" && !flagGiven(fs, "flow") {
+				missing = append(missing, "--flow")
+			}
+			if *id == "" && !*all {
+				missing = append(missing, "--id (or --all)")
+			}
+			err = fmt.Errorf("%s needs %s", sub, andList(missing))
 		case *all:
 		default:
 			if n, err = strconv.ParseUint(*id, 10, 64); err != nil || n == 0 {
@@ -120,6 +131,14 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 	default:
 		return dlqMark(sub, dbPath, root, *tenant, *flowName, n, stdout, stderr)
 	}
+}
+
+// andList joins items as a sentence does: "a", "a and b", "a, b and c".
+func andList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // checkNameFlags applies the name rule to the --tenant and --flow of fs,
