@@ -387,6 +387,14 @@ func deadLetterHead(head []byte, length, off int64, f io.ReaderAt) ([]byte, erro
 	return rec, nil
 }
 
+// deadLetterWhole reports whether the verified record of length bytes
+// whose first bytes are head is a dead letter whole to its payload (its
+// last error within it), as deadLetterPayload does of a whole record.
+func deadLetterWhole(head []byte, length int64) bool {
+	return len(head) >= deadLetterFields && head[0] == kindDeadLetter &&
+		deadLetterFields+int64(binary.BigEndian.Uint32(head[29:33])) <= length
+}
+
 // DeadLetters returns the pending dead letters (not marked), by id, with
 // their whole payloads, and the damage found in dlq.log. DeadLetterPage
 // reads a bounded part.

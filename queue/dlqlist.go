@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"encoding/binary"
+	"io"
 	"io/fs"
 	"slices"
 )
@@ -36,9 +37,11 @@ func ListDeadLetters(root, tenant, flow string, fsys FS) (*DeadLetterList, []Dam
 	}
 	l := &DeadLetterList{q: q}
 	var damage []Damage
-	l.read, err = q.eachPendingAt(func(rec []byte, off int64) error {
-		if _, err := deadLetterPayload(rec); err == nil { // one that decodes, as ReadDeadLetters lists
-			l.items = append(l.items, listItem{binary.BigEndian.Uint64(rec[1:9]), off})
+	// the ids and offsets only: each frame's CRC checked through a small
+	// buffer (eachPendingHeads), a dead letter of 64 MiB read, not held
+	l.read, err = q.eachPendingScan(true, func(head []byte, length, off int64, _ io.ReaderAt) error {
+		if deadLetterWhole(head, length) { // one that decodes, as ReadDeadLetters lists
+			l.items = append(l.items, listItem{binary.BigEndian.Uint64(head[1:9]), off})
 		}
 		return nil
 	}, func(d Damage) {
@@ -121,11 +124,13 @@ func (l *DeadLetterList) relocate(f File, size int64) ([]listItem, error) {
 	for i := range items {
 		items[i].off = -1
 	}
-	_, err := scanEach(f, dlqFile, 0, size, func(rec []byte, off int64) error {
-		if len(rec) < 33 || rec[0] != kindDeadLetter {
+	// the ids only: each frame's CRC checked through a small buffer
+	// (scanHeads), a dead letter of 64 MiB read, not held
+	_, err := scanHeads(f, dlqFile, 0, size, func(head []byte, length, off int64) error {
+		if length < deadLetterFields || head[0] != kindDeadLetter {
 			return nil
 		}
-		id := binary.BigEndian.Uint64(rec[1:9])
+		id := binary.BigEndian.Uint64(head[1:9])
 		if i, ok := slices.BinarySearchFunc(items, id, func(it listItem, id uint64) int { return cmp.Compare(it.id, id) }); ok && items[i].off < 0 {
 			items[i].off = off // the first of an id, as eachPending takes
 		}

@@ -122,3 +122,62 @@ func TestDeadLetterAppendFindsTheEndStreaming(t *testing.T) {
 		t.Errorf("DeadLetterCount() = %d, %v; want 2", got, err)
 	}
 }
+
+// TestDeadLetterListReadsLargeDeadLettersStreaming: nexus dlq list's read
+// (ListDeadLetters, and Each after the worker rewrote dlq.log, which finds
+// the dead letters again) checks each frame's CRC through a small buffer
+// and keeps each dead letter's id and offset: a dlq.log holding a dead
+// letter of 8 MiB is listed with less than 1 MiB allocated, and the dead
+// letters read as before. Each read every whole record into memory just to
+// take its id.
+func TestDeadLetterListReadsLargeDeadLettersStreaming(t *testing.T) {
+	root := t.TempDir()
+	q, _ := openQueue(t, root, Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	long := deadLetter(8)
+	long.LastError = strings.Repeat("e", MaxLastError)
+	for _, d := range []DeadLetter{deadLetter(3), big, long} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var l *DeadLetterList
+	var damage []Damage
+	var err error
+	n := allocated(func() { l, damage, err = ListDeadLetters(root, testTenant, testFlow, nil) })
+	if err != nil || len(damage) != 0 || l.Len() != 3 {
+		t.Fatalf("ListDeadLetters: %v, damage %v; want 3 dead letters", err, damage)
+	}
+	if n > streamLimit {
+		t.Errorf("ListDeadLetters allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+	// the worker's rewrite of dlq.log: Each finds the dead letters again
+	if err := q.Mark(3, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.CompactDLQ(); err != nil {
+		t.Fatal(err)
+	}
+	var got []DeadLetter
+	var gone int
+	n = allocated(func() {
+		gone, err = l.Each(func(d DeadLetter) error {
+			got = append(got, d)
+			return nil
+		})
+	})
+	want := []DeadLetter{big, long}
+	for i := range want {
+		want[i].Payload = nil
+	}
+	if err != nil || gone != 1 {
+		t.Fatalf("Each after the rewrite: %d passed over, %v; want 1", gone, err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Each after the rewrite (-want +got):\n%s", diff)
+	}
+	if n > streamLimit {
+		t.Errorf("Each after the rewrite allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+	}
+}
