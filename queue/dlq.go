@@ -557,7 +557,10 @@ type PageEntry struct {
 // of the dead-letter files, so the page is the files at one moment (a
 // dead letter discarded meanwhile does not shorten it), and keeps at most
 // limit payloads in memory, whatever the size of dlq.log, and at most
-// PageDamage damaged frames, however many it counts.
+// PageDamage damaged frames, however many it counts. Each frame's CRC is
+// checked through a small buffer (eachPendingHeads), and of a dead letter
+// on the page only its fields and the payload's first maxPayload bytes
+// are read: a dead letter of 64 MiB is read, not held.
 func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterPage, error) {
 	var page DeadLetterPage
 	limit, maxPayload = max(limit, 0), max(maxPayload, 0)
@@ -565,15 +568,18 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	// the page so far: the limit lowest ids above after, the highest on
 	// top, so that a lower one read later takes its place
 	var best pageHeap
-	err := q.eachPendingDamage(func(rec []byte) error {
-		id := binary.BigEndian.Uint64(rec[1:9])
+	err := q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
+		id := binary.BigEndian.Uint64(head[1:9])
 		all = append(all, id)
 		if id <= after || limit == 0 || (len(best) == limit && id > best[0].ID) {
 			return nil
 		}
 		// a record that cannot be decoded keeps its place, and is left
 		// off the page (it is counted, not listed)
-		e, err := pageEntry(rec, maxPayload)
+		e, err := pageEntry(head, length, off, f, maxPayload)
+		if err != nil && !errors.Is(err, errBadRecord) {
+			return err // dlq.log could not be read
+		}
 		e.ID, e.bad = id, err != nil
 		if len(best) < limit {
 			heap.Push(&best, e)
@@ -615,15 +621,26 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	return page, nil
 }
 
-// pageEntry decodes the dead-letter record rec with its payload cut to
-// maxPayload bytes: only the bytes kept are copied.
-func pageEntry(rec []byte, maxPayload int) (pageSlot, error) {
-	head, err := deadLetterPayload(rec)
-	if err != nil {
-		return pageSlot{}, err
+// pageEntry decodes the verified dead-letter record at off in dlq.log (f),
+// of length bytes, whose first bytes are head, with its payload cut to
+// maxPayload bytes: the bytes past head that it keeps are read from f,
+// and no others. A record that is no dead letter is errBadRecord; any
+// other error is f's.
+func pageEntry(head []byte, length, off int64, f io.ReaderAt, maxPayload int) (pageSlot, error) {
+	if !deadLetterWhole(head, length) {
+		return pageSlot{}, errBadRecord
 	}
-	d, err := decodeDeadLetter(rec[:head+min(len(rec)-head, maxPayload)])
-	return pageSlot{PageEntry: PageEntry{DeadLetter: d, PayloadSize: len(rec) - head}}, err
+	at := deadLetterFields + int64(binary.BigEndian.Uint32(head[29:33]))
+	n := min(length, at+int64(maxPayload))
+	rec := head[:min(n, int64(len(head)))]
+	if n > int64(len(head)) {
+		rec = make([]byte, n)
+		if k, err := f.ReadAt(rec, off+headerSize); err != nil && (k < len(rec) || !errors.Is(err, io.EOF)) {
+			return pageSlot{}, err
+		}
+	}
+	d, err := decodeDeadLetter(rec)
+	return pageSlot{PageEntry: PageEntry{DeadLetter: d, PayloadSize: int(length - at)}}, err
 }
 
 // pageSlot is an entry of the page being read; bad when its record could

@@ -181,3 +181,50 @@ func TestDeadLetterListReadsLargeDeadLettersStreaming(t *testing.T) {
 		t.Errorf("Each after the rewrite allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 	}
 }
+
+// TestDeadLetterPageReadsLargeDeadLettersStreaming: a page of the dead
+// letters (the Queue page, GET /api/queues/…/dlq) checks each frame's CRC
+// through a small buffer and reads of a dead letter on the page its fields
+// and the first maxPayload bytes of its payload only: a dlq.log holding a
+// dead letter of 8 MiB, on the page or before it, is read with less than
+// 1 MiB allocated, and the page is as before. Each whole record was read
+// into memory, the dead letters before the page's too.
+func TestDeadLetterPageReadsLargeDeadLettersStreaming(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	big := deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	long := deadLetter(8)
+	long.LastError = strings.Repeat("e", MaxLastError)
+	for _, d := range []DeadLetter{deadLetter(3), big, long} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := func(d DeadLetter, maxPayload int) PageEntry {
+		e := PageEntry{DeadLetter: d, PayloadSize: len(d.Payload)}
+		e.Payload = d.Payload[:min(len(d.Payload), maxPayload)]
+		return e
+	}
+	for _, tt := range []struct {
+		after      uint64
+		maxPayload int
+		want       []PageEntry
+	}{
+		{0, 4 << 10, []PageEntry{entry(deadLetter(3), 4<<10), entry(big, 4<<10), entry(long, 4<<10)}},
+		{0, 0, []PageEntry{entry(deadLetter(3), 0), entry(big, 0), entry(long, 0)}},
+		{7, 4 << 10, []PageEntry{entry(long, 4<<10)}},
+	} {
+		var page DeadLetterPage
+		var err error
+		n := allocated(func() { page, err = q.DeadLetterPage(tt.after, 50, tt.maxPayload) })
+		if err != nil || page.Total != 3 {
+			t.Fatalf("DeadLetterPage(%d, 50, %d): total %d, %v; want 3", tt.after, tt.maxPayload, page.Total, err)
+		}
+		if diff := cmp.Diff(tt.want, page.Entries); diff != "" {
+			t.Errorf("DeadLetterPage(%d, 50, %d) (-want +got):\n%s", tt.after, tt.maxPayload, diff)
+		}
+		if n > streamLimit {
+			t.Errorf("DeadLetterPage(%d, 50, %d) allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", tt.after, tt.maxPayload, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
+		}
+	}
+}
