@@ -95,9 +95,9 @@ func jsonSize(v any, max int) int {
 
 // AppendJSONLimit is AppendJSON stopped as soon as what it appends to dst
 // passes limit bytes: it returns false then, and dst holds a part of the
-// document. A string is not written when its bytes alone would pass the
-// limit (its escapes only add to them), so no more than the limit and a
-// number's digits is ever written.
+// document. A string is not written when it would pass the limit, its
+// escapes counted, so no more than the limit and a number's digits is
+// ever written.
 func AppendJSONLimit(dst []byte, v any, limit int) ([]byte, bool) {
 	end := len(dst) + limit
 	if limit > math.MaxInt-len(dst) {
@@ -107,42 +107,57 @@ func AppendJSONLimit(dst []byte, v any, limit int) ([]byte, bool) {
 }
 
 // appendJSONUpTo is AppendJSON that stops once dst would be longer than
-// end: false then.
+// end: false then, dst never longer than end but by a number's digits.
 func appendJSONUpTo(dst []byte, v any, end int) ([]byte, bool) {
 	switch x := v.(type) {
 	case string:
-		if len(x) > end-len(dst)-2 {
+		if !stringFits(x, end-len(dst)-2) { // the quotes
 			return dst, false
 		}
 		dst = appendString(dst, x)
 	case *XMLDocument:
 		return appendJSONUpTo(dst, string(x.raw), end)
 	case []any:
-		dst = append(dst, '[')
 		for i, e := range x {
-			if i > 0 {
-				dst = append(dst, ',')
+			if len(dst) >= end {
+				return dst, false
 			}
+			dst = append(dst, separator(i, '['))
 			var ok bool
 			if dst, ok = appendJSONUpTo(dst, e, end); !ok {
 				return dst, false
 			}
 		}
-		dst = append(dst, ']')
-	case *Object:
-		dst = append(dst, '{')
-		for i, k := range x.keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			if len(k) > end-len(dst)-3 {
+		if len(x) == 0 {
+			if len(dst)+2 > end {
 				return dst, false
 			}
-			dst = append(appendString(dst, k), ':')
+			dst = append(dst, '[')
+		}
+		if len(dst) >= end {
+			return dst, false
+		}
+		dst = append(dst, ']')
+	case *Object:
+		for i, k := range x.keys {
+			// the key, its quotes, the colon and the { or , before it
+			if !stringFits(k, end-len(dst)-4) {
+				return dst, false
+			}
+			dst = append(appendString(append(dst, separator(i, '{')), k), ':')
 			var ok bool
 			if dst, ok = appendJSONUpTo(dst, x.vals[i], end); !ok {
 				return dst, false
 			}
+		}
+		if len(x.keys) == 0 {
+			if len(dst)+2 > end {
+				return dst, false
+			}
+			dst = append(dst, '{')
+		}
+		if len(dst) >= end {
+			return dst, false
 		}
 		dst = append(dst, '}')
 	case map[string]any:
@@ -151,4 +166,21 @@ func appendJSONUpTo(dst []byte, v any, end int) ([]byte, bool) {
 		dst = AppendJSON(dst, v)
 	}
 	return dst, len(dst) <= end
+}
+
+// separator is what goes before the element i of an array or an object
+// opened by open: open before the first, a comma before the others.
+func separator(i int, open byte) byte {
+	if i == 0 {
+		return open
+	}
+	return ','
+}
+
+// stringFits reports whether s, as appendString writes it (its quotes
+// aside), takes room bytes at most: its bytes, then, when its escapes
+// could take it past room (each takes 6 bytes at most), the bytes it is
+// written in, counted without writing them.
+func stringFits(s string, room int) bool {
+	return len(s) <= room && (len(s) <= room/6 || escapedLen(s) <= room)
 }

@@ -75,3 +75,38 @@ func TestAppendJSONLimit(t *testing.T) {
 	}
 	_ = got
 }
+
+// AppendJSONLimit writes no more than its limit whatever a string's
+// escapes (a control character, invalid UTF-8 and U+2028 take 6 bytes
+// each): a string whose bytes fit but whose escapes do not is not written.
+// It was written whole, escapes and all, before the limit was looked at:
+// a string of 10 MiB of control characters wrote 60 MiB under a limit of
+// 10 MiB.
+func TestAppendJSONLimitCountsEscapes(t *testing.T) {
+	for _, s := range []string{
+		strings.Repeat("\x01", 1000),
+		strings.Repeat("\xff", 1000),
+		strings.Repeat("\u2028", 1000),
+		strings.Repeat(`"\`, 1000),
+		strings.Repeat("a\n", 1000),
+		strings.Repeat("é", 1000),
+	} {
+		if n, want := escapedLen(s), len(AppendJSON(nil, s))-2; n != want {
+			t.Errorf("escapedLen(%.12q) = %d, appendString writes %d", s, n, want)
+		}
+		for _, doc := range []any{s, []any{s}, NewObject([]string{"k"}, []any{s}), NewObject([]string{s}, []any{1}), []any{[]any{}, NewObject(nil, nil), s}} {
+			want := AppendJSON(nil, doc)
+			if got, ok := AppendJSONLimit(nil, doc, len(want)); !ok || string(got) != string(want) {
+				t.Errorf("%.12q: a limit of its size: %v, %d bytes, want %d", s, ok, len(got), len(want))
+			}
+			for _, limit := range []int{len(want) - 1, len(s) + 8, 100} {
+				if limit >= len(want) {
+					continue // it fits
+				}
+				if got, ok := AppendJSONLimit([]byte("pre"), doc, limit); ok || len(got) > 3+limit {
+					t.Errorf("%.12q under a limit of %d (its JSON %d bytes): %v, %d bytes written", s, limit, len(want), ok, len(got)-3)
+				}
+			}
+		}
+	}
+}

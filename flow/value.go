@@ -394,6 +394,36 @@ func appendFloat(dst []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// escapedLen is the length of s as appendString writes it, without its
+// quotes, counted without writing it.
+func escapedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c >= 0x20 && c != '"' && c != '\\':
+				n++
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+				n += 2
+			default:
+				n += 6
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1, r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
