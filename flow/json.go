@@ -38,7 +38,11 @@ type jsonParser struct {
 	data     []byte
 	pos      int
 	maxDepth int
-	space    int // the bytes of white space skipped so far
+	// space is the bytes read so far that an object's compact JSON, as
+	// AppendJSON writes it, does not hold: white space skipped, and the
+	// bytes by which a string's escapes as written are longer than as
+	// written again (less when shorter)
+	space int
 }
 
 // JSONError is a refused JSON document.
@@ -162,7 +166,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 		case '}':
 			p.pos++
 			o := obj.object()
-			o.size = p.pos - start - (p.space - space) // as written, compact
+			o.size = p.pos - start - (p.space - space) // compact, as answered
 			return o, nil
 		default:
 			return nil, p.errorf("expected ',' or '}' in an object, found %s", quoteByte(p.data[p.pos]))
@@ -288,7 +292,11 @@ func (p *jsonParser) string() (string, error) {
 				p.pos = start
 				return "", p.errorf("invalid UTF-8 in a string")
 			}
-			return string(buf), nil
+			// an object's size counts the string as it is answered, not
+			// as written: "\u4e2d" is 6 bytes written and 3 answered
+			str := string(buf)
+			p.space += p.pos - 1 - start - escapedLen(str)
+			return str, nil
 		case c < 0x20:
 			return "", p.errorf("control character %s in a string", quoteByte(c))
 		case c == '\\':

@@ -110,3 +110,36 @@ func TestAppendJSONLimitCountsEscapes(t *testing.T) {
 		}
 	}
 }
+
+// An object the JSON parser read counts its strings, keys and values, as
+// they are answered, not as they were written: a message whose text is
+// written with escapes (Python's json.dumps writes "中" as "\u4e2d", 6
+// bytes for 3) rendered twice under a limit of the answer's size is not
+// refused. It was counted as written, twice its size and more, and a
+// legitimate document was refused far below the limit.
+func TestRenderLimitCountsParsedStringsAsAnswered(t *testing.T) {
+	for _, body := range []string{
+		`{"text": "` + strings.Repeat(`\u4e2d`, 100) + `"}`,
+		`{"\u00e9t\u00e9": "caf\u00e9", "path": "a\/b\/c", "q": "\"x\""}`,
+		`{"nested": {"k\u0041": ["\u0041\u0042", {"z": "\t\n"}]}, "ctl": "\u0001\u001f"}`,
+		`{"raw": "é  中", "sep": "\u2028 raw  "}`,
+	} {
+		t.Run(body, func(t *testing.T) {
+			doc, err := ParseJSON([]byte(body), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := jsonSize(doc, unbounded), len(AppendJSON(nil, doc)); got != want {
+				t.Errorf("jsonSize = %d, the answer holds %d bytes", got, want)
+			}
+			ntd, err := CompileNTD(`[{{ $ }}, {{ $ }}]`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := len(AppendJSON(nil, []any{doc, doc}))
+			if _, err := ntd.RenderLimit(&Env{Doc: doc}, n); err != nil {
+				t.Errorf("under a limit of the answer's size %d: %v", n, err)
+			}
+		})
+	}
+}

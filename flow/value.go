@@ -24,8 +24,9 @@ type Object struct {
 	index map[string]int // built for larger objects only
 	// size is the length of the object's compact JSON when it was counted
 	// as the object was built (jsonSize), 0 when it was not: a template
-	// counts what it renders, the JSON parser what it reads (escapes as
-	// written). Set once, before the object is shared.
+	// counts what it renders, the JSON parser what it reads, compact and
+	// its strings as AppendJSON writes them. Set once, before the object
+	// is shared.
 	size int
 }
 
