@@ -16,6 +16,7 @@ import (
 	"github.com/nexushq/nexus/flow"
 	"github.com/nexushq/nexus/jsonlog"
 	"github.com/nexushq/nexus/queue"
+	"github.com/nexushq/nexus/registry"
 )
 
 // enqueue is the /enqueue door: the message is appended to the flow's
@@ -264,7 +265,11 @@ func (s *Server) Publish(ctx context.Context, tenant, flowName string, payload [
 		// it would be dead-lettered unrun while the publisher answered as
 		// if it were delivered (registry.LiveSet.CanReplay refuses it as
 		// not live too)
-		return fmt.Errorf("flow %s/%s is not live: its artifact failed its integrity check", tenant, flowName)
+		why := "its artifact failed its integrity check"
+		if errors.Is(lf.Corrupt, registry.ErrNoLongerCompiles) {
+			why = "its stored version does not compile under this build"
+		}
+		return fmt.Errorf("flow %s/%s is not live: %s", tenant, flowName, why)
 	}
 	// the target's ceiling holds for a message whatever door it comes by
 	if limit := s.bodyLimit(lf); int64(len(payload)) > limit {

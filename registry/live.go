@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -269,7 +270,11 @@ func (r *Registry) buildIn(ctx context.Context, tx *sql.Tx, prev *LiveSet) (*Liv
 			if lf.Corrupt != nil && r.log != nil && r.firstCorruptReport(lf) {
 				// otherwise only nexus status and the API say it: a
 				// cron flow would stop ticking without a word
-				r.log.Error("a stored flow failed its integrity check and is not served", "event", "artifact_corrupt",
+				msg := "a stored flow failed its integrity check and is not served"
+				if errors.Is(lf.Corrupt, ErrNoLongerCompiles) {
+					msg = "a stored flow does not compile under this build and is not served until its file is mended"
+				}
+				r.log.Error(msg, "event", "artifact_corrupt",
 					"tenant", lf.Tenant, "flow", lf.Name, "version", lf.Version, "error", lf.Corrupt.Error())
 			}
 		}
@@ -355,8 +360,14 @@ func (l *LiveSet) lookupSame(lf *LiveFlow) (*LiveFlow, bool) {
 	return old, ok && old.Version == lf.Version && old.SHA256 == lf.SHA256
 }
 
-// ErrCorrupt is wrapped by a LiveFlow's Corrupt error.
-var ErrCorrupt = fmt.Errorf("failed its integrity check")
+// ErrCorrupt is wrapped by a LiveFlow's Corrupt error when the stored
+// artifact's bytes are not what was published.
+var ErrCorrupt = errors.New("failed its integrity check")
+
+// ErrNoLongerCompiles is wrapped by a LiveFlow's Corrupt error when the
+// stored artifact is intact but this build's compiler refuses its source:
+// a rule an upgrade tightened, which the flow's file must be mended for.
+var ErrNoLongerCompiles = errors.New("does not compile under this build")
 
 // intact reports whether the stored artifact's bytes match its recorded
 // SHA-256.
@@ -370,6 +381,11 @@ func loadArtifact(lf *LiveFlow, art []byte) (*flow.Flow, error) {
 		return nil, fmt.Errorf("artifact %s/%s v%d %w", lf.Tenant, lf.Name, lf.Version, ErrCorrupt)
 	}
 	f, err := flow.LoadArtifact(lf.SourcePath, art)
+	if err != nil && !errors.Is(err, flow.ErrBadArtifact) {
+		// it was called a failed integrity check, which sent an operator
+		// after the disk rather than the file
+		return nil, fmt.Errorf("artifact %s/%s v%d %w (%s): %v", lf.Tenant, lf.Name, lf.Version, ErrNoLongerCompiles, flow.CompilerVersion, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s/%s v%d %w: %v", lf.Tenant, lf.Name, lf.Version, ErrCorrupt, err)
 	}

@@ -354,6 +354,16 @@ func TestCorruptArtifact(t *testing.T) {
 			},
 			want: "artifact acme/f v1 failed its integrity check: it holds acme/g",
 		},
+		{
+			// an upgrade whose compiler refuses what an earlier one took:
+			// the bytes are intact, their source no longer compiles
+			name: "a source this compiler refuses, with a matching hash",
+			tamper: func(t *testing.T, art []byte) ([]byte, string) {
+				b := staleArtifact(t, art)
+				return b, hashOf(b)
+			},
+			want: "artifact acme/f v1 does not compile under this build (" + flow.CompilerVersion + "): flows/acme/f.md:2: " + staleWhy,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -393,8 +403,8 @@ func TestCorruptArtifact(t *testing.T) {
 				if lf.Corrupt == nil {
 					t.Fatalf("handle %d: LiveFlow.Corrupt is nil", i)
 				}
-				if !errors.Is(lf.Corrupt, registry.ErrCorrupt) {
-					t.Errorf("handle %d: Corrupt %v does not wrap ErrCorrupt", i, lf.Corrupt)
+				if !errors.Is(lf.Corrupt, registry.ErrCorrupt) && !errors.Is(lf.Corrupt, registry.ErrNoLongerCompiles) {
+					t.Errorf("handle %d: Corrupt %v wraps neither ErrCorrupt nor ErrNoLongerCompiles", i, lf.Corrupt)
 				}
 				if got := lf.Corrupt.Error(); got != tt.want {
 					t.Errorf("handle %d: Corrupt = %q, want %q", i, got, tt.want)
@@ -973,4 +983,24 @@ func TestCorruptArtifactIsLogged(t *testing.T) {
 			t.Errorf("%s = %v, want %v (line %v)", k, got[k], v, got)
 		}
 	}
+}
+
+// staleWhy is the compile error of staleArtifact's source.
+const staleWhy = `flowmarkdown_version "0.2" is not supported: this compiler reads "0.1"`
+
+// staleArtifact is art with its source's flowmarkdown_version made one
+// this compiler refuses, its header's source length mended: what an
+// artifact of a rule an upgrade tightened looks like.
+func staleArtifact(t *testing.T, art []byte) []byte {
+	t.Helper()
+	i := bytes.Index(art, []byte("\nsource "))
+	if i < 0 {
+		t.Fatal("no source line in the artifact")
+	}
+	j := bytes.IndexByte(art[i+1:], '\n') + i + 1
+	src := bytes.Replace(art[j+1:], []byte(`flowmarkdown_version: "0.1"`), []byte(`flowmarkdown_version: "0.2"`), 1)
+	if bytes.Equal(src, art[j+1:]) {
+		t.Fatal("no flowmarkdown_version line in the source")
+	}
+	return append(append(bytes.Clone(art[:i]), fmt.Sprintf("\nsource %d\n", len(src))...), src...)
 }
