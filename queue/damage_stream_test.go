@@ -111,9 +111,7 @@ func TestDamageScansStreamLargeFrames(t *testing.T) {
 			if end != tc.wantAt {
 				t.Errorf("the scan ended at %d, want %d", end, tc.wantAt)
 			}
-			if n > streamLimit {
-				t.Errorf("the scan allocated %d bytes (%.1f MiB) for a record of %d MiB, want at most %d", n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
-			}
+			wantStreamed(t, "the scan", "a record", n)
 		})
 	}
 }
@@ -152,5 +150,15 @@ func TestTornWriteReadInPartsAsWhole(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// wantStreamed fails the test when what, reading a record of largeRecord
+// bytes (a thing: "a dead letter"), allocated n bytes, more than
+// streamLimit.
+func wantStreamed(t *testing.T, what, thing string, n uint64) {
+	t.Helper()
+	if n > streamLimit {
+		t.Errorf("%s allocated %d bytes (%.1f MiB) for %s of %d MiB, want at most %d", what, n, float64(n)/(1<<20), thing, largeRecord>>20, streamLimit)
 	}
 }
