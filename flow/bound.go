@@ -128,16 +128,7 @@ func appendJSONUpTo(dst []byte, v any, end int) ([]byte, bool) {
 				return dst, false
 			}
 		}
-		if len(x) == 0 {
-			if len(dst)+2 > end {
-				return dst, false
-			}
-			dst = append(dst, '[')
-		}
-		if len(dst) >= end {
-			return dst, false
-		}
-		dst = append(dst, ']')
+		return closeUpTo(dst, len(x) == 0, '[', ']', end)
 	case *Object:
 		for i, k := range x.keys {
 			// the key, its quotes, the colon and the { or , before it
@@ -150,22 +141,28 @@ func appendJSONUpTo(dst []byte, v any, end int) ([]byte, bool) {
 				return dst, false
 			}
 		}
-		if len(x.keys) == 0 {
-			if len(dst)+2 > end {
-				return dst, false
-			}
-			dst = append(dst, '{')
-		}
-		if len(dst) >= end {
-			return dst, false
-		}
-		dst = append(dst, '}')
+		return closeUpTo(dst, len(x.keys) == 0, '{', '}', end)
 	case map[string]any:
 		return appendJSONUpTo(dst, objectFromMap(x), end)
 	default:
 		dst = AppendJSON(dst, v)
 	}
 	return dst, len(dst) <= end
+}
+
+// closeUpTo ends an array or an object (opened by open unless empty, when
+// both brackets are written here) with close, when dst stays within end.
+func closeUpTo(dst []byte, empty bool, open, close byte, end int) ([]byte, bool) {
+	if empty {
+		if len(dst)+2 > end {
+			return dst, false
+		}
+		dst = append(dst, open)
+	}
+	if len(dst) >= end {
+		return dst, false
+	}
+	return append(dst, close), true
 }
 
 // separator is what goes before the element i of an array or an object
