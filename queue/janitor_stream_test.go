@@ -20,15 +20,7 @@ import (
 func TestJanitorReadsLargeDeadLettersStreaming(t *testing.T) {
 	root := t.TempDir()
 	q, _ := openQueue(t, root, Options{})
-	big := deadLetter(7)
-	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
-	long := deadLetter(8)
-	long.LastError = strings.Repeat("e", MaxLastError) // its fields before the payload at their longest
-	for _, d := range []DeadLetter{deadLetter(3), big, long} {
-		if err := q.MoveToDLQ(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	big, long := moveLargeAndLong(t, q)
 	if err := q.Mark(3, MarkDiscarded); err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +119,7 @@ func TestDeadLetterAppendFindsTheEndStreaming(t *testing.T) {
 func TestDeadLetterListReadsLargeDeadLettersStreaming(t *testing.T) {
 	root := t.TempDir()
 	q, _ := openQueue(t, root, Options{})
-	big := deadLetter(7)
-	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
-	long := deadLetter(8)
-	long.LastError = strings.Repeat("e", MaxLastError)
-	for _, d := range []DeadLetter{deadLetter(3), big, long} {
-		if err := q.MoveToDLQ(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	big, long := moveLargeAndLong(t, q)
 	var l *DeadLetterList
 	var damage []Damage
 	var err error
@@ -181,15 +165,7 @@ func TestDeadLetterListReadsLargeDeadLettersStreaming(t *testing.T) {
 // into memory, the dead letters before the page's too.
 func TestDeadLetterPageReadsLargeDeadLettersStreaming(t *testing.T) {
 	q, _ := openQueue(t, t.TempDir(), Options{})
-	big := deadLetter(7)
-	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
-	long := deadLetter(8)
-	long.LastError = strings.Repeat("e", MaxLastError)
-	for _, d := range []DeadLetter{deadLetter(3), big, long} {
-		if err := q.MoveToDLQ(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	big, long := moveLargeAndLong(t, q)
 	entry := func(d DeadLetter, maxPayload int) PageEntry {
 		e := PageEntry{DeadLetter: d, PayloadSize: len(d.Payload)}
 		e.Payload = d.Payload[:min(len(d.Payload), maxPayload)]
@@ -217,4 +193,22 @@ func TestDeadLetterPageReadsLargeDeadLettersStreaming(t *testing.T) {
 			t.Errorf("DeadLetterPage(%d, 50, %d) allocated %d bytes (%.1f MiB) for a dead letter of %d MiB, want at most %d", tt.after, tt.maxPayload, n, float64(n)/(1<<20), largeRecord>>20, streamLimit)
 		}
 	}
+}
+
+// moveLargeAndLong dead-letters message 3, then big (7), whose payload is
+// largeRecord bytes, then long (8), whose last error is MaxLastError
+// bytes (its fields before the payload at their longest), and returns
+// big and long.
+func moveLargeAndLong(t *testing.T, q *Queue) (big, long DeadLetter) {
+	t.Helper()
+	big = deadLetter(7)
+	big.Payload = bytes.Repeat([]byte("x"), largeRecord)
+	long = deadLetter(8)
+	long.LastError = strings.Repeat("e", MaxLastError)
+	for _, d := range []DeadLetter{deadLetter(3), big, long} {
+		if err := q.MoveToDLQ(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return big, long
 }
