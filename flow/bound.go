@@ -3,6 +3,7 @@ package flow
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -27,7 +28,8 @@ const unbounded = math.MaxInt
 // it returns a number larger than max, without looking further. A string
 // counts its bytes and its quotes (escapes are not counted); an Object a
 // template rendered or the JSON parser read knows its size (see
-// Object.size) and is not walked, so a document that holds the same large
+// Object.size) and is not walked, nor is a large array they read (see
+// withSize), so a document that holds the same large
 // part many times costs no more to count than to build.
 func jsonSize(v any, max int) int {
 	switch x := v.(type) {
@@ -51,6 +53,9 @@ func jsonSize(v any, max int) int {
 	case *XMLDocument:
 		return len(x.raw) + 2
 	case []any:
+		if n, ok := arraySize(x); ok {
+			return n
+		}
 		n := 1 + len(x)
 		if len(x) == 0 {
 			n = 2
@@ -91,6 +96,44 @@ func jsonSize(v any, max int) int {
 		return n
 	}
 	return 4
+}
+
+// sizedArrayMin is the length from which an array the JSON parser or the
+// XML flattener builds keeps its size (withSize): a shorter one is walked,
+// each of its elements counted in one step when it knows its size.
+const sizedArrayMin = 16
+
+// arrayEnd is the size of an array's compact JSON, kept in the slot past
+// the array's last element, within its capacity: n is the array's length,
+// so that a slice of it that ends where it ends (a[1:]) is not taken for it.
+type arrayEnd struct{ n, size int }
+
+// withSize returns vals with size, the length of its compact JSON as
+// jsonSize counts it, kept past its end for arraySize, when it holds
+// sizedArrayMin elements or more (growing it by one when it is full). It
+// is called once, where the array is built and before it is shared;
+// document values are never appended to, so the slot stays as written.
+func withSize(vals []any, size int) []any {
+	if len(vals) < sizedArrayMin {
+		return vals
+	}
+	if len(vals) == cap(vals) {
+		vals = slices.Grow(vals, 1)
+	}
+	vals[:len(vals)+1][len(vals)] = &arrayEnd{n: len(vals), size: size}
+	return vals
+}
+
+// arraySize is the size withSize kept for x, and false when none was.
+func arraySize(x []any) (int, bool) {
+	if len(x) == cap(x) {
+		return 0, false
+	}
+	e, ok := x[:len(x)+1][len(x)].(*arrayEnd)
+	if !ok || e.n != len(x) {
+		return 0, false
+	}
+	return e.size, true
 }
 
 // AppendJSONLimit is AppendJSON stopped as soon as what it appends to dst

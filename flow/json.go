@@ -178,6 +178,7 @@ func (p *jsonParser) array(depth int) (any, error) {
 	if depth > p.maxDepth {
 		return nil, p.errorf("nesting deeper than %d levels", p.maxDepth)
 	}
+	start, space := p.pos, p.space
 	p.pos++ // [
 	vals := []any{}
 	p.skipSpace()
@@ -201,7 +202,7 @@ func (p *jsonParser) array(depth int) (any, error) {
 			p.pos++
 		case ']':
 			p.pos++
-			return vals, nil
+			return withSize(vals, p.pos-start-(p.space-space)), nil // compact, as answered
 		default:
 			return nil, p.errorf("expected ',' or ']' in an array, found %s", quoteByte(p.data[p.pos]))
 		}

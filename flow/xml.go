@@ -225,13 +225,17 @@ func (e *xmlElem) value() any {
 		return text
 	}
 	for i, a := range e.arrays {
-		e.obj.vals[i] = a
+		e.obj.vals[i] = withSize(a, jsonSize(a, unbounded))
 	}
 	if t := strings.TrimSpace(text); t != "" {
 		// no child or attribute key starts with '#'
 		e.obj.add("#text", t)
 	}
-	return e.obj.object()
+	o := e.obj.object()
+	// counted once here, each child in one step (its own size known), so
+	// that a template hole that holds the object does not walk it
+	o.size = jsonSize(o, unbounded)
+	return o
 }
 
 // reset makes e an element named name with nothing in it, its text
