@@ -139,7 +139,13 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 		if xd, ok := doc.(*flow.XMLDocument); ok {
 			body, contentType = bytes.NewReader(xd.Raw()), "application/xml"
 		} else {
-			body = bytes.NewReader(flow.AppendJSON(nil, doc))
+			// written under the document's bound, its escapes counted
+			// (a render counts a string's bytes, not its escapes)
+			b, ok := flow.AppendJSONLimit(nil, doc, x.docLimit())
+			if !ok {
+				return nil, &Error{Kind: KindDefect, Step: s.Name(), Msg: "request body: " + (&flow.LimitError{Limit: x.docLimit()}).Error()}
+			}
+			body = bytes.NewReader(b)
 		}
 	}
 	// connect_timeout_ms runs until a connection is had (the dial, which
@@ -423,7 +429,13 @@ func (x *execution) publish(ctx context.Context, s *flow.Step, doc any) *Error {
 	if x.e.publisher == nil {
 		return &Error{Kind: KindEffect, Step: s.Name(), Msg: "effect handler failed: queue_publish is not available in this process"}
 	}
-	err := x.e.publisher.Publish(ctx, x.req.Flow.Tenant(), s.Queue(), flow.AppendJSON(nil, doc), x.req.CorrelationID)
+	// written under the document's bound, its escapes counted, as the
+	// answer is
+	payload, ok := flow.AppendJSONLimit(nil, doc, x.docLimit())
+	if !ok {
+		return &Error{Kind: KindDefect, Step: s.Name(), Msg: "message: " + (&flow.LimitError{Limit: x.docLimit()}).Error()}
+	}
+	err := x.e.publisher.Publish(ctx, x.req.Flow.Tenant(), s.Queue(), payload, x.req.CorrelationID)
 	if err != nil {
 		if errDeadline(ctx, err) {
 			return x.deadline(s.Name())
