@@ -34,6 +34,16 @@ var errReadTimeout = errors.New("read timeout")
 // handshake all count.
 var errConnectTimeout = errors.New("connect timeout")
 
+// stopper is a timer afterFunc started.
+type stopper interface {
+	// Stop stops the timer; false when its function already ran or runs.
+	Stop() bool
+}
+
+// afterFunc is time.AfterFunc, the clock of a call's connect and read
+// timers; a test replaces it to fire a timer at a chosen moment.
+var afterFunc = func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
+
 // NewTransport returns the transport http_egress steps use by default: it
 // keeps connections to the few hosts flows call, and dials, and makes a
 // TLS handshake, within the connect timeout of the step making the call.
@@ -113,6 +123,17 @@ func connectTimeout(ctx context.Context) time.Duration {
 // much as nexus serve takes from a caller (64 KiB).
 const maxResponseHeaderBytes = 64 << 10
 
+// callTimer is a call's connect or read timer. A connect timer and the
+// connection it waits for race: decided is set by whichever comes first,
+// and only the timer that sets it cancels the call, so that the outcome
+// follows what came first (a timer that fires as the connection arrives
+// cancelled the call whatever came first: a call that had its connection
+// failed with "no connection within connect_timeout_ms").
+type callTimer struct {
+	stopper
+	decided atomic.Bool
+}
+
 // httpEgress makes the step's call with the current document as the body.
 // A 2xx answer's body becomes the output; any answer sets ctx.HTTP_SC and
 // ctx.HTTP_RESPONSE_HEADERS, and ctx.HTTP_RESPONSE_BODY when its body was
@@ -153,10 +174,10 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 	// then to the end of the answer's body.
 	callCtx, cancel := context.WithCancelCause(context.WithValue(ctx, connectTimeoutKey{}, h.ConnectTimeout))
 	defer cancel(nil)
-	var connectTimer, readTimer atomic.Pointer[time.Timer]
+	var connectTimer, readTimer atomic.Pointer[callTimer]
 	var connected atomic.Bool // a connection was had
 	defer func() {
-		for _, p := range []*atomic.Pointer[time.Timer]{&connectTimer, &readTimer} {
+		for _, p := range []*atomic.Pointer[callTimer]{&connectTimer, &readTimer} {
 			if t := p.Load(); t != nil {
 				t.Stop()
 			}
@@ -171,17 +192,27 @@ func (x *execution) httpEgress(ctx context.Context, s *flow.Step, doc any) (any,
 			if old := readTimer.Swap(nil); old != nil {
 				old.Stop()
 			}
-			t := time.AfterFunc(h.ConnectTimeout, func() { cancel(errConnectTimeout) })
+			t := &callTimer{}
+			t.stopper = afterFunc(h.ConnectTimeout, func() {
+				if t.decided.CompareAndSwap(false, true) {
+					cancel(errConnectTimeout)
+				}
+			})
 			if old := connectTimer.Swap(t); old != nil {
 				old.Stop()
 			}
 		},
 		GotConn: func(httptrace.GotConnInfo) {
-			connected.Store(true)
 			if t := connectTimer.Load(); t != nil {
+				if !t.decided.CompareAndSwap(false, true) {
+					// the connect timer came first: the call is
+					// cancelled, with no connection in time
+					return
+				}
 				t.Stop()
 			}
-			t := time.AfterFunc(h.ReadTimeout, func() { cancel(errReadTimeout) })
+			connected.Store(true)
+			t := &callTimer{stopper: afterFunc(h.ReadTimeout, func() { cancel(errReadTimeout) })}
 			if old := readTimer.Swap(t); old != nil {
 				old.Stop()
 			}
