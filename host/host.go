@@ -183,6 +183,7 @@ func New(cfg Config) *Server {
 	metrics := cfg.Metrics.Handler()
 	get(r, "/metrics", func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 		correlationID(w, req)
+		closeUnread(w, req)
 		metrics.ServeHTTP(w, req)
 	})
 	r.POST("/hooks/git", s.hookGit)
@@ -283,19 +284,23 @@ func (s *Server) apiUnauthorized(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// refuseUnread writes a refusal made before the request's body was read.
-// When the request has one (a length, or chunked), the connection closes
-// after the answer: net/http would otherwise read up to 256 KiB of the
-// body first to keep the connection, so a caller that announced a body
-// and has not sent it would wait for its refusal, and the body would be
-// pulled off the socket after all (server.md: the gate runs "before one
-// byte of the body is read").
-
+// refuseUnread writes a refusal made before the request's body was read,
+// the connection closing after it when the request has one (closeUnread;
+// server.md: the gate runs "before one byte of the body is read").
 func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	closeUnread(w, r)
+	writeError(w, status, msg)
+}
+
+// closeUnread sets Connection: close on the answer to a request whose body
+// (a length, or chunked) its handler does not read: net/http would
+// otherwise read up to 256 KiB of the body first to keep the connection,
+// so a caller that announced a body and has not sent it would wait for
+// the answer, and the body would be pulled off the socket after all.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
 	}
-	writeError(w, status, msg)
 }
 
 // writeError writes the platform's refusal body {"ok":false,"error":"…"}.

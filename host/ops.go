@@ -21,6 +21,7 @@ import (
 // healthz answers 200 while the process runs.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
+	closeUnread(w, r)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"ok":true}`))
 }
@@ -30,6 +31,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 // shutdown has begun (Drain).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
+	closeUnread(w, r)
 	if s.draining.Load() {
 		writeError(w, http.StatusServiceUnavailable, shuttingDown)
 		return
@@ -59,6 +61,7 @@ func (s *Server) starting(live *registry.LiveSet) string {
 // has one).
 func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
 	correlationID(w, r)
+	closeUnread(w, r) // a GET's body is not read, with the key or without
 	key, ok := bearer(r)
 	if !ok || !s.isAdminKey(key) {
 		w.Header().Set("WWW-Authenticate", "Bearer")
@@ -153,12 +156,10 @@ func (s *Server) hookGit(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 		refuseUnread(w, r, http.StatusNotFound, "no config repo is synced by this host (start it with --repo)")
 		return
 	}
-	if len(s.cfg.Secrets) == 0 && r.ContentLength != 0 {
+	if len(s.cfg.Secrets) == 0 {
 		// the body is of no use unsigned and is not read: the connection
 		// closes after the 202, as after a refusal made before the body
-		// (refuseUnread), rather than net/http reading up to 256 KiB of it
-		// first, which a caller that announced it and sends it late waits for
-		w.Header().Set("Connection", "close")
+		closeUnread(w, r)
 	}
 	if len(s.cfg.Secrets) > 0 {
 		// the header first: an unsigned request is refused before a byte

@@ -605,3 +605,37 @@ func answerBeforeTheBody(t *testing.T, handler http.Handler, head string) *http.
 	resp.Body.Close()
 	return resp
 }
+
+// TestProbesAnswerBeforeTheBody: GET /healthz, /readyz, /metrics and
+// /status (with the admin key), and /healthz of the drain, from a caller
+// that announced a body and has not sent it, are answered at once with
+// Connection: close over a real connection, as the refusals made before
+// the body are (refuseUnread): net/http read up to 256 KiB of the body
+// none of them uses before the answer, so the caller waited for it.
+func TestProbesAnswerBeforeTheBody(t *testing.T) {
+	fx := newFixture(t, func(c *host.Config) { c.AdminKey = adminKey })
+	unloaded := newUnloadedFixture(t, nil)
+	for _, tt := range []struct {
+		name    string
+		handler http.Handler
+		request string
+		status  string
+	}{
+		{"healthz", fx.handler, "GET /healthz", "200 OK"},
+		{"healthz HEAD", fx.handler, "HEAD /healthz", "200 OK"},
+		{"readyz", fx.handler, "GET /readyz", "200 OK"},
+		{"readyz before a live set", unloaded.handler, "GET /readyz", "503 Service Unavailable"},
+		{"metrics", fx.handler, "GET /metrics", "200 OK"},
+		{"status", fx.handler, "GET /status", "200 OK"},
+		{"healthz while draining", fx.server.DrainHandler(), "GET /healthz", "200 OK"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, framing := range []string{"Content-Length: 100000", "Transfer-Encoding: chunked"} {
+				resp := answerBeforeTheBody(t, tt.handler, tt.request+" HTTP/1.1\r\nHost: nexus.test\r\nAuthorization: Bearer "+adminKey+"\r\n"+framing+"\r\n\r\n")
+				if resp.Status != tt.status || !resp.Close || resp.Header.Get("X-Correlation-Id") == "" {
+					t.Errorf("%s: %s, Connection: close %v, X-Correlation-Id %q; want %s, the connection closed", framing, resp.Status, resp.Close, resp.Header.Get("X-Correlation-Id"), tt.status)
+				}
+			}
+		})
+	}
+}
