@@ -145,11 +145,9 @@ func (s *Server) page(h func(http.ResponseWriter, *http.Request, httprouter.Para
 // the page it asked for (a GET) once logged in.
 func (s *Server) unauthorizedPage(w http.ResponseWriter, r *http.Request) {
 	// the same for every path, a page or not: no Allow, and a body left
-	// unread closes the connection (refuseUnread)
+	// unread closes the connection (closeUnread)
 	w.Header().Del("Allow")
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
-	}
+	closeUnread(w, r)
 	to := "/ui/"
 	if r.Method == http.MethodGet {
 		to = r.URL.RequestURI()
@@ -215,9 +213,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	// a form that cannot be read is said as such, not taken for a wrong
 	// key (and not logged as a failed login)
 	if status, why := loginFormRefusal(r); status != 0 {
-		if r.ContentLength != 0 {
-			w.Header().Set("Connection", "close") // the body may be left unread
-		}
+		closeUnread(w, r) // the body may be left unread
 		s.render(w, r, status, "login", uiPage{Title: "Log in", LoginTo: next, Error: why})
 		return
 	}
@@ -641,13 +637,11 @@ func (s *Server) uiMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 // uiRefusal is the UI's error page for a request no page takes, made
 // before its body is read (the connection closes after it when it has
-// one, as refuseUnread does). The navigation has its Log out button when
+// one: closeUnread). The navigation has its Log out button when
 // the request came with a session.
 func (s *Server) uiRefusal(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
 	correlationID(w, r)
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
-	}
+	closeUnread(w, r)
 	auth, session := s.adminAuth(r)
 	if auth == authNone {
 		// which pages exist is not told before the key is shown
