@@ -58,8 +58,8 @@ func xmlErrorf(format string, args ...any) error {
 // Refused: a DOCTYPE (so no entity can be declared or expanded), nesting
 // deeper than XMLMaxDepth, more than XMLMaxAttributes attributes on an
 // element, a duplicate attribute, more than one root element, text outside
-// the root, an encoding other than UTF-8, and anything encoding/xml finds
-// malformed. A document declared US-ASCII (see IsASCIICharset) is read as
+// the root, an encoding other than UTF-8 (see IsUTF8Charset), and anything
+// encoding/xml finds malformed. A document declared US-ASCII (see IsASCIICharset) is read as
 // UTF-8, of which ASCII is a part, and refused when it holds a byte that is
 // not ASCII. A UTF-8 byte order mark at the start is allowed (XML 1.0,
 // 4.3.3) and skipped.
@@ -72,6 +72,11 @@ func FlattenXML(data []byte) (any, error) {
 	dec := xml.NewDecoder(bytes.NewReader(data))
 	dec.Strict = true
 	dec.CharsetReader = func(label string, r io.Reader) (io.Reader, error) {
+		if IsUTF8Charset(label) {
+			// a name of UTF-8 encoding/xml does not know (utf8): read as
+			// UTF-8, which the decoder checks
+			return r, nil
+		}
 		if !IsASCIICharset(label) {
 			return nil, xmlErrorf("encoding %q is not supported: send UTF-8", label)
 		}
@@ -159,6 +164,13 @@ func FlattenXML(data []byte) (any, error) {
 		return nil, xmlErrorf("no root element")
 	}
 	return root, nil
+}
+
+// IsUTF8Charset reports whether label names UTF-8 ("UTF-8" or "utf8", in
+// any case), the same names in a Content-Type's charset and in an XML
+// declaration's encoding.
+func IsUTF8Charset(label string) bool {
+	return strings.EqualFold(label, "utf-8") || strings.EqualFold(label, "utf8")
 }
 
 // IsASCIICharset reports whether label names US-ASCII ("US-ASCII" or

@@ -201,6 +201,11 @@ func TestFlattenXMLEncodings(t *testing.T) {
 		{"ascii", `<?xml version='1.0' encoding='ascii'?><o><id>&#233;</id></o>`, `{"id":"é"}`, ""},
 		{"ASCII", `<?xml version="1.0" encoding="ASCII"?><o>x</o>`, `"x"`, ""},
 		{"UTF-8", `<?xml version="1.0" encoding="UTF-8"?><o>é</o>`, `"é"`, ""},
+		// utf8 names UTF-8 as a Content-Type's charset does (IsUTF8Charset)
+		{"utf8", `<?xml version="1.0" encoding="utf8"?><o>é</o>`, `"é"`, ""},
+		{"UTF8", `<?xml version="1.0" encoding="UTF8"?><o>é</o>`, `"é"`, ""},
+		{"utf8 holding Latin-1", "<?xml version=\"1.0\" encoding=\"utf8\"?><o>\xe9</o>", "",
+			`invalid XML: line 1: invalid UTF-8`},
 		{"US-ASCII holding UTF-8", `<?xml version="1.0" encoding="US-ASCII"?><o>é</o>`, "",
 			`invalid XML: encoding "US-ASCII" is declared, but byte 44 is 0xC3, which is not ASCII`},
 		{"ascii holding Latin-1", "<?xml version=\"1.0\" encoding=\"ascii\"?><o a=\"\xe9\"/>", "",

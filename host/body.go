@@ -184,7 +184,7 @@ func bodyKind(contentType string) (kind contentKind, ascii string, err error) {
 	}
 	cs, ok := params["charset"]
 	switch {
-	case !ok || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8"):
+	case !ok || flow.IsUTF8Charset(cs):
 		return kind, "", nil
 	case flow.IsASCIICharset(cs):
 		return kind, cs, nil

@@ -323,6 +323,40 @@ func TestContentTypes(t *testing.T) {
 	})
 }
 
+// TestCharsetNamesAgree: the names of an encoding the doors take are the
+// same in a Content-Type's charset and in an XML declaration's encoding:
+// UTF-8 (utf-8 or utf8) and US-ASCII (us-ascii or ascii), in any case. An
+// XML declaration of encoding="utf8" was refused as not UTF-8 while
+// charset=utf8 was taken.
+func TestCharsetNamesAgree(t *testing.T) {
+	fx := newFixture(t, nil)
+	const doc = `<order><id>A-1</id></order>`
+	for _, tc := range []struct {
+		name     string
+		accepted bool
+	}{
+		{"utf-8", true}, {"UTF-8", true}, {"utf8", true}, {"UTF8", true}, {"Utf8", true},
+		{"us-ascii", true}, {"US-ASCII", true}, {"ascii", true}, {"ASCII", true},
+		{"iso-8859-1", false}, {"utf-16", false}, {"utf_8", false}, {"utf-8 ", false}, {"latin1", false},
+	} {
+		for _, way := range []struct{ name, contentType, body string }{
+			{"charset", "application/xml; charset=\"" + tc.name + "\"", doc},
+			{"XML encoding", "application/xml", `<?xml version="1.0" encoding="` + tc.name + `"?>` + doc},
+		} {
+			t.Run(way.name+" "+tc.name, func(t *testing.T) {
+				r := runRequest("acme", "echo", keyAcmeAll, way.body)
+				r.Header.Set("Content-Type", way.contentType)
+				w := fx.serve(r)
+				if tc.accepted {
+					wantJSON(t, w, `{"id":"A-1"}`)
+				} else if w.Code != http.StatusBadRequest && w.Code != http.StatusUnsupportedMediaType {
+					t.Errorf("%d %s, want 400 or 415", w.Code, w.Body)
+				}
+			})
+		}
+	}
+}
+
 func TestBadBodies(t *testing.T) {
 	fx := newFixture(t, nil)
 	nest := func(open, close string, n int) string {
