@@ -187,13 +187,17 @@ func (s *Server) record(lf *registry.LiveFlow, correlationID, keyID string, res 
 }
 
 // executionAttrs appends to attrs what the log says of an execution: the
-// version, status and duration and, when it failed, the step and what only
-// the log may show.
+// version, status and duration and, when it failed, the step (when one
+// failed) and what only the log may show.
 func executionAttrs(lf *registry.LiveFlow, res engine.Result, elapsed time.Duration, attrs []slog.Attr) []slog.Attr {
 	attrs = append(attrs, slog.Int("version", lf.Version), slog.Int("status", res.Status),
 		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
 	if res.Err != nil {
-		attrs = append(attrs, slog.String("step", res.Err.Step))
+		if res.Err.Step != "" {
+			// a failure before any step (a dedup_key, a corrupt
+			// artifact) has none to name
+			attrs = append(attrs, slog.String("step", res.Err.Step))
+		}
 		if res.Err.Detail != "" {
 			attrs = append(attrs, slog.String("detail", res.Err.Detail))
 		}
