@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -144,4 +145,45 @@ func TestStopDuringStartIsNoError(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestSecondSignalAfterTheStop: SIGTERMs sent one after another while
+// nexus serve shuts down leave a log in the order things happened: a
+// second signal that stops the process at once says so before any
+// "nexus stopped" line, and one that comes once the shutdown has finished
+// says nothing. The signal watch lasted past the "nexus stopped" line, so
+// that a second SIGTERM a few milliseconds after it logged "a second
+// signal: stopping at once" after the host had said it stopped.
+func TestSecondSignalAfterTheStop(t *testing.T) {
+	t.Parallel()
+	for round := range 8 {
+		h := startHost(t, hostOptions{})
+		h.cmd.Process.Signal(syscall.SIGTERM)
+		// the next SIGTERMs come every fraction of a millisecond, so that
+		// some fall in the shutdown and some after it
+		gap := time.Duration(round)*100*time.Microsecond + 50*time.Microsecond
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			select {
+			case <-h.exited:
+			case <-time.After(gap):
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: nexus serve did not exit within 30 s of the SIGTERMs", round)
+				}
+				h.cmd.Process.Signal(syscall.SIGTERM)
+				continue
+			}
+			break
+		}
+		stopped := false
+		for _, line := range h.logLines() {
+			var ev struct{ Event, Msg string }
+			json.Unmarshal([]byte(line), &ev)
+			switch {
+			case ev.Event == "stopped":
+				stopped = true
+			case stopped:
+				t.Errorf("round %d: %q logged after nexus stopped", round, ev.Msg)
+			}
+		}
+	}
 }

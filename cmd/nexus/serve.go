@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -292,8 +293,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// ignored (see stopOnSignal)
 	ctx, stop := stopOnSignal(logger, logOut, isTerminal(stderr))
 	defer stop()
-	if err := serve(ctx, cfg, logger, stdout); err != nil {
+	if err := serve(ctx, cfg, logger, stdout, stop); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			stop()
 			// a SIGINT or SIGTERM before the host served (a large
 			// registry loading, --dev committing its folder): the stop
 			// asked for, not a failure (a rolling update that stopped a
@@ -356,7 +358,11 @@ func devDefaults(cfg *serveConfig, set map[string]bool) {
 // SIGTERM does; otherwise it is logged and ignored: nexus serve has nothing
 // to reload (the flows come from git, the log goes to stderr), and a
 // logrotate hook or a supervisor's reload must not stop it. stop ends the
-// watch.
+// watch; it may be called more than once. Once it has returned, no second
+// signal is said: the caller logs that the process stopped after it (a
+// signal after it ends the process by its default action, silently); one
+// being handled when it is called makes it wait for the end of the
+// process, so that "stopping at once" is never logged after the stop.
 func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx context.Context, stop func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -364,6 +370,8 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 	signal.Notify(hups, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var mu sync.Mutex
+	finished := false // stop was called: the shutdown is over
 	go func() {
 	first:
 		for {
@@ -385,6 +393,16 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 		}
 		select {
 		case sig := <-sigs:
+			mu.Lock()
+			if finished {
+				// the shutdown is over, and said so: nothing is left to
+				// stop at once
+				mu.Unlock()
+				return
+			}
+			// mu stays held: the process ends here, and a shutdown
+			// finishing meanwhile waits in stop rather than logging that
+			// it stopped
 			// the buffered log is written out if it can be: a destination
 			// that takes no more lines (a stuck collector, a full pipe)
 			// must not keep the process from stopping
@@ -407,11 +425,17 @@ func stopOnSignal(logger *slog.Logger, logOut io.Closer, hupStops bool) (ctx con
 		case <-done:
 		}
 	}()
+	var once sync.Once
 	return ctx, func() {
-		signal.Stop(sigs)
-		signal.Stop(hups)
-		close(done)
-		cancel()
+		once.Do(func() {
+			mu.Lock()
+			finished = true
+			mu.Unlock()
+			signal.Stop(sigs)
+			signal.Stop(hups)
+			close(done)
+			cancel()
+		})
 	}
 }
 
@@ -669,8 +693,10 @@ func fitWorkerBudget(budget int, limit uint64) (int, bool) {
 
 // serve runs the host until ctx ends, then shuts it down in order: stop
 // taking requests and finish those in flight, stop the background work,
-// write what is buffered, close the registry.
-func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.Writer) error {
+// write what is buffered, close the registry. endSignals, the signal
+// watch's stop, is called once the shutdown is over, before the line that
+// says so.
+func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.Writer, endSignals func()) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(serveGCPercent)
 	}
@@ -916,6 +942,9 @@ func serve(ctx context.Context, cfg serveConfig, logger *slog.Logger, stdout io.
 	pruner.Stop()
 	watcher.Stop()
 	journal.Close() // an execution still running past the deadline: its entry is counted as dropped
+	// the shutdown is over: a second signal from now on is not said
+	// after this line (and one being handled ends the process first)
+	endSignals()
 	logger.Info("nexus stopped", "event", "stopped")
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
