@@ -23,7 +23,7 @@ func TestKeysNeverStored(t *testing.T) {
 	keyRE := regexp.MustCompile(`^key: (nxk_[0-9a-f]{64})\n\n(?s:.*)\n\n(  - id: [^\n]+\n    tenant: [^\n]+\n    sha256: ([0-9a-f]{64})\n(?s:.*))$`)
 	var keys, hashes, entries []string
 	for _, tenant := range []string{"acme", "globex"} {
-		r := nexus(t, "", "key", "generate", "--tenant", tenant, "--flows", "*")
+		r := nexus(t, "", "key", "generate", "--tenant", tenant, "--flows", "*", "--rate", "0")
 		m := keyRE.FindStringSubmatch(r.stdout)
 		if r.code != 0 || m == nil {
 			t.Fatalf("key generate: exit %d\n%s%s", r.code, r.stdout, r.stderr)

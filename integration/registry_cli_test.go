@@ -116,11 +116,12 @@ func TestKeyGenerate(t *testing.T) {
 	}{
 		{[]string{"key", "generate", "--flows", "x"}, 2, "--tenant is required"},
 		{[]string{"key", "generate", "--tenant", "acme"}, 2, "--flows is required"},
-		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x"}, 1, `invalid name "a.b" for tenant`},
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x"}, 1, `invalid name "../x" for flow (tenant "acme")`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x"}, 2, "--rate is required"},
+		{[]string{"key", "generate", "--tenant", "a.b", "--flows", "x", "--rate", "0"}, 1, `invalid name "a.b" for tenant`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "../x", "--rate", "0"}, 1, `invalid name "../x" for flow (tenant "acme")`},
 		// given empty (an unset variable): the name rule's, not a flag left out
-		{[]string{"key", "generate", "--tenant", "", "--flows", "x"}, 1, `invalid name "" for tenant`},
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", ""}, 1, `invalid name "" for flow (tenant "acme")`},
+		{[]string{"key", "generate", "--tenant", "", "--flows", "x", "--rate", "0"}, 1, `invalid name "" for tenant`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "", "--rate", "0"}, 1, `invalid name "" for flow (tenant "acme")`},
 		{[]string{"key"}, 2, "the subcommand is generate"},
 	} {
 		r := nexus(t, "", tt.args...)

@@ -457,7 +457,7 @@ func TestUsageNeverPrintsSecretsFromTheEnvironment(t *testing.T) {
 // error, without the internal entry's line numbers ("entry:5:").
 func TestKeyGenerateEntryErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "a,a", "--id", "nxk_x"}, &stdout, &stderr)
+	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "a,a", "--rate", "5", "--id", "nxk_x"}, &stdout, &stderr)
 	want := "nexus key generate: id holds nxk_ like an API key: ids appear in logs, so give the key a name such as acme-orders\n" +
 		"nexus key generate: flows lists \"a\" twice\n"
 	if code != exitUsage || stderr.String() != want || stdout.Len() != 0 {
@@ -561,7 +561,7 @@ func TestKeyGenerateSaysWhenTheKeyIsLost(t *testing.T) {
 	}
 	defer full.Close()
 	var stderr bytes.Buffer
-	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "hello"}, full, &stderr)
+	code := run([]string{"key", "generate", "--tenant", "acme", "--flows", "hello", "--rate", "0"}, full, &stderr)
 	want := "nexus key generate: the key could not be written out (write /dev/full: no space left on device): it is lost; generate another\n"
 	if code != exitError || stderr.String() != want {
 		t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, stderr.String(), want)
@@ -788,8 +788,13 @@ func TestFlagValueErrors(t *testing.T) {
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", ""}, `nexus key generate: --rate "" is not a number`},
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "5/s"}, `nexus key generate: --rate "5/s" is not a number`},
 		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "1e400"}, `nexus key generate: --rate "1e400" is out of range`},
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--burst", "-1"}, `nexus key generate: --burst must be 0 (the default) or more`},
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--burst", "5"}, `nexus key generate: --burst needs --rate`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "5", "--burst", "-1"}, `nexus key generate: --burst must be 0 (the default) or more`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--rate", "0", "--burst", "5"}, `nexus key generate: --burst needs a --rate above 0`},
+		// server.md's table gives --rate N as it gives --tenant and
+		// --flows, not in brackets as an optional flag: left out, it is
+		// named (a key without a limit was written without a word)
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x"}, `nexus key generate: --rate is required: requests per second, 0 for no limit`},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "x", "--burst", "5"}, `nexus key generate: --rate is required: requests per second, 0 for no limit`},
 		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "0"}, `nexus dlq replay: --id "0" is not a message id (a whole number from nexus dlq list)`},
 		{[]string{"dlq", "discard", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "-1"}, `nexus dlq discard: --id "-1" is not a message id (a whole number from nexus dlq list)`},
 		{[]string{"dlq", "replay", "--db", db, "--tenant", "acme", "--flow", "f", "--id", "abc"}, `nexus dlq replay: --id "abc" is not a message id (a whole number from nexus dlq list)`},

@@ -12,11 +12,12 @@ import (
 	"github.com/nexushq/nexus/naming"
 )
 
-const keyUsage = `Usage: nexus key generate --tenant T --flows a,b [--rate N] [--burst N] [--id ID]
+const keyUsage = `Usage: nexus key generate --tenant T --flows a,b --rate N [--burst N] [--id ID]
 
 Prints a new random access key once, and the access.yaml entry to commit for
 it. Only the key's SHA-256 goes into access.yaml; the key itself is stored
-nowhere, so keep it now. --flows '*' allows every flow of the tenant.
+nowhere, so keep it now. --flows '*' allows every flow of the tenant; --rate 0
+gives the key no rate limit.
 
 Flags:
 `
@@ -26,7 +27,7 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	tenant := fs.String("tenant", "", "the `tenant` the key belongs to (required)")
 	flows := fs.String("flows", "", "comma-separated `flows` the key may call, or '*' (required)")
-	rate := fs.Float64("rate", 0, "requests per second (`N`, a token bucket); 0 means unlimited")
+	rate := fs.Float64("rate", 0, "requests per second (`N`, a token bucket), required; 0 means unlimited")
 	burst := fs.Int("burst", 0, "the bucket's size (`N`); 0 means the rate rounded up")
 	id := fs.String("id", "", "the key's `id` in logs and the UI (default TENANT-XXXXXXXX)")
 	if len(args) == 0 || args[0] != "generate" {
@@ -83,8 +84,11 @@ func runKey(args []string, stdout, stderr io.Writer) int {
 }
 
 // checkKeyFlags checks the flags of key generate (fs, which holds the
-// values given): a --tenant or --flows left out is bad usage, one given
-// empty (an unset variable) the name rule's to refuse.
+// values given): a --tenant, --flows or --rate left out is bad usage, a
+// name given empty (an unset variable) the name rule's to refuse. --rate
+// is required as server.md's command table gives it, beside --tenant and
+// --flows and not in brackets: a key without a limit is asked for with
+// --rate 0, not made by leaving the flag out.
 func checkKeyFlags(fs *flag.FlagSet, tenant, flows string, rate float64, burst int, rest []string) error {
 	switch {
 	case len(rest) > 0:
@@ -93,12 +97,14 @@ func checkKeyFlags(fs *flag.FlagSet, tenant, flows string, rate float64, burst i
 		return errors.New("--tenant is required")
 	case flows == "" && !flagGiven(fs, "flows"):
 		return errors.New("--flows is required ('*' for every flow of the tenant)")
+	case !flagGiven(fs, "rate"):
+		return errors.New("--rate is required: requests per second, 0 for no limit")
 	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
 		return errors.New("--rate must be a number of requests per second, 0 (unlimited) or more")
 	case burst < 0:
 		return errors.New("--burst must be 0 (the default) or more")
 	case burst > 0 && rate == 0:
-		return errors.New("--burst needs --rate")
+		return errors.New("--burst needs a --rate above 0")
 	}
 	// the tenant's error names the flow it pairs with: the one --flows
 	// gives, or any when it gives several or none (an empty value)

@@ -170,7 +170,7 @@ func TestKeyGenerateNamesTheTenantsFlows(t *testing.T) {
 		{" ", `nexus key generate: invalid name "A" for tenant (any flow): character 'A' at position 1 is not allowed` + "\n"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"key", "generate", "--tenant", "A", "--flows", tt.flows}, &stdout, &stderr)
+		code := run([]string{"key", "generate", "--tenant", "A", "--flows", tt.flows, "--rate", "0"}, &stdout, &stderr)
 		if code != exitError || stdout.Len() != 0 {
 			t.Errorf("--flows %q: exit %d, stdout %q; want exit 1 and nothing printed", tt.flows, code, stdout.String())
 		}
@@ -190,7 +190,7 @@ func TestEmptyOrUnreadableValuesAreBadUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"key", "generate", "--tenant", "acme", "--flows", "*", "--id", ""}, "nexus key generate: --id is empty: give an id, or leave it out for TENANT-XXXXXXXX\n"},
+		{[]string{"key", "generate", "--tenant", "acme", "--flows", "*", "--rate", "0", "--id", ""}, "nexus key generate: --id is empty: give an id, or leave it out for TENANT-XXXXXXXX\n"},
 		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "/srv/\xffrepo"}, "nexus serve: --repo \"/srv/\\xffrepo\" is not valid UTF-8\n"},
 		// its password is not printed (it was, whole)
 		{[]string{"serve", "--listen", "127.0.0.1:0", "--db", unmakeableDB(t), "--repo", "https://deploy:s3cr3t@127.0.0.1:1/\xffconfig.git"}, "nexus serve: --repo \"https://redacted@127.0.0.1:1/%FFconfig.git\" is not valid UTF-8\n"},
