@@ -3,6 +3,7 @@ package engine_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexushq/nexus/engine"
 )
@@ -45,4 +46,34 @@ func TestDurationCeilingHoldsForAStepThatRunsPastItAndFails(t *testing.T) {
 			checkView(t, run(t, engine.New(engine.Config{}), f, doc), c.want)
 		})
 	}
+}
+
+// TestDefaultDurationCeilingAnswer: a flow without timeout_ms has the
+// default ceiling of 30000 ms, and a call in flight when it is reached is
+// cancelled and answered with flow-file.md's text to the letter:
+// {"ok":false,"error":"duration ceiling of 30000 ms reached","step":"forward"}
+// ("Precise answers"). The call's own read timeout is longer than the
+// ceiling, so the ceiling ends it. It takes the 30 s of the ceiling.
+func TestDefaultDurationCeilingAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the default ceiling of 30 s")
+	}
+	t.Parallel()
+	cancelled := make(chan struct{}, 1)
+	b := newBackend(t, slow(time.Minute, cancelled))
+	src := flowSource("default-ceiling", "", `
+## Step: forward
+effects: [http_egress]
+endpoint: BACKEND/ingest
+read_timeout_ms: 50000
+`)
+	f := compile(t, src, "BACKEND", b.URL)
+	if f.Timeout() != 30*time.Second {
+		t.Fatalf("the default ceiling is %v, want 30 s", f.Timeout())
+	}
+	res := run(t, engine.New(engine.Config{Transport: inFlight(b)}), f, `{"orderId":"A-1"}`)
+	checkView(t, res, view{Status: 500, Header: jsonHdr("c-1"),
+		Body:    `{"ok":false,"error":"duration ceiling of 30000 ms reached","step":"forward"}`,
+		Outcome: engine.Failed, Err: "step 'forward': duration ceiling of 30000 ms reached", ErrKind: engine.KindDeadline})
+	waitFor(t, cancelled, "cancellation of the backend call")
 }
