@@ -1,5 +1,7 @@
 package gitsync
 
+import "context"
+
 // PackWholeClone packs every object the references of the clone in dir
 // reach into one pack, as a round does when its plan says so (repack).
 func PackWholeClone(dir string) error {
@@ -7,5 +9,5 @@ func PackWholeClone(dir string) error {
 	if err != nil {
 		return err
 	}
-	return repack(repo)
+	return repack(context.Background(), repo)
 }

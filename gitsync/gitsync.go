@@ -515,7 +515,7 @@ func (s *Syncer) Sync(ctx context.Context) (Result, error) {
 	// at the end of the round, when nothing reads the clone through repo
 	// any more: go-git keeps the indexes of the packs a repack deletes, and
 	// reading through them fails (which a round would take for damage)
-	defer s.packClone(repo)
+	defer s.packClone(ctx, repo)
 	res := Result{Commit: commit.Hash.String()}
 	st, err := s.cfg.Registry.Status(ctx)
 	if err != nil {
@@ -686,18 +686,23 @@ const MaxPacks = 16
 // holds its packs, and one a crash left half done is damage, which the
 // next round repairs by cloning anew. After a failure the next try waits
 // for MaxPacks more packs, so that a clone that cannot be packed does not
-// cost a walk of its history and a warning at every poll.
-func (s *Syncer) packClone(repo *git.Repository) {
+// cost a walk of its history and a warning at every poll. A packing
+// stops when ctx (the round's) ends, and a round that ended starts none:
+// Stop waited for a packing of the whole clone, seconds for a long history.
+func (s *Syncer) packClone(ctx context.Context, repo *git.Repository) {
 	pos, ok := repo.Storer.(storer.PackedObjectStorer)
-	if !ok {
-		return
+	if !ok || ctx.Err() != nil {
+		return // a round that ended (Stop) does not start a packing
 	}
 	packs, err := pos.ObjectPacks()
 	if err != nil || !s.repackDue(len(packs)) {
 		return
 	}
 	start := time.Now()
-	packed, whole, err := rollUpOrRepack(repo)
+	packed, whole, err := rollUpOrRepack(ctx, repo)
+	if err != nil && ctx.Err() != nil {
+		return // stopped with the round, the clone as it was: not a failure
+	}
 	if err != nil {
 		s.repackFailedAt = len(packs)
 		s.cfg.Logger.Warn("the clone's packs could not be packed; tried again once it holds more", "event", "sync_repack_failed",

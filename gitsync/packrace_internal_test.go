@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -162,7 +163,7 @@ func packAll(t *testing.T, clone string, probe func(storer.EncodedObjectStorer) 
 		p = probe(st)
 		from = p
 	}
-	packed, err := writePack(st, from, objs, 10)
+	packed, err := writePack(context.Background(), st, from, objs, 10)
 	if err != nil {
 		t.Fatalf("packing %d objects of %d packs: %v", len(objs), len(packs), err)
 	}

@@ -2,6 +2,7 @@ package gitsync
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -112,11 +113,14 @@ func readPackIndex(fsys billy.Filesystem, h plumbing.Hash) (*idxfile.MemoryIndex
 // (planRollUp), or every object the references reach into one (repack),
 // which needs no index read (a pack whose index is not read here is
 // packed that way). It reports how many packs it took and whether it
-// packed the whole clone.
-func rollUpOrRepack(repo *git.Repository) (packed int, whole bool, err error) {
+// packed the whole clone. It stops when ctx ends (the round's, which Stop
+// ends): a packing of the whole clone reads and writes every object of the
+// history, seconds for a repo of some thousands of commits, and Stop
+// waited for it. One that stops leaves the clone's packs as they were.
+func rollUpOrRepack(ctx context.Context, repo *git.Repository) (packed int, whole bool, err error) {
 	st, ok := repo.Storer.(*filesystem.Storage)
 	if !ok {
-		return 0, true, repack(repo)
+		return 0, true, repack(ctx, repo)
 	}
 	hashes, err := st.ObjectPacks()
 	if err != nil {
@@ -124,19 +128,19 @@ func rollUpOrRepack(repo *git.Repository) (packed int, whole bool, err error) {
 	}
 	weights, err := packWeights(st.Filesystem(), hashes)
 	if err != nil {
-		return len(hashes), true, repack(repo)
+		return len(hashes), true, repack(ctx, repo)
 	}
 	rollUp, whole := planRollUp(weights)
 	if whole {
-		return len(weights), true, repack(repo)
+		return len(weights), true, repack(ctx, repo)
 	}
-	return len(rollUp), false, rollUpPacks(repo, st, rollUp)
+	return len(rollUp), false, rollUpPacks(ctx, repo, st, rollUp)
 }
 
 // rollUpPacks packs the objects of the packs rollUp and the clone's loose
 // objects into one new pack, then deletes them. Every object they held
 // is still in the clone: the packs it keeps are untouched.
-func rollUpPacks(repo *git.Repository, st *filesystem.Storage, rollUp []packWeight) error {
+func rollUpPacks(ctx context.Context, repo *git.Repository, st *filesystem.Storage, rollUp []packWeight) error {
 	seen := map[plumbing.Hash]struct{}{}
 	for _, p := range rollUp {
 		idx, err := readPackIndex(st.Filesystem(), p.hash)
@@ -169,7 +173,7 @@ func rollUpPacks(repo *git.Repository, st *filesystem.Storage, rollUp []packWeig
 	for _, p := range rollUp {
 		old = append(old, p.hash)
 	}
-	return replacePacks(repo, seen, old)
+	return replacePacks(ctx, repo, seen, old)
 }
 
 // repack packs every object the clone's references reach into one new
@@ -181,7 +185,7 @@ func rollUpPacks(repo *git.Repository, st *filesystem.Storage, rollUp []packWeig
 // every repack fail, and the clone grew a pack a commit for ever. Here a
 // symbolic link's blob is packed as any blob, and a gitlink is left out,
 // as git does.
-func repack(repo *git.Repository) error {
+func repack(ctx context.Context, repo *git.Repository) error {
 	pos, ok := repo.Storer.(storer.PackedObjectStorer)
 	if !ok {
 		return git.ErrPackedObjectsNotSupported
@@ -190,18 +194,18 @@ func repack(repo *git.Repository) error {
 	if err != nil {
 		return err
 	}
-	w := reachWalker{repo: repo, seen: map[plumbing.Hash]struct{}{}}
+	w := reachWalker{ctx: ctx, repo: repo, seen: map[plumbing.Hash]struct{}{}}
 	if err := w.walkRefs(); err != nil {
 		return err
 	}
-	return replacePacks(repo, w.seen, old)
+	return replacePacks(ctx, repo, w.seen, old)
 }
 
 // replacePacks encodes objs into a new pack of the clone, then deletes
 // the loose objects among objs and the packs old (but the new one, should
 // it be one of them): everything old held that is in objs is still in
 // the clone.
-func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []plumbing.Hash) error {
+func replacePacks(ctx context.Context, repo *git.Repository, objs map[plumbing.Hash]struct{}, old []plumbing.Hash) error {
 	pfw, ok := repo.Storer.(storer.PackfileWriter)
 	if !ok {
 		return errors.New("the clone's storage cannot write a pack")
@@ -214,7 +218,7 @@ func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []p
 	if err != nil {
 		return err
 	}
-	nh, err := writePack(pfw, repo.Storer, slices.Collect(maps.Keys(objs)), cfg.Pack.Window)
+	nh, err := writePack(ctx, pfw, repo.Storer, slices.Collect(maps.Keys(objs)), cfg.Pack.Window)
 	if err != nil {
 		return err
 	}
@@ -240,8 +244,14 @@ func replacePacks(repo *git.Repository, objs map[plumbing.Hash]struct{}, old []p
 }
 
 // writePack encodes objs, read from the clone's storage from, into a new
-// pack of the clone and returns its hash.
-func writePack(pfw storer.PackfileWriter, from storer.EncodedObjectStorer, objs []plumbing.Hash, window uint) (h plumbing.Hash, err error) {
+// pack of the clone and returns its hash. It stops at its next read of an
+// object once ctx ends: the encoder reads the objects (and looks for
+// deltas among them) before it writes one, so the pack it began is still
+// empty, and go-git removes it.
+func writePack(ctx context.Context, pfw storer.PackfileWriter, from storer.EncodedObjectStorer, objs []plumbing.Hash, window uint) (h plumbing.Hash, err error) {
+	if err := ctx.Err(); err != nil {
+		return h, err
+	}
 	wc, err := pfw.PackfileWriter()
 	if err != nil {
 		return h, err
@@ -251,7 +261,7 @@ func writePack(pfw storer.PackfileWriter, from storer.EncodedObjectStorer, objs 
 			err = cerr
 		}
 	}()
-	return packfile.NewEncoder(wc, &oneReadAtATime{from: from}, false).Encode(objs, window)
+	return packfile.NewEncoder(wc, &oneReadAtATime{ctx: ctx, from: from}, false).Encode(objs, window)
 }
 
 // oneReadAtATime is the clone's storage for go-git's pack encoder, which
@@ -261,9 +271,11 @@ func writePack(pfw storer.PackfileWriter, from storer.EncodedObjectStorer, objs 
 // one map of open packs, neither safe for two goroutines: a packing read
 // one pack from both and the process died of a panic in go-git's pack
 // reader. It lets one read at a time through; the deltas are still
-// computed in both goroutines.
+// computed in both goroutines. Once ctx ends, every read fails with its
+// error, which ends the encoding.
 type oneReadAtATime struct {
 	mu   sync.Mutex
+	ctx  context.Context
 	from storer.EncodedObjectStorer
 }
 
@@ -279,18 +291,24 @@ func (o *oneReadAtATime) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.
 	return o.from.SetEncodedObject(obj)
 }
 
-// EncodedObject is from's, one call at a time.
+// EncodedObject is from's, one call at a time, until ctx ends.
 func (o *oneReadAtATime) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err := o.ctx.Err(); err != nil {
+		return nil, err
+	}
 	return o.from.EncodedObject(t, h)
 }
 
-// DeltaObject is from's, one call at a time; a storage that keeps no
+// DeltaObject is from's, one call at a time until ctx ends; a storage that keeps no
 // deltas answers its EncodedObject.
 func (o *oneReadAtATime) DeltaObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err := o.ctx.Err(); err != nil {
+		return nil, err
+	}
 	if d, ok := o.from.(storer.DeltaObjectStorer); ok {
 		return d.DeltaObject(t, h)
 	}
@@ -327,6 +345,7 @@ func (o *oneReadAtATime) AddAlternate(remote string) error {
 
 // reachWalker collects the objects a clone's references reach.
 type reachWalker struct {
+	ctx  context.Context // the walk stops when it ends
 	repo *git.Repository
 	seen map[plumbing.Hash]struct{}
 	// shallow are the commits whose parents the clone does not hold
@@ -364,6 +383,9 @@ func (w *reachWalker) walk(hash plumbing.Hash) error {
 		if _, ok := w.seen[h]; ok {
 			continue
 		}
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
 		obj, err := object.GetObject(w.repo.Storer, h)
 		if err != nil {
 			return fmt.Errorf("reading object %s: %w", h, err)
@@ -398,6 +420,9 @@ func (w *reachWalker) walk(hash plumbing.Hash) error {
 func (w *reachWalker) walkTree(hash plumbing.Hash) error {
 	if _, ok := w.seen[hash]; ok {
 		return nil
+	}
+	if err := w.ctx.Err(); err != nil {
+		return err
 	}
 	tree, err := object.GetTree(w.repo.Storer, hash)
 	if err != nil {
