@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-billy/v5"
@@ -44,8 +45,11 @@ type localTransport struct{}
 
 func (localTransport) NewUploadPackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.UploadPackSession, error) {
 	s, err := file.DefaultClient.NewUploadPackSession(ep, auth)
+	if err == nil {
+		return gitSession{s}, nil
+	}
 	if _, ok := errors.AsType[*exec.Error](err); !ok {
-		return s, err // git's session, or its error
+		return s, err // git's error
 	}
 	// no git command: the repo is read here, opened when its references
 	// are asked for (AdvertisedReferencesContext), under the fetch's
@@ -79,6 +83,104 @@ func openLocal(ep *transport.Endpoint, auth transport.AuthMethod) (transport.Upl
 		return nil, nil, err
 	}
 	return s, st, nil
+}
+
+// gitSession is git's upload-pack over a local repo (go-git runs
+// git-upload-pack and talks to it over pipes, no connection of the
+// fetch's), watched as a connection is: its references, the answer to
+// the request and each read of the pack must come within the fetch's
+// FetchTimeout (a hung disk or network file system under the repo), or
+// the round ends (no answer within …). It held the round, and the sync
+// lock, up to maxFetchTime.
+type gitSession struct {
+	transport.UploadPackSession
+}
+
+// AdvertisedReferencesContext is git's, within the fetch's FetchTimeout.
+func (s gitSession) AdvertisedReferencesContext(ctx context.Context) (*packp.AdvRefs, error) {
+	ctx, silence := watchSilence(ctx)
+	defer silence.stop()
+	ar, err := s.UploadPackSession.AdvertisedReferencesContext(ctx)
+	return ar, silence.err(err)
+}
+
+// UploadPack is git's; the answer and each read of the pack come within
+// the fetch's FetchTimeout.
+func (s gitSession) UploadPack(ctx context.Context, req *packp.UploadPackRequest) (*packp.UploadPackResponse, error) {
+	ctx, silence := watchSilence(ctx)
+	resp, err := s.UploadPackSession.UploadPack(ctx, req)
+	if err != nil {
+		silence.stop()
+		return nil, silence.err(err)
+	}
+	silence.moved()
+	return packp.NewUploadPackResponseWithPackfile(req, &silentPack{resp, silence}), nil
+}
+
+// silenceWatch ends its context when nothing moved for its fetch's
+// FetchTimeout, and says so in the fetch's watch (timedOut).
+type silenceWatch struct {
+	w      *fetchWatch // nil: no watch, nothing timed
+	timer  *time.Timer
+	cancel context.CancelFunc
+	fired  atomic.Bool
+}
+
+// watchSilence watches, under ctx, the fetch whose watch ctx carries.
+func watchSilence(ctx context.Context) (context.Context, *silenceWatch) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &silenceWatch{cancel: cancel}
+	if w, _ := ctx.Value(watchKey{}).(*fetchWatch); w != nil {
+		s.w = w
+		s.timer = time.AfterFunc(w.idle, func() {
+			s.fired.Store(true)
+			w.timedOut.Store(true)
+			cancel()
+		})
+	}
+	return ctx, s
+}
+
+// moved restarts the wait: bytes came.
+func (s *silenceWatch) moved() {
+	if s.timer != nil && !s.fired.Load() {
+		s.timer.Reset(s.w.idle)
+	}
+}
+
+// stop ends the watch and its context.
+func (s *silenceWatch) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.cancel()
+}
+
+// err is err, or errLocalStalled when the watch ended the wait.
+func (s *silenceWatch) err(err error) error {
+	if err != nil && s.fired.Load() {
+		return fmt.Errorf("%w (%v)", errLocalStalled, err)
+	}
+	return err
+}
+
+// silentPack is git's pack, each read of it watched.
+type silentPack struct {
+	resp    *packp.UploadPackResponse
+	silence *silenceWatch
+}
+
+func (p *silentPack) Read(b []byte) (int, error) {
+	n, err := p.resp.Read(b)
+	if n > 0 {
+		p.silence.moved()
+	}
+	return n, p.silence.err(err)
+}
+
+func (p *silentPack) Close() error {
+	p.silence.stop()
+	return p.resp.Close()
 }
 
 func (localTransport) NewReceivePackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.ReceivePackSession, error) {

@@ -122,6 +122,33 @@ func TestLocalRepoWithoutGitThatStalls(t *testing.T) {
 	}
 }
 
+// TestLocalRepoWithGitThatStalls: on a host with git, a local repo whose
+// files stop answering costs one FetchTimeout as well, or ends as soon as
+// the round's context does: git-upload-pack, which go-git runs over pipes,
+// no connection of the fetch's, is watched as a connection is. A silent
+// one held the round, and the sync lock, up to the 30-minute cap.
+func TestLocalRepoWithGitThatStalls(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		cancel  bool   // the round's context is cancelled 300ms in
+		want    string // in the error
+	}{
+		{"FetchTimeout", 300 * time.Millisecond, false, "no answer within 300ms"},
+		{"cancelled", time.Hour, true, "context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
+			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+			e.src.gitCommit("one")
+			stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
+			if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestLocalRepoWithoutGitStreamsThePack: on a host without git, the pack
 // of a local repo is written as it is read, an object at a time: the
 // first fetch of a repo of 48 loose files of 512 KB does not hold them
