@@ -572,9 +572,20 @@ func (r *Registry) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return err
 	}
 	if err := fn(tx); err != nil {
-		return errors.Join(err, rollback(tx))
+		return withRollback(err, rollback(tx))
 	}
 	return tx.Commit()
+}
+
+// withRollback is a write's error err, naming rbErr, the rollback's, when
+// it failed too: one line that is err (errors.Is and As see err; rbErr is
+// told, not wrapped), for a sync_error, /status or a command's error line.
+// errors.Join wrote them on two lines.
+func withRollback(err, rbErr error) error {
+	if rbErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (and undoing the write failed: %v)", err, rbErr)
 }
 
 func rollback(tx *sql.Tx) error {
