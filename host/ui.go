@@ -200,9 +200,20 @@ func localNext(next string) string {
 	return u.RequestURI()
 }
 
+// uiLoginForm is the login form; a browser that already holds a session
+// is sent on to the page it asked for. The cookie is SameSite=Strict, so
+// a link from another site to a page comes without it, and that page's
+// 401 sends the browser here: this request, the UI's own navigation,
+// carries the cookie, and the operator lands on the page linked rather
+// than being asked for the key again.
 func (s *Server) uiLoginForm(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	correlationID(w, r)
-	s.render(w, r, http.StatusOK, "login", uiPage{Title: "Log in", LoginTo: localNext(r.URL.Query().Get("next"))})
+	next := localNext(r.URL.Query().Get("next"))
+	if auth, _ := s.adminAuth(r); auth == authSession {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login", uiPage{Title: "Log in", LoginTo: next})
 }
 
 // uiLogin checks the key field and sets the session cookie.

@@ -441,6 +441,47 @@ func TestUIFailedLoginsAreLimited(t *testing.T) {
 	}
 }
 
+// TestUILoginFormWithASession: the login form sends a browser that holds a
+// valid session on to its ?next= (a link from another site comes without
+// the SameSite=Strict cookie, and the 401 page's refresh brings it back
+// here with the cookie); without one, with a stale one or with the bearer
+// key alone, it shows the form.
+func TestUILoginFormWithASession(t *testing.T) {
+	fx := newAdminFixture(t, adminOptions{key: adminKey})
+	c := fx.login(t)
+	stale := &http.Cookie{Name: "nexus_session", Value: c.Value + "x"}
+	for _, tc := range []struct {
+		name   string
+		path   string
+		cookie *http.Cookie
+		header []string
+		want   string // the redirect's Location, "" for the form
+	}{
+		{"a session, to a page", "/ui/login?next=" + url.QueryEscape("/ui/queues/acme/echo?after=3"), c, nil, "/ui/queues/acme/echo?after=3"},
+		{"a session, no next", "/ui/login", c, nil, "/ui/"},
+		{"a session, next elsewhere", "/ui/login?next=" + url.QueryEscape("https://evil.example/"), c, nil, "/ui/"},
+		{"no session", "/ui/login?next=%2Fui%2Fqueues", nil, nil, ""},
+		{"a stale session", "/ui/login?next=%2Fui%2Fqueues", stale, nil, ""},
+		{"the bearer key", "/ui/login?next=%2Fui%2Fqueues", nil, bearerAdmin, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := fx.get(tc.path, tc.cookie, tc.header...)
+			if tc.want == "" {
+				if body := wantPage(t, w, http.StatusOK); !strings.Contains(body, `name="key"`) {
+					t.Errorf("no login form:\n%s", body)
+				}
+				return
+			}
+			if w.Code != http.StatusSeeOther || w.Header().Get("Location") != tc.want {
+				t.Errorf("GET %s: %d to %q, want 303 to %q (body %.200s)", tc.path, w.Code, w.Header().Get("Location"), tc.want, w.Body)
+			}
+			if sessionOf(w) != nil {
+				t.Error("the redirect sets the session cookie again")
+			}
+		})
+	}
+}
+
 func TestUISession(t *testing.T) {
 	fx := newAdminFixture(t, adminOptions{key: adminKey})
 	seedDeadLetters(t, fx.root, "acme", "echo", `{"n":1}`)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -882,5 +883,65 @@ func TestUIJournalFormInTheBrowser(t *testing.T) {
 	if st != http.StatusOK || rows < 4 {
 		t.Errorf("the Journal form filtered by flow hello (%s): status %d, %d rows, alert %q; want 200 and the 4 runs of acme/hello",
 			strings.TrimPrefix(loc, h.url), st, rows, b.text(`.error`))
+	}
+}
+
+// TestUILinkFromAnotherSiteKeepsTheSession: an operator logged in follows
+// a link to a Queue page from another site (a chat message, an alert's
+// page). The session cookie is SameSite=Strict, so the browser leaves it
+// off that first request, which answers the 401 page; its refresh to the
+// login form is the UI's own navigation and carries the cookie. The
+// operator must land on the page linked, not be asked for the key again.
+func TestUILinkFromAnotherSiteKeepsTheSession(t *testing.T) {
+	t.Parallel()
+	if _, ok := chromiumPath(); !ok {
+		missingTool(t, "the browser test", noChromium)
+	}
+	be := uiBackend(t)
+	h, _ := queueHost(t, uiFlows(t, be.URL), hostOptions{}, "forward-order")
+	deadLetter(t, h, "forward-order", `{"orderId":"LINK-1"}`, "trace-ui-link")
+	// another site: localhost, where the host is 127.0.0.1
+	if !strings.HasPrefix(h.url, "http://127.0.0.1:") {
+		t.Fatalf("the host listens at %s, not on 127.0.0.1", h.url)
+	}
+	queuePage := h.url + "/ui/queues/acme/forward-order"
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><html><body><a id="go" href="%s">the dead letters</a></body></html>`, queuePage)
+	}))
+	defer other.Close()
+	otherURL := strings.Replace(other.URL, "127.0.0.1", "localhost", 1)
+
+	b, cancel := newBrowser(t, h.url, 60*time.Second)
+	defer cancel()
+	b.navigate(h.url + "/ui/login")
+	key := chromedp.CSS(`input[name="key"]`)
+	b.load("logging in", chromedp.SendKeys(key, h.adminKey), chromedp.Click(chromedp.CSS(`form button[type="submit"]`)))
+	b.waitLocation("/ui/", false)
+
+	if st := b.navigate(otherURL); st != http.StatusOK {
+		t.Fatalf("the other site's page: status %d", st)
+	}
+	b.do("following the link to the Queue page", chromedp.Click(chromedp.CSS(`#go`)))
+	// the 401 page is at the Queue page's address too, until its refresh:
+	// wait for the dead letter's row, or the login form
+	deadline := time.Now().Add(stepTimeout)
+	for {
+		// errors are those of a page being replaced: asked again
+		ctx, cancelStep := context.WithTimeout(b.ctx, time.Second)
+		loc, err1 := chromedp.Run(ctx, chromedp.Location())
+		state, err2 := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState + " " + document.querySelectorAll('input[name="key"]').length + " " + document.querySelectorAll('tr[data-id="1"]').length`))
+		cancelStep()
+		switch {
+		case err1 != nil || err2 != nil:
+		case strings.HasPrefix(loc, h.url+"/ui/login") && state == "complete 1 0":
+			b.fail("the link from another site ended on the login form, with a session that is valid")
+		case loc == queuePage && state == "complete 0 1":
+			return
+		}
+		if time.Now().After(deadline) {
+			b.fail("the link from another site did not reach the Queue page within %v", stepTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
