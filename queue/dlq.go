@@ -264,13 +264,16 @@ func (q *Queue) marksDamage(damaged func(Damage)) (map[uint64]mark, error) {
 // errStop ends a scan early; it is never returned.
 var errStop = errors.New("stop")
 
-// eachPending calls fn with each verified dead-letter record of dlq.log
-// whose entry is pending (not marked), the first of each id, in file
-// order: one record is in memory at a time (rec is fn's until it returns,
-// as scanEach's), so a large dlq.log costs reading (and 8 bytes or so per id),
-// not payloads' memory. fn may return
-// errStop to end the scan. The damage returned is that of dlq.log.acked,
-// then dlq.log's.
+// eachPendingHeads calls fn with each verified dead-letter record of
+// dlq.log whose entry is pending (not marked), the first of each id, in
+// file order. Each frame's CRC is checked through a small buffer
+// (scanHeads), and fn gets the record's first recordHead bytes (head,
+// fn's until it returns), its length, its offset in dlq.log and the file,
+// to read more of it (deadLetterHead, deadLetterAt, pageEntry): a dlq.log
+// of dead letters of 64 MiB is read holding some 100 KiB, not one of
+// them, and a reader holds the payloads it reads, not those it passes
+// over. fn may return errStop to end the scan. damaged is called with
+// each damage found: dlq.log.acked's, then dlq.log's.
 //
 // A message can be dead-lettered twice. The worker saves its checkpoint
 // every CheckpointEvery messages and its retry schedule after each
@@ -280,41 +283,14 @@ var errStop = errors.New("stop")
 // message's id, which is unique in its queue: readers take the first
 // entry of an id and pass over the others, a mark applies to all of them,
 // and CompactDLQ keeps the first only.
-func (q *Queue) eachPending(fn func(rec []byte) error) ([]Damage, error) {
-	var damage []Damage
-	err := q.eachPendingDamage(fn, func(d Damage) { damage = append(damage, d) })
-	return damage, err
-}
-
-// eachPendingDamage is eachPending, calling damaged with each damage found
-// (dlq.log.acked's, then dlq.log's) instead of returning them: a reader
-// that keeps some of them holds no more, however many the files hold.
-func (q *Queue) eachPendingDamage(fn func(rec []byte) error, damaged func(Damage)) error {
-	_, err := q.eachPendingAt(func(rec []byte, _ int64) error { return fn(rec) }, damaged)
-	return err
-}
-
-// eachPendingAt is eachPendingDamage, calling fn with each record's offset
-// in dlq.log too, and returning the description of the dlq.log it read
-// (nil when there is none).
-func (q *Queue) eachPendingAt(fn func(rec []byte, off int64) error, damaged func(Damage)) (fs.FileInfo, error) {
-	return q.eachPendingScan(false, func(rec []byte, _, off int64, _ io.ReaderAt) error { return fn(rec, off) }, damaged)
-}
-
-// eachPendingHeads is eachPendingDamage for a reader that needs each dead
-// letter's first bytes only: each frame's CRC is checked through a small
-// buffer (scanHeads), and fn gets the record's first recordHead bytes
-// (head, fn's until it returns), its length, its offset in dlq.log and
-// the file, to read more of it. A dlq.log of dead letters of 64 MiB is
-// read holding some 100 KiB, not one of them.
 func (q *Queue) eachPendingHeads(fn func(head []byte, length, off int64, f io.ReaderAt) error, damaged func(Damage)) error {
-	_, err := q.eachPendingScan(true, fn, damaged)
+	_, err := q.eachPendingScan(fn, damaged)
 	return err
 }
 
-// eachPendingScan is eachPendingAt (heads false: rec is the whole
-// record) and eachPendingHeads (heads true).
-func (q *Queue) eachPendingScan(heads bool, fn func(rec []byte, length, off int64, f io.ReaderAt) error, damaged func(Damage)) (fs.FileInfo, error) {
+// eachPendingScan is eachPendingHeads, returning the description of the
+// dlq.log it read (nil when there is none).
+func (q *Queue) eachPendingScan(fn func(head []byte, length, off int64, f io.ReaderAt) error, damaged func(Damage)) (fs.FileInfo, error) {
 	// the marks first: a rewrite between the two reads then leaves marks
 	// of entries gone, not entries unmarked. Their damage is reported only
 	// beside a dlq.log (a marks file without one marks no dead letter
@@ -351,13 +327,7 @@ func (q *Queue) eachPendingScan(heads bool, fn func(rec []byte, length, off int6
 		seen[id] = struct{}{}
 		return fn(rec, length, off, f)
 	}
-	if heads {
-		_, err = scanHeads(f, dlqFile, 0, info.Size(), pending, damaged)
-	} else {
-		_, err = scanEach(f, dlqFile, 0, info.Size(), func(rec []byte, off int64) error {
-			return pending(rec, int64(len(rec)), off)
-		}, damaged)
-	}
+	_, err = scanHeads(f, dlqFile, 0, info.Size(), pending, damaged)
 	if errors.Is(err, errStop) {
 		err = nil
 	}
@@ -395,6 +365,36 @@ func deadLetterWhole(head []byte, length int64) bool {
 		deadLetterFields+int64(binary.BigEndian.Uint32(head[29:33])) <= length
 }
 
+// deadLetterAt decodes the verified dead-letter record at off in dlq.log
+// (f), of length bytes, whose first bytes are head, with its whole
+// payload (none unless withPayload): its fields from head
+// (deadLetterHead), its payload read from f straight into the slice
+// returned, so that the record is not held twice and no other is held at
+// all. The frame was verified by the scan that
+// found it; dlq.log only grows (a rewrite replaces the file, not the
+// frames of the one open), so its bytes are those that were checked. A
+// record that is no dead letter whole to its payload is errBadRecord; any
+// other error is f's.
+func deadLetterAt(head []byte, length, off int64, f io.ReaderAt, withPayload bool) (DeadLetter, error) {
+	rec, err := deadLetterHead(head, length, off, f)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if rec == nil {
+		return DeadLetter{}, errBadRecord
+	}
+	d, err := decodeDeadLetter(rec)
+	if err != nil || !withPayload {
+		d.Payload = nil
+		return d, err
+	}
+	d.Payload = make([]byte, length-int64(len(rec)))
+	if k, err := f.ReadAt(d.Payload, off+headerSize+int64(len(rec))); err != nil && (k < len(d.Payload) || !errors.Is(err, io.EOF)) {
+		return DeadLetter{}, err
+	}
+	return d, nil
+}
+
 // DeadLetters returns the pending dead letters (not marked), by id, with
 // their whole payloads, and the damage found in dlq.log. DeadLetterPage
 // reads a bounded part.
@@ -408,29 +408,20 @@ func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	var out []DeadLetter
 	var damage []Damage
 	keep := func(d Damage) { damage = append(damage, d) }
-	var err error
-	if withPayload {
-		err = q.eachPendingDamage(func(rec []byte) error {
-			if d, err := decodeDeadLetter(rec); err == nil {
-				out = append(out, d)
-			}
-			return nil
-		}, keep)
-	} else {
-		// the record up to its payload, each frame's CRC checked through a
-		// small buffer: the payload is neither held nor copied
-		err = q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
-			rec, err := deadLetterHead(head, length, off, f)
-			if rec == nil || err != nil {
-				return err
-			}
-			if d, err := decodeDeadLetter(rec); err == nil {
-				d.Payload = nil
-				out = append(out, d)
-			}
-			return nil
-		}, keep)
-	}
+	// each frame's CRC checked through a small buffer: a payload is
+	// read straight into the dead letter returned, when it is, and
+	// neither held nor copied otherwise
+	err := q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
+		d, err := deadLetterAt(head, length, off, f, withPayload)
+		if errors.Is(err, errBadRecord) {
+			return nil // not listed, as a damaged frame is not
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	}, keep)
 	if err != nil {
 		return nil, damage, err
 	}
@@ -501,17 +492,22 @@ func (q *Queue) deadLetterCounts() (pending, damaged int, err error) {
 func (q *Queue) DeadLetter(id uint64) (DeadLetter, error) {
 	var d DeadLetter
 	found := false
-	_, err := q.eachPending(func(rec []byte) error {
-		if binary.BigEndian.Uint64(rec[1:9]) != id {
+	// each frame's CRC checked through a small buffer (eachPendingHeads):
+	// of the dead letters before it, none is held
+	err := q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
+		if binary.BigEndian.Uint64(head[1:9]) != id {
 			return nil
 		}
 		var err error
-		if d, err = decodeDeadLetter(rec); err == nil {
+		if d, err = deadLetterAt(head, length, off, f, true); err == nil {
 			found = true
 			return errStop
 		}
-		return nil
-	})
+		if errors.Is(err, errBadRecord) {
+			return nil
+		}
+		return err
+	}, func(Damage) {})
 	if err == nil && !found {
 		err = ErrNotPending
 	}
@@ -834,25 +830,31 @@ func (q *Queue) replayPending(ctx context.Context, upTo uint64, limit, maxBytes 
 	var ids []uint64
 	var skipped []Skipped
 	size := 0
-	if _, err := q.eachPending(func(rec []byte) error {
-		id := binary.BigEndian.Uint64(rec[1:9])
+	// each frame's CRC checked through a small buffer (eachPendingHeads):
+	// the payloads replayed are read, straight into their messages, and
+	// none of the others (above upTo, too large) is held or copied
+	if err := q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
+		id := binary.BigEndian.Uint64(head[1:9])
 		if id > upTo {
 			return nil
 		}
-		// the payload's size is read from the record's header: one that
-		// cannot be replayed, met again by every call of a run, is not
-		// copied
-		at, err := deadLetterPayload(rec)
-		if err != nil {
+		if !deadLetterWhole(head, length) {
 			return nil // damaged: not listed, not replayed
 		}
-		if err := q.tooLargeToReplay(id, len(rec)-at); err != nil {
-			skipped = append(skipped, Skipped{ID: id, PayloadSize: len(rec) - at, Err: err})
+		// the payload's size is read from the record's header: one that
+		// cannot be replayed, met again by every call of a run, is not
+		// read
+		n := int(length - deadLetterFields - int64(binary.BigEndian.Uint32(head[29:33])))
+		if err := q.tooLargeToReplay(id, n); err != nil {
+			skipped = append(skipped, Skipped{ID: id, PayloadSize: n, Err: err})
 			return nil
 		}
-		d, err := decodeDeadLetter(rec)
-		if err != nil {
+		d, err := deadLetterAt(head, length, off, f, true)
+		if errors.Is(err, errBadRecord) {
 			return nil
+		}
+		if err != nil {
+			return err
 		}
 		m := NewMessage{Source: source, CorrelationID: correlationID(), Payload: d.Payload}
 		if err := q.checkSize(m); err != nil {
@@ -863,7 +865,7 @@ func (q *Queue) replayPending(ctx context.Context, upTo uint64, limit, maxBytes 
 			return errStop
 		}
 		return nil
-	}); err != nil {
+	}, func(Damage) {}); err != nil {
 		return nil, nil, err
 	}
 	if len(batch) == 0 {
@@ -1185,7 +1187,7 @@ func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read f
 					return nil
 				}
 				if _, again := seen[d.ID]; again {
-					return nil // dead-lettered again after a crash (see eachPending)
+					return nil // dead-lettered again after a crash (see eachPendingHeads)
 				}
 				seen[d.ID] = struct{}{}
 			}

@@ -39,7 +39,7 @@ func ListDeadLetters(root, tenant, flow string, fsys FS) (*DeadLetterList, []Dam
 	var damage []Damage
 	// the ids and offsets only: each frame's CRC checked through a small
 	// buffer (eachPendingHeads), a dead letter of 64 MiB read, not held
-	l.read, err = q.eachPendingScan(true, func(head []byte, length, off int64, _ io.ReaderAt) error {
+	l.read, err = q.eachPendingScan(func(head []byte, length, off int64, _ io.ReaderAt) error {
 		if deadLetterWhole(head, length) { // one that decodes, as ReadDeadLetters lists
 			l.items = append(l.items, listItem{binary.BigEndian.Uint64(head[1:9]), off})
 		}
@@ -132,7 +132,7 @@ func (l *DeadLetterList) relocate(f File, size int64) ([]listItem, error) {
 		}
 		id := binary.BigEndian.Uint64(head[1:9])
 		if i, ok := slices.BinarySearchFunc(items, id, func(it listItem, id uint64) int { return cmp.Compare(it.id, id) }); ok && items[i].off < 0 {
-			items[i].off = off // the first of an id, as eachPending takes
+			items[i].off = off // the first of an id, as eachPendingHeads takes
 		}
 		return nil
 	}, func(Damage) {})
