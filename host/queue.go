@@ -145,7 +145,13 @@ func (s *Server) Handle(ctx context.Context, d queue.Delivery) queue.Verdict {
 	}
 	doc, err := flow.ParseJSON(d.Payload, queuedMaxDepth)
 	if err != nil {
-		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: "the stored message is not a JSON document: " + err.Error()}
+		// only a segment edited by hand holds one (every door stores a
+		// JSON document): the same bytes will fail the same way, so no
+		// retries, and a journal row, as for any delivery, though it
+		// did not run
+		res := notJSONResult(err)
+		s.journal(deliveryDoor(d), lf, d.CorrelationID, int64(d.ID), d.Attempt, res, s.cfg.Now(), 0)
+		return queue.Verdict{Kind: queue.VerdictDeadLetter, Error: res.Err.Msg, Attrs: executionAttrs(lf, res, 0, nil)}
 	}
 	door := deliveryDoor(d)
 	start := s.cfg.Now()

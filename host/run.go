@@ -218,6 +218,15 @@ func corruptResult(lf *registry.LiveFlow) engine.Result {
 		Err: &engine.Error{Kind: engine.KindInternal, Msg: lf.Corrupt.Error()}}
 }
 
+// notJSONResult is the journal's record of a delivery whose stored
+// message is not a JSON document (err says why), which did not run: the
+// stored bytes are not what a door stored, a failure of the platform
+// (500), as a corrupt artifact's is.
+func notJSONResult(err error) engine.Result {
+	return engine.Result{Status: http.StatusInternalServerError, Outcome: engine.Failed,
+		Err: &engine.Error{Kind: engine.KindInternal, Msg: "the stored message is not a JSON document: " + err.Error()}}
+}
+
 // journal appends an execution's journal entry.
 func (s *Server) journal(door string, lf *registry.LiveFlow, correlationID string, msgID int64, attempt int, res engine.Result, start time.Time, elapsed time.Duration) {
 	if s.cfg.Journal == nil {
