@@ -243,7 +243,12 @@ type Damage struct {
 	File   string // segment.log, segment.log.retry, dlq.log, dlq.log.acked
 	Offset int64
 	Length int64
-	// ID is the damaged message's id when its record was readable, else 0.
+	// ID is the id the damaged frame's record holds (the 8 bytes after its
+	// kind) when they are in the file, else 0: read from bytes whose CRC
+	// failed, so the damage may be in it, and said as the frame holds it,
+	// never as the message's (idText). Of a retry whose carried message
+	// did not verify as it was read back, it is the retry's, which the
+	// schedule verified.
 	ID uint64
 	// Torn is true for a torn tail: no frame verifies after it, and it is
 	// a write a crash cut short (a frame incomplete, or a whole one with a
@@ -272,11 +277,17 @@ func (d Damage) String() string {
 	case d.Torn:
 		what = "truncated a torn tail"
 	}
-	id := ""
-	if d.ID != 0 {
-		id = fmt.Sprintf(" id=%d", d.ID)
+	return fmt.Sprintf("%s: %s at offset %d (%d bytes%s): %s", d.File, what, d.Offset, d.Length, d.idText(), d.Reason)
+}
+
+// idText is how the texts of a damage found by a scan say its id: as the
+// damaged frame holds it, which no CRC vouched for (a flipped bit in it
+// names another message, or none); "" when no id was read.
+func (d Damage) idText() string {
+	if d.ID == 0 {
+		return ""
 	}
-	return fmt.Sprintf("%s: %s at offset %d (%d bytes%s): %s", d.File, what, d.Offset, d.Length, id, d.Reason)
+	return fmt.Sprintf(", id=%d as the damaged frame holds it", d.ID)
 }
 
 // DeadLetterText says what damage in a dead-letter file means for the
@@ -285,15 +296,11 @@ func (d Damage) String() string {
 // be read is not applied, so the dead letter it marked is listed as
 // pending.
 func (d Damage) DeadLetterText() string {
-	id := ""
-	if d.ID != 0 {
-		id = fmt.Sprintf(", id=%d", d.ID)
-	}
 	what := "a damaged dead letter at offset %d (%d bytes%s) is not listed"
 	if d.File != dlqFile {
 		what = "a damaged replay or discard mark at offset %d (%d bytes%s): the dead letter it marked is listed as pending"
 	}
-	return fmt.Sprintf("%s: "+what+": %s", d.File, d.Offset, d.Length, id, d.Reason)
+	return fmt.Sprintf("%s: "+what+": %s", d.File, d.Offset, d.Length, d.idText(), d.Reason)
 }
 
 // frameAt reads the frame at off of a file of the given size. It returns

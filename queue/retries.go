@@ -701,12 +701,8 @@ func (s *retrySchedule) load(r io.ReaderAt, size int64) (legacy bool, end int64,
 	}
 	for _, d := range damage {
 		if !d.Torn {
-			id := ""
-			if d.ID != 0 {
-				id = fmt.Sprintf(", id=%d", d.ID)
-			}
 			return false, end, damage, fmt.Errorf("%s does not verify: a damaged frame at offset %d (%d bytes%s): %s; the retry it set is dropped, and reported, by the queue's worker (as it starts, or when the retry is due)",
-				retryFile, d.Offset, d.Length, id, d.Reason)
+				retryFile, d.Offset, d.Length, d.idText(), d.Reason)
 		}
 	}
 	return false, end, damage, nil

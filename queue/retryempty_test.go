@@ -53,7 +53,7 @@ func TestRetryLogDamageNamedWhenTheRewriteFails(t *testing.T) {
 	f.Close()
 	m.Fail(opRename, "", 1, syscall.EIO, false)
 	_, _, err = q.openRetrySchedule()
-	if err == nil || !strings.Contains(err.Error(), "at offset 0 (41 bytes id=1): a CRC that does not match") {
+	if err == nil || !strings.Contains(err.Error(), "at offset 0 (41 bytes, id=1 as the damaged frame holds it): a CRC that does not match") {
 		t.Errorf("the worker's open with the rewrite failing: %v, want an error naming the damaged frame", err)
 	}
 	m.Heal()

@@ -36,7 +36,7 @@ func TestDLQMarkPrintsRecoveryFindings(t *testing.T) {
 			}
 			b[len(b)/4] ^= 0xff // in the first of the two messages
 			writeFile(t, seg, b)
-		}, `acme/orders: segment\.log: quarantined a damaged frame at offset 0 \(\d+ bytes( id=1)?\): .+`},
+		}, `acme/orders: segment\.log: quarantined a damaged frame at offset 0 \(\d+ bytes(, id=1 as the damaged frame holds it)?\): .+`},
 	}
 	commands := [][]string{
 		{"discard", "--id", "1"},
