@@ -1164,9 +1164,9 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 // returns the temporary file's path, the description of dlq.log it read
 // (to check that it did not change before the new one replaces it; nil
 // when there is none), and the damage it left out. dlq.log is read and the
-// new file written a buffer at a time: the rewrite holds one record and
-// the buffer in memory, not the file (a dead-letter queue can hold
-// gigabytes).
+// new file written a buffer at a time: the rewrite holds the buffer and
+// the scan's, not a record, nor the file (a dead-letter queue can hold
+// gigabytes, of dead letters of 64 MiB).
 func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read fs.FileInfo, damage []Damage, err error) {
 	src, read, err := q.openToReadInfo(dlqFile)
 	if err != nil {
@@ -1179,19 +1179,24 @@ func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read f
 		if src == nil {
 			return nil
 		}
-		w := frameWriter{f: f}
+		// no larger than the file: most are small
+		w := frameWriter{f: f, buf: make([]byte, 0, min(frameWriterBuf, read.Size())+headerSize+recordHead)}
 		seen := map[uint64]struct{}{}
-		if _, err := scanEach(src, dlqFile, 0, read.Size(), func(rec []byte, _ int64) error {
-			if d, err := decodeDeadLetter(rec); err == nil {
-				if _, done := marked[d.ID]; done {
+		// each frame's CRC checked through a small buffer (scanFrameHeads),
+		// a kept one copied through the write buffer: a dead letter of
+		// 64 MiB is read and written, not held
+		if _, err := scanFrameHeads(src, dlqFile, 0, read.Size(), func(h *[headerSize]byte, head []byte, length, off int64) error {
+			if deadLetterWhole(head, length) { // one that decodes
+				id := binary.BigEndian.Uint64(head[1:9])
+				if _, done := marked[id]; done {
 					return nil
 				}
-				if _, again := seen[d.ID]; again {
+				if _, again := seen[id]; again {
 					return nil // dead-lettered again after a crash (see eachPendingHeads)
 				}
-				seen[d.ID] = struct{}{}
+				seen[id] = struct{}{}
 			}
-			return w.add(rec)
+			return w.copyFrame(h, head, src, off, length)
 		}, func(d Damage) { damage = append(damage, d) }); err != nil {
 			return err
 		}
@@ -1261,7 +1266,8 @@ func (q *Queue) mayHoldMarks() bool {
 }
 
 // frameWriter writes frames one after another from the start of a file,
-// through a buffer of up to frameWriterBuf bytes.
+// through buf, made with room for a frame's header and head past what it
+// fills (up to frameWriterBuf bytes).
 type frameWriter struct {
 	f   File
 	off int64
@@ -1270,13 +1276,30 @@ type frameWriter struct {
 
 const frameWriterBuf = 1 << 20
 
-// add frames rec and writes the buffer once it is full.
-func (w *frameWriter) add(rec []byte) error {
-	w.buf = appendFrame(w.buf, rec)
-	if len(w.buf) < frameWriterBuf {
-		return nil
+// copyFrame writes the verified frame at off of r, whose header is h and
+// whose record is length bytes, head its first ones: through the buffer,
+// a part at a time, so that a record of 64 MiB is copied, not held.
+func (w *frameWriter) copyFrame(h *[headerSize]byte, head []byte, r io.ReaderAt, off, length int64) error {
+	full := max(cap(w.buf)-headerSize-recordHead, 1)
+	w.buf = append(append(w.buf, h[:]...), head...)
+	for pos := int64(len(head)); pos < length; {
+		if len(w.buf) >= full {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+		k := len(w.buf)
+		n := int(min(length-pos, int64(full-k)))
+		w.buf = w.buf[:k+n]
+		if m, err := r.ReadAt(w.buf[k:], off+headerSize+pos); err != nil && (m < n || !errors.Is(err, io.EOF)) {
+			return err
+		}
+		pos += int64(n)
 	}
-	return w.flush()
+	if len(w.buf) >= full {
+		return w.flush()
+	}
+	return nil
 }
 
 // flush writes what the buffer holds.

@@ -190,3 +190,47 @@ func appendRawDeadLetter(t *testing.T, q *Queue, d DeadLetter) {
 		t.Fatal(err)
 	}
 }
+
+// Rewriting dlq.log after a discard checks each frame through the
+// streaming head reader and copies the kept ones through its buffer: of a
+// dlq.log of dead letters of 2 MiB (twice the buffer), it allocates its
+// buffers, not a record. It read each record whole (the discarded one too, to skip it)
+// into a buffer as large as the largest, and gathered each kept one whole
+// in its write buffer.
+func TestCompactDLQCopiesLargeDeadLettersStreaming(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	const size = 2 * frameWriterBuf
+	dl := bigDeadLetters(t, q, size)
+	if err := q.Mark(3, MarkDiscarded); err != nil {
+		t.Fatal(err)
+	}
+	var applied []Marked
+	var err error
+	allocated := allocatedBy(func() { applied, _, err = q.CompactDLQ() })
+	if err != nil || len(applied) != 1 {
+		t.Fatalf("CompactDLQ: %v, %d marks applied, want 1", err, len(applied))
+	}
+	t.Logf("allocated %d KiB; a dead letter is %d KiB", allocated>>10, size>>10)
+	if limit := int64(frameWriterBuf + 512<<10); allocated > limit {
+		t.Errorf("rewriting a dlq.log of dead letters of %d KiB allocated %d KiB, want at most %d KiB (its buffers, no record)",
+			size>>10, allocated>>10, limit>>10)
+	}
+	got, damage, err := q.DeadLetters()
+	if err != nil || len(damage) > 0 {
+		t.Fatalf("DeadLetters after the rewrite: damage %v, %v", damage, err)
+	}
+	want := []DeadLetter{dl[1], dl[2], dl[4], dl[5]}
+	if len(got) != len(want) {
+		t.Fatalf("%d dead letters after the rewrite, want %d", len(got), len(want))
+	}
+	for i := range want {
+		// the payloads apart: go-cmp compares megabytes a byte at a time
+		if !bytes.Equal(got[i].Payload, want[i].Payload) {
+			t.Errorf("dead letter %d after the rewrite: a payload of %d bytes, not the one dead-lettered", got[i].ID, len(got[i].Payload))
+		}
+		got[i].Payload, want[i].Payload = nil, nil
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the dead letters after the rewrite (-want +got):\n%s", diff)
+	}
+}
