@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -65,7 +66,10 @@ type Config struct {
 	// host keeps none.
 	History JournalReader
 	// Secrets, when any is set, make every door require a signature and the
-	// webhook require GitHub's X-Hub-Signature-256.
+	// webhook require GitHub's X-Hub-Signature-256. None may be empty (or
+	// blank): a signature made with an empty secret is one anyone can
+	// make, so New panics on one, as on any misuse of its API (nexus serve
+	// refuses a blank part of --secret before it gets here).
 	Secrets []string
 	// MaxRuns is the most /run executions in progress at once (0:
 	// DefaultMaxRuns; negative: no limit). One more is refused with 503
@@ -136,8 +140,14 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // workers' own grace. Executions that begin afterwards end at once too.
 func (s *Server) InterruptRuns() { s.interruptRuns() }
 
-// New returns a Server for cfg.
+// New returns a Server for cfg. It panics when cfg.Secrets holds an
+// empty or blank secret.
 func New(cfg Config) *Server {
+	for i, secret := range cfg.Secrets {
+		if strings.TrimSpace(secret) == "" {
+			panic(fmt.Sprintf("host.New: Config.Secrets[%d] is empty: a signature made with it is one anyone can make", i))
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
