@@ -251,7 +251,10 @@ type deadLetterPage struct {
 	Tenant string `json:"tenant"`
 	Flow   string `json:"flow"`
 	Total  int    `json:"total"`
-	// NextAfter is the after= of the next page; nil on the last.
+	// NextAfter is the after= of the next page; nil on the last. It is
+	// the highest id the page looked at, which may be a dead letter that
+	// cannot be decoded (counted, not listed): a page may list none and
+	// have a next one.
 	NextAfter *uint64 `json:"next_after"`
 	// PrevAfter is the after= of the page before (the limit dead letters
 	// before this page's first); nil on the first.
@@ -333,8 +336,11 @@ func fillDeadLetterPage(v *deadLetterPage, q *queue.Queue, after uint64, limit i
 		}
 		v.DeadLetters = append(v.DeadLetters, e)
 	}
-	if page.More && len(page.Entries) > 0 {
-		next, last := page.Entries[len(page.Entries)-1].ID, page.Last
+	if page.More {
+		// the page's last id looked at: dead letters that cannot be
+		// decoded are counted and not listed, so a page may list none
+		// and have more after it
+		next, last := page.Next, page.Last
 		v.NextAfter, v.LastAfter = &next, &last
 	}
 	if page.HasPrev {

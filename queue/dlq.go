@@ -519,6 +519,11 @@ type DeadLetterPage struct {
 	Entries []PageEntry
 	Total   int  // the pending dead letters in all
 	More    bool // some come after the page's last entry
+	// Next is the after of the page after this one, valid when More: the
+	// highest id the page looked at, which is its last entry's unless
+	// the page ends with dead letters that cannot be decoded (counted in
+	// Total, left off Entries). A page may list none and have a Next.
+	Next uint64
 	// Prev is the after of the page before this one (the limit pending
 	// dead letters before its first), valid when HasPrev: some come
 	// before after. Last is the after of the last page, counted limit at
@@ -607,7 +612,9 @@ func (q *Queue) DeadLetterPage(after uint64, limit, maxPayload int) (DeadLetterP
 	if limit > 0 && len(all) > limit {
 		page.Last = all[(len(all)-1)/limit*limit-1]
 	}
-	page.More = len(all)-before > limit
+	if page.More = len(all)-before > limit; page.More {
+		page.Next = all[before+limit-1]
+	}
 	for _, e := range best {
 		if !e.bad {
 			page.Entries = append(page.Entries, e.PageEntry)

@@ -551,19 +551,19 @@ func TestDeadLetterPage(t *testing.T) {
 		limit, maxPayload int
 		want              queue.DeadLetterPage
 	}{
-		{"the first page", 0, 3, whole, queue.DeadLetterPage{Entries: entries(whole, 2, 3, 4), Total: 6, More: true, Last: 4}},
+		{"the first page", 0, 3, whole, queue.DeadLetterPage{Entries: entries(whole, 2, 3, 4), Total: 6, More: true, Next: 4, Last: 4}},
 		{"the second page skips the discarded 7", 4, 3, whole, queue.DeadLetterPage{Entries: entries(whole, 5, 9, 12), Total: 6, HasPrev: true, Prev: 0, Last: 4}},
 		{"after an id that is not pending", 6, 10, whole, queue.DeadLetterPage{Entries: entries(whole, 9, 12), Total: 6, HasPrev: true}},
-		{"one entry, more after it", 5, 1, whole, queue.DeadLetterPage{Entries: entries(whole, 9), Total: 6, More: true, HasPrev: true, Prev: 4, Last: 9}},
+		{"one entry, more after it", 5, 1, whole, queue.DeadLetterPage{Entries: entries(whole, 9), Total: 6, More: true, Next: 9, HasPrev: true, Prev: 4, Last: 9}},
 		{"after the last", 12, 3, whole, queue.DeadLetterPage{Total: 6, HasPrev: true, Prev: 4, Last: 4}},
 		{"after beyond every id", 1000, 3, whole, queue.DeadLetterPage{Total: 6, HasPrev: true, Prev: 4, Last: 4}},
 		{"a limit larger than all", 0, 100, whole, queue.DeadLetterPage{Entries: entries(whole, pending...), Total: 6}},
 		{"a limit of exactly all", 0, 6, whole, queue.DeadLetterPage{Entries: entries(whole, pending...), Total: 6}},
-		{"a limit of one fewer than all", 0, 5, whole, queue.DeadLetterPage{Entries: entries(whole, 2, 3, 4, 5, 9), Total: 6, More: true, Last: 9}},
+		{"a limit of one fewer than all", 0, 5, whole, queue.DeadLetterPage{Entries: entries(whole, 2, 3, 4, 5, 9), Total: 6, More: true, Next: 9, Last: 9}},
 		{"after the largest id there can be", math.MaxUint64, 2, whole, queue.DeadLetterPage{Total: 6, HasPrev: true, Prev: 5, Last: 5}},
 		// the previous page is the limit before this page's first, off
 		// the grid of pages counted from the first
-		{"the page before, off the grid", 3, 2, whole, queue.DeadLetterPage{Entries: entries(whole, 4, 5), Total: 6, More: true, HasPrev: true, Prev: 0, Last: 5}},
+		{"the page before, off the grid", 3, 2, whole, queue.DeadLetterPage{Entries: entries(whole, 4, 5), Total: 6, More: true, Next: 5, HasPrev: true, Prev: 0, Last: 5}},
 		{"payloads cut to 4 bytes", 0, 10, 4, queue.DeadLetterPage{Entries: entries(4, pending...), Total: 6}},
 		{"payloads cut to 999 bytes", 0, 10, 999, queue.DeadLetterPage{Entries: entries(999, pending...), Total: 6}},
 		{"maxPayload the size of the largest", 0, 10, 1000, queue.DeadLetterPage{Entries: entries(1000, pending...), Total: 6}},
@@ -711,7 +711,7 @@ func TestDeadLetterPageOneRead(t *testing.T) {
 	for _, id := range []uint64{1, 2, 3} {
 		entries = append(entries, queue.PageEntry{DeadLetter: dls[id], PayloadSize: 10})
 	}
-	want := queue.DeadLetterPage{Entries: entries, Total: 5, More: true, Last: 3}
+	want := queue.DeadLetterPage{Entries: entries, Total: 5, More: true, Next: 3, Last: 3}
 	if diff := cmp.Diff(want, page, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("DeadLetterPage(0, 3, 100) with 2 discarded once dlq.log was read (-want +got):\n%s", diff)
 	}
