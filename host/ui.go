@@ -608,8 +608,9 @@ func actionError(w http.ResponseWriter, status int, err error) string {
 
 // uiPayload is a dead letter's download link: the payload, or an error
 // page (404 for a dead letter that is no longer pending, a stale link;
-// 503 for dead-letter files that cannot be read), with a link back to the
-// queue.
+// 400 for an id that is no message id; 503 for dead-letter files that
+// cannot be read), with a link back to the queue. A tenant or flow that
+// is no valid name (400) names no queue: its page links to the flows.
 func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter.Params, csrf string) {
 	d, status, err := s.findPayload(ps)
 	if err == nil {
@@ -627,6 +628,8 @@ func (s *Server) uiPayload(w http.ResponseWriter, r *http.Request, ps httprouter
 		p.Back = back.PageLink(0)
 	case status == http.StatusServiceUnavailable:
 		p.Back = back.PageLink(0)
+	case status == http.StatusBadRequest && nameError(tenant, flowName) == nil:
+		p.Back = back.PageLink(0) // the names are the queue's; the id is not one
 	}
 	s.render(w, r, status, "error", p)
 }

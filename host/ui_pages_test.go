@@ -239,7 +239,7 @@ func TestUIAnswersArePages(t *testing.T) {
 	}{
 		{"a stale payload link", "GET", link, session, 404, "no pending dead letter id=1 tenant=acme flow=echo", "", "/ui/queues/acme/echo"},
 		{"a stale payload link with the bearer key", "GET", link, bearer, 404, "no pending dead letter id=1 tenant=acme flow=echo", "", "/ui/queues/acme/echo"},
-		{"a payload link with a bad id", "GET", "/ui/queues/acme/echo/dlq/x/payload", session, 400, `&#34;x&#34; is not a message id (a whole number from the dead letters&#39; list)`, "", ""},
+		{"a payload link with a bad id", "GET", "/ui/queues/acme/echo/dlq/x/payload", session, 400, `&#34;x&#34; is not a message id (a whole number from the dead letters&#39; list)`, "", "/ui/queues/acme/echo"},
 		{"a payload link with a bad name", "GET", "/ui/queues/A/echo/dlq/2/payload", session, 400, `invalid name &#34;A&#34; for tenant (flow &#34;echo&#34;): character &#39;A&#39; at position 1 is not allowed`, "", ""},
 		{"an unknown page", "GET", "/ui/nope", session, 404, "There is no page at /ui/nope.", "", ""},
 		{"a path under a page", "GET", "/ui/queues/acme/echo/more", session, 404, "There is no page at /ui/queues/acme/echo/more.", "", ""},
