@@ -122,3 +122,34 @@ func TestArraySizeKept(t *testing.T) {
 		}
 	}
 }
+
+// A number the JSON parser read counts as it is answered, not as it was
+// written: 1e20 is 4 bytes written and 21 answered (100000000000000000000),
+// so an array or an object of them that kept the size as written counted
+// a fifth of what a hole that holds it writes, and a document past the
+// limit was rendered. A number no float64 holds (exactNumber) counts as
+// jsonSize counts it, never less than it is written.
+func TestKeptSizeCountsNumbersAsAnswered(t *testing.T) {
+	for _, c := range []struct {
+		item  string
+		exact bool // counted to the byte
+	}{
+		{"1e20", true}, {"-9.5E+20", true}, {"1e-7", true}, {"1.50", true},
+		{"-0", true}, {"0.0", true}, {"-0.0", true}, {"2E0", true}, {"1e18", true},
+		{"1e-400", false}, {"12345678901234567890123", false}, {"1.0000000000000000000001", false},
+	} {
+		for _, src := range []string{
+			"[" + repeated(c.item, ",", 2*sizedArrayMin) + "]",
+			`{"a": ` + c.item + `, "b": [` + c.item + `]}`,
+		} {
+			doc, err := ParseJSON([]byte(src), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := jsonSize(doc, unbounded), len(AppendJSON(nil, doc))
+			if got < want || c.exact && got != want {
+				t.Errorf("%.30s: jsonSize = %d, the answer holds %d bytes", src, got, want)
+			}
+		}
+	}
+}

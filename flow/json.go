@@ -40,8 +40,8 @@ type jsonParser struct {
 	maxDepth int
 	// space is the bytes read so far that an object's compact JSON, as
 	// AppendJSON writes it, does not hold: white space skipped, and the
-	// bytes by which a string's escapes as written are longer than as
-	// written again (less when shorter)
+	// bytes by which a string's escapes or a number as written are longer
+	// than as written again (less when shorter)
 	space int
 }
 
@@ -249,6 +249,9 @@ func (p *jsonParser) number() (any, error) {
 	text := string(d[start:p.pos])
 	if integer {
 		if n, err := strconv.ParseInt(text, 10, 0); err == nil {
+			if n == 0 && len(text) == 2 {
+				p.space++ // -0 is answered 0
+			}
 			return int(n), nil
 		}
 	}
@@ -257,6 +260,9 @@ func (p *jsonParser) number() (any, error) {
 		p.pos = start
 		return nil, p.errorf("number %s is out of range", naming.Shorten(text)) // a digit string may be 1 MiB
 	}
+	// an object's or an array's size counts the number as it is
+	// answered: 1e20 is 4 bytes written and 21 answered, 1.50 is 4 and 3
+	p.space += len(text) - jsonSize(v, unbounded)
 	return v, nil
 }
 
