@@ -93,59 +93,41 @@ func (e *env) follow(t *testing.T, repo string) {
 	e.s = s
 }
 
-// TestLocalRepoWithoutGitThatStalls: on a host without git, a local repo
-// whose files stop answering (a hung disk or network file system: here a
-// loose object made a named pipe, whose open blocks) costs one
-// FetchTimeout, or ends as soon as the round's context does. go-git's
-// upload-pack ran outside both: the round, and the sync lock, were held
-// until the file answered, up to the 30-minute cap of a fetch.
-func TestLocalRepoWithoutGitThatStalls(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		timeout time.Duration
-		cancel  bool   // the round's context is cancelled 300ms in
-		want    string // in the error
-	}{
-		{"FetchTimeout", 300 * time.Millisecond, false, "no answer within 300ms"},
-		{"cancelled", time.Hour, true, "context canceled"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
-			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
-			e.src.gitCommit("one")
-			stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
-			t.Setenv("PATH", t.TempDir())
-			if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestLocalRepoWithGitThatStalls: on a host with git, a local repo whose
-// files stop answering costs one FetchTimeout as well, or ends as soon as
-// the round's context does: git-upload-pack, which go-git runs over pipes,
-// no connection of the fetch's, is watched as a connection is. A silent
-// one held the round, and the sync lock, up to the 30-minute cap.
-func TestLocalRepoWithGitThatStalls(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		timeout time.Duration
-		cancel  bool   // the round's context is cancelled 300ms in
-		want    string // in the error
-	}{
-		{"FetchTimeout", 300 * time.Millisecond, false, "no answer within 300ms"},
-		{"cancelled", time.Hour, true, "context canceled"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
-			e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
-			e.src.gitCommit("one")
-			stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
-			if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
-			}
-		})
+// TestLocalRepoThatStalls: a local repo whose files stop answering (a
+// hung disk or network file system: here a loose object made a named
+// pipe, whose open blocks) costs one FetchTimeout, or ends as soon as the
+// round's context does, on a host without git (go-git reads the repo
+// itself) and on one with git (git-upload-pack over pipes, no connection
+// of the fetch's, watched as a connection is). The round, and the sync
+// lock, were held until the file answered, up to the 30-minute cap of a
+// fetch.
+func TestLocalRepoThatStalls(t *testing.T) {
+	for _, host := range []struct {
+		name  string
+		noGit bool
+	}{{"without git", true}, {"with git", false}} {
+		for _, tc := range []struct {
+			name    string
+			timeout time.Duration
+			cancel  bool   // the round's context is cancelled 300ms in
+			want    string // in the error
+		}{
+			{"FetchTimeout", 300 * time.Millisecond, false, "no answer within 300ms"},
+			{"cancelled", time.Hour, true, "context canceled"},
+		} {
+			t.Run(host.name+"/"+tc.name, func(t *testing.T) {
+				e := newEnv(t, func(c *gitsync.Config) { c.FetchTimeout = tc.timeout })
+				e.src.write("flows/acme/x.md", flowtest.Marked("acme", "x", "one"))
+				e.src.gitCommit("one")
+				stallObject(t, e.src.dir, strings.TrimSpace(e.src.git("rev-parse", "HEAD:flows/acme/x.md")))
+				if host.noGit {
+					t.Setenv("PATH", t.TempDir())
+				}
+				if err := syncStalled(t, e, tc.cancel); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Sync of a local repo whose object never opens: %v, want an error with %q", err, tc.want)
+				}
+			})
+		}
 	}
 }
 
