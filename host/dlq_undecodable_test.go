@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"html"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -73,30 +72,13 @@ func TestUndecodableDeadLettersDoNotEndThePages(t *testing.T) {
 	srv := httptest.NewServer(fx.handler)
 	defer srv.Close()
 	cookie := fx.login(t)
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	get := func(t *testing.T, path string, header ...string) string {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		req.AddCookie(cookie)
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res, body := sendWithCookie(t, srv, cookie, http.MethodGet, path, nil, header...)
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", path, res.StatusCode, body)
 		}
-		return string(body)
+		return body
 	}
 
 	type apiPage struct {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -347,3 +348,35 @@ func newHeldBackend(t *testing.T) *heldBackend {
 
 // free lets every call held, and every later one, answer.
 func (b *heldBackend) free() { b.once.Do(func() { close(b.release) }) }
+
+// sendWithCookie sends method path to srv with the session cookie (a form
+// body, when form is set, as the UI's buttons send it; header in name,
+// value pairs) and returns the answer, its body read. Redirects are not
+// followed.
+func sendWithCookie(t *testing.T, srv *httptest.Server, cookie *http.Cookie, method, path string, form url.Values, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	req.AddCookie(cookie)
+	res, err := noRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(body)
+}
+
+// noRedirects is a client that returns a redirect as it is answered.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

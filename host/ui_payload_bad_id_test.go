@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,21 +32,7 @@ func TestPayloadLinkWithABadIDLinksBackToTheQueue(t *testing.T) {
 		{"a flow that is no name", "/ui/queues/acme/-echo/dlq/0/payload", `<a href="/ui/">Back to the flows</a>`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodGet, srv.URL+tc.path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.AddCookie(cookie)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer res.Body.Close()
-			b, err := io.ReadAll(res.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body := string(b)
+			res, body := sendWithCookie(t, srv, cookie, http.MethodGet, tc.path, nil)
 			if res.StatusCode != http.StatusBadRequest {
 				t.Errorf("GET %s: %d, want 400", tc.path, res.StatusCode)
 			}

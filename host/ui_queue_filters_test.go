@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,27 +16,12 @@ import (
 // them. The links named the queue alone, and the way back was the whole
 // list.
 func TestQueuePagesKeepTheListsFilters(t *testing.T) {
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(t *testing.T, srv *httptest.Server, cookie *http.Cookie, method, path string, form url.Values) (*http.Response, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(form.Encode()))
-		if err != nil {
-			t.Fatal(err)
+		if method == http.MethodPost && form == nil {
+			form = url.Values{}
 		}
-		if method == http.MethodPost {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		}
-		req.AddCookie(cookie)
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, string(body)
+		return sendWithCookie(t, srv, cookie, method, path, form)
 	}
 	for _, tc := range []struct {
 		name, list string // the Queues page's query
