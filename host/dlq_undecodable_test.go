@@ -22,8 +22,8 @@ import (
 // undecodeFrames makes the first n dead letters of the dlq.log at path
 // undecodable: each one's last error is said to be longer than its
 // record, and the frame's checksum is made again, so the frame verifies
-// (it is no damage) and the dead letter is counted as pending but cannot
-// be listed.
+// (its CRC holds) and the dead letter is counted as pending but cannot
+// be listed: it is reported as damage.
 func undecodeFrames(t *testing.T, path string, n int) {
 	t.Helper()
 	offs := frameOffsets(t, path)
@@ -66,8 +66,8 @@ func TestUndecodableDeadLettersDoNotEndThePages(t *testing.T) {
 	for _, d := range dls {
 		ids = append(ids, d.ID)
 	}
-	if err != nil || len(damage) != 0 || !cmp.Equal(ids, []uint64{6, 7, 8}) {
-		t.Fatalf("the CLI reads %v, damage %v, %v; want 6 to 8 and no damage", ids, damage, err)
+	if err != nil || len(damage) != 5 || !cmp.Equal(ids, []uint64{6, 7, 8}) {
+		t.Fatalf("the CLI reads %v, damage %v, %v; want 6 to 8 and 5 damaged", ids, damage, err)
 	}
 	srv := httptest.NewServer(fx.handler)
 	defer srv.Close()
@@ -109,10 +109,26 @@ func TestUndecodableDeadLettersDoNotEndThePages(t *testing.T) {
 				DeadLetters []struct {
 					ID uint64 `json:"id"`
 				} `json:"dead_letters"`
+				Damaged []struct {
+					ID      uint64 `json:"id"`
+					Message string `json:"message"`
+				} `json:"damaged"`
+				DamagedTotal int `json:"damaged_total"`
 			}
 			body := get(t, fmt.Sprintf("/api/queues/acme/echo/dlq?after=%d&limit=2", after), bearerAdmin...)
 			if err := json.Unmarshal([]byte(body), &doc); err != nil {
 				t.Fatalf("%v: %s", err, body)
+			}
+			// every page names the dead letters no page lists
+			var damaged []uint64
+			for _, d := range doc.Damaged {
+				if !strings.Contains(d.Message, "is not listed: record cannot be decoded: ") {
+					t.Errorf("after=%d: damaged %d says %q", after, d.ID, d.Message)
+				}
+				damaged = append(damaged, d.ID)
+			}
+			if !cmp.Equal(damaged, []uint64{1, 2, 3, 4, 5}) || doc.DamagedTotal != 5 {
+				t.Errorf("after=%d: damaged %v, %d in all; want 1 to 5", after, damaged, doc.DamagedTotal)
 			}
 			p := apiPage{After: after, Total: doc.Total, NextAfter: doc.NextAfter, PrevAfter: doc.PrevAfter, LastAfter: doc.LastAfter}
 			for _, d := range doc.DeadLetters {
@@ -149,6 +165,9 @@ func TestUndecodableDeadLettersDoNotEndThePages(t *testing.T) {
 			body := get(t, page)
 			if strings.Contains(body, "No pending dead letter comes after") {
 				t.Errorf("%s says no dead letter comes after it:\n%s", page, body)
+			}
+			if !strings.Contains(body, `id="damaged"`) || strings.Count(body, "is not listed: record cannot be decoded: ") != 5 {
+				t.Errorf("%s does not name the 5 dead letters that cannot be decoded:\n%s", page, body)
 			}
 			var after uint64
 			fmt.Sscanf(page, "/ui/queues/acme/echo?after=%d", &after)

@@ -273,7 +273,10 @@ var errStop = errors.New("stop")
 // of dead letters of 64 MiB is read holding some 100 KiB, not one of
 // them, and a reader holds the payloads it reads, not those it passes
 // over. fn may return errStop to end the scan. damaged is called with
-// each damage found: dlq.log.acked's, then dlq.log's.
+// each damage found: dlq.log.acked's, then dlq.log's, among which a
+// pending record that is no dead letter whole to its payload
+// (undecodableDamage), before fn is called with it: it is pending all
+// the same, counted and marked as the others are.
 //
 // A message can be dead-lettered twice. The worker saves its checkpoint
 // every CheckpointEvery messages and its retry schedule after each
@@ -325,6 +328,12 @@ func (q *Queue) eachPendingScan(fn func(head []byte, length, off int64, f io.Rea
 			return nil // dead-lettered again after a crash: see above
 		}
 		seen[id] = struct{}{}
+		if !deadLetterWhole(rec, length) {
+			// its frame verifies, so it is pending (counted, and marked
+			// by a discard of all), but no reader can list it: reported
+			// as a damaged frame is, in file order
+			damaged(undecodableDamage(rec, length, off))
+		}
 		return fn(rec, length, off, f)
 	}
 	_, err = scanHeads(f, dlqFile, 0, info.Size(), pending, damaged)
@@ -332,6 +341,18 @@ func (q *Queue) eachPendingScan(fn func(head []byte, length, off int64, f io.Rea
 		err = nil
 	}
 	return info, err
+}
+
+// undecodableDamage is the damage a reader of dlq.log reports for the
+// verified dead-letter record at off, of length bytes, whose first bytes
+// are head, when it is no dead letter whole to its payload
+// (deadLetterWhole false): its last error is said to run past its end.
+// The frame verifies, so the id is the one written; a reader counts it
+// pending and cannot list it.
+func undecodableDamage(head []byte, length, off int64) Damage {
+	return Damage{File: dlqFile, Offset: off, Length: headerSize + length, ID: binary.BigEndian.Uint64(head[1:9]),
+		Reason: fmt.Sprintf("record cannot be decoded: its last error of %d bytes runs past the end of the record (%d bytes)",
+			binary.BigEndian.Uint32(head[29:33]), length)}
 }
 
 // deadLetterHead is the verified dead-letter record at off in dlq.log (f),
@@ -414,7 +435,7 @@ func (q *Queue) deadLetters(withPayload bool) ([]DeadLetter, []Damage, error) {
 	err := q.eachPendingHeads(func(head []byte, length, off int64, f io.ReaderAt) error {
 		d, err := deadLetterAt(head, length, off, f, withPayload)
 		if errors.Is(err, errBadRecord) {
-			return nil // not listed, as a damaged frame is not
+			return nil // not listed: reported as damage (eachPendingScan)
 		}
 		if err != nil {
 			return err
@@ -1343,7 +1364,9 @@ func Peek(root, tenant, flow string, fsys FS) (*Queue, error) {
 // nexus dlq list reads them). A queue that does not exist has none.
 //
 // It also returns the damaged frames of dlq.log that valid frames follow:
-// dead letters that cannot be read, so are not listed. A torn tail is left
+// dead letters that cannot be read, so are not listed; a dead letter whose
+// frame verifies but whose record cannot be decoded is one too
+// (undecodableDamage), in file order among them. A torn tail is left
 // out: it is a dead letter a running server is writing, or one a crash cut
 // short, which was never durable, so never left the queue.
 func ReadDeadLetters(root, tenant, flow string, fsys FS) ([]DeadLetter, []Damage, error) {

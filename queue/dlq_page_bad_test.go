@@ -12,7 +12,8 @@ import (
 // writeUndecodableDeadLetters writes the dead letters ids straight into
 // the dlq.log of the queue in dir, those of bad with a last error longer
 // than their record: each frame's checksum verifies, but the record is no
-// dead letter (errBadRecord), so it is counted as pending and not listed.
+// dead letter (errBadRecord), so it is counted as pending, not listed,
+// and reported as damage.
 func writeUndecodableDeadLetters(t *testing.T, dir string, ids []uint64, bad map[uint64]bool) {
 	t.Helper()
 	var b []byte
@@ -63,11 +64,11 @@ func TestDeadLetterPageOfUndecodableRecords(t *testing.T) {
 		after uint64
 		want  pageShape
 	}{
-		{"the first page, none readable", 0, pageShape{Total: 8, More: true, Next: 2, Last: 6}},
-		{"the second page, none readable", 2, pageShape{Total: 8, More: true, HasPrev: true, Next: 4, Prev: 0, Last: 6}},
-		{"one readable after one that is not", 4, pageShape{IDs: []uint64{6}, Total: 8, More: true, HasPrev: true, Next: 6, Prev: 2, Last: 6}},
-		{"the last page", 6, pageShape{IDs: []uint64{7, 8}, Total: 8, HasPrev: true, Prev: 4, Last: 6}},
-		{"off the grid, among the unreadable", 1, pageShape{Total: 8, More: true, HasPrev: true, Next: 3, Prev: 0, Last: 6}},
+		{"the first page, none readable", 0, pageShape{Total: 8, More: true, Next: 2, Last: 6, Damage: 5, DamageAll: 5}},
+		{"the second page, none readable", 2, pageShape{Total: 8, More: true, HasPrev: true, Next: 4, Prev: 0, Last: 6, Damage: 5, DamageAll: 5}},
+		{"one readable after one that is not", 4, pageShape{IDs: []uint64{6}, Total: 8, More: true, HasPrev: true, Next: 6, Prev: 2, Last: 6, Damage: 5, DamageAll: 5}},
+		{"the last page", 6, pageShape{IDs: []uint64{7, 8}, Total: 8, HasPrev: true, Prev: 4, Last: 6, Damage: 5, DamageAll: 5}},
+		{"off the grid, among the unreadable", 1, pageShape{Total: 8, More: true, HasPrev: true, Next: 3, Prev: 0, Last: 6, Damage: 5, DamageAll: 5}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
