@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -351,9 +352,12 @@ func (q *Queue) eachPendingScan(fn func(head []byte, length, off int64, f io.Rea
 // pending and cannot list it.
 func undecodableDamage(head []byte, length, off int64) Damage {
 	return Damage{File: dlqFile, Offset: off, Length: headerSize + length, ID: binary.BigEndian.Uint64(head[1:9]),
-		Reason: fmt.Sprintf("record cannot be decoded: its last error of %d bytes runs past the end of the record (%d bytes)",
+		Reason: fmt.Sprintf(undecodableReason+"its last error of %d bytes runs past the end of the record (%d bytes)",
 			binary.BigEndian.Uint32(head[29:33]), length)}
 }
+
+// undecodableReason begins the Reason of an undecodableDamage.
+const undecodableReason = "record cannot be decoded: "
 
 // deadLetterHead is the verified dead-letter record at off in dlq.log (f),
 // of length bytes, whose first bytes are head, up to its payload: within
@@ -813,11 +817,15 @@ func (q *Queue) tooLargeToReplay(id uint64, size int) error {
 }
 
 // Skipped is a pending dead letter ReplayPending left pending because it
-// cannot be replayed: its payload is over MaxPayload (tooLargeToReplay).
+// cannot be replayed: its payload is over MaxPayload (tooLargeToReplay),
+// or its record cannot be decoded (it is reported as damage too; a
+// discard takes it).
 type Skipped struct {
 	ID          uint64 // the dead letter's id
-	PayloadSize int    // its payload's size in bytes
-	Err         error  // why: wraps ErrTooLarge and names the limit
+	PayloadSize int    // its payload's size in bytes; 0 when its record cannot be decoded
+	// Err says why: one too large wraps ErrTooLarge and names the limit;
+	// one that cannot be decoded names its offset and what is wrong
+	Err error
 }
 
 // Replayed is a dead letter ReplayPending appended again.
@@ -867,7 +875,13 @@ func (q *Queue) replayPending(ctx context.Context, upTo uint64, limit, maxBytes 
 			return nil
 		}
 		if !deadLetterWhole(head, length) {
-			return nil // damaged: not listed, not replayed
+			// its record cannot be decoded: not replayed (it is
+			// reported as damage), left pending for a discard, and
+			// said, as one too large is
+			d := undecodableDamage(head, length, off)
+			skipped = append(skipped, Skipped{ID: id, Err: fmt.Errorf("queue %s/%s: dead letter %d cannot be replayed: its record at offset %d of %s cannot be decoded (%s): discard it",
+				q.Tenant, q.Flow, id, d.Offset, d.File, strings.TrimPrefix(d.Reason, undecodableReason))})
+			return nil
 		}
 		// the payload's size is read from the record's header: one that
 		// cannot be replayed, met again by every call of a run, is not
@@ -936,7 +950,7 @@ const (
 // chunks (ReplayPending), calling each for every replay made; it returns
 // how many it made. One dead-lettered again meanwhile (a newer id) is not
 // replayed again. One that cannot be replayed (its payload is over
-// MaxPayload) is left pending, and skip, when not nil, is called once for
+// MaxPayload, or its record cannot be decoded) is left pending, and skip, when not nil, is called once for
 // it; the others are replayed all the same.
 func (q *Queue) ReplayAll(upTo uint64, source string, correlationID func() string, each func(Replayed), skip func(Skipped)) (int, error) {
 	return q.ReplayAllContext(context.Background(), upTo, source, correlationID, each, skip)
@@ -1188,7 +1202,8 @@ func (q *Queue) CompactDLQ() ([]Marked, []Damage, error) {
 
 // writeKeptDeadLetters writes the new dlq.log to a temporary file (see
 // writeTemp): the entries of dlq.log that marked does not mark, the first
-// of each id, and frames not decoded as dead letters as they are. It
+// of each id (one whose record cannot be decoded among them), and frames
+// that are no dead letters as they are. It
 // returns the temporary file's path, the description of dlq.log it read
 // (to check that it did not change before the new one replaces it; nil
 // when there is none), and the damage it left out. dlq.log is read and the
@@ -1214,7 +1229,10 @@ func (q *Queue) writeKeptDeadLetters(marked map[uint64]mark) (tmp string, read f
 		// a kept one copied through the write buffer: a dead letter of
 		// 64 MiB is read and written, not held
 		if _, err := scanFrameHeads(src, dlqFile, 0, read.Size(), func(h *[headerSize]byte, head []byte, length, off int64) error {
-			if deadLetterWhole(head, length) { // one that decodes
+			// a dead letter, pending or marked, as eachPendingScan takes
+			// it: one whose record cannot be decoded too, so that a
+			// discard of it takes it off the disk
+			if length >= deadLetterFields && head[0] == kindDeadLetter {
 				id := binary.BigEndian.Uint64(head[1:9])
 				if _, done := marked[id]; done {
 					return nil

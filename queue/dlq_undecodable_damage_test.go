@@ -2,6 +2,9 @@ package queue
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -78,5 +81,48 @@ func TestUndecodableDeadLettersAreReportedAsDamage(t *testing.T) {
 	pending, damaged, err := q.deadLetterCounts()
 	if err != nil || pending != 5 || damaged != 2 {
 		t.Errorf("deadLetterCounts = %d pending, %d damaged, %v; want 5 (as Total counts them), 2", pending, damaged, err)
+	}
+}
+
+// Replaying all the dead letters replays the others and leaves one whose
+// record cannot be decoded pending, said as a Skipped one (it was passed
+// over in silence); discarding all marks it, and the worker's rewrite of
+// dlq.log then takes it off the disk with the others marked. The rewrite
+// kept its frame and dropped its mark, so it was pending again.
+func TestUndecodableDeadLetterReplayedAllAndDiscardedAll(t *testing.T) {
+	q, _ := openQueue(t, t.TempDir(), Options{})
+	ids := []uint64{1, 2, 3}
+	writeUndecodableDeadLetters(t, q.dir, ids, map[uint64]bool{2: true})
+	var replayed []uint64
+	var skipped []string
+	n, err := q.ReplayAll(3, SourceReplay, func() string { return "c" }, func(r Replayed) { replayed = append(replayed, r.ID) },
+		func(s Skipped) { skipped = append(skipped, fmt.Sprintf("%d %d %v", s.ID, s.PayloadSize, s.Err)) })
+	if err != nil || n != 2 {
+		t.Fatalf("ReplayAll = %d, %v; want 2", n, err)
+	}
+	d := wantUndecodable(ids, 2)
+	wantSkipped := []string{fmt.Sprintf("2 0 queue %s/%s: dead letter 2 cannot be replayed: its record at offset %d of dlq.log cannot be decoded (%s): discard it",
+		testTenant, testFlow, d.Offset, strings.TrimPrefix(d.Reason, "record cannot be decoded: "))}
+	if diff := cmp.Diff([]uint64{1, 3}, replayed); diff != "" {
+		t.Errorf("replayed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantSkipped, skipped); diff != "" {
+		t.Errorf("skipped (-want +got):\n%s", diff)
+	}
+	if got, err := q.PendingIDs(); err != nil || !cmp.Equal(got, []uint64{2}) {
+		t.Fatalf("pending after ReplayAll: %v, %v; want 2", got, err)
+	}
+
+	if n, err := q.MarkAll(3, MarkDiscarded, func(uint64) {}); err != nil || n != 1 {
+		t.Fatalf("MarkAll = %d, %v; want 1", n, err)
+	}
+	if _, damage, err := q.CompactDLQ(); err != nil || len(damage) != 0 {
+		t.Fatalf("CompactDLQ: damage %v, %v", damage, err)
+	}
+	if got, err := q.PendingIDs(); err != nil || len(got) != 0 {
+		t.Errorf("pending after MarkAll and CompactDLQ: %v, %v; want none", got, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(q.dir, dlqFile)); err != nil || len(b) != 0 {
+		t.Errorf("dlq.log after the rewrite: %d bytes, %v; want none", len(b), err)
 	}
 }

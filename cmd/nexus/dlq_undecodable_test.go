@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nexushq/nexus/queue"
 )
 
 // undecodeDeadLetter rewrites the frame of dead letter 2 in the dlq.log of
@@ -53,4 +55,50 @@ func TestDLQListReportsAnUndecodableDeadLetter(t *testing.T) {
 	if stderr.String() != want {
 		t.Errorf("stderr:\n%q\nwant\n%q", stderr.String(), want)
 	}
+}
+// TestDLQReplayAllLeavesAnUndecodableDeadLetter: nexus dlq replay --all
+// replays the other dead letters and leaves one whose record cannot be
+// decoded pending, with a line on stderr saying why and that it can be
+// discarded, and exits 1; it was passed over in silence, the command
+// saying nothing of the dead letter it had counted.
+func TestDLQReplayAllLeavesAnUndecodableDeadLetter(t *testing.T) {
+	state := t.TempDir()
+	db := filepath.Join(state, "registry.db")
+	deployOrders(t, db)
+	q, dir := deadLetterQueue(t, state, 3)
+	q.Close()
+	off, length := undecodeDeadLetter(t, dir)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dlq", "replay", "--tenant", "acme", "--flow", "orders", "--all", "--db", db}, &stdout, &stderr)
+	wantErr := fmt.Sprintf("nexus dlq replay: left pending: queue acme/orders: dead letter 2 cannot be replayed: its record at offset %d of dlq.log cannot be decoded (its last error of %d bytes runs past the end of the record (%d bytes)): discard it\n",
+		off, length, length)
+	if want := "replayed  id=1 tenant=acme flow=orders\nreplayed  id=3 tenant=acme flow=orders\n"; code != exitError || stdout.String() != want || stderr.String() != wantErr {
+		t.Errorf("replay --all: exit %d, stdout %q, stderr %q; want exit 1, %q and %q", code, stdout.String(), stderr.String(), want, wantErr)
+	}
+	ids, err := peekPending(t, state)
+	if err != nil || len(ids) != 1 || ids[0] != 2 {
+		t.Errorf("pending after replay --all: %v, %v; want 2 alone", ids, err)
+	}
+
+	// discard --all takes it with the others: its frame verifies, so its
+	// id is the one written
+	stdout.Reset()
+	stderr.Reset()
+	code = run([]string{"dlq", "discard", "--tenant", "acme", "--flow", "orders", "--all", "--db", db}, &stdout, &stderr)
+	if code != exitOK || !strings.HasPrefix(stdout.String(), "discarded id=2 tenant=acme flow=orders\n") || stderr.Len() != 0 {
+		t.Errorf("discard --all: exit %d, stdout %q, stderr %q; want exit 0 and dead letter 2 discarded", code, stdout.String(), stderr.String())
+	}
+	if ids, err := peekPending(t, state); err != nil || len(ids) != 0 {
+		t.Errorf("pending after discard --all: %v, %v; want none", ids, err)
+	}
+}
+
+// peekPending is the pending ids of acme/orders under state.
+func peekPending(t *testing.T, state string) ([]uint64, error) {
+	t.Helper()
+	q, err := queue.Peek(filepath.Join(state, "queues"), "acme", "orders", nil)
+	if err != nil {
+		return nil, err
+	}
+	return q.PendingIDs()
 }
