@@ -39,9 +39,10 @@ type jsonParser struct {
 	pos      int
 	maxDepth int
 	// space is the bytes read so far that an object's compact JSON, as
-	// AppendJSON writes it, does not hold: white space skipped, and the
-	// bytes by which a string's escapes or a number as written are longer
-	// than as written again (less when shorter)
+	// jsonSize counts it, does not hold: white space skipped, the bytes by
+	// which a string as written is longer than its bytes (its escapes),
+	// and by which a number as written is longer than as written again
+	// (less when shorter)
 	space int
 }
 
@@ -299,10 +300,11 @@ func (p *jsonParser) string() (string, error) {
 				p.pos = start
 				return "", p.errorf("invalid UTF-8 in a string")
 			}
-			// an object's size counts the string as it is answered, not
-			// as written: "\u4e2d" is 6 bytes written and 3 answered
+			// an object's or an array's size counts the string as
+			// jsonSize does, its bytes and not its escapes: "\u4e2d" is 6
+			// bytes written and 3 counted, "\n" 2 and 1
 			str := string(buf)
-			p.space += p.pos - 1 - start - escapedLen(str)
+			p.space += p.pos - 1 - start - len(str)
 			return str, nil
 		case c < 0x20:
 			return "", p.errorf("control character %s in a string", quoteByte(c))

@@ -25,9 +25,10 @@ type Object struct {
 	// size is the length of the object's compact JSON when it was counted
 	// as the object was built (jsonSize), 0 when it was not: a template
 	// counts what it renders, the JSON parser what it reads, compact and
-	// its strings as AppendJSON writes them, the XML flattener what it
-	// flattens, once its children are counted (an array keeps its size
-	// through withSize). Set once, before the object is shared.
+	// its strings and numbers as jsonSize counts them (a string its bytes
+	// and not its escapes, a number as it is answered), the XML flattener
+	// what it flattens, once its children are counted (an array keeps its
+	// size through withSize). Set once, before the object is shared.
 	size int
 }
 
