@@ -74,8 +74,17 @@ const ShownBytes = 64
 func Quote(s string) string { return QuoteCut(s, ShownBytes) }
 
 // Clip is s as an error shows a value of the file, unquoted: cut to
-// ShownBytes.
-func Clip(s string) string { return Cut(s, ShownBytes) }
+// ShownBytes. When what is shown holds a character that does not print
+// (a line break, U+2028, an escape sequence: a YAML tag can, through
+// %-escapes) or a byte that is not UTF-8, it is quoted as Quote quotes
+// it, so that the error stays one line.
+func Clip(s string) string {
+	c := Cut(s, ShownBytes)
+	if !utf8.ValidString(c) || strings.IndexFunc(c, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
+		return Quote(s)
+	}
+	return c
+}
 
 // QuoteCut quotes s, cut to n bytes at most (at a character's start).
 func QuoteCut(s string, n int) string {

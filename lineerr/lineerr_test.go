@@ -28,6 +28,13 @@ func TestDescribe(t *testing.T) {
 		// a value past ShownBytes is cut, at a character's start
 		{"v: " + strings.Repeat("a", 63) + "éb", `the string "` + strings.Repeat("a", 63) + `"…`},
 		{"v: " + strings.Repeat("9", 70), `the number ` + strings.Repeat("9", 64) + `…`},
+		// a tag is named as written, unquoted, unless a %-escape makes it
+		// hold a character that does not print: quoted then, so that the
+		// error stays one line
+		{`v: !foo x`, `a value tagged !foo`},
+		{`v: !a%0Ab x`, `a value tagged "!a\nb"`},
+		{`v: !%E2%80%A8 x`, `a value tagged "!\u2028"`},
+		{`v: !%1B[31m x`, `a value tagged "!\x1b[31m"`},
 	} {
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(tt.yaml), &doc); err != nil {
@@ -117,6 +124,28 @@ func TestCut(t *testing.T) {
 		}
 		if got := lineerr.QuoteCut(tt.s, tt.n); got != tt.quote {
 			t.Errorf("QuoteCut(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.quote)
+		}
+	}
+}
+
+// Clip shows a value unquoted, cut to ShownBytes, and quoted when it holds
+// a character that does not print or a byte that is not UTF-8.
+func TestClip(t *testing.T) {
+	for _, tt := range []struct{ s, want string }{
+		{"1e300", "1e300"},
+		{"!tag", "!tag"},
+		{"!é", "!é"},
+		{"a b", "a b"},
+		{"a\nb", `"a\nb"`},
+		{"\r", `"\r"`},
+		{"\u2029", `"\u2029"`},
+		{"\xff", `"\xff"`},
+		{strings.Repeat("a", 70), strings.Repeat("a", 64) + "…"},
+		{strings.Repeat("a", 70) + "\n", strings.Repeat("a", 64) + "…"},
+		{"\n" + strings.Repeat("a", 70), `"\n` + strings.Repeat("a", 63) + `"…`},
+	} {
+		if got := lineerr.Clip(tt.s); got != tt.want {
+			t.Errorf("Clip(%q) = %q, want %q", tt.s, got, tt.want)
 		}
 	}
 }
