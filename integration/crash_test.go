@@ -61,7 +61,13 @@ func TestRestartRetriesKeepTheirTime(t *testing.T) {
 	t.Parallel()
 	be := newLoopback(t)
 	be.setAnswer(failFirst)
-	const nearDelay, farDelay = 3 * time.Second, 12 * time.Second
+	// near-1's retry comes due nearDelay after its first attempt: the
+	// process must be stopped before, and a loaded machine (this test runs
+	// in parallel with the others, under -race) has been seen to take 4 s
+	// from that attempt to the SIGTERM, hence the 8 s; far-1's retry is due
+	// 7 s after the wake-up that follows the near retry's time, and 5 s
+	// before one timed afresh at the restart would be
+	const nearDelay, farDelay = 8 * time.Second, 20 * time.Second
 	h, repo := queueHost(t, map[string]string{
 		"flows/acme/retry-near.md": retryFlowFor("retry-near", be.URL, "near", int(nearDelay/time.Millisecond)),
 		"flows/acme/retry-far.md":  retryFlowFor("retry-far", be.URL, "far", int(farDelay/time.Millisecond)),
@@ -92,6 +98,10 @@ func TestRestartRetriesKeepTheirTime(t *testing.T) {
 		t.Errorf("exit %d after SIGTERM", code)
 	}
 	restarted := time.Now()
+	if !restarted.Before(nearDue) {
+		t.Fatalf("the first process stopped %v after near-1's first attempt, past its retry's time (%v after it): the machine was too slow for this test",
+			restarted.Sub(near1.at).Round(time.Millisecond), nearDelay)
+	}
 	h2 := startHost(t, hostOptions{repo: repo.dir, db: h.db})
 	waitGate(t, h2, "acme", "retry-near", acmeKey)
 	waitGate(t, h2, "acme", "retry-far", acmeKey)
