@@ -56,6 +56,7 @@ func TestDLQListReportsAnUndecodableDeadLetter(t *testing.T) {
 		t.Errorf("stderr:\n%q\nwant\n%q", stderr.String(), want)
 	}
 }
+
 // TestDLQReplayAllLeavesAnUndecodableDeadLetter: nexus dlq replay --all
 // replays the other dead letters and leaves one whose record cannot be
 // decoded pending, with a line on stderr saying why and that it can be
