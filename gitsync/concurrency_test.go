@@ -333,7 +333,9 @@ func TestStartTriggerStop(t *testing.T) {
 	e.s.Trigger()
 	waitFor(t, 5*time.Second, "the triggered sync", commitIs(c2))
 	t.Logf("applied %v after Trigger", time.Since(began).Round(time.Millisecond))
-	waitFor(t, time.Second, "the live set of the triggered sync", func() bool {
+	// the registry has the commit: the live set follows at once, but a
+	// loaded machine can take a second or more to get there
+	waitFor(t, 10*time.Second, "the live set of the triggered sync", func() bool {
 		lf, ok := e.reg.Live().Lookup("acme", "x")
 		return ok && lf.Flow.Description() == "two"
 	})

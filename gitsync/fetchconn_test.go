@@ -254,12 +254,14 @@ func TestSlowButProgressingFetchIsNotCutOff(t *testing.T) {
 	})
 	e := newEnv(t, func(c *gitsync.Config) {
 		c.Repo = srv.URL + "/config.git"
-		c.FetchTimeout = time.Second
+		// 3 s: git packing the answer on a loaded machine can be silent
+		// for over a second before the first byte (1 s failed under load)
+		c.FetchTimeout = 3 * time.Second
 	})
 	push := e.bareRemote(root)
-	// ~48 KiB that does not compress: the pack takes ~2 s at ~25 KiB/s,
-	// a byte arriving every 40 ms
-	blob := make([]byte, 48<<10)
+	// ~160 KiB that does not compress: the pack takes ~6.5 s at ~25
+	// KiB/s, more than twice the FetchTimeout, a KiB arriving every 40 ms
+	blob := make([]byte, 160<<10)
 	if _, err := rand.Read(blob); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +271,7 @@ func TestSlowButProgressingFetchIsNotCutOff(t *testing.T) {
 	push()
 	res, err := e.s.Sync(context.Background())
 	if err != nil {
-		t.Fatalf("a fetch that kept receiving data for ~2 s was cut off by the 1 s FetchTimeout: %v", err)
+		t.Fatalf("a fetch that kept receiving data for ~6.5 s was cut off by the 3 s FetchTimeout: %v", err)
 	}
 	if !res.Applied() || res.Commit != c {
 		t.Errorf("Sync = %+v, want %s applied", res, c[:8])
