@@ -96,15 +96,7 @@ func (p *overlapProbe) DeltaObject(t plumbing.ObjectType, h plumbing.Hash) (plum
 // failed with "object not found": a read got another's bytes). writePack
 // lets one read at a time reach the storage.
 func TestPackingReadsOneObjectAtATime(t *testing.T) {
-	src := filepath.Join(t.TempDir(), "src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gitIn(t, src, "init", "-q", "-b", "main")
-	gitIn(t, src, "config", "gc.auto", "0")
-	clone := filepath.Join(t.TempDir(), "clone")
-	gitIn(t, filepath.Dir(clone), "init", "-q", "--bare", clone)
-	gitIn(t, clone, "config", "gc.auto", "0")
+	src, clone := newSourceAndClone(t)
 
 	// the clone's first packing, by writePack
 	churn(t, src, clone, 3, 10)
@@ -175,4 +167,20 @@ func packAll(t *testing.T, clone string, probe func(storer.EncodedObjectStorer) 
 		}
 	}
 	return p
+}
+
+// newSourceAndClone makes a source repo (branch main) and a bare clone
+// for churn, neither packing on its own (gc.auto 0).
+func newSourceAndClone(t *testing.T) (src, clone string) {
+	t.Helper()
+	src = filepath.Join(t.TempDir(), "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitIn(t, src, "init", "-q", "-b", "main")
+	gitIn(t, src, "config", "gc.auto", "0")
+	clone = filepath.Join(t.TempDir(), "clone")
+	gitIn(t, filepath.Dir(clone), "init", "-q", "--bare", clone)
+	gitIn(t, clone, "config", "gc.auto", "0")
+	return src, clone
 }

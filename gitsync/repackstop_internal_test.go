@@ -46,15 +46,7 @@ func TestPackingEndsWithTheRound(t *testing.T) {
 		{"the whole clone", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			src := filepath.Join(t.TempDir(), "src")
-			if err := os.MkdirAll(src, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			gitIn(t, src, "init", "-q", "-b", "main")
-			gitIn(t, src, "config", "gc.auto", "0")
-			clone := filepath.Join(t.TempDir(), "clone")
-			gitIn(t, filepath.Dir(clone), "init", "-q", "--bare", clone)
-			gitIn(t, clone, "config", "gc.auto", "0")
+			src, clone := newSourceAndClone(t)
 			if c.whole {
 				churn(t, src, clone, 3, MaxPacks+1) // packs alike: the whole clone
 			} else {
