@@ -65,7 +65,7 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) bool {
 	key, ok := bearer(r)
 	if !ok || !s.isAdminKey(key) {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		refuseUnread(w, r, http.StatusUnauthorized, "missing or unknown admin key")
+		writeError(w, http.StatusUnauthorized, "missing or unknown admin key")
 		return false
 	}
 	return true

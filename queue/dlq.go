@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -352,12 +351,14 @@ func (q *Queue) eachPendingScan(fn func(head []byte, length, off int64, f io.Rea
 // pending and cannot list it.
 func undecodableDamage(head []byte, length, off int64) Damage {
 	return Damage{File: dlqFile, Offset: off, Length: headerSize + length, ID: binary.BigEndian.Uint64(head[1:9]),
-		Reason: fmt.Sprintf(undecodableReason+"its last error of %d bytes runs past the end of the record (%d bytes)",
-			binary.BigEndian.Uint32(head[29:33]), length)}
+		Reason: "record cannot be decoded: " + undecodableWhy(head, length)}
 }
 
-// undecodableReason begins the Reason of an undecodableDamage.
-const undecodableReason = "record cannot be decoded: "
+// undecodableWhy says what is wrong with a verified dead-letter record
+// that is no dead letter whole to its payload (deadLetterWhole false).
+func undecodableWhy(head []byte, length int64) string {
+	return fmt.Sprintf("its last error of %d bytes runs past the end of the record (%d bytes)", binary.BigEndian.Uint32(head[29:33]), length)
+}
 
 // deadLetterHead is the verified dead-letter record at off in dlq.log (f),
 // of length bytes, whose first bytes are head, up to its payload: within
@@ -878,9 +879,8 @@ func (q *Queue) replayPending(ctx context.Context, upTo uint64, limit, maxBytes 
 			// its record cannot be decoded: not replayed (it is
 			// reported as damage), left pending for a discard, and
 			// said, as one too large is
-			d := undecodableDamage(head, length, off)
 			skipped = append(skipped, Skipped{ID: id, Err: fmt.Errorf("queue %s/%s: dead letter %d cannot be replayed: its record at offset %d of %s cannot be decoded (%s): discard it",
-				q.Tenant, q.Flow, id, d.Offset, d.File, strings.TrimPrefix(d.Reason, undecodableReason))})
+				q.Tenant, q.Flow, id, off, dlqFile, undecodableWhy(head, length))})
 			return nil
 		}
 		// the payload's size is read from the record's header: one that
