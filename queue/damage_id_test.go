@@ -74,27 +74,10 @@ func retriesSaid(off int64) func(t *testing.T) string {
 // schedule is flipped and the rewrite without it fails.
 func workerOpenSaid(off int64) func(t *testing.T) string {
 	return func(t *testing.T) string {
-		m, root := settledMemQueue(t)
-		q, _ := openQueue(t, root, Options{FS: m})
-		s, _ := mustOpenSchedule(t, q)
-		for _, c := range []retryChange{setR(retryAt(1, 2, time.Second)), setR(retryAt(2, 2, time.Minute))} {
-			c.apply(t, s, nil)
-		}
-		f, err := m.OpenFile(q.path(retryFile), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, 1)
-		if _, err := f.ReadAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt([]byte{b[0] ^ 0xff}, off); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+		m, q := twoRetriesOneByteChanged(t, off, func(b byte) byte { return b ^ 0xff })
 		m.Fail(opRename, "", 1, syscall.EIO, false)
 		defer m.Heal()
-		_, _, err = q.openRetrySchedule()
+		_, _, err := q.openRetrySchedule()
 		if err == nil {
 			t.Fatal("the worker's open with the rewrite failing: no error")
 		}

@@ -37,6 +37,24 @@ func TestRetryLogEmptyRecordIsAnError(t *testing.T) {
 // what was found, not only that a rewrite failed; the next start finds it
 // again and reports it. The error named the failed rewrite alone.
 func TestRetryLogDamageNamedWhenTheRewriteFails(t *testing.T) {
+	m, q := twoRetriesOneByteChanged(t, retrySetFrame-1, func(byte) byte { return 0xff })
+	m.Fail(opRename, "", 1, syscall.EIO, false)
+	_, _, err := q.openRetrySchedule()
+	if err == nil || !strings.Contains(err.Error(), "at offset 0 (41 bytes, id=1 as the damaged frame holds it): a CRC that does not match") {
+		t.Errorf("the worker's open with the rewrite failing: %v, want an error naming the damaged frame", err)
+	}
+	m.Heal()
+	_, damage, err := q.openRetrySchedule()
+	if err != nil || len(damage) != 1 || damage[0].Offset != 0 {
+		t.Errorf("the next start: damage %+v, %v; want the frame at 0", damage, err)
+	}
+}
+
+// twoRetriesOneByteChanged is a queue on a memFS whose retry schedule
+// holds retries of messages 1 and 2, the byte at off of its file then
+// replaced by change of it.
+func twoRetriesOneByteChanged(t *testing.T, off int64, change func(byte) byte) (*memFS, *Queue) {
+	t.Helper()
 	m, root := settledMemQueue(t)
 	q, _ := openQueue(t, root, Options{FS: m})
 	s, _ := mustOpenSchedule(t, q)
@@ -47,18 +65,13 @@ func TestRetryLogDamageNamedWhenTheRewriteFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{0xff}, retrySetFrame-1); err != nil {
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	m.Fail(opRename, "", 1, syscall.EIO, false)
-	_, _, err = q.openRetrySchedule()
-	if err == nil || !strings.Contains(err.Error(), "at offset 0 (41 bytes, id=1 as the damaged frame holds it): a CRC that does not match") {
-		t.Errorf("the worker's open with the rewrite failing: %v, want an error naming the damaged frame", err)
+	if _, err := f.WriteAt([]byte{change(b[0])}, off); err != nil {
+		t.Fatal(err)
 	}
-	m.Heal()
-	_, damage, err := q.openRetrySchedule()
-	if err != nil || len(damage) != 1 || damage[0].Offset != 0 {
-		t.Errorf("the next start: damage %+v, %v; want the frame at 0", damage, err)
-	}
+	return m, q
 }
